@@ -1,0 +1,49 @@
+# Tessera. Every target sets up what it needs: a .venv with the project installed (first use).
+# Each target is one command over the venv's Python; the logic lives in the packages.
+
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+PRESET      ?= default
+PYTEST_ARGS ?=
+
+.PHONY: all sim verilog test test-fast test-full bench lint clean distclean tools
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Optional system tools (Icarus Verilog, ccache): installed with apt-get where we may,
+# otherwise the tests that need them skip and name the missing tool.
+tools:
+	@$(PY) -m tb.tools install || true
+
+sim: $(STAMP)
+	$(PY) -m tb.demo --preset $(PRESET)
+
+verilog: $(STAMP)
+	$(PY) -m hw --preset $(PRESET) --out build
+
+test: $(STAMP) tools
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -m "not rtl" $(PYTEST_ARGS)
+
+test-full: $(STAMP) tools
+	TESSERA_FULL=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench.simspeed
+
+clean:
+	rm -rf build sim_build .pytest_cache .hypothesis bench/results
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,240 @@
+"""The one source of truth for every hardware number of a Tessera accelerator instance.
+
+This module imports nothing from Amaranth, so the planner, the firmware encoder and the
+testbenches can load it cheaply. RTL, planner, firmware and tests all read :class:`AccelConfig`;
+no hardware number is typed anywhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import ClassVar
+
+__all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError"]
+
+#: Bumped whenever RTL or image semantics change; it is hashed into :attr:`AccelConfig.config_id`.
+FORMAT_VERSION = 1
+
+
+class ConfigError(ValueError):
+    """An :class:`AccelConfig` field is outside its allowed range."""
+
+
+def _is_pow2(value: int) -> bool:
+    return value >= 1 and value & (value - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AccelConfig:
+    """Parameters of one accelerator instance. Every field name carries its unit.
+
+    The matrix unit is an ``array_rows`` x ``array_cols`` output-stationary systolic array; one
+    array row owns one output row ``m``, one array column one output column ``n``.
+
+    Memory ports (seed 000 lets A and B live in memories of different bandwidth): each of the
+    three ports (A loads, B loads, C stores) moves one *beat* per accepted request. A beat is one
+    buffer row: ``array_rows`` int8 for A, ``array_cols`` int8 for B and ``array_cols`` int32 for
+    C. ``*_port_bytes_per_cycle`` is the sustained bandwidth the memory grants the port (at most
+    one beat per cycle), ``*_port_latency_cycles`` the cycles from an accepted read request to its
+    data.
+
+    Raises
+    ------
+    ConfigError
+        When a field is outside its allowed range; the message names the field, echoes the value
+        and states the range.
+    """
+
+    array_rows: int = 16
+    array_cols: int = 16
+    operand_bits: int = 8
+    acc_bits: int = 32
+    buf_a_bytes: int = 128 << 10
+    buf_b_bytes: int = 128 << 10
+    acc_buf_bytes: int = 64 << 10
+    a_port_bytes_per_cycle: int = 16
+    b_port_bytes_per_cycle: int = 16
+    c_port_bytes_per_cycle: int = 64
+    a_port_latency_cycles: int = 32
+    b_port_latency_cycles: int = 32
+    c_port_latency_cycles: int = 32
+    block_m: int = 16
+    block_n: int = 16
+    sync_bytes: int = 4096
+    dram_addr_bits: int = 24
+
+    #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
+    _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if type(value) is not int:
+                raise ConfigError(
+                    f"AccelConfig.{field.name} must be an int, not {type(value).__name__} "
+                    f"{value!r}")
+        for name, only in self._FIXED.items():
+            if getattr(self, name) != only:
+                raise ConfigError(f"AccelConfig.{name} must be {only} (the only supported value), "
+                                  f"not {getattr(self, name)!r}")
+        for name in ("array_rows", "array_cols"):
+            self._check_pow2(name, 2, 64)
+        for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
+            self._check_pow2(name, 64, 1 << 24)
+        self._check_range("dram_addr_bits", 16, 32)
+        beats = {"a": self.a_beat_bytes, "b": self.b_beat_bytes, "c": self.c_beat_bytes}
+        for port, beat in beats.items():
+            self._check_range(f"{port}_port_bytes_per_cycle", 1, beat)
+            self._check_range(f"{port}_port_latency_cycles", 1, 256)
+        self._check_multiple("block_m", self.array_rows, 1 << 16)
+        self._check_multiple("block_n", self.array_cols, 1 << 16)
+        self._check_range("sync_bytes", 1, 1 << 24)
+        # Each operand buffer is double-buffered; one half must hold at least one array tile
+        # of one k step, and the accumulator half at least one array tile of int32.
+        for name, row_bytes in (("buf_a_bytes", self.a_beat_bytes),
+                                ("buf_b_bytes", self.b_beat_bytes),
+                                ("acc_buf_bytes", self.c_beat_bytes * self.array_rows)):
+            if getattr(self, name) < 2 * row_bytes:
+                raise ConfigError(f"AccelConfig.{name} must be at least {2 * row_bytes} (two "
+                                  f"halves of one row), not {getattr(self, name)!r}")
+
+    def _check_range(self, name: str, lo: int, hi: int):
+        value = getattr(self, name)
+        if not lo <= value <= hi:
+            raise ConfigError(f"AccelConfig.{name} must be in [{lo}, {hi}], not {value!r}")
+
+    def _check_pow2(self, name: str, lo: int, hi: int):
+        value = getattr(self, name)
+        if not (_is_pow2(value) and lo <= value <= hi):
+            raise ConfigError(f"AccelConfig.{name} must be a power of two in [{lo}, {hi}], "
+                              f"not {value!r}")
+
+    def _check_multiple(self, name: str, of: int, hi: int):
+        value = getattr(self, name)
+        if not (of <= value <= hi and value % of == 0):
+            raise ConfigError(f"AccelConfig.{name} must be a multiple of {of} in [{of}, {hi}], "
+                              f"not {value!r}")
+
+    # -- derived numbers (never recomputed elsewhere) -------------------------------------------
+
+    @property
+    def operand_bytes(self) -> int:
+        return self.operand_bits // 8
+
+    @property
+    def acc_bytes(self) -> int:
+        return self.acc_bits // 8
+
+    @property
+    def a_beat_bytes(self) -> int:
+        """Bytes of one A buffer row / A port beat: one int8 per array row."""
+        return self.array_rows * self.operand_bits // 8
+
+    @property
+    def b_beat_bytes(self) -> int:
+        """Bytes of one B buffer row / B port beat: one int8 per array column."""
+        return self.array_cols * self.operand_bits // 8
+
+    @property
+    def c_beat_bytes(self) -> int:
+        """Bytes of one accumulator row / C port beat: one int32 per array column."""
+        return self.array_cols * self.acc_bits // 8
+
+    @property
+    def buf_a_depth(self) -> int:
+        """Rows of buffer A (both halves)."""
+        return self.buf_a_bytes // self.a_beat_bytes
+
+    @property
+    def buf_b_depth(self) -> int:
+        """Rows of buffer B (both halves)."""
+        return self.buf_b_bytes // self.b_beat_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        """Rows of the accumulator buffer (both halves); one row is ``array_cols`` int32."""
+        return self.acc_buf_bytes // self.c_beat_bytes
+
+    @property
+    def buf_a_half_bytes(self) -> int:
+        """Bytes of one double-buffer half of A: the most one A partition may occupy."""
+        return self.buf_a_bytes // 2
+
+    @property
+    def buf_b_half_bytes(self) -> int:
+        """Bytes of one double-buffer half of B: the most one B partition may occupy."""
+        return self.buf_b_bytes // 2
+
+    @property
+    def acc_half_bytes(self) -> int:
+        """Bytes of one accumulator half: the most ``acc_buffer_needed`` may be."""
+        return self.acc_buf_bytes // 2
+
+    @property
+    def dram_bytes(self) -> int:
+        """Size of the address space the memory ports reach."""
+        return 1 << self.dram_addr_bits
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """Peak multiply-accumulates per cycle (seed 000 ``hw_power``)."""
+        return self.array_rows * self.array_cols
+
+    @property
+    def config_id(self) -> int:
+        """32-bit identity, readable from the CONFIG_ID register and stored in every image."""
+        blob = json.dumps([FORMAT_VERSION, self.to_dict()], sort_keys=True).encode()
+        return int.from_bytes(hashlib.blake2s(blob, digest_size=4).digest(), "little")
+
+    # -- serialisation ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "AccelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown AccelConfig field(s) {', '.join(unknown)}; "
+                              f"known fields are {', '.join(sorted(known))}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> "AccelConfig":
+        """Parse a JSON object; duplicate or unknown keys are refused, never merged."""
+        def no_duplicates(pairs):
+            seen = {}
+            for key, value in pairs:
+                if key in seen:
+                    raise ConfigError(f"duplicate AccelConfig field {key!r} in JSON")
+                seen[key] = value
+            return seen
+        values = json.loads(text, object_pairs_hook=no_duplicates)
+        if not isinstance(values, dict):
+            raise ConfigError("AccelConfig JSON must be an object")
+        return cls.from_dict(values)
+
+
+PRESETS: dict[str, AccelConfig] = {
+    # 4x4 array, small buffers: fast to simulate, exercises split-K and reloads at small sizes.
+    "tiny": AccelConfig(
+        array_rows=4, array_cols=4,
+        buf_a_bytes=4 << 10, buf_b_bytes=4 << 10, acc_buf_bytes=2 << 10,
+        a_port_bytes_per_cycle=4, b_port_bytes_per_cycle=4, c_port_bytes_per_cycle=16,
+        a_port_latency_cycles=8, b_port_latency_cycles=8, c_port_latency_cycles=8,
+        block_m=4, block_n=4, sync_bytes=256, dram_addr_bits=22),
+    "small": AccelConfig(
+        array_rows=8, array_cols=8,
+        buf_a_bytes=32 << 10, buf_b_bytes=32 << 10, acc_buf_bytes=16 << 10,
+        a_port_bytes_per_cycle=8, b_port_bytes_per_cycle=8, c_port_bytes_per_cycle=32,
+        a_port_latency_cycles=16, b_port_latency_cycles=16, c_port_latency_cycles=16,
+        block_m=8, block_n=8, sync_bytes=1024, dram_addr_bits=23),
+    # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default.
+    "default": AccelConfig(),
+}

@@ -1,0 +1,162 @@
+"""The GEMM descriptor the sequencer executes, its error codes, and their legality rules.
+
+Imports nothing from Amaranth. The descriptor carries exactly seed 000's tiling outputs plus the
+tensor addresses; :func:`check` states, in Python, the same rules the RTL checks before it runs a
+descriptor (the RTL test-suite asserts that both agree), so the planner can only emit what the
+hardware accepts.
+
+Memory layouts (element addresses, in bytes from the start of the memory):
+
+* A (``m`` x ``k``, int8) is stored *k-major* (as A transposed): ``A[i, kk]`` is at
+  ``a_addr + kk * a_stride + i``. Weights are static, so the compiler lays them out once.
+* B (``k`` x ``n``, int8) is row-major: ``B[kk, j]`` is at ``b_addr + kk * b_stride + j``.
+* C (``m`` x ``n``, int32, little-endian) is row-major: ``C[i, j]`` is at
+  ``c_addr + i * c_stride + 4 * j``.
+
+Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
+``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
+(``array_rows`` x ``array_cols``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from .config import AccelConfig
+
+__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "MAX_DIM"]
+
+#: Largest m, k, n (and partition) the 32-bit descriptor fields may carry.
+MAX_DIM = (1 << 24) - 1
+
+
+class ErrorCode(enum.IntEnum):
+    """Values of the ERROR register; 0 means success. Reaches C headers as ``ACCEL_ERR_*``."""
+
+    NONE = 0
+    BAD_SHAPE = 1           # m, k or n is 0 or larger than MAX_DIM
+    BAD_PARTITION_M = 2     # partition_m is 0 or not a multiple of array_rows
+    BAD_PARTITION_N = 3     # partition_n is 0 or not a multiple of array_cols
+    BAD_PARTITION_K = 4     # partition_k is 0, or < k without need_splitk
+    BAD_TILE = 5            # tile_m / tile_n not an array multiple in [array, partition]
+    BUF_A_OVERFLOW = 6      # partition_m * partition_k > buf_a_half_bytes
+    BUF_B_OVERFLOW = 7      # partition_k * partition_n > buf_b_half_bytes
+    ACC_OVERFLOW = 8        # partition_m * partition_n * 4 > acc_buffer_needed, or
+                            # acc_buffer_needed > acc_half_bytes
+    BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GemmDescriptor:
+    """One tiled GEMM as the sequencer executes it. Every field is an unsigned 32-bit word."""
+
+    m: int
+    k: int
+    n: int
+    partition_m: int
+    partition_n: int
+    partition_k: int
+    tile_m: int
+    tile_n: int
+    outer_m: int          # seed 000 outer loop flag: 1 = m partitions outside n partitions
+    need_splitk: int
+    acc_buffer_needed: int  # bytes of one accumulator half the plan uses
+    a_addr: int
+    a_stride: int
+    b_addr: int
+    b_stride: int
+    c_addr: int
+    c_stride: int
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if type(value) is not int or not 0 <= value < (1 << 32):
+                raise ValueError(f"GemmDescriptor.{field.name} must be an int in [0, 2**32), "
+                                 f"not {value!r}")
+
+    def words(self) -> list[int]:
+        """The descriptor as register words, in :data:`DESC_FIELDS` order."""
+        return [getattr(self, name) for name in DESC_FIELDS]
+
+
+#: Register order of the descriptor fields (the CSR map and the firmware image use it).
+DESC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GemmDescriptor))
+
+
+def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int]:
+    """[first, last+1) byte range touched by ``rows`` rows of ``row_bytes`` at ``stride``."""
+    return addr, addr + (rows - 1) * stride + row_bytes
+
+
+def tensor_extents(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, tuple[int, int]]:
+    """Byte ranges the hardware may touch for A, B (reads, rounded up to whole beats) and C."""
+    r, c = cfg.array_rows, cfg.array_cols
+    a_row = -(-d.m // r) * r
+    b_row = -(-d.n // c) * c
+    return {
+        "a": _extent(d.a_addr, d.k, d.a_stride, a_row),
+        "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
+        "c": _extent(d.c_addr, d.m, d.c_stride, 4 * d.n),
+    }
+
+
+def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
+    """Every rule ``d`` breaks on ``cfg``, in the priority order the RTL reports them.
+
+    The RTL reports the first entry's code; an empty list means the hardware runs it.
+    """
+    r, c = cfg.array_rows, cfg.array_cols
+    errs: list[tuple[ErrorCode, str]] = []
+
+    def bad(code: ErrorCode, msg: str):
+        errs.append((code, msg))
+
+    for name in ("m", "k", "n"):
+        if not 1 <= getattr(d, name) <= MAX_DIM:
+            bad(ErrorCode.BAD_SHAPE, f"{name}={getattr(d, name)} must be in [1, {MAX_DIM}]")
+    if not (1 <= d.partition_m <= MAX_DIM and d.partition_m % r == 0):
+        bad(ErrorCode.BAD_PARTITION_M,
+            f"partition_m={d.partition_m} must be a positive multiple of array_rows={r}")
+    if not (1 <= d.partition_n <= MAX_DIM and d.partition_n % c == 0):
+        bad(ErrorCode.BAD_PARTITION_N,
+            f"partition_n={d.partition_n} must be a positive multiple of array_cols={c}")
+    if not 1 <= d.partition_k <= MAX_DIM:
+        bad(ErrorCode.BAD_PARTITION_K, f"partition_k={d.partition_k} must be in [1, {MAX_DIM}]")
+    elif not d.need_splitk and d.partition_k < d.k:
+        bad(ErrorCode.BAD_PARTITION_K,
+            f"partition_k={d.partition_k} < k={d.k} needs need_splitk=1")
+    if not (r <= d.tile_m <= max(d.partition_m, r) and d.tile_m % r == 0):
+        bad(ErrorCode.BAD_TILE,
+            f"tile_m={d.tile_m} must be a multiple of {r} in [{r}, partition_m]")
+    if not (c <= d.tile_n <= max(d.partition_n, c) and d.tile_n % c == 0):
+        bad(ErrorCode.BAD_TILE,
+            f"tile_n={d.tile_n} must be a multiple of {c} in [{c}, partition_n]")
+    if d.partition_m * d.partition_k > cfg.buf_a_half_bytes:
+        bad(ErrorCode.BUF_A_OVERFLOW,
+            f"partition_m*partition_k={d.partition_m * d.partition_k} exceeds "
+            f"buf_a_half_bytes={cfg.buf_a_half_bytes}")
+    if d.partition_k * d.partition_n > cfg.buf_b_half_bytes:
+        bad(ErrorCode.BUF_B_OVERFLOW,
+            f"partition_k*partition_n={d.partition_k * d.partition_n} exceeds "
+            f"buf_b_half_bytes={cfg.buf_b_half_bytes}")
+    acc_need = d.partition_m * d.partition_n * cfg.acc_bytes
+    if acc_need > d.acc_buffer_needed or d.acc_buffer_needed > cfg.acc_half_bytes:
+        bad(ErrorCode.ACC_OVERFLOW,
+            f"need partition_m*partition_n*4={acc_need} <= acc_buffer_needed="
+            f"{d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
+    if not errs:
+        ext = tensor_extents(d, cfg)
+        for name, (lo, hi) in ext.items():
+            if hi > cfg.dram_bytes:
+                bad(ErrorCode.BAD_ADDRESS, f"{name.upper()} spans [{lo:#x}, {hi:#x}) beyond "
+                                           f"dram_bytes={cfg.dram_bytes:#x}")
+        if d.c_stride < 4 * d.n:
+            bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < 4*n={4 * d.n}: C rows overlap")
+        for name in ("a", "b"):
+            lo, hi = ext[name]
+            if lo < ext["c"][1] and ext["c"][0] < hi:
+                bad(ErrorCode.BAD_ADDRESS, f"C [{ext['c'][0]:#x}, {ext['c'][1]:#x}) overlaps "
+                                           f"{name.upper()} [{lo:#x}, {hi:#x})")
+    return errs
