@@ -1,0 +1,337 @@
+"""Cycle model of the accelerator as built: :func:`predict` a :class:`CycleBreakdown` for a plan.
+
+The field names of :class:`CycleBreakdown` are the RTL performance-counter names (and the bench
+JSON keys). Every small overhead constant of the model lives in :class:`ModelConstants`
+(:data:`DEFAULT_CONSTANTS`), the one place to calibrate against the RTL counters; every hardware
+number comes from :class:`hw.config.AccelConfig`.
+
+Model (one *step* = one ``(mi, ni, ki)`` partition triple; outer partition loop, inner partition
+loop, then ``ki`` innermost; ``outer_m`` = 1 puts ``mi`` outside):
+
+* ``gm = ceil(pm_eff / R)``, ``gn = ceil(pn_eff / C)``, ``pk_eff = min(pk, k - k0)``.
+* Compute: ``gm * gn`` array tiles of ``L = max(pk_eff, R)`` beats, back to back, then one pipeline
+  drain of ``drain_rows_factor * R + drain_cols_factor * C + drain_extra_cycles``.
+* LoadA: only when the A block ``(mi, ki)`` differs from the previous step's: ``pk_eff * gm`` beats
+  of ``a_beat_bytes``; LoadB likewise for ``(ki, ni)``: ``pk_eff * gn`` beats of ``b_beat_bytes``.
+* Store: after the last ``ki`` of a partition, during the next step: ``pm_eff * gn`` beats of
+  ``c_beat_bytes``.
+* Port time for ``b`` beats: credit-limited issue ``ceil((b - 1) * beat / bw) + 1`` cycles, plus the
+  port latency (reads; for stores when ``store_waits_latency``), plus an extra constant.
+* Lock step: prologue = loads of step 0; step ``t`` = ``max(compute(t), loads(t+1),
+  store(t-1's partition)) + step_ctrl_cycles``; epilogue = the last store; plus start and finish
+  control cycles.
+
+Counter attribution within a step: compute busy -> ``mac_active_cycles`` (real beats) and
+``stall_drain_cycles`` (padding beats + drain); then waiting on A, then on B, then on the store;
+control cycles -> ``stall_ctrl_cycles``. The six cycle counters sum to ``total_cycles``.
+
+:func:`predict` groups identical steps (per loop dimension only indices ``0``, ``1..n-3``,
+``n-2``, ``n-1`` can differ in cost) and equals :func:`predict_reference`, a plain step walk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from hw.config import AccelConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tiling import TilingPlan
+
+__all__ = ["CycleBreakdown", "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "predict",
+           "predict_reference", "predict_tiling", "lower_bound_cycles", "utilisation"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelConstants:
+    """The model's small overhead constants (cycles), to be calibrated against the RTL counters.
+
+    These are properties of the RTL implementation (pipeline depths, FSM states), not hardware
+    parameters of a configuration, so they are not in :class:`AccelConfig`.
+    """
+
+    #: Pipeline drain after a step's last beat: ``rows * R + cols * C + extra`` cycles.
+    drain_rows_factor: int = 2
+    drain_cols_factor: int = 1
+    drain_extra_cycles: int = 3
+    #: Control cycles at the end of every step (handshake of the three engines).
+    step_ctrl_cycles: int = 2
+    #: Descriptor validation / start-up cycles before the prologue loads.
+    start_cycles: int = 4
+    #: Cycles after the last store before ``done``.
+    finish_cycles: int = 2
+    #: Extra cycles per load / store burst on top of issue time and latency.
+    load_extra_cycles: int = 0
+    store_extra_cycles: int = 0
+    #: 1 if a store burst completes only after the write latency of its last beat.
+    store_waits_latency: int = 1
+
+
+DEFAULT_CONSTANTS = ModelConstants()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CycleBreakdown:
+    """Predicted performance counters; names are identical to the RTL counter registers."""
+
+    total_cycles: int
+    mac_active_cycles: int
+    stall_drain_cycles: int
+    stall_load_a_cycles: int
+    stall_load_b_cycles: int
+    stall_store_cycles: int
+    stall_ctrl_cycles: int
+    rd_a_bytes: int
+    rd_b_bytes: int
+    wr_c_bytes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+#: Counter names in register order.
+COUNTER_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CycleBreakdown))
+
+
+def utilisation(m: int, k: int, n: int, cfg: AccelConfig, total_cycles: int) -> float:
+    """``m*k*n / (R*C*total_cycles)``: useful MACs over peak MACs."""
+    return m * k * n / (cfg.macs_per_cycle * total_cycles)
+
+
+def _port_cycles(beats: int, beat_bytes: int, bytes_per_cycle: int, latency: int,
+                 extra: int) -> int:
+    if beats == 0:
+        return 0
+    return -(-(beats - 1) * beat_bytes // bytes_per_cycle) + 1 + latency + extra
+
+
+class _Timing:
+    """Per-config port and compute timings (pure helpers shared by both walks)."""
+
+    __slots__ = ("R", "C", "drain", "ctrl", "ab", "bb", "cb", "a", "b", "c")
+
+    def __init__(self, cfg: AccelConfig, k: ModelConstants):
+        self.R, self.C = cfg.array_rows, cfg.array_cols
+        self.drain = (k.drain_rows_factor * self.R + k.drain_cols_factor * self.C
+                      + k.drain_extra_cycles)
+        self.ctrl = k.step_ctrl_cycles
+        self.ab, self.bb, self.cb = cfg.a_beat_bytes, cfg.b_beat_bytes, cfg.c_beat_bytes
+        self.a = (cfg.a_beat_bytes, cfg.a_port_bytes_per_cycle,
+                  cfg.a_port_latency_cycles, k.load_extra_cycles)
+        self.b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle,
+                  cfg.b_port_latency_cycles, k.load_extra_cycles)
+        self.c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle,
+                  cfg.c_port_latency_cycles * k.store_waits_latency, k.store_extra_cycles)
+
+    def load_a(self, beats: int) -> int:
+        return _port_cycles(beats, *self.a)
+
+    def load_b(self, beats: int) -> int:
+        return _port_cycles(beats, *self.b)
+
+    def store(self, beats: int) -> int:
+        return _port_cycles(beats, *self.c)
+
+
+def _check_tiling(m, k, n, pm, pn, pk, cfg):
+    if pm < 1 or pn < 1 or pk < 1 or pm % cfg.array_rows or pn % cfg.array_cols:
+        raise ValueError(f"partitions (partition_m={pm}, partition_n={pn}, partition_k={pk}) must "
+                         f"be positive, partition_m a multiple of array_rows={cfg.array_rows}, "
+                         f"partition_n a multiple of array_cols={cfg.array_cols}")
+
+
+def predict_reference(plan: "TilingPlan", cfg: AccelConfig,
+                      consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
+    """Step-by-step walk of the sequencer (the specification :func:`predict` is tested against)."""
+    m, k, n = plan.m, plan.k, plan.n
+    pm, pn, pk = plan.partition_m, plan.partition_n, plan.partition_k
+    _check_tiling(m, k, n, pm, pn, pk, cfg)
+    t = _Timing(cfg, consts)
+    steps = []
+    nm, nn, nk = -(-m // pm), -(-n // pn), -(-k // pk)
+    outer = [(mi, ni) for mi in range(nm) for ni in range(nn)] if plan.outer_m else \
+        [(mi, ni) for ni in range(nn) for mi in range(nm)]
+    for mi, ni in outer:
+        for ki in range(nk):
+            steps.append((mi, ni, ki))
+    dims = []
+    for mi, ni, ki in steps:
+        pm_eff, pn_eff, pk_eff = min(pm, m - mi * pm), min(pn, n - ni * pn), min(pk, k - ki * pk)
+        dims.append((-(-pm_eff // t.R), -(-pn_eff // t.C), pk_eff, pm_eff))
+    # Which loads each step needs (compared with the previous step's resident blocks).
+    loads = []
+    prev_a = prev_b = None
+    for (mi, ni, ki), (gm, gn, pk_eff, _) in zip(steps, dims):
+        la = pk_eff * gm if (mi, ki) != prev_a else 0
+        lb = pk_eff * gn if (ki, ni) != prev_b else 0
+        prev_a, prev_b = (mi, ki), (ki, ni)
+        loads.append((la, lb))
+    total = mac = drain = sa = sb = ss = ctrl = 0
+    rd_a = rd_b = wr_c = 0
+    # Start-up and prologue: compute idle waiting for step 0's operands.
+    ctrl += consts.start_cycles
+    ca, cb = t.load_a(loads[0][0]), t.load_b(loads[0][1])
+    sa += ca
+    sb += max(0, cb - ca)
+    pending_store = 0
+    for idx, (gm, gn, pk_eff, pm_eff) in enumerate(dims):
+        busy = gm * gn * max(pk_eff, t.R) + t.drain
+        mac += gm * gn * pk_eff
+        drain += busy - gm * gn * pk_eff
+        if idx + 1 < len(dims):
+            ca, cb = t.load_a(loads[idx + 1][0]), t.load_b(loads[idx + 1][1])
+        else:
+            ca = cb = 0
+        cs = t.store(pending_store)
+        sa += max(0, ca - busy)
+        sb += max(0, cb - max(busy, ca))
+        ss += max(0, cs - max(busy, ca, cb))
+        ctrl += t.ctrl
+        rd_a += loads[idx][0] * t.ab
+        rd_b += loads[idx][1] * t.bb
+        wr_c += pending_store * t.cb
+        pending_store = pm_eff * gn if steps[idx][2] == nk - 1 else 0
+    ss += t.store(pending_store)
+    wr_c += pending_store * t.cb
+    ctrl += consts.finish_cycles
+    total = mac + drain + sa + sb + ss + ctrl
+    return CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
+                          stall_load_a_cycles=sa, stall_load_b_cycles=sb,
+                          stall_store_cycles=ss, stall_ctrl_cycles=ctrl, rd_a_bytes=rd_a,
+                          rd_b_bytes=rd_b, wr_c_bytes=wr_c)
+
+
+def _reps(count: int) -> list[tuple[int, int]]:
+    """Representative indices of a loop of ``count`` iterations with their multiplicities."""
+    if count <= 4:
+        return [(i, 1) for i in range(count)]
+    return [(0, 1), (1, count - 3), (count - 2, 1), (count - 1, 1)]
+
+
+_CACHE: dict = {}
+
+
+def predict_tiling(m: int, k: int, n: int, pm: int, pn: int, pk: int, outer_m: int,
+                   cfg: AccelConfig, consts: ModelConstants = DEFAULT_CONSTANTS
+                   ) -> CycleBreakdown:
+    """:func:`predict` on bare tiling numbers (memoised; the search calls it many times)."""
+    key = (m, k, n, pm, pn, pk, outer_m, cfg, consts)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    _check_tiling(m, k, n, pm, pn, pk, cfg)
+    t = _Timing(cfg, consts)
+    R, C = t.R, t.C
+    nm, nn, nk = -(-m // pm), -(-n // pn), -(-k // pk)
+    if not outer_m and (nm == 1 or nn == 1):
+        outer_m = 1  # same step sequence either way
+    n_out, n_in = (nm, nn) if outer_m else (nn, nm)
+
+    def geo(o, i, q):
+        mi, ni = (o, i) if outer_m else (i, o)
+        pm_eff, pn_eff, pk_eff = min(pm, m - mi * pm), min(pn, n - ni * pn), min(pk, k - q * pk)
+        return mi, ni, q, -(-pm_eff // R), -(-pn_eff // C), pk_eff, pm_eff
+
+    def prev_of(o, i, q):
+        if q:
+            return o, i, q - 1
+        if i:
+            return o, i - 1, nk - 1
+        if o:
+            return o - 1, n_in - 1, nk - 1
+        return None
+
+    def next_of(o, i, q):
+        if q + 1 < nk:
+            return o, i, q + 1
+        if i + 1 < n_in:
+            return o, i + 1, 0
+        if o + 1 < n_out:
+            return o + 1, 0, 0
+        return None
+
+    mac = drain = sa = sb = ss = ctrl = rd_a = rd_b = wr_c = 0
+    last_store = 0
+    ro, ri, rq = _reps(n_out), _reps(n_in), _reps(nk)
+    for o, wo in ro:
+        for i, wi in ri:
+            for q, wq in rq:
+                w = wo * wi * wq
+                mi, ni, _, gm, gn, pk_eff, pm_eff = geo(o, i, q)
+                p = prev_of(o, i, q)
+                x = next_of(o, i, q)
+                busy = gm * gn * max(pk_eff, R) + t.drain
+                real = gm * gn * pk_eff
+                # Loads of this step (for byte counts) and of the next (for timing).
+                if p is None:
+                    la, lb = pk_eff * gm, pk_eff * gn
+                    ca0, cb0 = t.load_a(la), t.load_b(lb)
+                    sa += ca0
+                    sb += max(0, cb0 - ca0)
+                    store_prev = 0
+                else:
+                    pmi, pni, pq, pgm, pgn, _, ppm_eff = geo(*p)
+                    la = pk_eff * gm if (pmi, pq) != (mi, q) else 0
+                    lb = pk_eff * gn if (pq, pni) != (q, ni) else 0
+                    store_prev = ppm_eff * pgn if pq == nk - 1 else 0
+                if x is None:
+                    ca = cb = 0
+                    last_store = pm_eff * gn
+                else:
+                    xmi, xni, xq, xgm, xgn, xpk, _ = geo(*x)
+                    ca = t.load_a(xpk * xgm) if (xmi, xq) != (mi, q) else 0
+                    cb = t.load_b(xpk * xgn) if (xq, xni) != (q, ni) else 0
+                cs = t.store(store_prev)
+                mac += w * real
+                drain += w * (busy - real)
+                sa += w * max(0, ca - busy)
+                sb += w * max(0, cb - max(busy, ca))
+                ss += w * max(0, cs - max(busy, ca, cb))
+                rd_a += w * la * t.ab
+                rd_b += w * lb * t.bb
+                wr_c += w * store_prev * t.cb
+    steps = nm * nn * nk
+    ctrl = consts.start_cycles + steps * t.ctrl + consts.finish_cycles
+    ss += t.store(last_store)
+    wr_c += last_store * t.cb
+    total = mac + drain + sa + sb + ss + ctrl
+    out = CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
+                         stall_load_a_cycles=sa, stall_load_b_cycles=sb, stall_store_cycles=ss,
+                         stall_ctrl_cycles=ctrl, rd_a_bytes=rd_a, rd_b_bytes=rd_b,
+                         wr_c_bytes=wr_c)
+    if len(_CACHE) > 200_000:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out
+
+
+def predict(plan: "TilingPlan", cfg: AccelConfig,
+            consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
+    """Predicted RTL counters for ``plan`` on ``cfg`` (grouped steps; equals the step walk)."""
+    return predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
+                          plan.partition_k, plan.outer_m, cfg, consts)
+
+
+def lower_bound_cycles(m: int, k: int, n: int, pm: int, pn: int, pk: int, cfg: AccelConfig,
+                       consts: ModelConstants = DEFAULT_CONSTANTS) -> int:
+    """A cheap lower bound of ``predict_tiling(...).total_cycles`` for any loop order.
+
+    Every step lasts at least its compute plus control, so the sum of compute, control, the
+    prologue's smallest possible wait and the last store bounds the total from below.
+    """
+    R, C = cfg.array_rows, cfg.array_cols
+    nm, nn, nk = -(-m // pm), -(-n // pn), -(-k // pk)
+    gm_sum, gn_sum = -(-m // R), -(-n // C)  # pm, pn are multiples of R, C: tiles add up
+    pk_last = k - (nk - 1) * pk
+    beats = (nk - 1) * max(pk, R) + max(pk_last, R)
+    drain = (consts.drain_rows_factor * R + consts.drain_cols_factor * C
+             + consts.drain_extra_cycles)
+    steps = nm * nn * nk
+    compute = gm_sum * gn_sum * beats + steps * (drain + consts.step_ctrl_cycles)
+    t = _Timing(cfg, consts)
+    gm0, gn0 = -(-min(pm, m) // R), -(-min(pn, n) // C)
+    pro = max(t.load_a(min(pk, k) * gm0), t.load_b(min(pk, k) * gn0))
+    pm_last, pn_last = m - (nm - 1) * pm, n - (nn - 1) * pn
+    epi = t.store(min(pm_last, pm) * -(-min(pn_last, pn) // C))
+    return consts.start_cycles + pro + compute + epi + consts.finish_cycles
