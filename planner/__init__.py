@@ -1,1 +1,66 @@
-"""planner."""
+"""Tessera planner: seed-000 GEMM/convolution tiling, its cycle model, an oracle and baselines.
+
+Pure Python (numpy-free even); imports :mod:`hw.config` and :mod:`hw.desc`, never Amaranth.
+
+Typical use::
+
+    from hw.config import PRESETS
+    import planner
+    cfg = PRESETS["default"]
+    plan = planner.plan_gemm(planner.GemmShape(1024, 1024, 128), cfg)      # strategy="best"
+    counters = planner.predict(plan, cfg)                                   # CycleBreakdown
+    desc = planner.to_descriptor(plan, plan.shape, cfg, a_addr, b_addr, c_addr)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from hw.config import AccelConfig
+
+from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
+                   lower_bound_cycles, predict, predict_reference, utilisation)
+from .search import best_plan, greedy_plan, search
+from .shapes import ConvShape, GemmShape
+from .tiling import SeedDecision, TilingPlan, seed_decision, seed_plan, to_descriptor
+from .workload import Layer, Workload, load_workload, parse_workload
+
+__all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown",
+           "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
+           "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
+           "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
+           "search", "best_plan", "Layer", "Workload", "load_workload", "parse_workload"]
+
+Strategy = Literal["seed", "greedy", "search", "best"]
+#: Strategy names accepted by :func:`plan_gemm` and the CLI.
+STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best")
+
+
+def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
+              b_bytes: int | None = None) -> TilingPlan:
+    """Plan one GEMM with ``strategy``.
+
+    ``seed`` is seed 000 legalised, ``greedy`` the Gemmini-style baseline, ``search`` the
+    exhaustive oracle and ``best`` (default) the seed refined by local search. ``b_bytes``
+    (seed and best only) is the bytes of one load of B when it is not ``k*n`` (a convolution's
+    input tensor).
+    """
+    if not isinstance(shape, GemmShape):
+        raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
+    if strategy == "seed":
+        return seed_plan(shape, cfg, b_bytes)
+    if strategy == "greedy":
+        return greedy_plan(shape, cfg)
+    if strategy == "search":
+        return search(shape, cfg)
+    if strategy == "best":
+        return best_plan(shape, cfg, b_bytes)
+    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+
+
+def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
+              ) -> tuple[TilingPlan, int]:
+    """Plan a convolution: ``(plan of one group's GEMM, number of groups)`` (seed 000 mapping)."""
+    if not isinstance(shape, ConvShape):
+        raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
+    return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups

@@ -1,0 +1,143 @@
+"""``python -m planner``: plan GEMMs, convolutions or workload files; regenerate the gap report.
+
+::
+
+    python -m planner plan --gemm 1024,1024,128 [--strategy best] [--json]
+    python -m planner plan --conv N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1
+    python -m planner plan --workload planner/workloads/resnet50.json --preset default
+    python -m planner report [--preset default] [--out docs/planner-report.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from hw.config import PRESETS, AccelConfig
+
+from . import STRATEGIES, predict
+from .report import DEFAULT_WORKLOADS, evaluate, markdown_report, plan_table, totals
+from .shapes import ConvShape, GemmShape
+from .workload import Layer, Workload, load_workload
+
+__all__ = ["main", "parse_conv", "parse_gemm"]
+
+#: Copies of the shared workload files shipped with the planner.
+WORKLOAD_DIR = Path(__file__).parent / "workloads"
+
+_CONV_ALIASES = {"N": ("batch",), "C": ("in_channels",), "H": ("height",), "W": ("width",),
+                 "K": ("out_channels",), "R": ("kernel_h",), "S": ("kernel_w",),
+                 "stride": ("stride_h", "stride_w"), "stride_h": ("stride_h",),
+                 "stride_w": ("stride_w",),
+                 "pad": ("pad_top", "pad_left", "pad_bottom", "pad_right"),
+                 "pad_top": ("pad_top",), "pad_left": ("pad_left",),
+                 "pad_bottom": ("pad_bottom",), "pad_right": ("pad_right",),
+                 "dilation": ("dilation_h", "dilation_w"), "dilation_h": ("dilation_h",),
+                 "dilation_w": ("dilation_w",), "groups": ("groups",)}
+
+
+def parse_gemm(text: str) -> GemmShape:
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--gemm takes M,K,N (three positive integers), not {text!r}")
+    return GemmShape(*(int(p) for p in parts))
+
+
+def parse_conv(text: str) -> ConvShape:
+    """``N=1,C=64,H=56,W=56,K=64,R=3,S=3[,stride=..][,pad=..][,dilation=..][,groups=..]``."""
+    values: dict[str, int] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in _CONV_ALIASES or not value.strip().isdigit():
+            raise ValueError(f"--conv item {item!r} must be KEY=INT with KEY one of "
+                             f"{', '.join(_CONV_ALIASES)}")
+        for field in _CONV_ALIASES[key]:
+            values[field] = int(value)
+    missing = [k for k in ("N", "C", "H", "W", "K", "R", "S")
+               if _CONV_ALIASES[k][0] not in values]
+    if missing:
+        raise ValueError(f"--conv misses {', '.join(missing)}")
+    return ConvShape(**values)
+
+
+def _config(args) -> tuple[AccelConfig, str]:
+    if args.config:
+        return AccelConfig.from_json(Path(args.config).read_text()), args.config
+    if args.preset not in PRESETS:
+        raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, not {args.preset!r}")
+    return PRESETS[args.preset], args.preset
+
+
+def _cmd_plan(args) -> int:
+    cfg, _ = _config(args)
+    if args.gemm:
+        workload = Workload("gemm", (Layer("gemm", parse_gemm(args.gemm)),))
+    elif args.conv:
+        workload = Workload("conv", (Layer("conv", parse_conv(args.conv)),))
+    else:
+        workload = load_workload(args.workload)
+    strategies = (args.strategy,) if args.strategy == "search" else (args.strategy, "search")
+    results = evaluate(workload, cfg, strategies)
+    if args.json:
+        layers = []
+        for r in results:
+            p, o = r.plans[args.strategy], r.plans["search"]
+            layers.append({"name": r.layer.name, "instances": r.instances,
+                           "plan": dataclasses.asdict(p), "counters": predict(p, cfg).as_dict(),
+                           "oracle_cycles": o.predicted_cycles,
+                           "gap": p.predicted_cycles / o.predicted_cycles - 1})
+        cycles, util = totals(results, args.strategy, cfg)
+        json.dump({"network": workload.network, "strategy": args.strategy,
+                   "config_id": f"{cfg.config_id:08x}", "layers": layers,
+                   "total_cycles": cycles, "utilisation": util}, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}")
+        print(plan_table(results, args.strategy, cfg))
+    return 0
+
+
+def _cmd_report(args) -> int:
+    cfg, name = _config(args)
+    paths = [Path(p) for p in args.workloads] if args.workloads else \
+        [WORKLOAD_DIR / f for f in DEFAULT_WORKLOADS]
+    text = markdown_report(cfg, name, paths) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m planner", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("plan", "report"):
+        p = sub.add_parser(name)
+        p.add_argument("--config", help="AccelConfig JSON file (overrides --preset)")
+        p.add_argument("--preset", default="default", help=f"one of {', '.join(PRESETS)}")
+        if name == "plan":
+            what = p.add_mutually_exclusive_group(required=True)
+            what.add_argument("--gemm", metavar="M,K,N")
+            what.add_argument("--conv", metavar="N=..,C=..,H=..,W=..,K=..,R=..,S=..[,...]")
+            what.add_argument("--workload", metavar="FILE.json")
+            p.add_argument("--strategy", default="best", choices=STRATEGIES)
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        else:
+            p.add_argument("--workloads", nargs="*", metavar="FILE.json")
+            p.add_argument("--out", help="write the markdown here instead of stdout")
+    args = parser.parse_args(argv)
+    try:
+        return _cmd_plan(args) if args.cmd == "plan" else _cmd_report(args)
+    except ValueError as err:  # bad shapes, configs and workloads: a clear message, no trace
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Workload files (``/work/shared/workloads/*.json`` format) and per-layer GEMM lists.
+
+A file is ``{"network", "layers": [...]}``; a layer is ``{"kind": "gemm", "M", "K", "N",
+"count"}`` or ``{"kind": "conv", "N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w",
+"pad_top", "pad_left", "pad_bottom", "pad_right", "dilation_h", "dilation_w", "groups", ["P",
+"Q"], "count"}``. Unknown or missing keys, duplicate keys and a ``P``/``Q`` that disagrees with
+the shape are refused with the layer named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from .shapes import ConvShape, GemmShape
+
+__all__ = ["Layer", "Workload", "load_workload", "parse_workload", "layer_gemm"]
+
+_CONV_KEYS = {"N": "batch", "C": "in_channels", "H": "height", "W": "width",
+              "K": "out_channels", "R": "kernel_h", "S": "kernel_w", "stride_h": "stride_h",
+              "stride_w": "stride_w", "pad_top": "pad_top", "pad_left": "pad_left",
+              "pad_bottom": "pad_bottom", "pad_right": "pad_right",
+              "dilation_h": "dilation_h", "dilation_w": "dilation_w", "groups": "groups"}
+_CONV_OPTIONAL = {"stride_h", "stride_w", "pad_top", "pad_left", "pad_bottom", "pad_right",
+                  "dilation_h", "dilation_w", "groups"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer: its shape and how many times the network runs it."""
+
+    name: str
+    shape: GemmShape | ConvShape
+    count: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    network: str
+    layers: tuple[Layer, ...]
+
+
+def layer_gemm(shape: GemmShape | ConvShape) -> tuple[GemmShape, int, int | None]:
+    """``(gemm, instances, b_bytes)``: a conv is ``groups`` GEMMs whose B load is the input."""
+    if isinstance(shape, ConvShape):
+        return shape.gemm, shape.groups, shape.b_tensor_bytes
+    return shape, 1, None
+
+
+def _no_duplicates(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r} in workload JSON")
+        seen[key] = value
+    return seen
+
+
+def _parse_layer(raw: dict, index: int) -> Layer:
+    name = raw.get("name", f"layer{index}")
+    where = f"workload layer {index} ({name})"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be an object")
+    kind = raw.get("kind")
+    count = raw.get("count", 1)
+    if type(count) is not int or count < 1:
+        raise ValueError(f"{where}: count must be a positive int, not {count!r}")
+    meta = {"name", "kind", "count"}
+    if kind == "gemm":
+        keys = {"M", "K", "N"}
+        extra, missing = set(raw) - keys - meta, keys - set(raw)
+        if extra or missing:
+            raise ValueError(f"{where}: gemm layers need exactly M, K, N (missing "
+                             f"{sorted(missing)}, unknown {sorted(extra)})")
+        try:
+            return Layer(name, GemmShape(raw["M"], raw["K"], raw["N"]), count)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    if kind == "conv":
+        extra = set(raw) - set(_CONV_KEYS) - meta - {"P", "Q"}
+        missing = set(_CONV_KEYS) - _CONV_OPTIONAL - set(raw)
+        if extra or missing:
+            raise ValueError(f"{where}: conv layer has unknown keys {sorted(extra)} / misses "
+                             f"{sorted(missing)}")
+        try:
+            shape = ConvShape(**{_CONV_KEYS[k]: v for k, v in raw.items() if k in _CONV_KEYS})
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        for key, value in (("P", shape.out_h), ("Q", shape.out_w)):
+            if key in raw and raw[key] != value:
+                raise ValueError(f"{where}: {key}={raw[key]} disagrees with the shape ({value})")
+        return Layer(name, shape, count)
+    raise ValueError(f"{where}: kind must be 'gemm' or 'conv', not {kind!r}")
+
+
+def parse_workload(text: str, default_name: str = "workload") -> Workload:
+    """Parse workload JSON text (duplicate keys refused)."""
+    data = json.loads(text, object_pairs_hook=_no_duplicates)
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), list):
+        raise ValueError("workload JSON must be an object with a 'layers' list")
+    layers = tuple(_parse_layer(raw, i) for i, raw in enumerate(data["layers"]))
+    return Workload(str(data.get("network", default_name)), layers)
+
+
+def load_workload(path: str | Path) -> Workload:
+    path = Path(path)
+    return parse_workload(path.read_text(), path.stem)
