@@ -1,0 +1,41 @@
+"""``python -m planner``: plan and report."""
+
+import json
+
+from planner.__main__ import main, parse_conv
+
+
+def test_cli_plan_gemm_json(capsys):
+    assert main(["plan", "--gemm", "64,64,64", "--preset", "tiny", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    layer = out["layers"][0]
+    assert layer["plan"]["m"] == 64 and layer["gap"] >= 0
+    assert layer["counters"]["total_cycles"] == layer["plan"]["predicted_cycles"]
+
+
+def test_cli_plan_conv_table(capsys):
+    assert main(["plan", "--conv", "N=1,C=16,H=8,W=8,K=8,R=3,S=3,pad=1", "--preset", "tiny",
+                 "--strategy", "seed"]) == 0
+    out = capsys.readouterr().out
+    assert "8x144x64" in out and "gap to oracle" in out
+
+
+def test_cli_parse_conv_expands_aliases():
+    c = parse_conv("N=2,C=8,H=9,W=9,K=4,R=3,S=3,stride=2,pad=1,dilation=1,groups=2")
+    assert (c.stride_h, c.stride_w, c.pad_top, c.pad_right, c.groups) == (2, 2, 1, 1, 2)
+
+
+def test_cli_bad_shape_is_a_clear_error(capsys):
+    assert main(["plan", "--gemm", "0,1,1"]) == 2
+    assert "GemmShape.m must be an int in [1, 16777215]" in capsys.readouterr().err
+    assert main(["plan", "--conv", "N=1,C=3"]) == 2
+    assert "--conv misses" in capsys.readouterr().err
+
+
+def test_cli_plan_workload_weights_counts(tmp_path, capsys):
+    wl = tmp_path / "w.json"
+    wl.write_text(json.dumps({"network": "t", "layers": [
+        {"name": "a", "kind": "gemm", "M": 8, "K": 8, "N": 8, "count": 3}]}))
+    assert main(["plan", "--workload", str(wl), "--preset", "tiny", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total_cycles"] == 3 * out["layers"][0]["plan"]["predicted_cycles"]

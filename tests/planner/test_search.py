@@ -1,0 +1,93 @@
+"""Oracle, baselines and the default planner: legality, optimality, pruning."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hw.config import PRESETS
+from hw.desc import check
+from planner import (DEFAULT_CONSTANTS, GemmShape, greedy_plan, plan_gemm, predict, search,
+                     to_descriptor)
+from planner.search import _key, balanced_k_values, candidates
+
+STRATS = ("seed", "greedy", "best", "search")
+
+
+def _legal(plan, shape, cfg):
+    a_bytes, b_bytes = shape.m * shape.k, shape.k * shape.n
+    desc = to_descriptor(plan, shape, cfg, 0, a_bytes + 64, a_bytes + b_bytes + 128)
+    assert check(desc, cfg) == []
+    r, c = cfg.array_rows, cfg.array_cols
+    # exact coverage: the sequencer's partitions tile each dim once (last one ragged, non-empty)
+    for dim, part in ((shape.m, plan.partition_m), (shape.n, plan.partition_n),
+                      (shape.k, plan.partition_k)):
+        sizes = [min(part, dim - i * part) for i in range(-(-dim // part))]
+        assert sum(sizes) == dim and min(sizes) > 0
+    assert plan.partition_m % cfg.block_m == 0 and plan.partition_n % cfg.block_n == 0
+    assert plan.tile_m % r == 0 and plan.tile_n % c == 0
+    assert plan.partition_m * plan.partition_n * cfg.acc_bytes <= plan.acc_buffer_needed
+    assert plan.acc_buffer_needed <= cfg.acc_half_bytes
+    bd = predict(plan, cfg)
+    assert bd.mac_active_cycles * r * c >= shape.macs  # every MAC issued
+    assert bd.total_cycles == plan.predicted_cycles
+
+
+shapes = st.builds(GemmShape, st.integers(1, 160), st.integers(1, 300), st.integers(1, 160))
+cfgs = st.sampled_from([PRESETS["tiny"], PRESETS["small"], PRESETS["default"]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes, cfgs)
+def test_search_every_strategy_is_legal_and_oracle_is_never_worse(shape, cfg):
+    oracle = search(shape, cfg)
+    for s in STRATS:
+        plan = plan_gemm(shape, cfg, s)
+        _legal(plan, shape, cfg)
+        assert oracle.predicted_cycles <= plan.predicted_cycles, s
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.builds(GemmShape, st.integers(1, 40), st.integers(1, 80), st.integers(1, 40)))
+def test_search_balanced_k_loses_nothing_against_every_k(shape):
+    cfg = PRESETS["tiny"]
+    assert search(shape, cfg).predicted_cycles == \
+        search(shape, cfg, exhaustive_k=True).predicted_cycles
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.builds(GemmShape, st.integers(1, 40), st.integers(1, 80), st.integers(1, 40)))
+def test_search_branch_and_bound_equals_plain_minimum(shape):
+    cfg = PRESETS["tiny"]
+    brute = min(_key(shape, cfg, c, DEFAULT_CONSTANTS)[0]
+                for c in candidates(shape, cfg, exhaustive_k=True))
+    assert search(shape, cfg).predicted_cycles == brute
+
+
+def test_search_balanced_k_values():
+    assert balanced_k_values(10, 10) == [10, 5, 4, 3, 2, 1]
+    assert balanced_k_values(10, 4) == [4, 3, 2, 1]
+    assert balanced_k_values(1, 100) == [1]
+
+
+def test_search_greedy_grows_until_buffers_full():
+    cfg = PRESETS["default"]
+    p = greedy_plan(GemmShape(1024, 1024, 1024), cfg)
+    assert p.partition_m * p.partition_n * cfg.acc_bytes <= cfg.acc_half_bytes
+    assert p.outer_m == 1
+    # cannot grow further in any dimension
+    grow = [(p.partition_m + cfg.block_m, p.partition_n, p.partition_k),
+            (p.partition_m, p.partition_n + cfg.block_n, p.partition_k),
+            (p.partition_m, p.partition_n, p.partition_k + cfg.array_rows)]
+    for pm, pn, pk in grow:
+        assert (pm * pn * cfg.acc_bytes > cfg.acc_half_bytes or pm * pk > cfg.buf_a_half_bytes
+                or pk * pn > cfg.buf_b_half_bytes)
+
+
+def test_search_best_reports_its_origin():
+    cfg = PRESETS["default"]
+    assert plan_gemm(GemmShape(4096, 1024, 128), cfg).strategy == "seed"
+    assert plan_gemm(GemmShape(64, 128, 128), cfg).strategy == "seed+local"
+
+
+def test_search_unknown_strategy_is_refused():
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        plan_gemm(GemmShape(8, 8, 8), PRESETS["tiny"], "fastest")
