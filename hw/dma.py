@@ -1,0 +1,246 @@
+"""Load and store engines: 2-D strided transfers between memory ports and on-chip buffers."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import AccelConfig
+from .ports import ReadPort, WritePort
+
+__all__ = ["LoadEngine", "StoreEngine"]
+
+#: Width of the length/count parameters (descriptor dimensions are < 2**24).
+DIM_BITS = 24
+
+
+def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
+    """Bit ``b`` set when ``b < valid_bytes`` (``valid_bytes`` may be negative or > beat)."""
+    return Cat(*(valid_bytes > b for b in range(beat_bytes)))
+
+
+class LoadEngine(wiring.Component):
+    """Copies a ``rows`` x ``groups`` grid of beats from memory into an operand buffer.
+
+    Beat ``(r, g)`` is read from ``addr + r*stride + g*beat_bytes`` and written to buffer row
+    ``buf_base + g*buf_gstride + r``; bytes at or past ``elems`` (counted from the start of row
+    ``r``) are written as zero, which zero-fills the ragged edge of a matrix. Requests are issued
+    back to back (one per cycle when the port allows); ``busy`` falls in the cycle after the last
+    response was written. Parameters are sampled on ``start``.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Uses ``dram_addr_bits``.
+    beat_bytes : int
+        Bytes of one buffer row / port beat.
+    depth : int
+        Rows of the target buffer.
+
+    Members
+    -------
+    start : ``In(1)``; busy : ``Out(1)``
+    p_addr, p_stride, p_rows, p_groups, p_elems, p_buf_base, p_buf_gstride : ``In(...)``
+    mem : ``Out(ReadPort.Signature)``
+    w_addr, w_data, w_en : ``Out(...)`` the buffer write port
+    """
+
+    def __init__(self, cfg: AccelConfig, *, beat_bytes: int, depth: int):
+        self._cfg = cfg
+        self._beat = beat_bytes
+        self._depth = depth
+        ab = cfg.dram_addr_bits
+        super().__init__({
+            "start": In(1),
+            "busy": Out(1),
+            "p_addr": In(ab),
+            "p_stride": In(32),
+            "p_rows": In(DIM_BITS),
+            "p_groups": In(DIM_BITS),
+            "p_elems": In(DIM_BITS),
+            "p_buf_base": In(range(depth)),
+            "p_buf_gstride": In(DIM_BITS),
+            "mem": Out(ReadPort.Signature(addr_bits=ab, data_bytes=beat_bytes)),
+            "w_addr": Out(range(depth)),
+            "w_data": Out(8 * beat_bytes),
+            "w_en": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self._beat
+        ab = self._cfg.dram_addr_bits
+
+        stride = Signal(32)
+        rows = Signal(DIM_BITS)
+        groups = Signal(DIM_BITS)
+        gstride = Signal(DIM_BITS)
+        # request side
+        issuing = Signal()
+        rq_row = Signal(DIM_BITS)
+        rq_g = Signal(DIM_BITS)
+        rq_row_addr = Signal(ab)
+        rq_addr = Signal(ab)
+        # response side
+        rs_row = Signal(DIM_BITS)
+        rs_g = Signal(DIM_BITS)
+        rs_gbase = Signal(range(self._depth))
+        rs_left = Signal(signed(DIM_BITS + 1))       # valid bytes from this beat's first byte
+        elems = Signal(DIM_BITS)
+        buf_base = Signal(range(self._depth))
+
+        with m.If(self.start):
+            m.d.sync += [
+                self.busy.eq(1), issuing.eq(1),
+                stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
+                gstride.eq(self.p_buf_gstride), elems.eq(self.p_elems),
+                buf_base.eq(self.p_buf_base),
+                rq_row.eq(0), rq_g.eq(0), rq_row_addr.eq(self.p_addr), rq_addr.eq(self.p_addr),
+                rs_row.eq(0), rs_g.eq(0), rs_gbase.eq(self.p_buf_base),
+                rs_left.eq(self.p_elems),
+            ]
+
+        m.d.comb += [self.mem.addr.eq(rq_addr), self.mem.valid.eq(issuing)]
+        with m.If(issuing & self.mem.ready):
+            with m.If(rq_g + 1 == groups):
+                m.d.sync += [rq_g.eq(0), rq_row.eq(rq_row + 1),
+                             rq_row_addr.eq(rq_row_addr + stride),
+                             rq_addr.eq(rq_row_addr + stride)]
+                with m.If(rq_row + 1 == rows):
+                    m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += [rq_g.eq(rq_g + 1), rq_addr.eq(rq_addr + W)]
+
+        mask = _byte_mask(rs_left, W)
+        m.d.comb += [
+            self.w_addr.eq(rs_gbase + rs_row),
+            self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask))),
+            self.w_en.eq(self.mem.rvalid & self.busy),
+        ]
+        with m.If(self.mem.rvalid & self.busy):
+            with m.If(rs_g + 1 == groups):
+                m.d.sync += [rs_g.eq(0), rs_row.eq(rs_row + 1), rs_gbase.eq(buf_base),
+                             rs_left.eq(elems)]
+                with m.If(rs_row + 1 == rows):
+                    m.d.sync += self.busy.eq(0)
+            with m.Else():
+                m.d.sync += [rs_g.eq(rs_g + 1), rs_gbase.eq(rs_gbase + gstride),
+                             rs_left.eq(rs_left - W)]
+        return m
+
+
+class StoreEngine(wiring.Component):
+    """Writes a ``rows`` x ``groups`` grid of accumulator rows to memory.
+
+    Beat ``(r, g)`` reads accumulator row ``acc_base + r*acc_rstride + g`` (one row holds
+    ``array_cols`` int32) and writes it to ``addr + r*stride + g*beat_bytes`` with byte strobes
+    cleared for elements at or past ``elems``: the ragged edge of C is never written. The
+    accumulator read port is synchronous; a stalled port holds the read (``acc_ren`` low).
+    ``busy`` falls in the cycle after the last beat was acknowledged (``mem.bvalid``).
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``.
+
+    Members
+    -------
+    start : ``In(1)``; busy : ``Out(1)``
+    p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
+    acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
+    mem : ``Out(WritePort.Signature)``
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        ab = cfg.dram_addr_bits
+        super().__init__({
+            "start": In(1),
+            "busy": Out(1),
+            "p_addr": In(ab),
+            "p_stride": In(32),
+            "p_rows": In(DIM_BITS),
+            "p_groups": In(DIM_BITS),
+            "p_elems": In(DIM_BITS),
+            "p_acc_base": In(range(cfg.acc_depth)),
+            "p_acc_rstride": In(DIM_BITS),
+            "acc_raddr": Out(range(cfg.acc_depth)),
+            "acc_ren": Out(1),
+            "acc_rdata": In(8 * cfg.c_beat_bytes),
+            "mem": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        W = cfg.c_beat_bytes
+        E = cfg.acc_bytes
+        cols = cfg.array_cols
+        ab = cfg.dram_addr_bits
+
+        stride = Signal(32)
+        rows = Signal(DIM_BITS)
+        groups = Signal(DIM_BITS)
+        elems = Signal(DIM_BITS)
+        rstride = Signal(DIM_BITS)
+        issuing = Signal()
+        row = Signal(DIM_BITS)
+        g = Signal(DIM_BITS)
+        row_addr = Signal(ab)
+        addr = Signal(ab)
+        acc_row = Signal(range(cfg.acc_depth))
+        acc_addr = Signal(range(cfg.acc_depth))
+        left = Signal(signed(DIM_BITS + 1))          # valid elements from this beat's first one
+        out_valid = Signal()
+        out_addr = Signal(ab)
+        out_strb = Signal(W)
+        # beats accepted but not yet acknowledged (at most one per cycle of latency)
+        pending = Signal(range(cfg.c_port_latency_cycles + 2))
+        accepted = self.mem.valid & self.mem.ready
+        with m.If(accepted & ~self.mem.bvalid):
+            m.d.sync += pending.eq(pending + 1)
+        with m.Elif(~accepted & self.mem.bvalid):
+            m.d.sync += pending.eq(pending - 1)
+
+        # Nothing left to issue, nothing waiting for the port, and the last acknowledgement
+        # arrives now (or none is outstanding): done. A start in the same cycle takes precedence.
+        all_acked = (pending == 0) | ((pending == 1) & self.mem.bvalid)
+        with m.If(self.busy & ~issuing & ~out_valid & all_acked):
+            m.d.sync += self.busy.eq(0)
+        with m.If(self.start):
+            m.d.sync += [
+                self.busy.eq(1), issuing.eq(1),
+                stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
+                elems.eq(self.p_elems), rstride.eq(self.p_acc_rstride),
+                row.eq(0), g.eq(0), row_addr.eq(self.p_addr), addr.eq(self.p_addr),
+                acc_row.eq(self.p_acc_base), acc_addr.eq(self.p_acc_base),
+                left.eq(self.p_elems),
+            ]
+
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(~out_valid | self.mem.ready),
+            self.acc_ren.eq(advance),
+            self.acc_raddr.eq(acc_addr),
+            self.mem.valid.eq(out_valid),
+            self.mem.addr.eq(out_addr),
+            self.mem.data.eq(self.acc_rdata),
+            self.mem.strb.eq(out_strb),
+        ]
+        elem_mask = _byte_mask(left, cols)
+        with m.If(advance):
+            m.d.sync += out_valid.eq(issuing)
+            with m.If(issuing):
+                m.d.sync += [
+                    out_addr.eq(addr),
+                    out_strb.eq(Cat(*(b.replicate(E) for b in elem_mask))),
+                ]
+                with m.If(g + 1 == groups):
+                    m.d.sync += [g.eq(0), row.eq(row + 1), row_addr.eq(row_addr + stride),
+                                 addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
+                                 acc_addr.eq(acc_row + rstride), left.eq(elems)]
+                    with m.If(row + 1 == rows):
+                        m.d.sync += issuing.eq(0)
+                with m.Else():
+                    m.d.sync += [g.eq(g + 1), addr.eq(addr + W), acc_addr.eq(acc_addr + 1),
+                                 left.eq(left - cols)]
+        return m

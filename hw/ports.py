@@ -1,0 +1,82 @@
+"""Memory-port and register-bus interfaces shared by the accelerator and its harness."""
+
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ReadPort", "WritePort", "CsrBus"]
+
+
+class ReadPort:
+    """A pipelined read port: one beat per accepted request, in order, fixed latency.
+
+    The requester drives ``addr``/``valid``; a request is accepted in a cycle where ``ready`` is
+    high. Its data arrives on ``rdata`` with ``rvalid`` high exactly once, in request order, a
+    fixed number of cycles later; responses cannot be refused. Addresses are byte addresses and
+    need not be aligned.
+    """
+
+    class Signature(wiring.Signature):
+        def __init__(self, *, addr_bits: int, data_bytes: int):
+            self.addr_bits = addr_bits
+            self.data_bytes = data_bytes
+            super().__init__({
+                "addr":   Out(addr_bits),
+                "valid":  Out(1),
+                "ready":  In(1),
+                "rdata":  In(8 * data_bytes),
+                "rvalid": In(1),
+            })
+
+        def __eq__(self, other):
+            return (type(other) is type(self) and other.addr_bits == self.addr_bits
+                    and other.data_bytes == self.data_bytes)
+
+        def __repr__(self):
+            return f"ReadPort.Signature(addr_bits={self.addr_bits}, data_bytes={self.data_bytes})"
+
+
+class WritePort:
+    """A write port: one beat per accepted request, with a byte strobe. Every accepted beat is
+    acknowledged by one ``bvalid`` pulse, in order, a fixed number of cycles later (when the data
+    is in memory)."""
+
+    class Signature(wiring.Signature):
+        def __init__(self, *, addr_bits: int, data_bytes: int):
+            self.addr_bits = addr_bits
+            self.data_bytes = data_bytes
+            super().__init__({
+                "addr":  Out(addr_bits),
+                "data":  Out(8 * data_bytes),
+                "strb":  Out(data_bytes),
+                "valid": Out(1),
+                "ready": In(1),
+                "bvalid": In(1),
+            })
+
+        def __eq__(self, other):
+            return (type(other) is type(self) and other.addr_bits == self.addr_bits
+                    and other.data_bytes == self.data_bytes)
+
+        def __repr__(self):
+            return f"WritePort.Signature(addr_bits={self.addr_bits}, data_bytes={self.data_bytes})"
+
+
+class CsrBus:
+    """A 32-bit register bus: word addresses; a write takes effect at the clock edge where ``we``
+    is high; ``rdata`` is registered, valid one cycle after ``addr``."""
+
+    class Signature(wiring.Signature):
+        def __init__(self, *, addr_bits: int):
+            self.addr_bits = addr_bits
+            super().__init__({
+                "addr":  Out(addr_bits),
+                "wdata": Out(32),
+                "we":    Out(1),
+                "rdata": In(32),
+            })
+
+        def __eq__(self, other):
+            return type(other) is type(self) and other.addr_bits == self.addr_bits
+
+        def __repr__(self):
+            return f"CsrBus.Signature(addr_bits={self.addr_bits})"

@@ -1,0 +1,340 @@
+"""Sequencer: runs one tiled GEMM descriptor with lock-step double buffering."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .compute import ComputeEngine
+from .config import AccelConfig
+from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from .dma import DIM_BITS, LoadEngine, StoreEngine
+from .ports import ReadPort, WritePort
+from .regmap import COUNTERS
+
+__all__ = ["Sequencer"]
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+class Sequencer(wiring.Component):
+    """Executes a :class:`hw.desc.GemmDescriptor` with no per-tile host help.
+
+    On ``start`` the descriptor inputs are latched and checked (:func:`hw.desc.check` states
+    the same rules; a failing descriptor ends at once with ``error`` set and no memory access).
+    The GEMM is then cut into *steps*, one per (m partition, n partition, k partition), in the
+    order outer partition loop -> inner partition loop -> split-K loop (seed 000 step 5).
+
+    Schedule (lock-step double buffering): a prologue loads step 0's A and B blocks; then each
+    *phase* runs, concurrently, the compute of step ``t``, the loads of step ``t+1`` into the
+    other halves of the A and B buffers (skipped for an operand whose block does not change),
+    and the store of the accumulator half finished at step ``t-1``; the phase ends when all of
+    them are done. An epilogue stores the last partition. Each phase costs two control cycles.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Every field.
+
+    Members
+    -------
+    start : ``In(1)``; busy, done : ``Out(1)``; error : ``Out(8)``
+    d_<field> : ``In(32)`` for every descriptor field
+    c_<counter> : ``Out(32)`` for every :data:`hw.regmap.COUNTERS` name
+    a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        ab = cfg.dram_addr_bits
+        members = {
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "error": Out(8),
+            "a_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.a_beat_bytes)),
+            "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes)),
+            "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
+        }
+        for name in DESC_FIELDS:
+            members[f"d_{name}"] = In(32)
+        for name in COUNTERS:
+            members[f"c_{name}"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        R, C = cfg.array_rows, cfg.array_cols
+        lr, lc = _log2(R), _log2(C)
+        half_a, half_b, half_acc = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2, cfg.acc_depth // 2
+
+        # -- on-chip memories --------------------------------------------------------------------
+        m.submodules.buf_a = buf_a = Memory(shape=8 * cfg.a_beat_bytes, depth=cfg.buf_a_depth,
+                                            init=[])
+        m.submodules.buf_b = buf_b = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.buf_b_depth,
+                                            init=[])
+        m.submodules.acc = acc = Memory(shape=8 * cfg.c_beat_bytes, depth=cfg.acc_depth, init=[])
+        # Writes only ever target the buffer half (or accumulator rows) not being read, so no
+        # read port needs to see a same-cycle write.
+        a_w, a_r = buf_a.write_port(), buf_a.read_port(transparent_for=())
+        b_w, b_r = buf_b.write_port(), buf_b.read_port(transparent_for=())
+        acc_w = acc.write_port()
+        acc_rmw = acc.read_port(transparent_for=())
+        acc_st = acc.read_port(transparent_for=())
+
+        # -- engines -----------------------------------------------------------------------------
+        m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
+                                              depth=cfg.buf_a_depth)
+        m.submodules.load_b = lb = LoadEngine(cfg, beat_bytes=cfg.b_beat_bytes,
+                                              depth=cfg.buf_b_depth)
+        m.submodules.compute = ce = ComputeEngine(cfg)
+        m.submodules.store = se = StoreEngine(cfg)
+        wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
+        wiring.connect(m, wiring.flipped(self.b_rd), lb.mem)
+        wiring.connect(m, wiring.flipped(self.c_wr), se.mem)
+        m.d.comb += [
+            a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
+            b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data), b_w.en.eq(lb.w_en),
+            a_r.addr.eq(ce.a_raddr), ce.a_rdata.eq(a_r.data),
+            b_r.addr.eq(ce.b_raddr), ce.b_rdata.eq(b_r.data),
+            acc_rmw.addr.eq(ce.acc_raddr), ce.acc_rdata.eq(acc_rmw.data),
+            acc_w.addr.eq(ce.acc_waddr), acc_w.data.eq(ce.acc_wdata), acc_w.en.eq(ce.acc_wen),
+            acc_st.addr.eq(se.acc_raddr), acc_st.en.eq(se.acc_ren), se.acc_rdata.eq(acc_st.data),
+        ]
+
+        # -- latched descriptor ------------------------------------------------------------------
+        d = {name: Signal(32, name=f"desc_{name}") for name in DESC_FIELDS}
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [d[name].eq(getattr(self, f"d_{name}")) for name in DESC_FIELDS]
+
+        M, K, N = d["m"], d["k"], d["n"]
+        pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
+
+        # -- descriptor checks (same rules and priority as hw.desc.check) -------------------------
+        def in_dim(v):
+            return (v >= 1) & (v <= MAX_DIM)
+
+        def extent(addr, rows, stride, row_bytes):
+            hi = Signal(64)
+            m.d.comb += hi.eq(addr + (rows - 1) * stride + row_bytes)
+            return hi
+
+        a_hi = extent(d["a_addr"], K, d["a_stride"], ((M + R - 1) >> lr) << lr)
+        b_hi = extent(d["b_addr"], K, d["b_stride"], ((N + C - 1) >> lc) << lc)
+        c_hi = extent(d["c_addr"], M, d["c_stride"], N << 2)
+        checks = [
+            (~(in_dim(M) & in_dim(K) & in_dim(N)), ErrorCode.BAD_SHAPE),
+            (~(in_dim(pm) & (pm[:lr] == 0)), ErrorCode.BAD_PARTITION_M),
+            (~(in_dim(pn) & (pn[:lc] == 0)), ErrorCode.BAD_PARTITION_N),
+            (~in_dim(pk) | (~d["need_splitk"][0] & (pk < K)), ErrorCode.BAD_PARTITION_K),
+            ((d["tile_m"] < R) | (d["tile_m"] > Mux(pm > R, pm, R)) | (d["tile_m"][:lr] != 0) |
+             (d["tile_n"] < C) | (d["tile_n"] > Mux(pn > C, pn, C)) | (d["tile_n"][:lc] != 0),
+             ErrorCode.BAD_TILE),
+            (pm * pk > cfg.buf_a_half_bytes, ErrorCode.BUF_A_OVERFLOW),
+            (pk * pn > cfg.buf_b_half_bytes, ErrorCode.BUF_B_OVERFLOW),
+            ((pm * pn * cfg.acc_bytes > d["acc_buffer_needed"]) |
+             (d["acc_buffer_needed"] > cfg.acc_half_bytes), ErrorCode.ACC_OVERFLOW),
+            ((a_hi > cfg.dram_bytes) | (b_hi > cfg.dram_bytes) | (c_hi > cfg.dram_bytes) |
+             (d["c_stride"] < (N << 2)) |
+             ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
+             ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)), ErrorCode.BAD_ADDRESS),
+        ]
+        check_code = Const(0, 8)
+        for cond, code in reversed(checks):
+            check_code = Mux(cond, code.value, check_code)
+
+        # -- step state: current step, next step, pending store ----------------------------------
+        ab = cfg.dram_addr_bits
+
+        def step_regs(prefix):
+            return {
+                "m0": Signal(DIM_BITS, name=f"{prefix}_m0"),
+                "n0": Signal(DIM_BITS, name=f"{prefix}_n0"),
+                "k0": Signal(DIM_BITS, name=f"{prefix}_k0"),
+                "a_kptr": Signal(ab, name=f"{prefix}_a_kptr"),   # a_addr + k0 * a_stride
+                "b_kptr": Signal(ab, name=f"{prefix}_b_kptr"),   # b_addr + k0 * b_stride
+                "c_mptr": Signal(ab, name=f"{prefix}_c_mptr"),   # c_addr + m0 * c_stride
+            }
+
+        cur, nxt = step_regs("cur"), step_regs("nxt")
+        cur_valid, nxt_valid = Signal(), Signal()
+        st = {"m0": Signal(DIM_BITS, name="st_m0"), "n0": Signal(DIM_BITS, name="st_n0"),
+              "c_mptr": Signal(ab, name="st_c_mptr"), "slot": Signal(name="st_slot")}
+        st_valid = Signal()
+        a_slot, b_slot, acc_slot = Signal(), Signal(), Signal()
+        need_a, need_b = Signal(), Signal()
+        a_kstep, b_kstep, c_mstep = Signal(ab), Signal(ab), Signal(ab)
+        gn_max = Signal(DIM_BITS)
+
+        def eff(x0, part, total):
+            left = total - x0
+            return Mux(left < part, left, part)
+
+        def groups(count, log):
+            return (count + (1 << log) - 1) >> log
+
+        # advance(nxt): the step after `nxt` in loop order, and whether `nxt` is the last step
+        adv = step_regs("adv")
+        nxt_last = Signal()
+        k_wrap = nxt["k0"] + pk >= K
+        m_wrap = nxt["m0"] + pm >= M
+        n_wrap = nxt["n0"] + pn >= N
+        m.d.comb += [adv[key].eq(nxt[key]) for key in adv]
+        with m.If(~k_wrap):
+            m.d.comb += [adv["k0"].eq(nxt["k0"] + pk), adv["a_kptr"].eq(nxt["a_kptr"] + a_kstep),
+                         adv["b_kptr"].eq(nxt["b_kptr"] + b_kstep)]
+        with m.Else():
+            m.d.comb += [adv["k0"].eq(0), adv["a_kptr"].eq(d["a_addr"]),
+                         adv["b_kptr"].eq(d["b_addr"])]
+            with m.If(d["outer_m"][0]):             # m outside, n inside
+                with m.If(~n_wrap):
+                    m.d.comb += adv["n0"].eq(nxt["n0"] + pn)
+                with m.Else():
+                    m.d.comb += [adv["n0"].eq(0), adv["m0"].eq(nxt["m0"] + pm),
+                                 adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
+                m.d.comb += nxt_last.eq(n_wrap & m_wrap)
+            with m.Else():                          # n outside, m inside
+                with m.If(~m_wrap):
+                    m.d.comb += [adv["m0"].eq(nxt["m0"] + pm),
+                                 adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
+                with m.Else():
+                    m.d.comb += [adv["m0"].eq(0), adv["c_mptr"].eq(d["c_addr"]),
+                                 adv["n0"].eq(nxt["n0"] + pn)]
+                m.d.comb += nxt_last.eq(m_wrap & n_wrap)
+        adv_last = Signal()
+        m.d.comb += adv_last.eq(k_wrap & nxt_last)
+
+        # -- engine commands (parameters from the step registers; engines sample them on start) --
+        cur_pm, cur_pn = eff(cur["m0"], pm, M), eff(cur["n0"], pn, N)
+        nxt_pm, nxt_pn = eff(nxt["m0"], pm, M), eff(nxt["n0"], pn, N)
+        st_pm, st_pn = eff(st["m0"], pm, M), eff(st["n0"], pn, N)
+        nxt_keff = eff(nxt["k0"], pk, K)
+        m.d.comb += [
+            ce.p_a_base.eq(Mux(a_slot, half_a, 0)),
+            ce.p_b_base.eq(Mux(b_slot, half_b, 0)),
+            ce.p_acc_base.eq(Mux(acc_slot, half_acc, 0)),
+            ce.p_acc_rstride.eq(gn_max),
+            ce.p_gm.eq(groups(cur_pm, lr)),
+            ce.p_gn.eq(groups(cur_pn, lc)),
+            ce.p_tile_mg.eq(d["tile_m"] >> lr),
+            ce.p_tile_ng.eq(d["tile_n"] >> lc),
+            ce.p_pk.eq(pk),
+            ce.p_keff.eq(eff(cur["k0"], pk, K)),
+            ce.p_accum.eq(cur["k0"] != 0),
+
+            la.p_addr.eq(nxt["a_kptr"] + nxt["m0"]),
+            la.p_stride.eq(d["a_stride"]),
+            la.p_rows.eq(nxt_keff),
+            la.p_groups.eq(groups(nxt_pm, lr)),
+            la.p_elems.eq(nxt_pm),
+            la.p_buf_base.eq(Mux(a_slot, 0, half_a)),
+            la.p_buf_gstride.eq(pk),
+
+            lb.p_addr.eq(nxt["b_kptr"] + nxt["n0"]),
+            lb.p_stride.eq(d["b_stride"]),
+            lb.p_rows.eq(nxt_keff),
+            lb.p_groups.eq(groups(nxt_pn, lc)),
+            lb.p_elems.eq(nxt_pn),
+            lb.p_buf_base.eq(Mux(b_slot, 0, half_b)),
+            lb.p_buf_gstride.eq(pk),
+
+            se.p_addr.eq(st["c_mptr"] + (st["n0"] << 2)),
+            se.p_stride.eq(d["c_stride"]),
+            se.p_rows.eq(st_pm),
+            se.p_groups.eq(groups(st_pn, lc)),
+            se.p_elems.eq(st_pn),
+            se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)),
+            se.p_acc_rstride.eq(gn_max),
+        ]
+
+        engines_busy = Signal()
+        m.d.comb += engines_busy.eq(ce.busy | la.busy | lb.busy | se.busy)
+        error = Signal(8)
+        m.d.comb += self.error.eq(error)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(check_code != 0):
+                    m.d.sync += error.eq(check_code)
+                    m.next = "FINISH"
+                with m.Else():
+                    m.d.sync += [
+                        a_kstep.eq(pk * d["a_stride"]),
+                        b_kstep.eq(pk * d["b_stride"]),
+                        c_mstep.eq(pm * d["c_stride"]),
+                        gn_max.eq(pn >> lc),
+                        cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
+                        a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
+                        nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
+                        nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
+                        nxt["c_mptr"].eq(d["c_addr"]),
+                    ]
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                same_a = cur_valid & (cur["m0"] == nxt["m0"]) & (cur["k0"] == nxt["k0"])
+                same_b = cur_valid & (cur["n0"] == nxt["n0"]) & (cur["k0"] == nxt["k0"])
+                m.d.comb += [
+                    ce.start.eq(cur_valid),
+                    la.start.eq(nxt_valid & ~same_a),
+                    lb.start.eq(nxt_valid & ~same_b),
+                    se.start.eq(st_valid),
+                ]
+                m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
+                m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(~engines_busy):
+                    cur_klast = cur["k0"] + pk >= K
+                    new_st = cur_valid & cur_klast
+                    m.d.sync += [
+                        st_valid.eq(new_st),
+                        a_slot.eq(a_slot ^ need_a),
+                        b_slot.eq(b_slot ^ need_b),
+                        cur_valid.eq(nxt_valid),
+                        nxt_valid.eq(nxt_valid & ~adv_last),
+                    ]
+                    m.d.sync += [cur[key].eq(nxt[key]) for key in cur]
+                    m.d.sync += [nxt[key].eq(adv[key]) for key in nxt]
+                    with m.If(new_st):
+                        m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
+                                     st["c_mptr"].eq(cur["c_mptr"]), st["slot"].eq(acc_slot),
+                                     acc_slot.eq(~acc_slot)]
+                    with m.If(nxt_valid | new_st):
+                        m.next = "ISSUE"
+                    with m.Else():
+                        m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+                m.next = "IDLE"
+
+        # -- performance counters ----------------------------------------------------------------
+        ctr = {name: getattr(self, f"c_{name}") for name in COUNTERS}
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [sig.eq(0) for sig in ctr.values()]
+        with m.Elif(self.busy):
+            m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
+            with m.If(ce.beat_real):
+                m.d.sync += ctr["mac_active_cycles"].eq(ctr["mac_active_cycles"] + 1)
+            with m.Elif(ce.busy):
+                m.d.sync += ctr["stall_drain_cycles"].eq(ctr["stall_drain_cycles"] + 1)
+            with m.Elif(la.busy):
+                m.d.sync += ctr["stall_load_a_cycles"].eq(ctr["stall_load_a_cycles"] + 1)
+            with m.Elif(lb.busy):
+                m.d.sync += ctr["stall_load_b_cycles"].eq(ctr["stall_load_b_cycles"] + 1)
+            with m.Elif(se.busy):
+                m.d.sync += ctr["stall_store_cycles"].eq(ctr["stall_store_cycles"] + 1)
+            with m.Else():
+                m.d.sync += ctr["stall_ctrl_cycles"].eq(ctr["stall_ctrl_cycles"] + 1)
+            with m.If(self.a_rd.valid & self.a_rd.ready):
+                m.d.sync += ctr["rd_a_bytes"].eq(ctr["rd_a_bytes"] + cfg.a_beat_bytes)
+            with m.If(self.b_rd.valid & self.b_rd.ready):
+                m.d.sync += ctr["rd_b_bytes"].eq(ctr["rd_b_bytes"] + cfg.b_beat_bytes)
+            with m.If(self.c_wr.valid & self.c_wr.ready):
+                m.d.sync += ctr["wr_c_bytes"].eq(ctr["wr_c_bytes"] + cfg.c_beat_bytes)
+        return m

@@ -1,0 +1,1 @@
+"""Simulation-only tops (never synthesized)."""

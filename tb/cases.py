@@ -1,0 +1,58 @@
+"""Random GEMM cases for the RTL regression: reproducible from one seed, printed on failure."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hw.config import AccelConfig
+from hw.desc import GemmDescriptor
+from hw.schedule import steps
+
+__all__ = ["GemmCase", "random_cases", "budget_cycles"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmCase:
+    m: int
+    k: int
+    n: int
+    seed: int
+    outer_m: int
+    splitk: bool
+
+    def __str__(self):
+        return (f"{self.m}x{self.k}x{self.n} seed={self.seed} outer_m={self.outer_m} "
+                f"splitk={int(self.splitk)}")
+
+
+def random_cases(cfg: AccelConfig, seed: int, count: int) -> list[GemmCase]:
+    """``count`` cases: m, n not multiples of the array (mostly), k from 1 to >= 2048, both loop
+    orders and split-K on and off in rotation."""
+    rng = np.random.default_rng(seed)
+    R, C = cfg.array_rows, cfg.array_cols
+    ks = [1, 2, 3, R - 1, R + 1, 2048, 2051]
+    cases = []
+    for i in range(count):
+        m = int(rng.integers(1, 4 * R + R // 2))
+        n = int(rng.integers(1, 4 * C + C // 2))
+        k = ks[i] if i < len(ks) else int(rng.integers(1, 700))
+        cases.append(GemmCase(m=m, k=k, n=n, seed=int(rng.integers(0, 2**31)),
+                              outer_m=i % 2, splitk=bool((i // 2) % 2)))
+    return cases
+
+
+def budget_cycles(d: GemmDescriptor, cfg: AccelConfig) -> int:
+    """A generous cycle budget: every step's compute, loads and store run one after another,
+    twice over. A run that needs more has hung."""
+    R = cfg.array_rows
+    total = 1000
+    for s in steps(d, cfg):
+        total += s.groups_m * s.groups_n * max(s.k_eff, R) + 4 * R + 2 * cfg.array_cols
+        total += s.k_eff * s.groups_m * cfg.a_beat_bytes // cfg.a_port_bytes_per_cycle
+        total += s.k_eff * s.groups_n * cfg.b_beat_bytes // cfg.b_port_bytes_per_cycle
+        total += s.m_eff * s.groups_n * cfg.c_beat_bytes // cfg.c_port_bytes_per_cycle
+        total += cfg.a_port_latency_cycles + cfg.b_port_latency_cycles
+        total += cfg.c_port_latency_cycles + 16
+    return 2 * total

