@@ -5,7 +5,7 @@
     python -m planner plan --gemm 1024,1024,128 [--strategy best] [--json]
     python -m planner plan --conv N=1,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1
     python -m planner plan --workload planner/workloads/resnet50.json --preset default
-    python -m planner report [--preset default] [--out docs/planner-report.md]
+    python -m planner report [--preset default] [--out FILE.md | --doc docs/planner.md]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from .workload import Layer, Workload, load_workload
 
 __all__ = ["main", "parse_conv", "parse_gemm"]
 
+#: Markers of the generated section in docs/planner.md.
+REPORT_BEGIN, REPORT_END = "<!-- planner report: begin -->", "<!-- planner report: end -->"
 #: Copies of the shared workload files shipped with the planner.
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 
@@ -106,7 +108,15 @@ def _cmd_report(args) -> int:
     paths = [Path(p) for p in args.workloads] if args.workloads else \
         [WORKLOAD_DIR / f for f in DEFAULT_WORKLOADS]
     text = markdown_report(cfg, name, paths) + "\n"
-    if args.out:
+    if args.doc:
+        doc = Path(args.doc)
+        old = doc.read_text()
+        head, sep1, rest = old.partition(REPORT_BEGIN)
+        _, sep2, tail = rest.partition(REPORT_END)
+        if not (sep1 and sep2):
+            raise ValueError(f"{doc} has no {REPORT_BEGIN} ... {REPORT_END} section")
+        doc.write_text(head + REPORT_BEGIN + "\n" + text + REPORT_END + tail)
+    elif args.out:
         Path(args.out).write_text(text)
     else:
         sys.stdout.write(text)
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--workloads", nargs="*", metavar="FILE.json")
             p.add_argument("--out", help="write the markdown here instead of stdout")
+            p.add_argument("--doc", help="replace the marked report section of this file "
+                                         "(docs/planner.md)")
     args = parser.parse_args(argv)
     try:
         return _cmd_plan(args) if args.cmd == "plan" else _cmd_report(args)
