@@ -26,7 +26,7 @@ def _check_int(owner: str, name: str, value: object, lo: int, hi: int) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class GemmShape:
-    """``C[m x n] = A[m x k] * B[k x n]`` (int8 operands, int32 result); each dim in [1, MAX_DIM]."""
+    """``C[m x n] = A[m x k] * B[k x n]``, int8 operands, int32 result; dims in [1, MAX_DIM]."""
 
     m: int
     k: int
