@@ -26,8 +26,12 @@ from .tiling import descriptor, place, random_tiling
 GUARD = 0xA5      # byte pattern of C and its guard regions before a run
 
 
-async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None) -> dict:
-    """Run one case end to end; assert bit-exact C, untouched guards and counter identities."""
+async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
+                   dense: bool = False) -> dict:
+    """Run one case end to end; assert bit-exact C, untouched guards and counter identities.
+
+    ``tiling`` defaults to a random legal one; ``dense`` places tensors without row padding.
+    """
     cfg = h.cfg
     rng = np.random.default_rng(case.seed)
     a = rng.integers(-128, 128, size=(case.m, case.k), dtype=np.int8)
@@ -37,7 +41,7 @@ async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None) -> di
     if tiling is None:
         tiling = random_tiling(case.m, case.k, case.n, cfg, rng, outer_m=case.outer_m,
                                splitk=case.splitk)
-    where = place(case.m, case.k, case.n, cfg, rng=rng)
+    where = place(case.m, case.k, case.n, cfg, rng=None if dense else rng)
     d = descriptor(case.m, case.k, case.n, tiling, where, cfg)
     c_lo = where.c_addr - where.guard_bytes
     c_hi = where.end
