@@ -1,0 +1,96 @@
+"""hw.build.emit: outputs, reproducibility, reuse, metadata; Amaranth-free imports."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hw.build import OUTPUTS, build_dir, emit
+from hw.config import PRESETS, AccelConfig
+from hw.regmap import REGISTERS
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = PRESETS["tiny"]
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    """One emit of the tiny preset (about 5 s) shared by the module."""
+    out = tmp_path_factory.mktemp("build")
+    return out, emit(CFG, out)
+
+
+def _snapshot(path):
+    return {name: (path / name).read_bytes() for name in OUTPUTS}
+
+
+def test_build_emit_writes_every_output(emitted):
+    out, path = emitted
+    assert path == build_dir(CFG, out) == out / f"cfg-{CFG.config_id:08x}"
+    assert path.is_dir()
+    for name in ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json"):
+        assert (path / name).is_file() and (path / name).stat().st_size > 0, name
+    # no temporary directories are left next to it
+    assert sorted(p.name for p in out.iterdir()) == [path.name]
+
+
+def test_build_emit_without_force_reuses_directory(emitted):
+    out, path = emitted
+    before = {name: (path / name).stat().st_mtime_ns for name in OUTPUTS}
+    assert emit(CFG, out) == path
+    assert {name: (path / name).stat().st_mtime_ns for name in OUTPUTS} == before
+
+
+def test_build_emit_force_is_byte_identical(emitted):
+    out, path = emitted
+    first = _snapshot(path)
+    assert emit(CFG, out, force=True) == path
+    assert _snapshot(path) == first
+    assert sorted(p.name for p in out.iterdir()) == [path.name]
+
+
+def test_build_config_json_round_trips(emitted):
+    _, path = emitted
+    assert AccelConfig.from_json((path / "config.json").read_text()) == CFG
+
+
+def test_build_verilog_has_top_and_config_id(emitted):
+    _, path = emitted
+    v = (path / "accel_top.v").read_text()
+    assert "module accel_top(" in v
+    cid = CFG.config_id
+    # Amaranth writes the CONFIG_ID register's constant as a sized literal
+    assert f"32'd{cid}" in v or f"32'h{cid:08x}" in v.lower()
+    assert "module sim_top(" in (path / "sim_top.v").read_text()
+
+
+def test_build_verilog_has_no_source_locations(emitted):
+    _, path = emitted
+    for name in ("accel_top.v", "sim_top.v"):
+        text = (path / name).read_text()
+        assert str(ROOT) not in text and ".py:" not in text, name
+
+
+def test_build_regs_json_matches_register_map(emitted):
+    _, path = emitted
+    regs = json.loads((path / "regs.json").read_text())
+    assert regs["config_id"] == CFG.config_id
+    assert [(r["name"], r["offset"], r["access"]) for r in regs["registers"]] == \
+        [(r.name, r.offset, r.access) for r in REGISTERS]
+
+
+def test_build_port_metadata_is_json(emitted):
+    _, path = emitted
+    assert isinstance(json.loads((path / "accel_top.json").read_text()), dict)
+
+
+def test_build_light_modules_do_not_import_amaranth():
+    code = ("import sys\n"
+            "import hw.config, hw.desc, hw.regmap, hw.golden, hw.schedule, planner\n"
+            "bad = sorted(m for m in sys.modules if m == 'amaranth' or m.startswith('amaranth.'))\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
