@@ -37,7 +37,8 @@ class ComputeEngine(wiring.Component):
     -------
     start : ``In(1)``; busy, beat_real : ``Out(1)``
     p_* : ``In(...)`` partition parameters, sampled on ``start``
-    a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read ports)
+    rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
+    ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
     """
 
@@ -59,6 +60,7 @@ class ComputeEngine(wiring.Component):
             "p_pk": In(DIM_BITS),
             "p_keff": In(DIM_BITS),
             "p_accum": In(1),
+            "rd_en": Out(1),
             "a_raddr": Out(range(cfg.buf_a_depth)),
             "a_rdata": In(8 * cfg.a_beat_bytes),
             "b_raddr": Out(range(cfg.buf_b_depth)),
@@ -141,6 +143,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [
             real.eq(running & (k < keff)),
             self.beat_real.eq(real),
+            self.rd_en.eq(real),
             self.a_raddr.eq(a_base + tm * pk + k),
             self.b_raddr.eq(b_base + tn * pk + k),
         ]

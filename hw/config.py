@@ -91,14 +91,14 @@ class AccelConfig:
         self._check_multiple("block_m", self.array_rows, 1 << 16)
         self._check_multiple("block_n", self.array_cols, 1 << 16)
         self._check_range("sync_bytes", 1, 1 << 24)
-        # Each operand buffer is double-buffered; one half must hold at least one array tile
-        # of one k step, and the accumulator half at least one array tile of int32.
-        for name, row_bytes in (("buf_a_bytes", self.a_beat_bytes),
-                                ("buf_b_bytes", self.b_beat_bytes),
-                                ("acc_buf_bytes", self.c_beat_bytes * self.array_rows)):
-            if getattr(self, name) < 2 * row_bytes:
-                raise ConfigError(f"AccelConfig.{name} must be at least {2 * row_bytes} (two "
-                                  f"halves of one row), not {getattr(self, name)!r}")
+        # Each operand buffer is double-buffered; one half must hold at least one k step of one
+        # array tile, and the accumulator half at least one array tile of int32.
+        for name, half_min in (("buf_a_bytes", self.a_beat_bytes),
+                               ("buf_b_bytes", self.b_beat_bytes),
+                               ("acc_buf_bytes", self.c_beat_bytes * self.array_rows)):
+            if getattr(self, name) < 2 * half_min:
+                raise ConfigError(f"AccelConfig.{name} must be at least {2 * half_min} (two "
+                                  f"halves of {half_min} bytes), not {getattr(self, name)!r}")
 
     def _check_range(self, name: str, lo: int, hi: int):
         value = getattr(self, name)

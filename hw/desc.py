@@ -45,6 +45,7 @@ class ErrorCode(enum.IntEnum):
     ACC_OVERFLOW = 8        # partition_m * partition_n * 4 > acc_buffer_needed, or
                             # acc_buffer_needed > acc_half_bytes
     BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B
+    BAD_FLAGS = 10          # outer_m or need_splitk is neither 0 nor 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,14 +92,16 @@ def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int
 
 
 def tensor_extents(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, tuple[int, int]]:
-    """Byte ranges the hardware may touch for A, B (reads, rounded up to whole beats) and C."""
+    """Byte ranges the memory ports may address for A, B and C, each row rounded up to whole
+    beats. Reads past a row's end are masked; C beats past ``4 * n`` carry cleared strobes, so
+    the bytes *written* are exactly ``c_addr + i * c_stride + [0, 4 * n)``."""
     r, c = cfg.array_rows, cfg.array_cols
     a_row = -(-d.m // r) * r
     b_row = -(-d.n // c) * c
     return {
         "a": _extent(d.a_addr, d.k, d.a_stride, a_row),
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
-        "c": _extent(d.c_addr, d.m, d.c_stride, 4 * d.n),
+        "c": _extent(d.c_addr, d.m, d.c_stride, cfg.acc_bytes * b_row),
     }
 
 
@@ -146,6 +149,9 @@ def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
         bad(ErrorCode.ACC_OVERFLOW,
             f"need partition_m*partition_n*4={acc_need} <= acc_buffer_needed="
             f"{d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
+    for name in ("outer_m", "need_splitk"):
+        if getattr(d, name) not in (0, 1):
+            bad(ErrorCode.BAD_FLAGS, f"{name}={getattr(d, name)} must be 0 or 1")
     if not errs:
         ext = tensor_extents(d, cfg)
         for name, (lo, hi) in ext.items():

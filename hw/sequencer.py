@@ -98,8 +98,8 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
             b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data), b_w.en.eq(lb.w_en),
-            a_r.addr.eq(ce.a_raddr), ce.a_rdata.eq(a_r.data),
-            b_r.addr.eq(ce.b_raddr), ce.b_rdata.eq(b_r.data),
+            a_r.addr.eq(ce.a_raddr), a_r.en.eq(ce.rd_en), ce.a_rdata.eq(a_r.data),
+            b_r.addr.eq(ce.b_raddr), b_r.en.eq(ce.rd_en), ce.b_rdata.eq(b_r.data),
             acc_rmw.addr.eq(ce.acc_raddr), ce.acc_rdata.eq(acc_rmw.data),
             acc_w.addr.eq(ce.acc_waddr), acc_w.data.eq(ce.acc_wdata), acc_w.en.eq(ce.acc_wen),
             acc_st.addr.eq(se.acc_raddr), acc_st.en.eq(se.acc_ren), se.acc_rdata.eq(acc_st.data),
@@ -124,12 +124,12 @@ class Sequencer(wiring.Component):
 
         a_hi = extent(d["a_addr"], K, d["a_stride"], ((M + R - 1) >> lr) << lr)
         b_hi = extent(d["b_addr"], K, d["b_stride"], ((N + C - 1) >> lc) << lc)
-        c_hi = extent(d["c_addr"], M, d["c_stride"], N << 2)
+        c_hi = extent(d["c_addr"], M, d["c_stride"], ((N + C - 1) >> lc) << (lc + 2))
         checks = [
             (~(in_dim(M) & in_dim(K) & in_dim(N)), ErrorCode.BAD_SHAPE),
             (~(in_dim(pm) & (pm[:lr] == 0)), ErrorCode.BAD_PARTITION_M),
             (~(in_dim(pn) & (pn[:lc] == 0)), ErrorCode.BAD_PARTITION_N),
-            (~in_dim(pk) | (~d["need_splitk"][0] & (pk < K)), ErrorCode.BAD_PARTITION_K),
+            (~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K)), ErrorCode.BAD_PARTITION_K),
             ((d["tile_m"] < R) | (d["tile_m"] > Mux(pm > R, pm, R)) | (d["tile_m"][:lr] != 0) |
              (d["tile_n"] < C) | (d["tile_n"] > Mux(pn > C, pn, C)) | (d["tile_n"][:lc] != 0),
              ErrorCode.BAD_TILE),
@@ -137,6 +137,7 @@ class Sequencer(wiring.Component):
             (pk * pn > cfg.buf_b_half_bytes, ErrorCode.BUF_B_OVERFLOW),
             ((pm * pn * cfg.acc_bytes > d["acc_buffer_needed"]) |
              (d["acc_buffer_needed"] > cfg.acc_half_bytes), ErrorCode.ACC_OVERFLOW),
+            ((d["outer_m"] > 1) | (d["need_splitk"] > 1), ErrorCode.BAD_FLAGS),
             ((a_hi > cfg.dram_bytes) | (b_hi > cfg.dram_bytes) | (c_hi > cfg.dram_bytes) |
              (d["c_stride"] < (N << 2)) |
              ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
@@ -189,7 +190,7 @@ class Sequencer(wiring.Component):
         with m.Else():
             m.d.comb += [adv["k0"].eq(0), adv["a_kptr"].eq(d["a_addr"]),
                          adv["b_kptr"].eq(d["b_addr"])]
-            with m.If(d["outer_m"][0]):             # m outside, n inside
+            with m.If(d["outer_m"] != 0):           # m outside, n inside
                 with m.If(~n_wrap):
                     m.d.comb += adv["n0"].eq(nxt["n0"] + pn)
                 with m.Else():

@@ -109,12 +109,13 @@ class Harness:
         await RisingEdge(self.dut.clk)
         self.dut.dram_dump.value = 0
         await RisingEdge(self.dut.clk)
-        words = [w for w in self.dump_path.read_text().split()
-                 if not w.startswith(("@", "//"))]
+        words = []
+        for line in self.dump_path.read_text().splitlines():
+            # Icarus writes `// 0x...` address comments; both write `@addr` directives
+            words.extend(w for w in line.split("//", 1)[0].split() if not w.startswith("@"))
         if len(words) != size:
             raise AssertionError(f"memory dump returned {len(words)} bytes, expected {size}")
-        return bytes(int(w, 16) for w in words) if len(words) < 4096 else \
-            bytes.fromhex("".join(w.zfill(2) for w in words))
+        return bytes.fromhex("".join(w.zfill(2) for w in words))
 
     # -- runs ------------------------------------------------------------------------------------
 

@@ -67,16 +67,29 @@ def missing_tool(sim: str) -> str | None:
     return None
 
 
+#: Yosys' time-0 trigger: a reg declared ``= 0`` that every ``always @*`` block reads.
+_INIT_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;$",
+                           re.MULTILINE)
+
+
 def icarus_source(verilog: Path) -> Path:
     """A copy of ``verilog`` that Icarus evaluates correctly at time 0.
 
     Icarus does not run ``always @*`` blocks at time 0, so combinational logic whose inputs
-    never change (constants) stays X (amaranth-lang/amaranth#1629). ``always_comb`` (compiled with
-    ``-g2012``) is evaluated at time 0 by the standard; Yosys' output meets its rules.
+    never change (constants) stays X (amaranth-lang/amaranth#1629). Yosys makes every such block
+    read a trigger reg declared ``= 0``; a declaration initialiser raises no event in Icarus, so
+    we also set the trigger to 1 with ``initial #0``, which wakes every block once after all
+    processes have started. (Rewriting ``always @*`` as ``always_comb`` is not an option:
+    Icarus makes ``always_comb`` sensitive to whole vectors, which loops forever on processes
+    that write some bits of a vector and read others.)
     """
     out = verilog.with_name(verilog.stem + "_icarus.v")
-    if not out.exists() or out.stat().st_mtime < verilog.stat().st_mtime:
-        text = re.sub(r"always @\*", "always_comb", verilog.read_text())
+    text, count = _INIT_TRIGGER.subn(r"\1reg \2 = 0;\n\1initial #0 \2 = 1'b1;",
+                                     verilog.read_text())
+    if count == 0:
+        raise RuntimeError(f"{verilog}: Yosys time-0 trigger not found; the Icarus fix in "
+                           f"tb/tools.py needs updating for this Yosys version")
+    if not out.exists() or out.read_text() != text:
         tmp = out.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, out)
@@ -97,7 +110,7 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     hdl = TB_HDL / "dram_model.sv"
     if sim == "verilator":
         _drop_public_flat_rw(runner)
-        sources = [build_dir / "sim_top.v", hdl]
+        sources = [icarus_source(build_dir / "sim_top.v"), hdl]
         args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
     else:
         sources = [icarus_source(build_dir / "sim_top.v"), hdl]

@@ -10,7 +10,7 @@
 //     and acknowledged on `c_bvalid` C_LAT cycles after acceptance, in order.
 // Each port is rate-limited by a credit counter: every cycle it earns *_BPC bytes (capped at one
 // beat), and a request is accepted only when a whole beat of credit is available. So a port
-// sustains *_BPC bytes per cycle, at most one beat per cycle.
+// sustains exactly *_BPC bytes per cycle, at most one beat per cycle.
 //
 // Host access (testbench only):
 //   `load` (one cycle): $readmemh from the file named by plusarg +DRAM_IMAGE=<path>. The file
@@ -30,7 +30,9 @@ module tessera_port_credit #(parameter BEAT = 16, parameter BPC = 16) (
     input  wire take,          // a request is accepted this cycle
     output wire ready
 );
-    // credit in bytes; never exceeds one beat
+    // Credit in bytes. It grows by BPC per cycle until a whole beat is available and then
+    // holds (an idle port does not bank bandwidth); an accepted beat spends BEAT. Leftover
+    // credit is kept, so the sustained rate is exactly BPC bytes per cycle.
     reg [31:0] credit;
     wire [31:0] earned = credit + BPC;
     assign ready = (credit >= BEAT);
@@ -38,9 +40,9 @@ module tessera_port_credit #(parameter BEAT = 16, parameter BPC = 16) (
         if (rst)
             credit <= BEAT;
         else if (take)
-            credit <= (earned - BEAT > BEAT) ? BEAT : earned - BEAT;
-        else
-            credit <= (earned > BEAT) ? BEAT : earned;
+            credit <= earned - BEAT;
+        else if (credit < BEAT)
+            credit <= earned;
     end
 endmodule
 

@@ -59,7 +59,7 @@ def test_desc_error_codes_are_stable():
     assert [(c.name, c.value) for c in ErrorCode] == [
         ("NONE", 0), ("BAD_SHAPE", 1), ("BAD_PARTITION_M", 2), ("BAD_PARTITION_N", 3),
         ("BAD_PARTITION_K", 4), ("BAD_TILE", 5), ("BUF_A_OVERFLOW", 6), ("BUF_B_OVERFLOW", 7),
-        ("ACC_OVERFLOW", 8), ("BAD_ADDRESS", 9)]
+        ("ACC_OVERFLOW", 8), ("BAD_ADDRESS", 9), ("BAD_FLAGS", 10)]
 
 
 # -- check(): one rule broken at a time ----------------------------------------------------------
@@ -92,6 +92,8 @@ VIOLATIONS = [
     ("acc_partition_over_half", dict(m=16, n=20, partition_m=16, partition_n=20, partition_k=16,
                                      acc_buffer_needed=16 * 20 * 4, c_stride=80),
      ErrorCode.ACC_OVERFLOW),
+    ("outer_m_2", dict(outer_m=2), ErrorCode.BAD_FLAGS),
+    ("need_splitk_2", dict(need_splitk=2), ErrorCode.BAD_FLAGS),
     ("a_past_memory", dict(a_addr=(4 << 20) - 127), ErrorCode.BAD_ADDRESS),
     ("b_past_memory", dict(b_addr=(4 << 20) - 127), ErrorCode.BAD_ADDRESS),
     ("c_past_memory", dict(c_addr=(4 << 20) - 0xff), ErrorCode.BAD_ADDRESS),
@@ -164,16 +166,13 @@ def test_desc_check_accepts_max_dims():
         ErrorCode.BAD_PARTITION_M
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: hw.desc.check treats any nonzero need_splitk as set; the RTL (hw/sequencer.py, "
-    "`~d['need_splitk'][0] & (pk < K)`) reads bit 0 only, so need_splitk=2 with partition_k < k "
-    "passes check() but the RTL reports BAD_PARTITION_K"))
-def test_desc_check_need_splitk_agrees_with_rtl_bit0():
-    try:
-        d = dataclasses.replace(BASE, partition_k=8, need_splitk=2)
-    except ValueError:
-        return                  # flags outside {0, 1} refused: also consistent with the RTL
-    assert codes(d) == [ErrorCode.BAD_PARTITION_K]
+@pytest.mark.parametrize("field", ["need_splitk", "outer_m"])
+@pytest.mark.parametrize("value", [2, 3, 1 << 31])
+def test_desc_check_refuses_flags_outside_0_1(field, value):
+    # The RTL compares the whole word (BAD_FLAGS), so no flag value means different things to
+    # the hardware and to hw.schedule.
+    d = dataclasses.replace(BASE, **{field: value})
+    assert codes(d)[0] == ErrorCode.BAD_FLAGS
 
 
 # -- priority ------------------------------------------------------------------------------------
@@ -185,7 +184,8 @@ def test_desc_check_reports_in_priority_order():
     got = codes(d)
     assert got[0] == ErrorCode.BAD_SHAPE
     assert got == sorted(got)
-    assert set(got) == set(ErrorCode) - {ErrorCode.NONE, ErrorCode.BAD_ADDRESS}
+    assert set(got) == set(ErrorCode) - {ErrorCode.NONE, ErrorCode.BAD_ADDRESS,
+                                         ErrorCode.BAD_FLAGS}
 
 
 def test_desc_check_address_rules_only_after_the_others():
@@ -241,13 +241,13 @@ def test_desc_tensor_extents_of_base():
 
 
 def test_desc_tensor_extents_round_reads_up_to_beats():
-    # m=6, n=5 on a 4x4 array: A and B reads cover 8 bytes per row, C writes exactly 4*n
+    # m=6, n=5 on a 4x4 array: A and B reads cover 8 bytes per row, C beats 8 int32 per row
     d = dataclasses.replace(BASE, m=6, n=5, k=3, a_addr=0x10, a_stride=100, b_addr=0x400,
                             b_stride=9, c_addr=0x800, c_stride=24)
     assert tensor_extents(d, CFG) == {
         "a": (0x10, 0x10 + 2 * 100 + 8),
         "b": (0x400, 0x400 + 2 * 9 + 8),
-        "c": (0x800, 0x800 + 5 * 24 + 20),
+        "c": (0x800, 0x800 + 5 * 24 + 32),
     }
 
 

@@ -45,10 +45,6 @@ def test_schedule_outer_n_puts_m_partitions_inside():
     assert order(d) == [(0, 0, 0), (4, 0, 0), (0, 4, 0), (4, 4, 0)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: hw.schedule.steps treats any nonzero outer_m as 'm outside'; the RTL "
-    "(hw/sequencer.py, `m.If(d['outer_m'][0])`) reads bit 0 only, so outer_m=2 runs n outside "
-    "while steps()/traffic() predict m outside (and check() accepts it)"))
 def test_schedule_outer_m_agrees_with_rtl_bit0():
     try:
         d = desc(8, 8, 8, 4, 4, 8, outer_m=2, legal=False)

@@ -37,3 +37,23 @@ def test_rtl_gemm_random_verilator(rtl_build, preset, tmp_path, request):
               TESSERA_SEED=seed, TESSERA_CASES=16)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == 16
+
+
+#: Icarus runs ~100x slower than Verilator: a smoke subset of small ragged shapes, both loop
+#: orders and split-K (GemmCase rotation), k up to 2 * 64.
+ICARUS_SHAPES = "5x1x7,9x70x6,13x33x17,3x130x2"
+
+
+@pytest.mark.rtl
+def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
+    """A smaller subset on Icarus: same testbench, same checks."""
+    seed = seed_for(request)
+    out = run(rtl_build, "icarus", "tiny", "tb.gemm", tmp_path,
+              TESSERA_SEED=seed, TESSERA_SHAPES=ICARUS_SHAPES)
+    assert len(json.loads((out / "gemm_results.json").read_text())) == 4
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_rtl_errors_refused(rtl_build, sim, tmp_path):
+    run(rtl_build, sim, "tiny", "tb.errors", tmp_path)
