@@ -45,16 +45,20 @@ __all__ = ["CycleBreakdown", "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIE
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelConstants:
-    """The model's small overhead constants (cycles), to be calibrated against the RTL counters.
+    """The model's small overhead constants (cycles), calibrated against the RTL counters.
 
     These are properties of the RTL implementation (pipeline depths, FSM states), not hardware
-    parameters of a configuration, so they are not in :class:`AccelConfig`.
+    parameters of a configuration, so they are not in :class:`AccelConfig`. With these values
+    the model reproduces every RTL counter exactly on the random regression
+    (``tests/sim/test_rtl.py``); ``tests/hw/test_model_constants.py`` ties the drain to
+    :attr:`hw.compute.ComputeEngine.drain_cycles`.
     """
 
-    #: Pipeline drain after a step's last beat: ``rows * R + cols * C + extra`` cycles.
+    #: Pipeline drain after a step's last beat: ``rows * R + cols * C + extra`` cycles
+    #: (buffer read 1 + array latency R + C + R result rows; ComputeEngine.drain_cycles).
     drain_rows_factor: int = 2
     drain_cols_factor: int = 1
-    drain_extra_cycles: int = 3
+    drain_extra_cycles: int = 1
     #: Control cycles at the end of every step (handshake of the three engines).
     step_ctrl_cycles: int = 2
     #: Descriptor validation / start-up cycles before the prologue loads.
@@ -63,7 +67,8 @@ class ModelConstants:
     finish_cycles: int = 2
     #: Extra cycles per load / store burst on top of issue time and latency.
     load_extra_cycles: int = 0
-    store_extra_cycles: int = 0
+    #: The store reads the accumulator one cycle before its first beat reaches the port.
+    store_extra_cycles: int = 1
     #: 1 if a store burst completes only after the write latency of its last beat.
     store_waits_latency: int = 1
 

@@ -31,7 +31,7 @@ def test_cost_single_step_by_hand():
     # prologue: A 32 beats of 16 B at 16 B/cycle = 32 cycles + 32 latency; B the same
     load = 31 + 1 + 32
     drain = 2 * 16 + 16 + k.drain_extra_cycles
-    store = (15 * 64 + 63) // 64 + 1 + 32   # 16 rows of 64 B at 64 B/cycle
+    store = (15 * 64 + 63) // 64 + 1 + 32 + k.store_extra_cycles   # 16 rows of 64 B at 64 B/c
     assert bd.mac_active_cycles == 32
     assert bd.stall_drain_cycles == drain
     assert bd.stall_load_a_cycles == load and bd.stall_load_b_cycles == 0

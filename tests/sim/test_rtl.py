@@ -29,14 +29,37 @@ def seed_for(request) -> int:
     return seed
 
 
+#: Random cases per preset and run: ragged m, n; k from 1 to 2051; both loop orders; split-K on
+#: and off (tb.cases.random_cases).
+CASES = 32
+#: Issue 3 asks for the model within 5% of the RTL; it is calibrated to reproduce every counter
+#: exactly, so any difference is a regression of the RTL or the model.
+MODEL_TOLERANCE = 0.0
+
+
+def model_errors(records):
+    return [(r["predicted"]["total_cycles"] - r["total_cycles"]) / r["total_cycles"]
+            for r in records]
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_rtl_gemm_random_verilator(rtl_build, preset, tmp_path, request):
     seed = seed_for(request)
     out = run(rtl_build, "verilator", preset, "tb.gemm", tmp_path,
-              TESSERA_SEED=seed, TESSERA_CASES=16)
+              TESSERA_SEED=seed, TESSERA_CASES=CASES)
     records = json.loads((out / "gemm_results.json").read_text())
-    assert len(records) == 16
+    assert len(records) == CASES
+    # issue 3: the cycle model against the RTL counters, on every measured GEMM
+    errors = model_errors(records)
+    worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
+    print(f"{preset}: model error on {len(errors)} GEMMs: worst {errors[worst]:+.2%} "
+          f"({records[worst]['case']}), mean |error| "
+          f"{sum(map(abs, errors)) / len(errors):.2%}")
+    assert abs(errors[worst]) <= MODEL_TOLERANCE, records[worst]
+    for r in records:
+        for name in COUNTERS:
+            assert r["predicted"][name] == r[name], (r["case"], name, r["predicted"], r)
 
 
 #: Icarus runs ~100x slower than Verilator: a smoke subset of small ragged shapes, both loop

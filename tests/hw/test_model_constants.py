@@ -1,0 +1,15 @@
+"""The planner's model constants follow the RTL they describe."""
+
+import pytest
+
+from hw.compute import ComputeEngine
+from hw.config import PRESETS
+from planner.cost import DEFAULT_CONSTANTS as K
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_model_drain_equals_rtl_drain(preset):
+    cfg = PRESETS[preset]
+    model = (K.drain_rows_factor * cfg.array_rows + K.drain_cols_factor * cfg.array_cols +
+             K.drain_extra_cycles)
+    assert model == ComputeEngine(cfg).drain_cycles
