@@ -1,1 +1,1 @@
-"""bench."""
+"""Benchmarks: each writes JSON under bench/results/ and prints a table."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import cocotb
 import numpy as np
@@ -18,6 +19,7 @@ from hw.desc import ErrorCode
 from hw.golden import gemm_int8
 from hw.regmap import COUNTERS
 from hw.schedule import traffic
+from planner.cost import predict_tiling
 
 from .cases import GemmCase, budget_cycles, random_cases
 from .harness import Harness, a_image, b_image, c_from_bytes
@@ -48,7 +50,9 @@ async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
     await h.load([(where.a_addr, a_image(a, where.a_stride)),
                   (where.b_addr, b_image(b, where.b_stride)),
                   (c_lo, bytes([GUARD]) * (c_hi - c_lo))])
+    started = time.perf_counter()
     result = await h.run(d, budget_cycles=budget_cycles(d, cfg))
+    run_wall_s = time.perf_counter() - started
     ctx = f"case {case} tiling {tiling}"
     assert result.error == ErrorCode.NONE, f"{ctx}: error {ErrorCode(result.error).name}"
     raw = await h.dump(c_lo, c_hi - c_lo)
@@ -73,7 +77,10 @@ async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
     assert ctr["total_cycles"] == parts, f"{ctx}: total {ctr['total_cycles']} != sum {parts}"
     for name, value in traffic(d, cfg).items():
         assert ctr[name] == value, f"{ctx}: counter {name} = {ctr[name]}, expected {value}"
-    return {"case": str(case), "m": case.m, "k": case.k, "n": case.n, **tiling, **ctr}
+    predicted = predict_tiling(case.m, case.k, case.n, d.partition_m, d.partition_n,
+                               d.partition_k, d.outer_m, cfg)
+    return {"case": str(case), "m": case.m, "k": case.k, "n": case.n, **tiling, **ctr,
+            "predicted": predicted.as_dict(), "run_wall_s": run_wall_s}
 
 
 def _results_path():

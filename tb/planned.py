@@ -37,9 +37,7 @@ async def gemm_planned_shapes(dut):
                         splitk=bool(plan.need_splitk))
         dut._log.info("planned %s: %s", case, tiling)
         record = await run_case(h, case, tiling, dense=True)
-        predicted = planner.predict(plan, h.cfg).as_dict()
         record["strategy"] = plan.strategy
-        record["predicted"] = predicted
         records.append(record)
     with open(os.path.join(os.getcwd(), "planned_results.json"), "w") as f:
         json.dump(records, f, indent=1)

@@ -1,0 +1,83 @@
+"""Simulation throughput: simulated cycles per second of the free-running RTL, per simulator and
+config, and Verilator build times. Writes ``bench/results/simspeed.json``.
+
+    python -m bench.simspeed [--presets small,default] [--simulators verilator,icarus]
+
+Each measurement runs one planner-tiled GEMM (``tb.planned``) and divides the accelerator's
+``total_cycles`` by the wall time from writing the descriptor to ``done`` (the clock runs in
+HDL; Python only waits). Build time is measured on a fresh build directory (ccache, when
+installed, may make it shorter than a cold build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hw.build import emit
+from hw.config import PRESETS
+from tb.tools import build, missing_tool
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: GEMM per preset: large enough that the run dominates setup, small enough for Icarus on tiny.
+SHAPES = {"tiny": "64x128x64", "small": "256x256x256", "default": "512x512x512"}
+
+
+def measure(sim: str, preset: str) -> dict:
+    cfg = PRESETS[preset]
+    out = emit(cfg)
+    shutil.rmtree(out / f"sim-{sim}", ignore_errors=True)
+    started = time.perf_counter()
+    runner = build(sim, out)
+    build_s = time.perf_counter() - started
+    test_dir = Path(tempfile.mkdtemp(prefix=f"simspeed-{sim}-", dir=out))
+    runner.test(hdl_toplevel="sim_top", test_module="tb.planned", test_dir=test_dir,
+                extra_env={"ACCEL_BUILD": str(out), "TESSERA_PLANNED": SHAPES[preset],
+                           "TESSERA_SEED": "1"})
+    record = json.loads((test_dir / "planned_results.json").read_text())[0]
+    return {
+        "simulator": sim, "preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
+        "gemm": SHAPES[preset], "total_cycles": record["total_cycles"],
+        "run_wall_s": round(record["run_wall_s"], 3),
+        "cycles_per_s": round(record["total_cycles"] / record["run_wall_s"]),
+        "build_s": round(build_s, 1),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.simspeed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default="small,default")
+    parser.add_argument("--simulators", default="verilator")
+    parser.add_argument("--out", type=Path, default=RESULTS / "simspeed.json")
+    args = parser.parse_args(argv)
+    rows = []
+    for sim in args.simulators.split(","):
+        reason = missing_tool(sim)
+        if reason:
+            print(f"skipping {reason}", file=sys.stderr)
+            continue
+        for preset in args.presets.split(","):
+            print(f"measuring {sim} {preset}...", file=sys.stderr, flush=True)
+            rows.append(measure(sim, preset))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": platform.platform(), "cpu": platform.processor(),
+                                    "results": rows}, indent=1) + "\n")
+    print(f"{'simulator':10} {'preset':8} {'array':6} {'GEMM':12} {'cycles':>9} "
+          f"{'cycles/s':>10} {'build s':>8}")
+    for r in rows:
+        print(f"{r['simulator']:10} {r['preset']:8} {r['array']:6} {r['gemm']:12} "
+              f"{r['total_cycles']:>9} {r['cycles_per_s']:>10} {r['build_s']:>8}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
