@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Optional system tools (Icarus Verilog, ccache): installed with apt-get where we may,
+# Optional system tools (Icarus Verilog, ccache, liblz4-dev for FST waves): apt-get where we may,
 # otherwise the tests that need them skip and name the missing tool.
 tools:
 	@$(PY) -m tb.tools install || true
@@ -36,10 +36,11 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not rtl" $(PYTEST_ARGS)
 
 test-full: $(STAMP) tools
-	TESSERA_FULL=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 -m "slow or not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.simspeed
+	$(PY) bench/plan_speed.py
 
 clean:
 	rm -rf build sim_build .pytest_cache .hypothesis bench/results

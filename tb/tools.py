@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["SIMULATORS", "missing_tool", "prepare_env", "build", "icarus_source"]
+__all__ = ["SIMULATORS", "LINT_WAIVERS", "missing_tool", "prepare_env", "build", "icarus_source",
+           "lint"]
 
 #: simulator name -> executable that must be on PATH
 SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
@@ -24,6 +25,19 @@ SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
 #: accessed, which halves build time and speeds simulation up.
 VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "--timing", "--public-depth", "1",
                   "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+
+
+#: Lint waivers for Amaranth/Yosys output (docs/simulation.md): Yosys writes `x == 0` as `!x`
+#: on multi-bit x (WIDTHTRUNC), relies on Verilog's operand sizing (WIDTHEXPAND), and emits
+#: `case` statements without `default` after a default assignment (CASEINCOMPLETE).
+LINT_WAIVERS = ["-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-CASEINCOMPLETE"]
+
+
+def lint(verilog: Path, top: str) -> subprocess.CompletedProcess:
+    """``verilator --lint-only`` with :data:`LINT_WAIVERS`; returns the finished process."""
+    prepare_env()
+    return subprocess.run(["verilator", "--lint-only", *LINT_WAIVERS, "--top-module", top,
+                           str(verilog)], capture_output=True, text=True)
 
 
 def _verilator_root() -> Path | None:
@@ -134,9 +148,12 @@ def _drop_public_flat_rw(runner) -> None:
 
 
 def install() -> int:
-    """Install Icarus Verilog and ccache with apt-get where possible; never fails."""
-    wanted = [pkg for pkg, exe in (("iverilog", "iverilog"), ("ccache", "ccache"))
-              if shutil.which(exe) is None]
+    """Install Icarus Verilog, ccache and liblz4-dev (Verilator FST waves) with apt-get where
+    possible; never fails."""
+    wanted = [pkg for pkg, present in (("iverilog", shutil.which("iverilog")),
+                                       ("ccache", shutil.which("ccache")),
+                                       ("liblz4-dev", Path("/usr/include/lz4.h").exists()))
+              if not present]
     if not wanted:
         return 0
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

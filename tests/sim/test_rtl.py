@@ -80,3 +80,18 @@ def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
 @pytest.mark.parametrize("sim", ["verilator", "icarus"])
 def test_rtl_errors_refused(rtl_build, sim, tmp_path):
     run(rtl_build, sim, "tiny", "tb.errors", tmp_path)
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["tiny", "small", "default"])
+def test_rtl_gemm_random_long(rtl_build, preset, tmp_path, request):
+    """make test-full: 300 random cases per preset, same checks (exact model included)."""
+    seed = seed_for(request)
+    out = run(rtl_build, "verilator", preset, "tb.gemm", tmp_path,
+              TESSERA_SEED=seed, TESSERA_CASES=300)
+    records = json.loads((out / "gemm_results.json").read_text())
+    assert len(records) == 300
+    for r in records:
+        for name in COUNTERS:
+            assert r["predicted"][name] == r[name], (r["case"], name)
