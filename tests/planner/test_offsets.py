@@ -254,3 +254,19 @@ def test_offsets_resnet50_compiles_fast():
             for _ in range(layer.count):
                 compile_tables(layer.shape, layout, DEFAULT)
         assert time.perf_counter() - start < 1.0, layout
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_offsets_resnet50_res5_downsample_matches_direct_conv(layout):
+    # res5_0_branch2b: 512 -> 512, 14x14 -> 7x7, 3x3 stride 2; lane groups cross rows of 7
+    # (64 of its 512 out channels, to keep the int64 GEMM quick)
+    shape = conv(1, 512, 14, 14, 64, 3, 3, stride=(2, 2), pads=(1, 1, 1, 1))
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, size=(1, 512, 14, 14), dtype=np.int8)
+    wt = rng.integers(-128, 128, size=(64, 512, 3, 3), dtype=np.int8)
+    t = compile_tables(shape, layout, DEFAULT)
+    b = gather_b(t, to_padded(x, shape, layout))
+    got = gemm_int8(weights_k_major(wt, shape, 0).T, b)
+    want = conv2d_int8(x, wt, stride=(2, 2), pads=(1, 1, 1, 1)).reshape(64, 49)
+    assert np.array_equal(got, want)
+    assert t.runs_per_group().tolist() == [3, 3, 3, 1]
