@@ -8,7 +8,14 @@ from .array import SystolicArray
 from .config import AccelConfig
 from .dma import DIM_BITS
 
-__all__ = ["ComputeEngine"]
+__all__ = ["ComputeEngine", "drain_cycles"]
+
+
+def drain_cycles(cfg: AccelConfig) -> int:
+    """Cycles the compute engine stays busy after the cycle that issues a partition's last beat:
+    1 (buffer read) + the array latency ``R + C`` + ``R - 1`` further result rows + 1
+    (accumulator write) = ``2R + C + 1``."""
+    return 2 * cfg.array_rows + cfg.array_cols + 1
 
 
 class ComputeEngine(wiring.Component):
@@ -74,9 +81,9 @@ class ComputeEngine(wiring.Component):
 
     @property
     def drain_cycles(self) -> int:
-        """Cycles ``busy`` stays high after the cycle that issues the last beat: 1 (buffer read)
-        + the array latency + ``array_rows - 1`` further result rows + 1 (accumulator write)."""
-        return 1 + self.array.latency + self._cfg.array_rows
+        """See :func:`drain_cycles`; checked against the array's latency at elaboration."""
+        assert drain_cycles(self._cfg) == 1 + self.array.latency + self._cfg.array_rows
+        return drain_cycles(self._cfg)
 
     def elaborate(self, platform):
         m = Module()

@@ -12,6 +12,11 @@ Memory layouts (element addresses, in bytes from the start of the memory):
 * B (``k`` x ``n``, int8) is row-major: ``B[kk, j]`` is at ``b_addr + kk * b_stride + j``.
 * C (``m`` x ``n``, int32, little-endian) is row-major: ``C[i, j]`` is at
   ``c_addr + i * c_stride + 4 * j``.
+* With ``b_mode = 1`` (implicit-im2col convolution, docs/conv_tables.md) B is not a matrix in
+  memory: ``B[kk, j]`` is at ``b_addr + base[j] + off[kk]``, read through three tables at
+  ``off_addr`` (``k`` u32 offsets), ``run_addr`` (``run_count`` u64 runs) and ``grp_addr``
+  (``ceil(n / array_cols) + 1`` u32 run indices). ``b_stride`` is then the size in bytes of
+  the input tensor region at ``b_addr`` that the tables address.
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -25,7 +30,8 @@ import enum
 
 from .config import AccelConfig
 
-__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "MAX_DIM"]
+__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "MAX_DIM", "tensor_extents",
+           "groups_n"]
 
 #: Largest m, k, n (and partition) the 32-bit descriptor fields may carry.
 MAX_DIM = (1 << 24) - 1
@@ -45,7 +51,8 @@ class ErrorCode(enum.IntEnum):
     ACC_OVERFLOW = 8        # partition_m * partition_n * 4 > acc_buffer_needed, or
                             # acc_buffer_needed > acc_half_bytes
     BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B
-    BAD_FLAGS = 10          # outer_m or need_splitk is neither 0 nor 1
+    BAD_FLAGS = 10          # outer_m, need_splitk or b_mode is neither 0 nor 1
+    BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,6 +76,11 @@ class GemmDescriptor:
     b_stride: int
     c_addr: int
     c_stride: int
+    b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables
+    off_addr: int = 0
+    run_addr: int = 0
+    grp_addr: int = 0
+    run_count: int = 0
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -91,18 +103,31 @@ def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int
     return addr, addr + (rows - 1) * stride + row_bytes
 
 
+def groups_n(d: GemmDescriptor, cfg: AccelConfig) -> int:
+    """Lane groups of N: the group table has one more entry."""
+    return -(-d.n // cfg.array_cols)
+
+
 def tensor_extents(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, tuple[int, int]]:
-    """Byte ranges the memory ports may address for A, B and C, each row rounded up to whole
-    beats. Reads past a row's end are masked; C beats past ``4 * n`` carry cleared strobes, so
-    the bytes *written* are exactly ``c_addr + i * c_stride + [0, 4 * n)``."""
+    """Byte ranges the memory ports may address for A, B and C (and the convolution tables),
+    each row rounded up to whole beats. Reads past a row's end are masked; C beats past
+    ``4 * n`` carry cleared strobes, so the bytes *written* are exactly
+    ``c_addr + i * c_stride + [0, 4 * n)``. A table word read fetches a whole B beat."""
     r, c = cfg.array_rows, cfg.array_cols
     a_row = -(-d.m // r) * r
     b_row = -(-d.n // c) * c
-    return {
+    out = {
         "a": _extent(d.a_addr, d.k, d.a_stride, a_row),
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
         "c": _extent(d.c_addr, d.m, d.c_stride, cfg.acc_bytes * b_row),
     }
+    if d.b_mode == 1:
+        beat = cfg.b_beat_bytes
+        out["b"] = (d.b_addr, d.b_addr + d.b_stride)
+        out["off"] = (d.off_addr, d.off_addr + 4 * (d.k - 1) + beat)
+        out["run"] = (d.run_addr, d.run_addr + 8 * (d.run_count - 1) + 4 + beat)
+        out["grp"] = (d.grp_addr, d.grp_addr + 4 * groups_n(d, cfg) + beat)
+    return out
 
 
 def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
@@ -149,9 +174,19 @@ def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
         bad(ErrorCode.ACC_OVERFLOW,
             f"need partition_m*partition_n*4={acc_need} <= acc_buffer_needed="
             f"{d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
-    for name in ("outer_m", "need_splitk"):
+    for name in ("outer_m", "need_splitk", "b_mode"):
         if getattr(d, name) not in (0, 1):
             bad(ErrorCode.BAD_FLAGS, f"{name}={getattr(d, name)} must be 0 or 1")
+    if d.b_mode == 1 and not errs:
+        if d.k > cfg.conv_offset_entries:
+            bad(ErrorCode.BAD_TABLE, f"k={d.k} offsets exceed conv_offset_entries="
+                                     f"{cfg.conv_offset_entries}")
+        if not 1 <= d.run_count <= cfg.conv_run_entries:
+            bad(ErrorCode.BAD_TABLE, f"run_count={d.run_count} must be in [1, "
+                                     f"conv_run_entries={cfg.conv_run_entries}]")
+        if groups_n(d, cfg) + 1 > cfg.conv_group_entries:
+            bad(ErrorCode.BAD_TABLE, f"n={d.n} needs {groups_n(d, cfg) + 1} group entries, "
+                                     f"more than conv_group_entries={cfg.conv_group_entries}")
     if not errs:
         ext = tensor_extents(d, cfg)
         for name, (lo, hi) in ext.items():
@@ -160,7 +195,7 @@ def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
                                            f"dram_bytes={cfg.dram_bytes:#x}")
         if d.c_stride < 4 * d.n:
             bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < 4*n={4 * d.n}: C rows overlap")
-        for name in ("a", "b"):
+        for name in [key for key in ext if key != "c"]:
             lo, hi = ext[name]
             if lo < ext["c"][1] and ext["c"][0] < hi:
                 bad(ErrorCode.BAD_ADDRESS, f"C [{ext['c'][0]:#x}, {ext['c'][1]:#x}) overlaps "

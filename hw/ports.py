@@ -12,27 +12,33 @@ class ReadPort:
     The requester drives ``addr``/``valid``; a request is accepted in a cycle where ``ready`` is
     high. Its data arrives on ``rdata`` with ``rvalid`` high exactly once, in request order, a
     fixed number of cycles later; responses cannot be refused. Addresses are byte addresses and
-    need not be aligned.
+    need not be aligned. A *strided* port also carries ``stride``: the beat's ``data_bytes``
+    bytes are read at ``addr + i * stride`` (1 = contiguous).
     """
 
     class Signature(wiring.Signature):
-        def __init__(self, *, addr_bits: int, data_bytes: int):
+        def __init__(self, *, addr_bits: int, data_bytes: int, strided: bool = False):
             self.addr_bits = addr_bits
             self.data_bytes = data_bytes
-            super().__init__({
+            self.strided = strided
+            members = {
                 "addr":   Out(addr_bits),
                 "valid":  Out(1),
                 "ready":  In(1),
                 "rdata":  In(8 * data_bytes),
                 "rvalid": In(1),
-            })
+            }
+            if strided:
+                members["stride"] = Out(16)
+            super().__init__(members)
 
         def __eq__(self, other):
             return (type(other) is type(self) and other.addr_bits == self.addr_bits
-                    and other.data_bytes == self.data_bytes)
+                    and other.data_bytes == self.data_bytes and other.strided == self.strided)
 
         def __repr__(self):
-            return f"ReadPort.Signature(addr_bits={self.addr_bits}, data_bytes={self.data_bytes})"
+            return (f"ReadPort.Signature(addr_bits={self.addr_bits}, "
+                    f"data_bytes={self.data_bytes}, strided={self.strided})")
 
 
 class WritePort:

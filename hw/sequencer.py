@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .addrgen import AddrGen
 from .compute import ComputeEngine
 from .config import AccelConfig
 from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
@@ -33,6 +34,10 @@ class Sequencer(wiring.Component):
     and the store of the accumulator half finished at step ``t-1``; the phase ends when all of
     them are done. An epilogue stores the last partition. Each phase costs two control cycles.
 
+    With ``b_mode = 1`` (convolution) the run first loads the layer's tables into the
+    :class:`~hw.addrgen.AddrGen` (before the prologue), and every B load is a gather through
+    them instead of a dense 2-D copy.
+
     Parameters
     ----------
     cfg : AccelConfig
@@ -55,7 +60,8 @@ class Sequencer(wiring.Component):
             "done": Out(1),
             "error": Out(8),
             "a_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.a_beat_bytes)),
-            "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes)),
+            "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
+                                           strided=True)),
             "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         }
         for name in DESC_FIELDS:
@@ -80,7 +86,7 @@ class Sequencer(wiring.Component):
         # Writes only ever target the buffer half (or accumulator rows) not being read, so no
         # read port needs to see a same-cycle write.
         a_w, a_r = buf_a.write_port(), buf_a.read_port(transparent_for=())
-        b_w, b_r = buf_b.write_port(), buf_b.read_port(transparent_for=())
+        b_w, b_r = buf_b.write_port(granularity=8), buf_b.read_port(transparent_for=())
         acc_w = acc.write_port()
         acc_rmw = acc.read_port(transparent_for=())
         acc_st = acc.read_port(transparent_for=())
@@ -92,12 +98,33 @@ class Sequencer(wiring.Component):
                                               depth=cfg.buf_b_depth)
         m.submodules.compute = ce = ComputeEngine(cfg)
         m.submodules.store = se = StoreEngine(cfg)
+        m.submodules.addrgen = ag = AddrGen(cfg)
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
-        wiring.connect(m, wiring.flipped(self.b_rd), lb.mem)
         wiring.connect(m, wiring.flipped(self.c_wr), se.mem)
+        # The B port and buffer B belong to the dense load engine or, in convolution mode, to
+        # the address generator.
+        conv = Signal()
+        with m.If(conv):
+            m.d.comb += [
+                self.b_rd.addr.eq(ag.mem.addr), self.b_rd.valid.eq(ag.mem.valid),
+                self.b_rd.stride.eq(ag.mem.stride),
+                b_w.addr.eq(ag.w_addr), b_w.data.eq(ag.w_data), b_w.en.eq(ag.w_en),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.b_rd.addr.eq(lb.mem.addr), self.b_rd.valid.eq(lb.mem.valid),
+                self.b_rd.stride.eq(1),
+                b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data),
+                b_w.en.eq(Mux(lb.w_en, (1 << cfg.b_beat_bytes) - 1, 0)),
+            ]
+        m.d.comb += [
+            lb.mem.ready.eq(self.b_rd.ready & ~conv), lb.mem.rdata.eq(self.b_rd.rdata),
+            lb.mem.rvalid.eq(self.b_rd.rvalid & ~conv),
+            ag.mem.ready.eq(self.b_rd.ready & conv), ag.mem.rdata.eq(self.b_rd.rdata),
+            ag.mem.rvalid.eq(self.b_rd.rvalid & conv),
+        ]
         m.d.comb += [
             a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
-            b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data), b_w.en.eq(lb.w_en),
             a_r.addr.eq(ce.a_raddr), a_r.en.eq(ce.rd_en), ce.a_rdata.eq(a_r.data),
             b_r.addr.eq(ce.b_raddr), b_r.en.eq(ce.rd_en), ce.b_rdata.eq(b_r.data),
             acc_rmw.addr.eq(ce.acc_raddr), ce.acc_rdata.eq(acc_rmw.data),
@@ -123,7 +150,15 @@ class Sequencer(wiring.Component):
             return hi
 
         a_hi = extent(d["a_addr"], K, d["a_stride"], ((M + R - 1) >> lr) << lr)
-        b_hi = extent(d["b_addr"], K, d["b_stride"], ((N + C - 1) >> lc) << lc)
+        is_conv = d["b_mode"] == 1
+        gn_all = (N + C - 1) >> lc
+        b_hi = Signal(64)
+        m.d.comb += b_hi.eq(Mux(is_conv, d["b_addr"] + d["b_stride"],
+                                d["b_addr"] + (K - 1) * d["b_stride"] + (gn_all << lc)))
+        beat_b = cfg.b_beat_bytes
+        tables = [(d["off_addr"], extent(d["off_addr"], K, 4, beat_b)),
+                  (d["run_addr"], extent(d["run_addr"], d["run_count"], 8, 4 + beat_b)),
+                  (d["grp_addr"], extent(d["grp_addr"], gn_all + 1, 4, beat_b))]
         c_hi = extent(d["c_addr"], M, d["c_stride"], ((N + C - 1) >> lc) << (lc + 2))
         checks = [
             (~(in_dim(M) & in_dim(K) & in_dim(N)), ErrorCode.BAD_SHAPE),
@@ -137,11 +172,17 @@ class Sequencer(wiring.Component):
             (pk * pn > cfg.buf_b_half_bytes, ErrorCode.BUF_B_OVERFLOW),
             ((pm * pn * cfg.acc_bytes > d["acc_buffer_needed"]) |
              (d["acc_buffer_needed"] > cfg.acc_half_bytes), ErrorCode.ACC_OVERFLOW),
-            ((d["outer_m"] > 1) | (d["need_splitk"] > 1), ErrorCode.BAD_FLAGS),
+            ((d["outer_m"] > 1) | (d["need_splitk"] > 1) | (d["b_mode"] > 1),
+             ErrorCode.BAD_FLAGS),
+            (is_conv & ((K > cfg.conv_offset_entries) | (d["run_count"] == 0) |
+                        (d["run_count"] > cfg.conv_run_entries) |
+                        (gn_all + 1 > cfg.conv_group_entries)), ErrorCode.BAD_TABLE),
             ((a_hi > cfg.dram_bytes) | (b_hi > cfg.dram_bytes) | (c_hi > cfg.dram_bytes) |
              (d["c_stride"] < (N << 2)) |
              ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
-             ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)), ErrorCode.BAD_ADDRESS),
+             ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)) |
+             (is_conv & Cat(*((hi > cfg.dram_bytes) | ((lo < c_hi) & (d["c_addr"] < hi))
+                             for lo, hi in tables)).any()), ErrorCode.BAD_ADDRESS),
         ]
         check_code = Const(0, 8)
         for cond, code in reversed(checks):
@@ -242,6 +283,17 @@ class Sequencer(wiring.Component):
             lb.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             lb.p_buf_gstride.eq(pk),
 
+            ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
+            ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
+            ag.p_groups.eq(gn_all + 1),
+            ag.p_b_addr.eq(d["b_addr"]),
+            ag.p_k0.eq(nxt["k0"]),
+            ag.p_rows.eq(nxt_keff),
+            ag.p_g0.eq(nxt["n0"] >> lc),
+            ag.p_gn.eq(groups(nxt_pn, lc)),
+            ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
+            ag.p_buf_gstride.eq(pk),
+
             se.p_addr.eq(st["c_mptr"] + (st["n0"] << 2)),
             se.p_stride.eq(d["c_stride"]),
             se.p_rows.eq(st_pm),
@@ -251,8 +303,10 @@ class Sequencer(wiring.Component):
             se.p_acc_rstride.eq(gn_max),
         ]
 
+        b_busy = Signal()
+        m.d.comb += b_busy.eq(lb.busy | ag.gather_busy | ag.tables_busy)
         engines_busy = Signal()
-        m.d.comb += engines_busy.eq(ce.busy | la.busy | lb.busy | se.busy)
+        m.d.comb += engines_busy.eq(ce.busy | la.busy | b_busy | se.busy)
         error = Signal(8)
         m.d.comb += self.error.eq(error)
 
@@ -266,6 +320,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += error.eq(check_code)
                     m.next = "FINISH"
                 with m.Else():
+                    m.d.sync += conv.eq(is_conv)
+                    m.d.comb += ag.tables_start.eq(is_conv)
                     m.d.sync += [
                         a_kstep.eq(pk * d["a_stride"]),
                         b_kstep.eq(pk * d["b_stride"]),
@@ -277,6 +333,12 @@ class Sequencer(wiring.Component):
                         nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
                         nxt["c_mptr"].eq(d["c_addr"]),
                     ]
+                    with m.If(is_conv):
+                        m.next = "TABLES"
+                    with m.Else():
+                        m.next = "ISSUE"
+            with m.State("TABLES"):             # convolution tables on chip before the prologue
+                with m.If(~ag.tables_busy):
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 same_a = cur_valid & (cur["m0"] == nxt["m0"]) & (cur["k0"] == nxt["k0"])
@@ -284,7 +346,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += [
                     ce.start.eq(cur_valid),
                     la.start.eq(nxt_valid & ~same_a),
-                    lb.start.eq(nxt_valid & ~same_b),
+                    lb.start.eq(nxt_valid & ~same_b & ~conv),
+                    ag.gather_start.eq(nxt_valid & ~same_b & conv),
                     se.start.eq(st_valid),
                 ]
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
@@ -326,7 +389,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += ctr["stall_drain_cycles"].eq(ctr["stall_drain_cycles"] + 1)
             with m.Elif(la.busy):
                 m.d.sync += ctr["stall_load_a_cycles"].eq(ctr["stall_load_a_cycles"] + 1)
-            with m.Elif(lb.busy):
+            with m.Elif(b_busy):
                 m.d.sync += ctr["stall_load_b_cycles"].eq(ctr["stall_load_b_cycles"] + 1)
             with m.Elif(se.busy):
                 m.d.sync += ctr["stall_store_cycles"].eq(ctr["stall_store_cycles"] + 1)

@@ -39,7 +39,8 @@ class AccelTop(wiring.Component):
         super().__init__({
             "csr": In(CsrBus.Signature(addr_bits=CSR_ADDR_BITS)),
             "a_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.a_beat_bytes)),
-            "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes)),
+            "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
+                                           strided=True)),
             "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
             "busy": Out(1),
             "done": Out(1),

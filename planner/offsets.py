@@ -170,7 +170,9 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> 
     Lane group ``G`` holds output pixels ``G*cols .. min(G*cols + cols, N) - 1``. Its lanes are
     cut greedily from lane 0: a run starting at lane ``lo`` has stride
     ``base[lo+1] - base[lo]`` (1 if ``lo`` is the group's last valid lane) and extends while the
-    next lane's base difference equals that stride.
+    next lane's base difference equals that stride. A difference that is not in
+    ``[1, 2**15)`` (a jump to the next image, or a row jump of a very wide tensor) is never a
+    stride: lane ``lo`` then forms a single-lane run of stride 1.
 
     Raises
     ------
@@ -200,6 +202,9 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> 
     diff[:, :-1] = bases[:, 1:] - bases[:, :-1]
     diff[:, -1] = 1
     diff[lane[None, :] + 1 >= valid[:, None]] = 1     # a run starting at the last lane: stride 1
+    # A jump no run stride can encode (across images or rows of a wide tensor, or backwards)
+    # ends the run: the lane before it is a run of its own.
+    jump = (diff <= 0) | (diff >= 1 << RUN_STRIDE_BITS)
 
     # Greedy cut, vectorised over lane groups, sequential over the (few) lanes.
     starts = np.zeros((ngroups, cols), dtype=bool)
@@ -210,8 +215,8 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> 
         if j == 0:
             new = live
         else:
-            new = live & (diff[:, j - 1] != cur)
-        cur = np.where(new, diff[:, j], cur)
+            new = live & ((diff[:, j - 1] != cur) | jump[:, j - 1])
+        cur = np.where(new, np.where(jump[:, j], 1, diff[:, j]), cur)
         starts[:, j] = new
         run_stride[:, j] = cur
 

@@ -6,6 +6,8 @@
 // tessera_dram: byte-addressed memory of 2**ADDR_BITS bytes with three ports:
 //   A and B read ports: one beat of A_BYTES / B_BYTES per accepted request; a request is
 //     accepted when `*_ready` is high; data returns `*_LAT` cycles after acceptance, in order.
+//     A B request reads its B_BYTES bytes at element stride `b_stride` (1 = contiguous) and
+//     costs the bandwidth of the whole beats its span covers (tessera_strided_cost).
 //   C write port: one beat of C_BYTES with a byte strobe per accepted request; written at once
 //     and acknowledged on `c_bvalid` C_LAT cycles after acceptance, in order.
 // Each port is rate-limited by a credit counter: every cycle it earns *_BPC bytes (capped at one
@@ -25,25 +27,38 @@ module tessera_clock (output reg clk);
 endmodule
 
 module tessera_port_credit #(parameter BEAT = 16, parameter BPC = 16) (
-    input  wire clk,
-    input  wire rst,
-    input  wire take,          // a request is accepted this cycle
-    output wire ready
+    input  wire        clk,
+    input  wire        rst,
+    input  wire        take,   // a request is accepted this cycle
+    input  wire [31:0] need,   // bytes the presented request costs (BEAT for a dense beat)
+    output wire        ready
 );
-    // Credit in bytes. It grows by BPC per cycle until a whole beat is available and then
-    // holds (an idle port does not bank bandwidth); an accepted beat spends BEAT. Leftover
-    // credit is kept, so the sustained rate is exactly BPC bytes per cycle.
+    // Credit in bytes. It grows by BPC per cycle until the presented request's cost is
+    // available and then holds (an idle port does not bank bandwidth); an accepted request
+    // spends its cost. Leftover credit is kept, so the sustained rate is exactly BPC bytes per
+    // cycle.
     reg [31:0] credit;
     wire [31:0] earned = credit + BPC;
-    assign ready = (credit >= BEAT);
+    assign ready = (credit >= need);
     always @(posedge clk) begin
         if (rst)
             credit <= BEAT;
         else if (take)
-            credit <= earned - BEAT;
-        else if (credit < BEAT)
+            credit <= earned - need;
+        else if (credit < need)
             credit <= earned;
     end
+endmodule
+
+// Bytes of bandwidth a read of BEAT elements at element stride `stride` costs: the whole beats
+// its span covers, at most one beat per element.
+module tessera_strided_cost #(parameter BEAT = 16) (
+    input  wire [15:0] stride,
+    output wire [31:0] need
+);
+    wire [31:0] span  = (BEAT - 1) * ((stride == 0) ? 32'd1 : {16'd0, stride}) + 1;
+    wire [31:0] beats = (span + BEAT - 1) / BEAT;
+    assign need = ((beats > BEAT) ? BEAT : beats) * BEAT;
 endmodule
 
 module tessera_dram #(
@@ -60,6 +75,7 @@ module tessera_dram #(
     output wire [A_BYTES*8-1:0]   a_rdata,
     output wire                   a_rvalid,
     input  wire [ADDR_BITS-1:0]   b_addr,
+    input  wire [15:0]            b_stride,    // element stride of a B read (1 = dense)
     input  wire                   b_valid,
     output wire                   b_ready,
     output wire [B_BYTES*8-1:0]   b_rdata,
@@ -78,12 +94,14 @@ module tessera_dram #(
     localparam [ADDR_BITS-1:0] MASK = {ADDR_BITS{1'b1}};
     reg [7:0] mem [0:(1<<ADDR_BITS)-1];
 
+    wire [31:0] b_need;
+    tessera_strided_cost #(.BEAT(B_BYTES)) b_cost (.stride(b_stride), .need(b_need));
     tessera_port_credit #(.BEAT(A_BYTES), .BPC(A_BPC)) a_credit (
-        .clk(clk), .rst(rst), .take(a_valid && a_ready), .ready(a_ready));
+        .clk(clk), .rst(rst), .take(a_valid && a_ready), .need(A_BYTES), .ready(a_ready));
     tessera_port_credit #(.BEAT(B_BYTES), .BPC(B_BPC)) b_credit (
-        .clk(clk), .rst(rst), .take(b_valid && b_ready), .ready(b_ready));
+        .clk(clk), .rst(rst), .take(b_valid && b_ready), .need(b_need), .ready(b_ready));
     tessera_port_credit #(.BEAT(C_BYTES), .BPC(C_BPC)) c_credit (
-        .clk(clk), .rst(rst), .take(c_valid && c_ready), .ready(c_ready));
+        .clk(clk), .rst(rst), .take(c_valid && c_ready), .need(C_BYTES), .ready(c_ready));
 
     // read data pipelines: stage 0 is filled at acceptance, the last stage is the output
     reg [A_BYTES*8-1:0] a_pipe [0:A_LAT-1];
@@ -105,7 +123,7 @@ module tessera_dram #(
         for (i = 0; i < A_BYTES; i = i + 1)
             a_word[i*8 +: 8] = mem[(a_addr + i) & MASK];
         for (i = 0; i < B_BYTES; i = i + 1)
-            b_word[i*8 +: 8] = mem[(b_addr + i) & MASK];
+            b_word[i*8 +: 8] = mem[(b_addr + i * b_stride) & MASK];
         if (rst) begin
             for (s = 0; s < A_LAT; s = s + 1) a_vpipe[s] <= 1'b0;
             for (s = 0; s < B_LAT; s = s + 1) b_vpipe[s] <= 1'b0;

@@ -25,7 +25,7 @@ def _pow2s(lo, hi):
 def configs(draw):
     """Valid configurations across the whole allowed space."""
     rows = draw(st.sampled_from(_pow2s(2, 64)))
-    cols = draw(st.sampled_from(_pow2s(2, 64)))
+    cols = draw(st.sampled_from(_pow2s(4, 64)))
     a_beat, b_beat, c_beat = rows, cols, 4 * cols
     return AccelConfig(
         array_rows=rows, array_cols=cols,
@@ -52,8 +52,8 @@ RANGE_CASES = [
     ("array_rows", 3, "a power of two in [2, 64]"),
     ("array_rows", 1, "a power of two in [2, 64]"),
     ("array_rows", 128, "a power of two in [2, 64]"),
-    ("array_cols", 0, "a power of two in [2, 64]"),
-    ("array_cols", 24, "a power of two in [2, 64]"),
+    ("array_cols", 0, "a power of two in [4, 64]"),
+    ("array_cols", 24, "a power of two in [4, 64]"),
     ("operand_bits", 4, "8 (the only supported value)"),
     ("operand_bits", 16, "8 (the only supported value)"),
     ("acc_bits", 16, "32 (the only supported value)"),
@@ -66,6 +66,10 @@ RANGE_CASES = [
     ("acc_buf_bytes", -64, "a power of two in [64, 16777216]"),
     ("dram_addr_bits", 15, "in [16, 32]"),
     ("dram_addr_bits", 33, "in [16, 32]"),
+    ("conv_offset_entries", 8, "a power of two in [16, 65536]"),
+    ("conv_offset_entries", 100, "a power of two in [16, 65536]"),
+    ("conv_run_entries", 1 << 17, "a power of two in [16, 65536]"),
+    ("conv_group_entries", 0, "a power of two in [16, 65536]"),
     ("a_port_bytes_per_cycle", 0, "in [1, 16]"),
     ("a_port_bytes_per_cycle", 17, "in [1, 16]"),
     ("b_port_bytes_per_cycle", 17, "in [1, 16]"),

@@ -46,7 +46,8 @@ def test_desc_fields_order_matches_dataclass_and_abi():
     assert DESC_FIELDS == (
         "m", "k", "n", "partition_m", "partition_n", "partition_k", "tile_m", "tile_n",
         "outer_m", "need_splitk", "acc_buffer_needed",
-        "a_addr", "a_stride", "b_addr", "b_stride", "c_addr", "c_stride")
+        "a_addr", "a_stride", "b_addr", "b_stride", "c_addr", "c_stride",
+        "b_mode", "off_addr", "run_addr", "grp_addr", "run_count")
 
 
 def test_desc_words_follow_desc_fields():
@@ -59,7 +60,8 @@ def test_desc_error_codes_are_stable():
     assert [(c.name, c.value) for c in ErrorCode] == [
         ("NONE", 0), ("BAD_SHAPE", 1), ("BAD_PARTITION_M", 2), ("BAD_PARTITION_N", 3),
         ("BAD_PARTITION_K", 4), ("BAD_TILE", 5), ("BUF_A_OVERFLOW", 6), ("BUF_B_OVERFLOW", 7),
-        ("ACC_OVERFLOW", 8), ("BAD_ADDRESS", 9), ("BAD_FLAGS", 10)]
+        ("ACC_OVERFLOW", 8), ("BAD_ADDRESS", 9), ("BAD_FLAGS", 10),
+        ("BAD_TABLE", 11)]
 
 
 # -- check(): one rule broken at a time ----------------------------------------------------------
@@ -93,6 +95,15 @@ VIOLATIONS = [
                                      acc_buffer_needed=16 * 20 * 4, c_stride=80),
      ErrorCode.ACC_OVERFLOW),
     ("outer_m_2", dict(outer_m=2), ErrorCode.BAD_FLAGS),
+    ("b_mode_2", dict(b_mode=2), ErrorCode.BAD_FLAGS),
+    ("conv_no_runs", dict(b_mode=1, off_addr=0x3000, run_addr=0x3100, grp_addr=0x3200,
+                          run_count=0), ErrorCode.BAD_TABLE),
+    ("conv_too_many_offsets", dict(b_mode=1, k=2000, partition_k=16, need_splitk=1,
+                                   off_addr=0x3000, run_addr=0x5000, grp_addr=0x5100,
+                                   run_count=2, a_addr=0x10000, b_addr=0x20000,
+                                   b_stride=64, c_addr=0x30000), ErrorCode.BAD_TABLE),
+    ("conv_table_overlaps_c", dict(b_mode=1, off_addr=0x2000, run_addr=0x3100, grp_addr=0x3200,
+                                   run_count=2), ErrorCode.BAD_ADDRESS),
     ("need_splitk_2", dict(need_splitk=2), ErrorCode.BAD_FLAGS),
     ("a_past_memory", dict(a_addr=(4 << 20) - 127), ErrorCode.BAD_ADDRESS),
     ("b_past_memory", dict(b_addr=(4 << 20) - 127), ErrorCode.BAD_ADDRESS),
@@ -185,7 +196,7 @@ def test_desc_check_reports_in_priority_order():
     assert got[0] == ErrorCode.BAD_SHAPE
     assert got == sorted(got)
     assert set(got) == set(ErrorCode) - {ErrorCode.NONE, ErrorCode.BAD_ADDRESS,
-                                         ErrorCode.BAD_FLAGS}
+                                         ErrorCode.BAD_FLAGS, ErrorCode.BAD_TABLE}
 
 
 def test_desc_check_address_rules_only_after_the_others():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hw.compute import ComputeEngine
+from hw.compute import drain_cycles
 from hw.config import PRESETS
 from planner.cost import DEFAULT_CONSTANTS as K
 
@@ -12,4 +12,4 @@ def test_model_drain_equals_rtl_drain(preset):
     cfg = PRESETS[preset]
     model = (K.drain_rows_factor * cfg.array_rows + K.drain_cols_factor * cfg.array_cols +
              K.drain_extra_cycles)
-    assert model == ComputeEngine(cfg).drain_cycles
+    assert model == drain_cycles(cfg)

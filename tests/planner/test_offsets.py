@@ -221,11 +221,15 @@ def test_offsets_segments_follow_the_greedy_rule(layout):
 
 # -- validation ----------------------------------------------------------------------------------
 
-def test_offsets_rejects_stride_too_wide():
-    # NHWC 1x1: neighbouring pixels are C bytes apart
-    with pytest.raises(ValueError, match=r"stride=32768 \(run 0"):
-        compile_tables(conv(1, 1 << 15, 1, 2, 1, 1, 1), "NHWC", TINY)
-    compile_tables(conv(1, (1 << 15) - 1, 1, 2, 1, 1, 1), "NHWC", TINY)
+def test_offsets_splits_jumps_too_wide_for_a_stride():
+    # NHWC 1x1: neighbouring pixels are C bytes apart; 2**15 cannot be a stride, so every lane
+    # becomes a run of its own, while 2**15 - 1 still makes one run
+    wide = compile_tables(conv(1, 1 << 15, 1, 2, 1, 1, 1), "NHWC", TINY)
+    runs = wide.runs()
+    assert list(runs["lane_cnt"]) == [1, 1] and list(runs["stride"]) == [1, 1]
+    assert list(runs["base"]) == [0, 1 << 15]
+    narrow = compile_tables(conv(1, (1 << 15) - 1, 1, 2, 1, 1, 1), "NHWC", TINY)
+    assert list(narrow.runs()["lane_cnt"]) == [2]
 
 
 def test_offsets_rejects_base_and_offset_past_32_bits():
