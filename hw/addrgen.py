@@ -241,7 +241,7 @@ class AddrGen(wiring.Component):
                 self.mem.stride.eq(run_stride),
             ]
         m.d.comb += [
-            meta.w_data.eq(Cat(row_base + kk, run_lane_lo[:lanes_bits],
+            meta.w_data.eq(Cat((row_base + kk)[:len(meta_row)], run_lane_lo[:lanes_bits],
                                run_lane_cnt[:lanes_bits + 1])),
             meta.w_en.eq(g_accept),
         ]

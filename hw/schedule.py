@@ -9,7 +9,7 @@ walks these steps, and the RTL tests check the byte and MAC-beat counters agains
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from .config import AccelConfig
 from .desc import GemmDescriptor
@@ -60,13 +60,28 @@ def steps(d: GemmDescriptor, cfg: AccelConfig) -> Iterator[Step]:
             prev = (m0, n0, k0)
 
 
-def traffic(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, int]:
-    """Exact values of the byte counters and of ``mac_active_cycles`` for a run of ``d``."""
+def traffic(d: GemmDescriptor, cfg: AccelConfig,
+            group_table: Sequence[int] | None = None) -> dict[str, int]:
+    """Exact values of the byte counters and of ``mac_active_cycles`` for a run of ``d``.
+
+    A convolution (``b_mode = 1``) needs its group table (``run index of each lane group``, as
+    in ``docs/conv_tables.md``): its B traffic is one B beat per table word, then one beat per
+    run per tap of every gathered block.
+    """
     out = {"rd_a_bytes": 0, "rd_b_bytes": 0, "wr_c_bytes": 0, "mac_active_cycles": 0}
+    if d.b_mode:
+        if group_table is None:
+            raise ValueError("traffic() of a convolution descriptor needs its group_table")
+        words = d.k + 2 * d.run_count + len(group_table)
+        out["rd_b_bytes"] += words * cfg.b_beat_bytes
     for s in steps(d, cfg):
         if s.load_a:
             out["rd_a_bytes"] += s.k_eff * s.groups_m * cfg.a_beat_bytes
-        if s.load_b:
+        if s.load_b and d.b_mode:
+            g0 = s.n0 // cfg.array_cols
+            runs = int(group_table[g0 + s.groups_n]) - int(group_table[g0])
+            out["rd_b_bytes"] += s.k_eff * runs * cfg.b_beat_bytes
+        elif s.load_b:
             out["rd_b_bytes"] += s.k_eff * s.groups_n * cfg.b_beat_bytes
         if s.last_k:
             out["wr_c_bytes"] += s.m_eff * s.groups_n * cfg.c_beat_bytes

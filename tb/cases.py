@@ -43,12 +43,21 @@ def random_cases(cfg: AccelConfig, seed: int, count: int) -> list[GemmCase]:
     return cases
 
 
-def budget_cycles(d: GemmDescriptor, cfg: AccelConfig) -> int:
+def budget_cycles(d: GemmDescriptor, cfg: AccelConfig, group_table=None) -> int:
     """A generous cycle budget: every step's compute, loads and store run one after another,
-    twice over. A run that needs more has hung."""
+    twice over. A run that needs more has hung. A convolution (``group_table`` given) charges
+    every gather request the worst case, one beat per lane, plus its table words."""
     R = cfg.array_rows
     total = 1000
+    if group_table is not None:
+        words = d.k + 2 * d.run_count + len(group_table)
+        total += words * (cfg.b_beat_bytes // cfg.b_port_bytes_per_cycle + 1)
     for s in steps(d, cfg):
+        if group_table is not None and s.load_b:
+            g0 = s.n0 // cfg.array_cols
+            runs = int(group_table[g0 + s.groups_n]) - int(group_table[g0])
+            total += s.k_eff * (runs * cfg.array_cols * cfg.b_beat_bytes //
+                                cfg.b_port_bytes_per_cycle + 2)
         total += s.groups_m * s.groups_n * max(s.k_eff, R) + 4 * R + 2 * cfg.array_cols
         total += s.k_eff * s.groups_m * cfg.a_beat_bytes // cfg.a_port_bytes_per_cycle
         total += s.k_eff * s.groups_n * cfg.b_beat_bytes // cfg.b_port_bytes_per_cycle

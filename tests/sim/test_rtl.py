@@ -95,3 +95,37 @@ def test_rtl_gemm_random_long(rtl_build, preset, tmp_path, request):
     for r in records:
         for name in COUNTERS:
             assert r["predicted"][name] == r[name], (r["case"], name)
+
+
+#: Random convolution cases per run (tb.conv.random_conv): kernels 1-7 and non-square, strides
+#: 1-2, dilation 1-2, asymmetric pads 0-3, groups 1/2/depthwise, batch 1-2, NCHW and NHWC.
+CONV_CASES = 32
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("preset, cases", [("tiny", CONV_CASES), ("default", 8)])
+def test_rtl_conv_random_verilator(rtl_build, preset, cases, tmp_path, request):
+    seed = seed_for(request)
+    out = run(rtl_build, "verilator", preset, "tb.conv", tmp_path,
+              TESSERA_SEED=seed, TESSERA_CASES=cases)
+    records = json.loads((out / "conv_results.json").read_text())
+    assert len(records) == cases
+    assert {r["layout"] for r in records} == {"NCHW", "NHWC"}
+
+
+#: Icarus conv smoke: a padded stride-2 3x3 in NCHW and a dilated depthwise in NHWC.
+ICARUS_CONVS = json.dumps([
+    dict(batch=1, in_channels=3, height=7, width=6, out_channels=5, kernel_h=3, kernel_w=3,
+         stride_h=2, stride_w=2, pad_top=1, pad_left=0, pad_bottom=2, pad_right=1,
+         layout="NCHW"),
+    dict(batch=2, in_channels=3, height=6, width=5, out_channels=3, kernel_h=3, kernel_w=2,
+         dilation_h=2, dilation_w=1, pad_top=1, pad_left=1, groups=3, layout="NHWC"),
+])
+
+
+@pytest.mark.rtl
+def test_rtl_conv_smoke_icarus(rtl_build, tmp_path, request):
+    seed = seed_for(request)
+    out = run(rtl_build, "icarus", "tiny", "tb.conv", tmp_path,
+              TESSERA_SEED=seed, TESSERA_CONVS=ICARUS_CONVS)
+    assert len(json.loads((out / "conv_results.json").read_text())) == 2
