@@ -32,6 +32,10 @@ def broken(d, cfg):
     yield dataclasses.replace(d, c_addr=cfg.dram_bytes - 4)
     yield dataclasses.replace(d, c_addr=d.a_addr)
     yield dataclasses.replace(d, outer_m=2)
+    conv = dict(b_mode=1, b_stride=64, off_addr=d.b_addr + 64, run_addr=d.b_addr + 1024,
+                grp_addr=d.b_addr + 2048, run_count=1)
+    yield dataclasses.replace(d, **{**conv, "run_count": cfg.conv_run_entries + 1})  # BAD_TABLE
+    yield dataclasses.replace(d, **{**conv, "run_addr": d.c_addr})               # BAD_ADDRESS
 
 
 @cocotb.test()
