@@ -6,6 +6,8 @@ Elaboration itself never writes files.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from .config import FORMAT_VERSION, AccelConfig
 
-__all__ = ["emit", "build_dir", "TB_HDL"]
+__all__ = ["emit", "build_dir", "locked", "TB_HDL"]
 
 #: Hand-written simulation HDL (the memory model and clock).
 TB_HDL = Path(__file__).resolve().parent.parent / "tb" / "hdl"
@@ -40,21 +42,40 @@ def build_dir(cfg: AccelConfig, out: Path | str | None = None) -> Path:
     return out / f"cfg-{cfg.config_id:08x}"
 
 
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on ``path`` (created if missing) across processes: parallel test
+    workers and CLI runs serialise generation and simulator builds of one config."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False) -> Path:
     """Write Verilog (``accel_top.v``, ``sim_top.v``), ``config.json``, the register map and
     the top's port metadata for ``cfg``; return the directory.
 
     Reuses an existing directory whose stamp matches the current hw sources and config.
-    Output is byte-reproducible (no source locations). Writes to a temporary directory and
-    renames it into place, so concurrent callers never see half-written output.
+    Output is byte-reproducible (no source locations). Generation holds a per-config lock and
+    writes to a temporary directory renamed into place, so concurrent callers neither repeat
+    the work nor see half-written output.
     """
+    target = build_dir(cfg, out)
+    with locked(target.with_name(target.name + ".lock")):
+        return _emit(cfg, target, force)
+
+
+def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
     from amaranth.back import verilog
 
     from .regmap import REGISTERS
     from .sim.harness import SimTop
     from .top import AccelTop
 
-    target = build_dir(cfg, out)
     stamp = _source_hash(cfg)
     stamp_file = target / ".stamp"
     if not force and stamp_file.exists() and stamp_file.read_text() == stamp:

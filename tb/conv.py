@@ -29,15 +29,12 @@ from planner.shapes import ConvShape
 
 from .cases import budget_cycles
 from .harness import Harness, c_from_bytes
+from .tiling import align as _align
 from .tiling import random_tiling
 
 GUARD = 0xA5
 TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
                  "need_splitk", "acc_buffer_needed")
-
-
-def _align(x: int, to: int = 64) -> int:
-    return -(-x // to) * to
 
 
 def random_conv(rng: np.random.Generator, cfg, i: int) -> tuple[ConvShape, str]:

@@ -10,7 +10,7 @@ import numpy as np
 from hw.config import AccelConfig
 from hw.desc import GemmDescriptor, check
 
-__all__ = ["Placement", "place", "random_tiling", "descriptor"]
+__all__ = ["Placement", "place", "random_tiling", "descriptor", "align"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Placement:
     end: int            # first byte past the last region (guards included)
 
 
-def _align(x: int, to: int = 64) -> int:
+def align(x: int, to: int = 64) -> int:
+    """``x`` rounded up to a multiple of ``to``."""
     return -(-x // to) * to
 
 
@@ -40,14 +41,14 @@ def place(m: int, k: int, n: int, cfg: AccelConfig, *, rng: np.random.Generator 
     a_stride = m + pad(8)
     b_stride = n + pad(8)
     c_stride = 4 * n + 4 * pad(4)
-    a_addr = _align(base)
+    a_addr = align(base)
     a_end = a_addr + (k - 1) * a_stride + -(-m // r) * r
-    b_addr = _align(a_end)
+    b_addr = align(a_end)
     b_end = b_addr + (k - 1) * b_stride + -(-n // c) * c
-    c_addr = _align(b_end + guard_bytes)
+    c_addr = align(b_end + guard_bytes)
     c_end = c_addr + (m - 1) * c_stride + 4 * n
     return Placement(a_addr, a_stride, b_addr, b_stride, c_addr, c_stride, guard_bytes,
-                     _align(c_end + guard_bytes))
+                     align(c_end + guard_bytes))
 
 
 def random_tiling(m: int, k: int, n: int, cfg: AccelConfig, rng: np.random.Generator, *,

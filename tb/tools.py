@@ -117,21 +117,25 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     """
     from cocotb_tools.runner import get_runner
 
-    from hw.build import TB_HDL
+    from hw.build import TB_HDL, locked
 
     prepare_env()
     runner = get_runner(sim)
     hdl = TB_HDL / "dram_model.sv"
     if sim == "verilator":
         _drop_public_flat_rw(runner)
-        sources = [icarus_source(build_dir / "sim_top.v"), hdl]
+        sources = [build_dir / "sim_top.v", hdl]
         args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
     else:
-        sources = [icarus_source(build_dir / "sim_top.v"), hdl]
+        with locked(build_dir / "sim_top_icarus.lock"):
+            sources = [icarus_source(build_dir / "sim_top.v"), hdl]
         args = ["-g2012"]
-    runner.build(sources=sources, hdl_toplevel="sim_top", build_dir=build_dir / f"sim-{sim}",
-                 build_args=args, waves=waves, timescale=("1ns", "1ps"), always=False,
-                 log_file=build_dir / f"sim-{sim}-build.log")
+    # one build per (config, simulator) at a time: pytest-xdist workers share build_dir
+    with locked(build_dir / f"sim-{sim}.lock"):
+        runner.build(sources=sources, hdl_toplevel="sim_top",
+                     build_dir=build_dir / f"sim-{sim}", build_args=args, waves=waves,
+                     timescale=("1ns", "1ps"), always=False,
+                     log_file=build_dir / f"sim-{sim}-build.log")
     return runner
 
 

@@ -33,8 +33,8 @@ def test_build_emit_writes_every_output(emitted):
     assert path.is_dir()
     for name in ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json"):
         assert (path / name).is_file() and (path / name).stat().st_size > 0, name
-    # no temporary directories are left next to it
-    assert sorted(p.name for p in out.iterdir()) == [path.name]
+    # no temporary directories are left next to it (only the per-config lock file)
+    assert sorted(p.name for p in out.iterdir()) == [path.name, path.name + ".lock"]
 
 
 def test_build_emit_without_force_reuses_directory(emitted):
@@ -49,7 +49,7 @@ def test_build_emit_force_is_byte_identical(emitted):
     first = _snapshot(path)
     assert emit(CFG, out, force=True) == path
     assert _snapshot(path) == first
-    assert sorted(p.name for p in out.iterdir()) == [path.name]
+    assert sorted(p.name for p in out.iterdir()) == [path.name, path.name + ".lock"]
 
 
 def test_build_config_json_round_trips(emitted):
