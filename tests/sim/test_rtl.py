@@ -129,3 +129,15 @@ def test_rtl_conv_smoke_icarus(rtl_build, tmp_path, request):
     out = run(rtl_build, "icarus", "tiny", "tb.conv", tmp_path,
               TESSERA_SEED=seed, TESSERA_CONVS=ICARUS_CONVS)
     assert len(json.loads((out / "conv_results.json").read_text())) == 2
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_rtl_conv_resnet50_every_layer(rtl_build, tmp_path):
+    """make test-full: every ResNet-50 conv layer shape on the default config, bit-exact."""
+    from bench.conv_resnet50 import conv_layers, run_layers
+
+    rtl_build("verilator", "default")        # skips naming Verilator when it is missing
+    layers = conv_layers()
+    records = run_layers("default", "NCHW", layers, tmp_path)
+    assert [r["name"] for r in records] == [layer.name for layer in layers]
