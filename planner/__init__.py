@@ -1,6 +1,7 @@
 """Tessera planner: seed-000 GEMM/convolution tiling, its cycle model, an oracle and baselines.
 
-Pure Python (numpy-free even); imports :mod:`hw.config` and :mod:`hw.desc`, never Amaranth.
+Pure Python (the GEMM planner needs no numpy; `planner.offsets` and `planner.layout`, the
+convolution tables, use numpy); imports :mod:`hw.config` and :mod:`hw.desc`, never Amaranth.
 
 Typical use::
 
