@@ -69,8 +69,8 @@ def random_conv(rng: np.random.Generator, cfg, i: int) -> tuple[ConvShape, str]:
 
 async def run_conv(h: Harness, shape: ConvShape, layout: str, seed: int, *,
                    planned: bool) -> dict:
-    """One convolution, every group, checked bit-exactly; returns counters summed over groups."""
-    cfg = h.cfg
+    """One random convolution (full-range int8, seeded), checked bit-exactly against the golden
+    conv; returns counters summed over groups."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-128, 128, size=(shape.batch, shape.in_channels, shape.height, shape.width),
                      dtype=np.int8)
@@ -81,13 +81,34 @@ async def run_conv(h: Harness, shape: ConvShape, layout: str, seed: int, *,
     want = conv2d_int8(x, w, stride=(shape.stride_h, shape.stride_w),
                        pads=(shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right),
                        dilation=(shape.dilation_h, shape.dilation_w), groups=shape.groups)
+    record, got = await conv_on_rtl(h, shape, layout, x, w, seed=seed, planned=planned)
+    ctx = f"conv {shape} {layout} seed={seed}"
+    if not np.array_equal(got, want):
+        bad = np.argwhere(got != want)
+        raise AssertionError(f"{ctx}: {len(bad)} wrong outputs, first at {tuple(bad[0])}: "
+                             f"{got[tuple(bad[0])]} != {want[tuple(bad[0])]}")
+    return record
+
+
+async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, w: np.ndarray,
+                      *, seed: int = 0, planned: bool = True,
+                      halo: int = 0) -> tuple[dict, np.ndarray]:
+    """Run the convolution of int8 ``x`` (NCHW) by int8 ``w`` on the RTL, one descriptor per
+    group; return (counters summed over groups and facts of the run, the int32 NCHW output).
+
+    ``halo`` is the int8 value stored in the padded layout's halo (0 for plain zero padding; a
+    zero point's int8 image when the compiler folds one, docs/conv.md). Asserts that nothing
+    outside C was written, that the counters add up and match hw.schedule.traffic.
+    """
+    cfg = h.cfg
+    rng = np.random.default_rng(seed)
     tables = compile_tables(shape, layout, cfg)
     img = tables.to_bytes()
     gemm = shape.gemm                       # one group's GEMM: m = K/groups, k = (C/g)*R*S
     m, k, n = gemm.m, gemm.k, gemm.n
     # memory: input | tables | weights of every group | guard | C of every group | guard
     x_addr = 0
-    x_img = to_padded(x, shape, layout).tobytes()
+    x_img = _padded_image(x, shape, layout, halo)
     off_addr = _align(x_addr + len(x_img))
     run_addr = _align(off_addr + len(img["off"]) + cfg.b_beat_bytes)
     grp_addr = _align(run_addr + len(img["run"]) + cfg.b_beat_bytes)
@@ -141,10 +162,6 @@ async def run_conv(h: Harness, shape: ConvShape, layout: str, seed: int, *,
     out = c_from_bytes(raw[guard:], shape.groups * m, n, c_stride)     # [K][batch*P*Q]
     got = out.reshape(shape.out_channels, shape.batch, shape.out_h, shape.out_w)
     got = got.transpose(1, 0, 2, 3)
-    if not np.array_equal(got, want):
-        bad = np.argwhere(got != want)
-        raise AssertionError(f"{ctx}: {len(bad)} wrong outputs, first at {tuple(bad[0])}: "
-                             f"{got[tuple(bad[0])]} != {want[tuple(bad[0])]}")
     touched = np.zeros(len(raw), dtype=bool)
     touched[guard:guard + shape.groups * c_group_bytes] = True
     assert np.all(np.frombuffer(raw, dtype=np.uint8)[~touched] == GUARD), \
@@ -153,7 +170,16 @@ async def run_conv(h: Harness, shape: ConvShape, layout: str, seed: int, *,
     return {"shape": dataclasses.asdict(shape), "layout": layout, "seed": seed, **tiling,
             **totals, "macs": macs, "table_bytes": tables.size_bytes,
             "run_count": tables.run_count, "run_wall_s": run_wall_s,
-            "utilisation": macs / (cfg.macs_per_cycle * totals["total_cycles"])}
+            "utilisation": macs / (cfg.macs_per_cycle * totals["total_cycles"])}, got
+
+
+def _padded_image(x: np.ndarray, shape: ConvShape, layout: str, halo: int) -> bytes:
+    """The padded-layout image of ``x`` with every halo byte set to ``halo``."""
+    img = to_padded(x, shape, layout)
+    if halo:
+        ones = to_padded(np.ones_like(x), shape, layout)      # 1 inside, 0 in the halo
+        img = np.where(ones == 1, img, np.int8(halo)).astype(np.int8)
+    return img.tobytes()
 
 
 @cocotb.test()
