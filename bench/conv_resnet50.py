@@ -51,9 +51,9 @@ def run_layers(preset: str, layout: str, layers, work_dir: Path) -> list[dict]:
 
 
 def markdown(records: list[dict]) -> str:
-    lines = ["| layer | count | M x K x N | cycles | MAC util | stall load A / B / store / drain "
-             "| runs | tables (B) |",
-             "|---|---:|---|---:|---:|---|---:|---:|"]
+    lines = ["| layer | count | M x K x N | cycles | predicted (error) | MAC util "
+             "| stall load A / B / store / drain | runs | tables (B) |",
+             "|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for r in records:
         s = r["shape"]
         m = s["out_channels"] // s["groups"]
@@ -61,6 +61,8 @@ def markdown(records: list[dict]) -> str:
         n = r["macs"] // (s["out_channels"] * k)
         lines.append(
             f"| {r['name']} | {r['count']} | {m}x{k}x{n} | {r['total_cycles']} | "
+            f"{r['predicted']['total_cycles']} "
+            f"({r['predicted']['total_cycles'] / r['total_cycles'] - 1:+.2%}) | "
             f"{r['utilisation']:.1%} | {r['stall_load_a_cycles']} / {r['stall_load_b_cycles']} / "
             f"{r['stall_store_cycles']} / {r['stall_drain_cycles']} | {r['run_count']} | "
             f"{r['table_bytes']} |")

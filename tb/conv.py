@@ -23,6 +23,7 @@ from hw.golden import conv2d_int8
 from hw.regmap import COUNTERS
 from hw.schedule import traffic
 from planner import plan_gemm
+from planner.convcost import predict_conv
 from planner.layout import group_base_bytes, padded_bytes, to_padded, weights_k_major
 from planner.offsets import compile_tables
 from planner.shapes import ConvShape
@@ -132,6 +133,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     else:
         tiling = random_tiling(m, k, n, cfg, rng)
     totals = dict.fromkeys(COUNTERS, 0)
+    predicted = dict.fromkeys(COUNTERS, 0)
     run_wall_s = 0.0
     ctx = f"conv {shape} {layout} seed={seed} tiling {tiling}"
     for g in range(shape.groups):
@@ -155,8 +157,10 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
         assert ctr["total_cycles"] == parts, f"{ctx}: total != sum of categories"
         for name, value in traffic(d, cfg, tables.groups).items():
             assert ctr[name] == value, f"{ctx}: counter {name} = {ctr[name]}, expected {value}"
+        pred = predict_conv(d, tables, cfg).as_dict()
         for name in COUNTERS:
             totals[name] += ctr[name]
+            predicted[name] += pred[name]
 
     raw = await h.dump(c_addr - guard, c_end + guard - (c_addr - guard))
     out = c_from_bytes(raw[guard:], shape.groups * m, n, c_stride)     # [K][batch*P*Q]
@@ -169,7 +173,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     macs = shape.batch * shape.out_h * shape.out_w * shape.out_channels * k
     return {"shape": dataclasses.asdict(shape), "layout": layout, "seed": seed, **tiling,
             **totals, "macs": macs, "table_bytes": tables.size_bytes,
-            "run_count": tables.run_count, "run_wall_s": run_wall_s,
+            "run_count": tables.run_count, "run_wall_s": run_wall_s, "predicted": predicted,
             "utilisation": macs / (cfg.macs_per_cycle * totals["total_cycles"])}, got
 
 
