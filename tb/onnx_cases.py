@@ -13,6 +13,8 @@ and compares with the expected output exactly. Results go to ``onnx_results.json
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import time
@@ -75,7 +77,15 @@ def conv_attrs(attrs: dict, x_shape, w_shape) -> dict:
 
 
 def collect_specs() -> list[dict]:
-    """Every ONNX node test of :data:`OPS` (one spec per data set), sorted by name."""
+    """Every ONNX node test of :data:`OPS` (one spec per data set), sorted by name.
+
+    Collecting imports and runs every node-test generator of the wheel (~10 s), so the result
+    is cached per process; each call returns a fresh copy."""
+    return copy.deepcopy(_collect_specs())
+
+
+@functools.cache
+def _collect_specs() -> list[dict]:
     import onnx
     from onnx.backend.test.case.node import collect_testcases
 
@@ -103,7 +113,7 @@ def collect_specs() -> list[dict]:
                 resolved = conv_attrs(attrs, arrays["x"].shape, arrays["w"].shape)
             specs.append({
                 "name": case.name + (f"_{i}" if len(case.data_sets) > 1 else ""),
-                "op": node.op_type, "onnx_attrs": {k: v for k, v in attrs.items()},
+                "op": node.op_type, "onnx_attrs": attrs,
                 "attrs": resolved,
                 "inputs": {k: (None if v is None else _array(v)) for k, v in arrays.items()},
                 "expected": _array(outputs[0])})
