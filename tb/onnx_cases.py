@@ -153,7 +153,7 @@ def expected(spec: dict) -> np.ndarray:
                      -2**31, 2**31 - 1)
 
 
-# -- RTL --------------------------------------------------------------------------------------------
+# -- RTL ------------------------------------------------------------------------------------------
 
 async def gemm_on_rtl(h: Harness, a: np.ndarray, b: np.ndarray) -> tuple[dict, np.ndarray]:
     """``a @ b`` (int8) on the GEMM path with the planner's tiling; returns (counters, int32 C).
