@@ -18,14 +18,13 @@ import time
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode, GemmDescriptor, check
+from hw.desc import ErrorCode
 from hw.golden import conv2d_int8
 from hw.regmap import COUNTERS
 from hw.schedule import traffic
-from planner import plan_gemm
+from planner.conv import TILING_FIELDS, compile_conv
 from planner.convcost import predict_conv
-from planner.layout import group_base_bytes, padded_bytes, to_padded, weights_k_major
-from planner.offsets import compile_tables
+from planner.layout import to_padded, weights_k_major
 from planner.shapes import ConvShape
 
 from .cases import budget_cycles
@@ -34,8 +33,6 @@ from .tiling import align as _align
 from .tiling import random_tiling
 
 GUARD = 0xA5
-TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
-                 "need_splitk", "acc_buffer_needed")
 
 
 def random_conv(rng: np.random.Generator, cfg, i: int) -> tuple[ConvShape, str]:
@@ -103,7 +100,8 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     """
     cfg = h.cfg
     rng = np.random.default_rng(seed)
-    tables = compile_tables(shape, layout, cfg)
+    program = compile_conv(shape, layout, cfg)
+    tables = program.tables
     img = tables.to_bytes()
     gemm = shape.gemm                       # one group's GEMM: m = K/groups, k = (C/g)*R*S
     m, k, n = gemm.m, gemm.k, gemm.n
@@ -128,8 +126,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     await h.load(regions)
 
     if planned:
-        plan = plan_gemm(gemm, cfg)
-        tiling = {name: getattr(plan, name) for name in TILING_FIELDS}
+        tiling = {name: getattr(program.plan, name) for name in TILING_FIELDS}
     else:
         tiling = random_tiling(m, k, n, cfg, rng)
     totals = dict.fromkeys(COUNTERS, 0)
@@ -137,16 +134,10 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     run_wall_s = 0.0
     ctx = f"conv {shape} {layout} seed={seed} tiling {tiling}"
     for g in range(shape.groups):
-        b_addr = x_addr + group_base_bytes(shape, layout, g)
-        d = GemmDescriptor(
-            m=m, k=k, n=n, **tiling,
-            a_addr=a_addr + g * a_group_bytes, a_stride=m,
-            b_addr=b_addr, b_stride=len(x_img) - (b_addr - x_addr),
-            c_addr=c_addr + g * c_group_bytes, c_stride=c_stride,
-            b_mode=1, off_addr=off_addr, run_addr=run_addr, grp_addr=grp_addr,
-            run_count=tables.run_count)
-        errs = check(d, cfg)
-        assert not errs, f"{ctx}: illegal descriptor: {errs}"
+        d = program.descriptor(g, cfg, x_addr=x_addr, a_addr=a_addr + g * a_group_bytes,
+                               c_addr=c_addr + g * c_group_bytes, off_addr=off_addr,
+                               run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride,
+                               tiling=tiling)
         started = time.perf_counter()
         result = await h.run(d, budget_cycles=budget_cycles(d, cfg, tables.groups))
         run_wall_s += time.perf_counter() - started
@@ -170,6 +161,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
     touched[guard:guard + shape.groups * c_group_bytes] = True
     assert np.all(np.frombuffer(raw, dtype=np.uint8)[~touched] == GUARD), \
         f"{ctx}: bytes outside C were written"
+    assert predicted == program.predict(cfg, tiling).as_dict(), f"{ctx}: ConvProgram.predict"
     macs = shape.batch * shape.out_h * shape.out_w * shape.out_channels * k
     return {"shape": dataclasses.asdict(shape), "layout": layout, "seed": seed, **tiling,
             **totals, "macs": macs, "table_bytes": tables.size_bytes,
