@@ -147,3 +147,23 @@ def test_rtl_conv_resnet50_every_layer(rtl_build, tmp_path):
     layers = conv_layers()
     records = run_layers("default", "NCHW", layers, tmp_path)
     assert [r["name"] for r in records] == [layer.name for layer in layers]
+
+
+#: Degenerate convolutions: a fully connected layer (1x1 kernel on a 1x1 map, batch 3, lanes
+#: C_in bytes apart) in both layouts, and a 1x1 conv.
+DEGENERATE_CONVS = json.dumps([
+    dict(batch=3, in_channels=20, height=1, width=1, out_channels=7, kernel_h=1, kernel_w=1,
+         layout="NCHW"),
+    dict(batch=3, in_channels=20, height=1, width=1, out_channels=7, kernel_h=1, kernel_w=1,
+         layout="NHWC"),
+    dict(batch=2, in_channels=9, height=5, width=6, out_channels=11, kernel_h=1, kernel_w=1,
+         layout="NHWC"),
+])
+
+
+@pytest.mark.rtl
+def test_rtl_conv_degenerate_cases(rtl_build, tmp_path, request):
+    seed = seed_for(request)
+    out = run(rtl_build, "verilator", "tiny", "tb.conv", tmp_path,
+              TESSERA_SEED=seed, TESSERA_CONVS=DEGENERATE_CONVS)
+    assert len(json.loads((out / "conv_results.json").read_text())) == 3
