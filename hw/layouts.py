@@ -1,0 +1,103 @@
+"""Binary layouts shared by the RTL, the firmware encoder and the C headers. No Amaranth import.
+
+A firmware *layer record* is 64 little-endian u32 words (256 bytes). Its first words are the
+:class:`hw.desc.GemmDescriptor` in :data:`hw.desc.DESC_FIELDS` order, so the sequencer's
+descriptor fetch is a straight copy; post-processing and the output window follow at fixed word
+offsets given by :data:`LAYER_WORDS`. Every consumer (RTL fetch, ``firmware`` encoder/decoder,
+generated C headers) reads the offsets from here; none is typed twice.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .desc import DESC_FIELDS
+
+__all__ = ["OpKind", "PostMode", "OutFormat", "LAYER_RECORD_WORDS", "LAYER_WORDS",
+           "IMAGE_MAGIC", "IMAGE_HEADER_WORDS", "HEADER_WORDS", "SectionKind"]
+
+
+class OpKind(enum.IntEnum):
+    """What a layer record computes (``ACCEL_OP_*`` in C)."""
+
+    GEMM = 0          # C = A @ B, B a dense matrix (b_mode = 0)
+    CONV = 1          # implicit-im2col convolution through the tables (b_mode = 1)
+    FC = 2            # fully connected: a GEMM whose B is the activations (b_mode = 0)
+
+
+class PostMode(enum.IntEnum):
+    """Activation applied after requantisation (``ACCEL_POST_*``)."""
+
+    NONE = 0          # clamp to the output type's range only
+    RELU = 1          # clamp below at the output zero point
+    RELU6 = 2         # clamp to [zero point, quantised 6.0] (act_max carries quantised 6.0)
+    CLAMP = 3         # clamp to [act_min, act_max]
+
+
+class OutFormat(enum.IntEnum):
+    """Element type of the layer's output tensor (``ACCEL_OUT_*``)."""
+
+    INT32 = 0         # raw accumulators (bias added), no requantisation
+    INT8 = 1          # requantised, zero point added, activation clamped
+
+
+#: Words of one layer record.
+LAYER_RECORD_WORDS = 64
+
+
+def _layer_words() -> dict[str, int]:
+    names = [f"desc_{name}" for name in DESC_FIELDS] + [
+        "op_kind",          # OpKind
+        "out_format",       # OutFormat
+        "post_mode",        # PostMode
+        "out_zero_point",   # int8 output zero point, sign-extended to 32 bits
+        "act_min",          # int8 clamp bounds (sign-extended), used by RELU6 / CLAMP
+        "act_max",
+        "bias_addr",        # m x int32 per-output-channel bias (0 words when bias_present = 0)
+        "bias_present",
+        "mult_addr",        # m x int32 requantisation multipliers (Q31, in (0, 2**31))
+        "shift_addr",       # m x int32 right shifts (0..31) applied after the multiply
+        "out_window_lo",    # the only bytes this layer may write: [lo, hi)
+        "out_window_hi",
+    ]
+    if len(names) > LAYER_RECORD_WORDS:
+        raise AssertionError("layer record overflows its words")
+    return {name: i for i, name in enumerate(names)}
+
+
+#: Word offset of every named field of a layer record (the rest are reserved, zero).
+LAYER_WORDS: dict[str, int] = _layer_words()
+
+
+class SectionKind(enum.IntEnum):
+    """Sections of a firmware image (``ACCEL_SECTION_*``)."""
+
+    LAYERS = 1        # layer_count layer records
+    TABLES = 2        # convolution tables (offset/run/group) of every conv layer
+    QUANT = 3         # bias, multiplier and shift arrays
+    WEIGHTS = 4       # k-major weight matrices
+
+
+#: ``'TSRA'`` little-endian: the first word of every image.
+IMAGE_MAGIC = 0x41525354
+
+#: Words of the image header (the section table included).
+IMAGE_HEADER_WORDS = 16
+
+
+def _header_words() -> dict[str, int]:
+    names = ["magic", "format_version", "config_id", "total_bytes", "crc32", "layer_count",
+             "section_count", "reserved"]
+    words = {name: i for i, name in enumerate(names)}
+    # then up to 4 sections of (kind, offset, bytes)... 8 + 4 * 2 = 16: offset and size only,
+    # the kind is the section's index + 1 (SectionKind)
+    for kind in SectionKind:
+        words[f"section_{kind.name.lower()}_offset"] = len(words)
+        words[f"section_{kind.name.lower()}_bytes"] = len(words)
+    if len(words) > IMAGE_HEADER_WORDS:
+        raise AssertionError("image header overflows its words")
+    return words
+
+
+#: Word offset of every field of the image header.
+HEADER_WORDS: dict[str, int] = _header_words()
