@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gemm_int8", "conv2d_int8"]
+__all__ = ["gemm_int8", "conv2d_int8", "requantize"]
 
 
 def gemm_int8(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -99,3 +99,75 @@ def conv2d_int8(x: np.ndarray, w: np.ndarray, *, stride=(1, 1), pads=(0, 0, 0, 0
             acc += wf[:, :, :, r, s] @ win
     out = acc.astype(np.int64).reshape(groups, m, n, p, q).transpose(2, 0, 1, 3, 4)
     return out.reshape(n, k, p, q).astype(np.uint64).astype(np.uint32).view(np.int32)
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul``: ``a * b / 2**31`` rounded to nearest with
+    ties toward +infinity (``-1.5 -> -1``, ``1.5 -> 2``), computed exactly in int64; the one
+    overflowing case ``INT32_MIN * INT32_MIN`` saturates to ``INT32_MAX``."""
+    a = a.astype(np.int64)
+    b = b.astype(np.int64)
+    ab = a * b                                             # |ab| <= 2**62: exact
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    total = ab + nudge
+    # C integer division truncates toward zero
+    q = np.where(total >= 0, total >> 31, -((-total) >> 31))
+    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, q)
+
+
+def _rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """gemmlowp ``RoundingDivideByPOT``: ``x / 2**exponent`` rounded to nearest, ties away from
+    zero (arithmetic shift plus a remainder test)."""
+    x = x.astype(np.int64)
+    exponent = exponent.astype(np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def requantize(acc: np.ndarray, *, multiplier, shift, bias=None, zero_point: int = 0,
+               act_min: int = -128, act_max: int = 127) -> np.ndarray:
+    """int32 accumulators of an ``M x N`` output (``M`` = output channels, rows) to int8, exactly
+    as TFLite / gemmlowp's ``MultiplyByQuantizedMultiplier`` does, per output channel ``m``:
+
+    ``x = acc + bias[m]`` (int32, wrapping); ``y = RDBP(SRDHM(x << max(-shift, 0), mult[m]),
+    max(shift, 0))`` where ``shift[m] > 0`` is a right shift and ``< 0`` a left shift applied
+    before the multiply (saturating to int32); ``y + zero_point`` clamped to
+    ``[act_min, act_max]``.
+
+    Rounding contract (exactly gemmlowp / TFLite): the doubling high multiply rounds to nearest
+    with ties toward +infinity (``SRDHM``), then the right shift rounds to nearest with ties away
+    from zero (``RDBP``). Two roundings are not one round-half-to-even of the real product
+    (onnxruntime's float ``QLinear*`` reference), so results can differ from that path by one
+    LSB near ties.
+    """
+    acc = np.asarray(acc)
+    if acc.ndim != 2 or acc.dtype != np.int32:
+        raise ValueError(f"requantize: acc must be a 2-D int32 array, not {acc.dtype} "
+                         f"{acc.shape}")
+    m = acc.shape[0]
+
+    def per_row(name, value, lo, hi):
+        arr = np.broadcast_to(np.asarray(value, dtype=np.int64), (m,)).copy()
+        if arr.size and (arr.min() < lo or arr.max() > hi):
+            raise ValueError(f"requantize: {name} must be in [{lo}, {hi}]")
+        return arr[:, None]
+
+    mult = per_row("multiplier", multiplier, 0, INT32_MAX)
+    sh = per_row("shift", shift, -31, 31)
+    b = per_row("bias", 0 if bias is None else bias, INT32_MIN, INT32_MAX)
+    for name, value in (("zero_point", zero_point), ("act_min", act_min), ("act_max", act_max)):
+        if not -128 <= value <= 127:
+            raise ValueError(f"requantize: {name} must be in [-128, 127], not {value!r}")
+    if act_min > act_max:
+        raise ValueError(f"requantize: act_min={act_min} > act_max={act_max}")
+    x = acc.astype(np.int64) + b
+    x = ((x - INT32_MIN) % (1 << 32)) + INT32_MIN                    # int32 wrap of acc + bias
+    left = np.maximum(-sh, 0)
+    x = np.clip(x << left, INT32_MIN, INT32_MAX)                     # saturating left shift
+    y = _rounding_divide_by_pot(_rounding_doubling_high_mul(x, mult), np.maximum(sh, 0))
+    return np.clip(y + zero_point, act_min, act_max).astype(np.int8)
