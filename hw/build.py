@@ -25,7 +25,8 @@ _HW = Path(__file__).resolve().parent
 _ROOT = _HW.parent
 
 #: Outputs of :func:`emit`.
-OUTPUTS = ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json")
+OUTPUTS = ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json",
+           "accel_regs.h", "accel_image.h")
 
 
 def _source_hash(cfg: AccelConfig) -> str:
@@ -72,6 +73,8 @@ def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False
 def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
     from amaranth.back import verilog
 
+    from firmware.headers import HEADERS
+
     from .regmap import REGISTERS
     from .sim.harness import SimTop
     from .top import AccelTop
@@ -94,6 +97,8 @@ def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
         (tmp / "regs.json").write_text(json.dumps(
             {"format_version": FORMAT_VERSION, "config_id": cfg.config_id,
              "registers": [r.__dict__ for r in REGISTERS]}, indent=2) + "\n")
+        for name, header in HEADERS.items():     # accel_regs.h, accel_image.h
+            (tmp / name).write_text(header(cfg))
         (tmp / ".stamp").write_text(stamp)
         if target.exists():
             old = target.with_name(f".{target.name}-old-{os.getpid()}")

@@ -31,7 +31,8 @@ def test_build_emit_writes_every_output(emitted):
     out, path = emitted
     assert path == build_dir(CFG, out) == out / f"cfg-{CFG.config_id:08x}"
     assert path.is_dir()
-    for name in ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json"):
+    for name in ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.json",
+                 "accel_regs.h", "accel_image.h"):
         assert (path / name).is_file() and (path / name).stat().st_size > 0, name
     # no temporary directories are left next to it (only the per-config lock file)
     assert sorted(p.name for p in out.iterdir()) == [path.name, path.name + ".lock"]
