@@ -17,14 +17,10 @@ from hw.config import FORMAT_VERSION, AccelConfig
 from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
-from hw.regmap import COUNTERS, CSR_ADDR_BITS, REGISTERS
+from hw.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REGISTERS, STATUS_BITS
 
+# CTRL_BITS / STATUS_BITS are re-exported from hw.regmap, their one source (hw.top reads them).
 __all__ = ["regs_header", "image_header", "HEADERS", "CTRL_BITS", "STATUS_BITS"]
-
-#: Bit positions of the CTRL register (``hw.top`` decodes bit 0 of a CTRL write as start).
-CTRL_BITS: dict[str, int] = {"START": 0}
-#: Bit positions of the STATUS register (``hw.top`` reads it as ``Cat(busy, done)``).
-STATUS_BITS: dict[str, int] = {"BUSY": 0, "DONE": 1}
 
 
 def _banner(cfg: AccelConfig, what: str) -> list[str]:

@@ -30,10 +30,12 @@ OUTPUTS = ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.js
 
 
 def _source_hash(cfg: AccelConfig) -> str:
-    """Hash of everything the generated files depend on: hw sources and the config."""
+    """Hash of everything the generated files depend on: hw sources, the C-header generator and
+    the config."""
     h = hashlib.sha256(cfg.to_json().encode())
-    for path in sorted(_HW.rglob("*.py")):
-        h.update(path.relative_to(_HW).as_posix().encode())
+    sources = sorted(_HW.rglob("*.py")) + [_ROOT / "firmware" / "headers.py"]
+    for path in sources:
+        h.update(path.relative_to(_ROOT).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

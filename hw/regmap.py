@@ -8,7 +8,7 @@ import dataclasses
 
 from .desc import DESC_FIELDS
 
-__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS"]
+__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CTRL_BITS", "STATUS_BITS"]
 
 #: Performance counters, in register order. These names are also the planner's
 #: ``CycleBreakdown`` fields and the benchmark JSON keys. 32 bits each, wrapping.
@@ -34,6 +34,10 @@ COUNTERS: tuple[str, ...] = (
 )
 
 CSR_ADDR_BITS = 6
+
+#: Bit positions inside CTRL and STATUS (the RTL, the C headers and the testbench read these).
+CTRL_BITS: dict[str, int] = {"START": 0}
+STATUS_BITS: dict[str, int] = {"BUSY": 0, "DONE": 1}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from .config import AccelConfig
 from .desc import DESC_FIELDS
 from .ports import CsrBus, ReadPort, WritePort
-from .regmap import COUNTERS, CSR_ADDR_BITS, REG
+from .regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS
 from .sequencer import Sequencer
 
 __all__ = ["AccelTop"]
@@ -58,8 +58,11 @@ class AccelTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.c_wr), seq.c_wr)
         m.d.comb += [self.busy.eq(seq.busy), self.done.eq(seq.done)]
 
+        status = Signal(32)
+        m.d.comb += [status[STATUS_BITS["BUSY"]].eq(seq.busy),
+                     status[STATUS_BITS["DONE"]].eq(seq.done)]
         readable = {
-            REG["STATUS"].offset: Cat(seq.busy, seq.done),
+            REG["STATUS"].offset: status,
             REG["ERROR"].offset: seq.error,
             REG["CONFIG_ID"].offset: Const(self._cfg.config_id, 32),
         }
@@ -73,7 +76,7 @@ class AccelTop(wiring.Component):
         for name in COUNTERS:
             readable[REG[f"PERF_{name.upper()}"].offset] = getattr(seq, f"c_{name}")
         m.d.comb += seq.start.eq(self.csr.we & (self.csr.addr == REG["CTRL"].offset) &
-                                 self.csr.wdata[0])
+                                 self.csr.wdata[CTRL_BITS["START"]])
 
         with m.Switch(self.csr.addr):
             for offset, value in readable.items():
