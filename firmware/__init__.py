@@ -1,1 +1,1 @@
-"""firmware."""
+"""firmware: the image format (:mod:`firmware.image`), C headers, and ``python -m firmware``."""

@@ -34,7 +34,7 @@ def legal_image(out_format=OutFormat.INT8) -> Image:
     sections = {SectionKind.QUANT: quant, SectionKind.WEIGHTS: weights}
     probe = Image(config_id=CFG.config_id, layers=(), sections=sections, base_addr=BASE)
     # one layer record shifts the blob sections by LAYER_RECORD_BYTES
-    offsets = dataclasses.replace(probe, layers=(None,) * 0).section_offsets()
+    offsets = probe.section_offsets()
     quant_addr = BASE + offsets[SectionKind.QUANT][0] + LAYER_RECORD_BYTES
     weights_addr = BASE + offsets[SectionKind.WEIGHTS][0] + LAYER_RECORD_BYTES
     desc = dataclasses.replace(DESC, a_addr=weights_addr)

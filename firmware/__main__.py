@@ -1,0 +1,84 @@
+"""``python -m firmware``: dump or validate a firmware image.
+
+::
+
+    python -m firmware inspect IMAGE
+    python -m firmware validate IMAGE [--preset NAME | --config cfg.json] [--device-bytes N]
+
+``validate`` prints every problem (one per line) and exits 1, or prints ``valid`` and exits 0.
+Unreadable files and bad options exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hw.config import PRESETS, AccelConfig, ConfigError
+
+from .image import inspect, validate
+
+__all__ = ["main"]
+
+
+class _CliError(Exception):
+    """A clean command-line error: printed to stderr, exit status 2."""
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise _CliError(f"cannot read image {path!r}: {exc.strerror or exc}") from None
+
+
+def _config(args) -> AccelConfig:
+    if args.config is None:
+        return PRESETS[args.preset]
+    try:
+        return AccelConfig.from_json(Path(args.config).read_text())
+    except OSError as exc:
+        raise _CliError(f"cannot read config {args.config!r}: {exc.strerror or exc}") from None
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise _CliError(f"bad config {args.config!r}: {exc}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m firmware", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="print a readable dump of an image")
+    p.add_argument("image")
+    p = sub.add_parser("validate", help="print every problem of an image (exit 1 if any)")
+    p.add_argument("image")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                       help="accelerator preset the image must target (default: default)")
+    group.add_argument("--config", metavar="CFG.JSON", help="AccelConfig JSON file")
+    p.add_argument("--device-bytes", type=lambda s: int(s, 0), default=None,
+                   help="device memory size in bytes (default: the config's dram_bytes)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        blob = _read(args.image)
+        if args.command == "inspect":
+            sys.stdout.write(inspect(blob))
+            return 0
+        problems = validate(blob, _config(args), device_bytes=args.device_bytes)
+    except _CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) found", file=sys.stderr)
+        return 1
+    print("valid")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
