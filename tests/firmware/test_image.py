@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from hw.config import FORMAT_VERSION, PRESETS
 from hw.desc import DESC_FIELDS, GemmDescriptor, check
-from hw.layouts import HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind
+from hw.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFormat, PostMode,
+                        SectionKind)
 from firmware.image import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, Image,
                             ImageError, Layer, decode, encode, format_tables_markdown, inspect,
                             reseal, validate)
@@ -74,7 +75,7 @@ def assert_one(blob, *fragments, **kw):
     assert any(all(f in p for f in fragments) for p in found), found
 
 
-# -- round trip ------------------------------------------------------------------------------------
+# -- round trip -----------------------------------------------------------------------------------
 
 def test_image_legal_gemm_descriptor_passes_check():
     assert check(legal_image().layers[0].desc, CFG) == []
@@ -142,7 +143,7 @@ def test_image_refuses_layers_blob_and_bad_fields():
         Image(config_id=1, layers=(), base_addr=-1)
 
 
-# -- decode errors -----------------------------------------------------------------------------------
+# -- decode errors --------------------------------------------------------------------------------
 
 def test_decode_truncated():
     blob = encode(legal_image())
@@ -168,7 +169,7 @@ def test_decode_bad_enum_names_layer_and_field():
         decode(blob)
 
 
-# -- validator, one rule at a time ------------------------------------------------------------------
+# -- validator, one rule at a time ----------------------------------------------------------------
 
 def test_validate_bad_magic():
     assert_one(patch_header(encode(legal_image()), "magic", 0x12345678), "magic=0x12345678")
@@ -260,6 +261,14 @@ def test_validate_quant_arrays_in_quant_section():
     assert_one(patch_layer(blob, "bias_addr", BASE + 2), "bias_addr=0x10002", "aligned")
 
 
+def test_validate_conv_tables_in_tables_section():
+    blob = patch_layer(patch_layer(encode(legal_image()), "op_kind", OpKind.CONV), "desc_b_mode", 1)
+    blob = patch_layer(blob, "desc_run_count", 1)
+    blob = patch_layer(blob, "desc_off_addr", 0x50000)
+    assert_one(blob, "desc_off_addr=0x50000", "TABLES section")
+    assert not any("b_mode" in p for p in problems_of(blob))
+
+
 def test_validate_quant_values():
     image = legal_image()
     quant = bytearray(image.sections[SectionKind.QUANT])
@@ -317,7 +326,7 @@ def test_validate_truncated():
     assert problems_of(b"TSRA") == ["image is 4 bytes, truncated: the header alone is 64 bytes"]
 
 
-# -- inspect and docs ---------------------------------------------------------------------------------
+# -- inspect and docs -----------------------------------------------------------------------------
 
 def test_inspect_names_fields_and_enums():
     text = inspect(encode(legal_image()))
