@@ -12,7 +12,7 @@ order, each starting on a :data:`SECTION_ALIGN_BYTES` boundary:
 
 Every word is a little-endian u32; signed fields are stored as two's complement. The CRC32
 (:func:`zlib.crc32`, the IEEE 802.3 polynomial) covers the whole image with the ``crc32`` word
-read as 0. ``base_addr`` is kept in the header's ``reserved`` word (see :data:`BASE_ADDR_WORD`).
+read as 0. ``base_addr`` is the header's ``base_addr`` word (see :data:`BASE_ADDR_WORD`).
 docs/firmware.md describes the bytes; its tables are :func:`format_tables_markdown`'s output.
 """
 
@@ -35,8 +35,8 @@ __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "insp
 SECTION_ALIGN_BYTES = 64
 HEADER_BYTES = 4 * IMAGE_HEADER_WORDS
 LAYER_RECORD_BYTES = 4 * LAYER_RECORD_WORDS
-#: The header word that carries :attr:`Image.base_addr` (named ``reserved`` in hw.layouts).
-BASE_ADDR_FIELD = "reserved"
+#: The header word that carries :attr:`Image.base_addr`.
+BASE_ADDR_FIELD = "base_addr"
 BASE_ADDR_WORD = HEADER_WORDS[BASE_ADDR_FIELD]
 #: Layer record fields stored as sign-extended two's complement.
 SIGNED_LAYER_FIELDS = frozenset({"out_zero_point", "act_min", "act_max"})
@@ -423,10 +423,10 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[s
                     out.append(f"mult_addr={lo:#x}: multiplier[{bad[0][0]}]={bad[0][1]} not in "
                                f"(0, 2**31) ({len(bad)} bad)")
             if name == "shift_addr":
-                bad = [(j, v) for j, v in enumerate(values) if not 0 <= v <= 31]
+                bad = [(j, v) for j, v in enumerate(values) if not -31 <= v <= 31]
                 if bad:
                     out.append(f"shift_addr={lo:#x}: shift[{bad[0][0]}]={bad[0][1]} not in "
-                               f"[0, 31] ({len(bad)} bad)")
+                               f"[-31, 31] ({len(bad)} bad)")
 
     # convolution tables must lie in the TABLES section
     if d.b_mode == 1 and d.k and d.n:
@@ -474,7 +474,7 @@ def inspect(blob: bytes) -> str:
     for name, index in HEADER_WORDS.items():
         if name.startswith("section_") and name != "section_count":
             continue
-        label = "reserved (base_addr)" if index == BASE_ADDR_WORD else name
+        label = name
         note = ""
         if name == "magic":
             note = "  ('TSRA')" if h[name] == IMAGE_MAGIC else "  (bad magic)"
@@ -520,7 +520,7 @@ _HEADER_DOC = {
     "crc32": "CRC-32 (zlib / IEEE 802.3) of the whole image with this word read as 0",
     "layer_count": "number of layer records in the LAYERS section",
     "section_count": "number of sections in the table (always 4 in v1)",
-    "reserved": "`base_addr`: device address the image is placed at, 64-byte aligned",
+    "base_addr": "device address the image is placed at, 64-byte aligned",
 }
 
 _LAYER_DOC = {
@@ -532,8 +532,9 @@ _LAYER_DOC = {
     "act_max": "int8 upper clamp (RELU6: quantised 6.0), sign-extended",
     "bias_addr": "device address of m int32 biases in QUANT (when bias_present = 1)",
     "bias_present": "1 when a bias is added, else 0",
-    "mult_addr": "device address of m int32 Q31 multipliers in (0, 2**31) in QUANT (INT8 output)",
-    "shift_addr": "device address of m int32 right shifts in [0, 31] in QUANT (INT8 output)",
+    "mult_addr": "device address of m int32 Q31 multipliers in [1, 2**31) in QUANT (INT8 output)",
+    "shift_addr": "device address of m int32 shifts in [-31, 31] in QUANT (> 0 right after the "
+                  "multiply, < 0 left before it; INT8 output)",
     "out_window_lo": "first device byte the layer may write",
     "out_window_hi": "one past the last device byte the layer may write",
 }

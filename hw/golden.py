@@ -157,7 +157,7 @@ def requantize(acc: np.ndarray, *, multiplier, shift, bias=None, zero_point: int
             raise ValueError(f"requantize: {name} must be in [{lo}, {hi}]")
         return arr[:, None]
 
-    mult = per_row("multiplier", multiplier, 0, INT32_MAX)
+    mult = per_row("multiplier", multiplier, 1, INT32_MAX)
     sh = per_row("shift", shift, -31, 31)
     b = per_row("bias", 0 if bias is None else bias, INT32_MIN, INT32_MAX)
     for name, value in (("zero_point", zero_point), ("act_min", act_min), ("act_max", act_max)):

@@ -55,8 +55,9 @@ def _layer_words() -> dict[str, int]:
         "act_max",
         "bias_addr",        # m x int32 per-output-channel bias (0 words when bias_present = 0)
         "bias_present",
-        "mult_addr",        # m x int32 requantisation multipliers (Q31, in (0, 2**31))
-        "shift_addr",       # m x int32 right shifts (0..31) applied after the multiply
+        "mult_addr",        # m x int32 requantisation multipliers (Q31, in [1, 2**31))
+        "shift_addr",       # m x int32 shifts in [-31, 31]: > 0 right after the multiply,
+                            # < 0 left before it (hw.golden.requantize, TFLite convention)
         "out_window_lo",    # the only bytes this layer may write: [lo, hi)
         "out_window_hi",
     ]
@@ -87,7 +88,7 @@ IMAGE_HEADER_WORDS = 16
 
 def _header_words() -> dict[str, int]:
     names = ["magic", "format_version", "config_id", "total_bytes", "crc32", "layer_count",
-             "section_count", "reserved"]
+             "section_count", "base_addr"]
     words = {name: i for i, name in enumerate(names)}
     # then up to 4 sections of (kind, offset, bytes)... 8 + 4 * 2 = 16: offset and size only,
     # the kind is the section's index + 1 (SectionKind)
