@@ -130,12 +130,13 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
         with locked(build_dir / "sim_top_icarus.lock"):
             sources = [icarus_source(build_dir / "sim_top.v"), hdl]
         args = ["-g2012"]
-    # one build per (config, simulator) at a time: pytest-xdist workers share build_dir
-    with locked(build_dir / f"sim-{sim}.lock"):
-        runner.build(sources=sources, hdl_toplevel="sim_top",
-                     build_dir=build_dir / f"sim-{sim}", build_args=args, waves=waves,
-                     timescale=("1ns", "1ps"), always=False,
-                     log_file=build_dir / f"sim-{sim}-build.log")
+    # one build per (config, simulator, tracing) at a time: pytest-xdist workers share
+    # build_dir; a tracing build has a directory of its own so neither reuses the other
+    name = f"sim-{sim}" + ("-waves" if waves else "")
+    with locked(build_dir / f"{name}.lock"):
+        runner.build(sources=sources, hdl_toplevel="sim_top", build_dir=build_dir / name,
+                     build_args=args, waves=waves, timescale=("1ns", "1ps"), always=False,
+                     log_file=build_dir / f"{name}-build.log")
     return runner
 
 
