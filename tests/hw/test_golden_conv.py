@@ -75,14 +75,11 @@ def test_golden_conv_wraps_like_int32():
     assert got[0, 0, 0, 0] == _wrap32(9 * 16384 * c) < 0
 
 
-def test_golden_conv_resnet_layer_is_fast():
-    import time
+def test_golden_conv_resnet_layer_spot_checks():
     rng = np.random.default_rng(1)
     x = rng.integers(-128, 128, size=(1, 64, 56, 56), dtype=np.int8)
     w = rng.integers(-128, 128, size=(64, 64, 3, 3), dtype=np.int8)
-    start = time.perf_counter()
     out = conv2d_int8(x, w, pads=(1, 1, 1, 1))
-    assert time.perf_counter() - start < 2.0
     assert out.shape == (1, 64, 56, 56)
     # spot-check one interior and one corner pixel against the definition
     for b, o, p, q in [(0, 5, 20, 31), (0, 63, 0, 55)]:

@@ -4,7 +4,6 @@ The functional check is independent: B gathered by walking the segment tables (a
 times the k-major weights must equal the direct convolution of hw.golden for every group.
 """
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -246,18 +245,18 @@ def test_offsets_rejects_bad_arguments():
         compile_tables((1, 1, 3, 3), "NCHW", TINY)
 
 
-# -- speed ---------------------------------------------------------------------------------------
+# -- every ResNet-50 layer (generation time is measured by bench/conv_tables.py, not here) -----
 
-def test_offsets_resnet50_compiles_fast():
+def test_offsets_resnet50_every_layer_compiles_and_fits_on_chip():
     layers = [layer for layer in load_workload(ROOT / "planner/workloads/resnet50.json").layers
               if isinstance(layer.shape, ConvShape)]
     assert sum(layer.count for layer in layers) == 53
     for layout in ("NCHW", "NHWC"):
-        start = time.perf_counter()
         for layer in layers:
-            for _ in range(layer.count):
-                compile_tables(layer.shape, layout, DEFAULT)
-        assert time.perf_counter() - start < 1.0, layout
+            tables = compile_tables(layer.shape, layout, DEFAULT)
+            assert tables.k <= DEFAULT.conv_offset_entries, (layer.name, layout)
+            assert tables.run_count <= DEFAULT.conv_run_entries, (layer.name, layout)
+            assert len(tables.groups) <= DEFAULT.conv_group_entries, (layer.name, layout)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
