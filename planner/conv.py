@@ -19,13 +19,10 @@ from .cost import CycleBreakdown
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables
 from .shapes import ConvShape
-from .tiling import TilingPlan
+from .tiling import TILING_FIELDS, TilingPlan
 
 __all__ = ["ConvProgram", "compile_conv", "TILING_FIELDS"]
 
-#: The tiling fields of a descriptor that a :class:`TilingPlan` decides.
-TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
-                 "need_splitk", "acc_buffer_needed")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,12 @@ from .cost import predict_tiling, utilisation
 from .shapes import GemmShape
 
 __all__ = ["TilingPlan", "SeedDecision", "Branch", "seed_decision", "legalise", "seed_plan",
-           "inner_tiles", "acc_bytes_for", "make_plan", "to_descriptor", "SPLITK_OUTER_M"]
+           "inner_tiles", "acc_bytes_for", "make_plan", "to_descriptor", "SPLITK_OUTER_M",
+           "TILING_FIELDS"]
+
+#: The descriptor fields a :class:`TilingPlan` decides (seed 000's outputs), in descriptor order.
+TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
+                 "need_splitk", "acc_buffer_needed")
 
 Branch = Literal["fits", "nosplit", "splitk"]
 
@@ -91,8 +96,7 @@ class TilingPlan:
     @property
     def key(self) -> tuple[int, ...]:
         """The tiling itself (what the hardware sees), without derived numbers."""
-        return (self.partition_m, self.partition_n, self.partition_k, self.tile_m, self.tile_n,
-                self.outer_m, self.need_splitk, self.acc_buffer_needed)
+        return tuple(getattr(self, name) for name in TILING_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,13 +13,12 @@ import cocotb
 
 import planner
 from planner import GemmShape
+from planner.tiling import TILING_FIELDS
 
 from .cases import GemmCase
 from .gemm import run_case
 from .harness import Harness
 
-TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
-                 "need_splitk", "acc_buffer_needed")
 
 
 @cocotb.test()
