@@ -1,0 +1,49 @@
+"""The ``tessera`` command: one entry point that dispatches to each package's own CLI.
+
+::
+
+    tessera plan ...        # python -m planner (tiling, cycle model, reports)
+    tessera firmware ...    # python -m firmware (inspect / validate images)
+
+Each subcommand lives in its own module and exposes ``main(argv) -> int``; this file only maps
+names to modules (imported lazily, so ``tessera plan`` never imports onnx). A module listed here
+that is not installed fails with a message naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["SUBCOMMANDS", "main"]
+
+#: subcommand -> (module with ``main(argv)``, one-line help).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("planner.__main__", "tile GEMMs, convolutions or workload files (python -m planner)"),
+    "firmware": ("firmware.__main__", "inspect or validate firmware images (python -m firmware)"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = ["usage: tessera COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"tessera: unknown command {name!r}; choose one of {', '.join(SUBCOMMANDS)}",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The ``tessera`` dispatcher: every subcommand resolves to a module with ``main(argv)``."""
+
+import importlib
+
+import pytest
+
+from planner import tessera
+
+
+@pytest.mark.parametrize("name", sorted(tessera.SUBCOMMANDS))
+def test_subcommand_module_has_main(name):
+    module = importlib.import_module(tessera.SUBCOMMANDS[name][0])
+    assert callable(module.main)
+
+
+def test_help_lists_every_command(capsys):
+    assert tessera.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in tessera.SUBCOMMANDS:
+        assert name in out
+
+
+def test_unknown_command_is_named(capsys):
+    assert tessera.main(["frobnicate"]) == 2
+    assert "'frobnicate'" in capsys.readouterr().err
+
+
+def test_no_command_prints_usage_and_fails(capsys):
+    assert tessera.main([]) == 2
+    assert "usage: tessera" in capsys.readouterr().out
+
+
+def test_dispatch_passes_arguments(capsys):
+    assert tessera.main(["plan", "plan", "--gemm", "64,64,64", "--preset", "tiny"]) == 0
+    assert "64" in capsys.readouterr().out
