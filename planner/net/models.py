@@ -1,0 +1,162 @@
+"""Float ONNX models built with ``onnx.helper`` for tests and demos: a small 5-layer CNN and a
+BERT-base-shaped transformer encoder block. Weights are seeded random values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["small_cnn", "encoder_block", "BERT_BASE"]
+
+#: BERT-base encoder dimensions.
+BERT_BASE = {"hidden": 768, "heads": 12, "ffn": 3072}
+
+OPSET = 17  # LayerNormalization exists from opset 17
+
+
+def _check(name: str, value, lo: int, hi: int) -> None:
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an int in [{lo}, {hi}], not {value!r}")
+
+
+def _make(nodes, inputs, outputs, inits, name):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, name, inputs, outputs,
+                              [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="tessera.planner.net.models")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def small_cnn(*, height: int = 32, width: int = 32, classes: int = 10, batchnorm: bool = True,
+              seed: int = 0):
+    """A 5-layer CNN on ``1 x 3 x height x width``: four 3x3 convs (16, 32, 32, 64 channels;
+    pad 1; strides 1, 2, 1, 2) with ReLU — the third followed by BatchNormalization when
+    ``batchnorm`` — then global average pooling, flatten and a fully connected head (Gemm) with
+    ``classes`` outputs. Input ``x``, output ``logits``."""
+    from onnx import TensorProto, helper
+
+    _check("height", height, 4, 4096)
+    _check("width", width, 4, 4096)
+    _check("classes", classes, 1, 100000)
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+    chans = [3, 16, 32, 32, 64]
+    strides = [1, 2, 1, 2]
+    x = "x"
+    for i, (cin, cout, s) in enumerate(zip(chans, chans[1:], strides)):
+        w = rng.normal(0, math.sqrt(2 / (cin * 9)), (cout, cin, 3, 3)).astype(np.float32)
+        inits[f"conv{i}_w"] = w
+        inits[f"conv{i}_b"] = rng.normal(0, 0.05, cout).astype(np.float32)
+        y = f"conv{i}"
+        nodes.append(helper.make_node("Conv", [x, f"conv{i}_w", f"conv{i}_b"], [y], name=y,
+                                      kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[s, s]))
+        if batchnorm and i == 2:
+            for p, v in (("scale", rng.uniform(0.8, 1.2, cout)), ("bias", rng.normal(0, .1, cout)),
+                         ("mean", rng.normal(0, .1, cout)), ("var", rng.uniform(.5, 1.5, cout))):
+                inits[f"bn{i}_{p}"] = v.astype(np.float32)
+            nodes.append(helper.make_node(
+                "BatchNormalization", [y] + [f"bn{i}_{p}" for p in ("scale", "bias", "mean",
+                                                                     "var")],
+                [f"bn{i}"], name=f"bn{i}", epsilon=1e-5))
+            y = f"bn{i}"
+        nodes.append(helper.make_node("Relu", [y], [f"relu{i}"], name=f"relu{i}"))
+        x = f"relu{i}"
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    inits["fc_w"] = rng.normal(0, math.sqrt(1 / chans[-1]), (classes, chans[-1])).astype(
+        np.float32)
+    inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
+                                  transB=1))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
+    return _make(nodes, inputs, outputs, inits, "small_cnn")
+
+
+def encoder_block(*, seq: int | None = 128, hidden: int = BERT_BASE["hidden"],
+                  heads: int = BERT_BASE["heads"], ffn: int = BERT_BASE["ffn"], seed: int = 0):
+    """One post-LayerNorm transformer encoder block (BERT-base shapes by default) on input
+    ``x`` of shape ``1 x seq x hidden``, output ``y`` of the same shape.
+
+    Q, K, V projections (MatMul + Add), per-head attention (``Q K^T / sqrt(d)``, Softmax,
+    ``P V``), output projection, residual Add + LayerNormalization, FFN (MatMul, GELU as the
+    exact erf form, MatMul) and a second residual Add + LayerNormalization. ``seq=None`` leaves
+    the sequence length symbolic (``seq``), to be resolved by the importer's input shapes.
+    """
+    from onnx import TensorProto, helper
+
+    if seq is not None:
+        _check("seq", seq, 1, 1 << 16)
+    _check("hidden", hidden, 1, 1 << 16)
+    _check("heads", heads, 1, hidden)
+    _check("ffn", ffn, 1, 1 << 18)
+    if hidden % heads:
+        raise ValueError(f"heads={heads} must divide hidden={hidden}")
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+
+    def weight(name, fan_in, fan_out):
+        inits[name + "_w"] = rng.normal(0, 1 / math.sqrt(fan_in), (fan_in, fan_out)).astype(
+            np.float32)
+        inits[name + "_b"] = rng.normal(0, 0.02, fan_out).astype(np.float32)
+
+    def dense(name, x, fan_in, fan_out):
+        weight(name, fan_in, fan_out)
+        nodes.append(helper.make_node("MatMul", [x, name + "_w"], [name + "_mm"], name=name))
+        nodes.append(helper.make_node("Add", [name + "_mm", name + "_b"], [name],
+                                      name=name + "_bias"))
+        return name
+
+    def node(op, ins, out, **attrs):
+        nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    inits["heads_shape"] = np.array([0, 0, heads, head_dim], np.int64)
+    inits["merge_shape"] = np.array([0, 0, hidden], np.int64)
+    inits["inv_sqrt_d"] = np.array(1 / math.sqrt(head_dim), np.float32)
+    inits["half"] = np.array(0.5, np.float32)
+    inits["one"] = np.array(1.0, np.float32)
+    inits["inv_sqrt2"] = np.array(1 / math.sqrt(2), np.float32)
+    for ln in ("ln1", "ln2"):
+        inits[ln + "_g"] = rng.uniform(0.9, 1.1, hidden).astype(np.float32)
+        inits[ln + "_b"] = rng.normal(0, 0.02, hidden).astype(np.float32)
+
+    split = {}
+    for part in ("q", "k", "v"):
+        p = dense(part, "x", hidden, hidden)
+        r = node("Reshape", [p, "heads_shape"], part + "_heads")
+        perm = [0, 2, 3, 1] if part == "k" else [0, 2, 1, 3]   # K transposed for Q K^T
+        split[part] = node("Transpose", [r], part + "_t", perm=perm)
+    scores = node("MatMul", [split["q"], split["k"]], "scores")
+    scaled = node("Mul", [scores, "inv_sqrt_d"], "scores_scaled")
+    probs = node("Softmax", [scaled], "probs", axis=-1)
+    ctx = node("MatMul", [probs, split["v"]], "context")
+    ctx = node("Transpose", [ctx], "context_t", perm=[0, 2, 1, 3])
+    ctx = node("Reshape", [ctx, "merge_shape"], "context_merged")
+    attn = dense("attn_out", ctx, hidden, hidden)
+    res1 = node("Add", [attn, "x"], "residual1")
+    ln1 = node("LayerNormalization", [res1, "ln1_g", "ln1_b"], "ln1", axis=-1, epsilon=1e-12)
+    up = dense("ffn_up", ln1, hidden, ffn)
+    # GELU(x) = 0.5 x (1 + erf(x / sqrt 2))
+    e = node("Mul", [up, "inv_sqrt2"], "gelu_scaled")
+    e = node("Erf", [e], "gelu_erf")
+    e = node("Add", [e, "one"], "gelu_1p")
+    e = node("Mul", [up, e], "gelu_x")
+    gelu = node("Mul", [e, "half"], "gelu")
+    down = dense("ffn_down", gelu, ffn, hidden)
+    res2 = node("Add", [down, ln1], "residual2")
+    node("LayerNormalization", [res2, "ln2_g", "ln2_b"], "y", axis=-1, epsilon=1e-12)
+    dims = [1, "seq" if seq is None else seq, hidden]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)]
+    return _make(nodes, inputs, outputs, inits, "encoder_block")
