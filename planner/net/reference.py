@@ -1,0 +1,300 @@
+"""Bit-exact numpy int8 reference of a lowered network (:class:`planner.net.quantize.Lowered`).
+
+Accelerator layers run exactly as the hardware computes them: :func:`hw.golden.conv2d_int8` on
+the padded layout (halo = input zero point) or :func:`hw.golden.gemm_int8`, then
+:func:`hw.golden.requantize` with the layer's bias, multiplier, shift, zero point and bounds;
+activation x activation GEMMs add :func:`planner.quant.fold_matmul_integer`'s host correction
+before requantising. Host ops run in numpy with the QDQ graph's semantics: QuantizeLinear
+(``round_half_even(x / scale) + zp``, saturated; float32), DequantizeLinear
+(``(x - zp) * scale``, float32) and float32 operators between them. Common operators have numpy
+implementations here; every other standard operator runs through ``onnx.reference`` (numpy),
+so nothing is refused unless no implementation exists at all (an unknown domain), which raises
+:class:`HostOpError` naming the operator.
+
+:func:`compare_with_onnxruntime` runs the quantised model on onnxruntime with the same inputs
+and reports, per graph output, the max abs difference in output LSBs and the share of exactly
+equal elements. onnxruntime requantises in float (one round-half-even) where the hardware uses
+gemmlowp's two roundings, and fuses host ops into integer kernels, so small differences are
+expected (docs/networks.md states the measured ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from hw import golden
+from planner.quant import finish, fold_matmul_integer
+
+from .graph import Graph, ModelError, Node
+from .quantize import AccelLayer, HostOp, Lowered
+
+__all__ = ["HostOpError", "run", "run_layer", "HostExecutor", "Comparison",
+           "compare_with_onnxruntime", "onnxruntime_outputs"]
+
+
+class HostOpError(ModelError):
+    """A host operator has no numpy implementation; the message names it."""
+
+
+def _to_int8(x: np.ndarray, offset: int) -> np.ndarray:
+    if offset:
+        if x.dtype != np.uint8:
+            raise ModelError(f"expected a uint8 tensor, got {x.dtype}")
+        return (x.astype(np.int16) - offset).astype(np.int8)
+    if x.dtype != np.int8:
+        raise ModelError(f"expected an int8 tensor, got {x.dtype}")
+    return x
+
+
+def _from_int8(y: np.ndarray, offset: int) -> np.ndarray:
+    return (y.astype(np.int16) + offset).astype(np.uint8) if offset else y
+
+
+def _requant(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
+    return golden.requantize(acc, multiplier=layer.multiplier, shift=layer.shift,
+                             bias=layer.bias, zero_point=layer.out_zero_point,
+                             act_min=layer.act_min, act_max=layer.act_max)
+
+
+def run_layer(layer: AccelLayer, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The int8 (or uint8) output tensor of one accelerator layer."""
+    x8 = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
+    if layer.kind == "conv":
+        s = layer.shape
+        xp = np.pad(x8, ((0, 0), (0, 0), (s.pad_top, s.pad_bottom), (s.pad_left, s.pad_right)),
+                    constant_values=layer.halo)
+        acc = golden.conv2d_int8(xp, layer.weights, stride=(s.stride_h, s.stride_w),
+                                 dilation=(s.dilation_h, s.dilation_w), groups=s.groups)
+        n, k, p, q = acc.shape
+        y = _requant(layer, acc.transpose(1, 0, 2, 3).reshape(k, n * p * q))
+        y = y.reshape(k, n, p, q).transpose(1, 0, 2, 3)
+    elif layer.kind == "fc":
+        rows = x8.reshape(-1, layer.shape.k)
+        acc = golden.gemm_int8(layer.weights, np.ascontiguousarray(rows.T))
+        y = _requant(layer, acc).T.reshape(*x8.shape[:-1], layer.shape.m)
+    elif layer.kind == "gemm":
+        b8 = _to_int8(np.asarray(env[layer.input_b]), 0)
+        s = layer.shape
+        a3, b3 = x8.reshape(-1, s.m, s.k), b8.reshape(-1, s.k, s.n)
+        outs = []
+        for a, b in zip(a3, b3):
+            fold = fold_matmul_integer(a, b, np.int8(layer.in_zero_point),
+                                       np.int8(layer.b_zero_point))
+            acc = finish(golden.gemm_int8(fold.a8, fold.b8), fold.correction)
+            outs.append(_requant(layer, acc))
+        y = np.stack(outs).reshape(*x8.shape[:-1], s.n)
+    else:
+        raise ModelError(f"layer {layer.name!r}: unknown kind {layer.kind!r}")
+    return _from_int8(np.ascontiguousarray(y), layer.out_offset)
+
+
+# -- host ops -------------------------------------------------------------------------------------
+
+def _axis_param(p: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    p = np.asarray(p)
+    if p.ndim == 0 or p.size == 1:
+        return p.reshape(())
+    shape = [1] * x.ndim
+    shape[axis % x.ndim] = p.size
+    return p.reshape(shape)
+
+
+def _quantize(x, scale, zp, axis: int) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    dtype = np.asarray(zp).dtype if zp is not None else np.dtype(np.uint8)
+    info = np.iinfo(dtype)
+    scale = _axis_param(np.asarray(scale, np.float32), x, axis)
+    zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
+    q = np.rint(x / scale).astype(np.float64) + zp
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _dequantize(x, scale, zp, axis: int) -> np.ndarray:
+    x = np.asarray(x)
+    scale = _axis_param(np.asarray(scale, np.float32), x, axis)
+    zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
+    return (x.astype(np.int32) - zp).astype(np.float32) * scale
+
+
+def _softmax(x, axis):
+    x = np.asarray(x, np.float32)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+def _layernorm(x, gamma, beta, axis, eps):
+    x = np.asarray(x, np.float32)
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + np.float32(eps))
+    y = y * gamma
+    return (y + beta if beta is not None else y).astype(np.float32)
+
+
+def _reshape(x, shape, allowzero):
+    shape = [int(d) for d in np.asarray(shape).reshape(-1)]
+    if not allowzero:
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return x.reshape(shape)
+
+
+_NUMPY = {
+    "Relu": lambda n, x: [np.maximum(x, 0).astype(x.dtype)],
+    "Add": lambda n, a, b: [a + b],
+    "Sub": lambda n, a, b: [a - b],
+    "Mul": lambda n, a, b: [a * b],
+    "Div": lambda n, a, b: [a / b],
+    "Sum": lambda n, *xs: [sum(xs[1:], xs[0])],
+    "Identity": lambda n, x: [x],
+    "Dropout": lambda n, x, *rest: [x],
+    "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
+    "Flatten": lambda n, x: [x.reshape(int(np.prod(x.shape[:n.attrs.get("axis", 1) % max(
+        x.ndim, 1)])) if n.attrs.get("axis", 1) % max(x.ndim, 1) else 1, -1)],
+    "Transpose": lambda n, x: [np.transpose(x, n.attrs.get("perm"))],
+    "Concat": lambda n, *xs: [np.concatenate(xs, axis=n.attrs["axis"])],
+    "Softmax": lambda n, x: [_softmax(x, n.attrs.get("axis", -1))],
+    "Erf": None,   # onnx.reference (scipy-free numpy erf)
+    "GlobalAveragePool": lambda n, x: [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+                                       .astype(x.dtype)],
+    "LayerNormalization": lambda n, x, g, b=None: [_layernorm(
+        x, g, b, n.attrs.get("axis", -1), n.attrs.get("epsilon", 1e-5))],
+    "QuantizeLinear": lambda n, x, s, z=None: [_quantize(x, s, z, n.attrs.get("axis", 1))],
+    "DequantizeLinear": lambda n, x, s, z=None: [_dequantize(x, s, z, n.attrs.get("axis", 1))],
+}
+
+
+class HostExecutor:
+    """Runs host nodes: numpy implementations above, else ``onnx.reference`` (one evaluator per
+    node, built once)."""
+
+    def __init__(self, graph: Graph):
+        self._graph = graph
+        self._evaluators: dict[str, object] = {}
+
+    def __call__(self, node: Node, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        args = [env[i] if i else None for i in node.inputs]
+        fn = _NUMPY.get(node.op_type) if node.domain == "" else None
+        if fn is not None:
+            while args and args[-1] is None:
+                args.pop()
+            return fn(node, *args)
+        return self._reference(node, args)
+
+    def _reference(self, node: Node, args) -> list[np.ndarray]:
+        from onnx import helper
+
+        if node.domain not in ("", "ai.onnx"):
+            raise HostOpError(f"{node}: operator {node.domain}.{node.op_type} has no numpy "
+                              f"implementation (unknown domain); it cannot run on the host")
+        ev = self._evaluators.get(node.name)
+        feeds = {name: a for name, a in zip(node.inputs, args) if name}
+        if ev is None:
+            from onnx.reference import ReferenceEvaluator
+
+            inputs = [helper.make_tensor_value_info(
+                n, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.asarray(v).shape)
+                for n, v in feeds.items()]
+            attrs = {k: v for k, v in node.attrs.items()}
+            proto = helper.make_node(node.op_type, node.inputs, node.outputs, name=node.name,
+                                     **{k: (helper.make_tensor(k, helper.np_dtype_to_tensor_dtype(
+                                         v.dtype), v.shape, v.reshape(-1).tolist())
+                                         if isinstance(v, np.ndarray) else v)
+                                        for k, v in attrs.items()})
+            outputs = [helper.make_empty_tensor_value_info(o) for o in node.outputs if o]
+            model = helper.make_model(helper.make_graph([proto], "host", inputs, outputs),
+                                      opset_imports=[helper.make_opsetid("", self._graph.opset)])
+            try:
+                ev = ReferenceEvaluator(model)
+            except Exception as e:
+                raise HostOpError(f"{node}: no numpy implementation ({type(e).__name__}: "
+                                  f"{e})") from None
+            self._evaluators[node.name] = ev
+        try:
+            return list(ev.run(None, feeds))
+        except Exception as e:
+            raise HostOpError(f"{node}: host execution failed ({type(e).__name__}: {e})") \
+                from None
+
+
+def run(lowered: Lowered, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of the lowered network for ``feeds`` (graph inputs by name)."""
+    g = lowered.graph
+    missing = [n for n in g.inputs if n not in feeds]
+    if missing:
+        raise ValueError(f"feeds lack graph inputs {missing}")
+    env: dict[str, np.ndarray] = {n: t.value for n, t in g.tensors.items() if t.is_const}
+    env.update({k: np.asarray(v) for k, v in feeds.items()})
+    host = HostExecutor(g)
+    for step in lowered.steps:
+        if isinstance(step, AccelLayer):
+            env[step.output] = run_layer(step, env)
+        else:
+            outs = host(step.node, env)
+            for name, value in zip([o for o in step.node.outputs], outs):
+                if name:
+                    env[name] = np.asarray(value)
+    return env
+
+
+# -- comparison ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Reference vs onnxruntime on one graph output."""
+
+    output: str
+    elements: int
+    max_abs_diff: float          # in output units
+    max_abs_diff_lsb: float      # in LSBs of the output's quantisation (nan if not quantised)
+    pct_equal: float             # % of exactly equal elements
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def onnxruntime_outputs(qmodel, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of onnxruntime (CPU, default optimisations) on the quantised model."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(qmodel.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(feeds))))
+
+
+def _output_scale(g: Graph, name: str) -> float:
+    node = g.producer(name)
+    if node is not None and node.op_type == "DequantizeLinear":
+        s = g.const(node.input(1))
+        if s is not None and np.asarray(s).size == 1:
+            return float(np.asarray(s).reshape(()))
+    return float("nan")
+
+
+def compare_with_onnxruntime(qmodel, lowered: Lowered, feeds: Mapping[str, np.ndarray]
+                             ) -> list[Comparison]:
+    """Run both on ``feeds``; one :class:`Comparison` per graph output."""
+    ours = run(lowered, feeds)
+    theirs = onnxruntime_outputs(qmodel, feeds)
+    out = []
+    for name in lowered.graph.outputs:
+        a = np.asarray(ours[name], np.float64)
+        b = np.asarray(theirs[name], np.float64)
+        if a.shape != b.shape:
+            raise ModelError(f"output {name!r}: reference shape {a.shape} != onnxruntime "
+                             f"{b.shape}")
+        diff = np.abs(a - b)
+        scale = _output_scale(lowered.graph, name)
+        out.append(Comparison(output=name, elements=int(a.size),
+                              max_abs_diff=float(diff.max()) if a.size else 0.0,
+                              max_abs_diff_lsb=float(np.round(diff.max() / scale, 3))
+                              if a.size and scale == scale else float("nan"),
+                              pct_equal=float(100.0 * np.mean(diff == 0)) if a.size else 100.0))
+    return out
