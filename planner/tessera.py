@@ -21,6 +21,7 @@ __all__ = ["SUBCOMMANDS", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("planner.__main__", "tile GEMMs, convolutions or workload files (python -m planner)"),
     "firmware": ("firmware.__main__", "inspect or validate firmware images (python -m firmware)"),
+    "explain": ("planner.net.cli", "assign an ONNX model's ops to host or accelerator, and why"),
 }
 
 

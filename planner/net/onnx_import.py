@@ -32,6 +32,7 @@ operator of an unknown domain is kept with unknown output shapes.
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -134,14 +135,15 @@ def _check_structure(model) -> None:
             users.setdefault(p, []).append(i)
     pending = [len(d) for d in deps]
     ready = [i for i, p in enumerate(pending) if p == 0]
+    heapq.heapify(ready)
     order = []
-    while ready:
-        i = ready.pop(0)
+    while ready:                 # lowest index first: an already sorted model keeps its order
+        i = heapq.heappop(ready)
         order.append(i)
         for u in users.get(i, ()):
             pending[u] -= 1
             if pending[u] == 0:
-                ready.append(u)
+                heapq.heappush(ready, u)
     if len(order) != len(g.node):
         stuck = next(i for i in range(len(g.node)) if i not in set(order))
         raise ModelError(f"{_node_label(g.node[stuck], stuck)} is part of a cycle")
@@ -337,6 +339,7 @@ def load_model(src, input_shapes: InputShapes | None = None):
             model = version_converter.convert_version(model, UPGRADE_OPSET)
         except Exception as e:
             raise ModelError(f"upgrading opset {opset} to {UPGRADE_OPSET} failed: {e}") from None
+        _name_nodes(model)      # the converter adds unnamed nodes
         del model.graph.value_info[:]
         model = _infer(model)
         _fold_once(model)       # constants the converter introduced (e.g. Unsqueeze axes)

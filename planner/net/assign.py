@@ -1,0 +1,530 @@
+"""Seed 004 (BRIEF §2.5): assign each operation of a network to the host CPU or the accelerator
+by an explicit cost/benefit evaluation, and say why.
+
+**Operation analysis.** :func:`analyse` turns a graph (float or quantised; shapes static — give
+``input_shapes`` for symbolic dims) into :class:`Op` records: *tensor* ops (convolutions,
+matrix products, element-wise, pooling, normalisation, layout) and *scalar* ops (shape
+arithmetic left after folding, control flow). Tiling creates scalar work too: loop counts and
+the per-tile addresses of every accelerator layer, and the base/offset tables of a conv. With
+static shapes all of it is computed on the host at compile time and constant propagation turns
+it into literals of the layer descriptor and tables (the hardware sequencer walks the tiles),
+so nothing of it is left at run time; dead-code elimination drops the shape expressions
+nothing reads any more. Each accelerator-capable op carries one *scalar* companion row that
+reports this honestly (:class:`TilingScalars`: expressions generated, runtime expressions left:
+0).
+
+**Function library** (:class:`FunctionLibrary`). Accelerator cycles from the planner's cycle
+model (``planner.conv.compile_conv(...).predict`` for convolutions, ``planner.predict`` of the
+``best`` plan for GEMMs) at ``accel_clock_hz``; host time from measured numpy timings per op
+class (:func:`measure_host_timings`, cached in a JSON file; tests inject fixed
+:class:`HostTimings`); transfer cost from the bytes crossing the host/device link. All times
+are microseconds. Tensors are counted at 1 byte per element (int8 after quantisation).
+
+**Evaluation** of op ``i`` on processor ``j``:
+
+* cost ``c = t + a``: ``t`` = transfer time of the inputs that live on the other processor
+  (plus outputs that are graph outputs, which must end on the host; a scalar op placed on the
+  accelerator adds ``control_roundtrip_us``, the kernel stop / host compute / resume round trip
+  of seed 004); ``a`` = the op's execution time on ``j`` (accumulated over all its tiles).
+* benefit ``p = s + o``: ``s`` = speed-up over the host (``host time / time on j``; 1 on the
+  host), ``o`` = complexity reduction looked up by op class and processor
+  (:data:`DEFAULT_COMPLEXITY`): e.g. float MACs become int8 MACs on the accelerator, transcendental
+  functions and scalar/control work are simpler on the host.
+
+**Decision** (in topological order; candidates: accelerator first for tensor ops, host first
+for scalar ops): assign to the first candidate with ``p >= th1`` and ``c <= th2``; otherwise
+*fuse with the previous op* (the producer of this op's first input; on the accelerator only when
+nothing else reads the intermediate): on the accelerator only ops its post-processor absorbs (Relu, Clip, folded
+BatchNormalization, bias Add, Quantize/DequantizeLinear); on the host anything. The fused pair
+is re-evaluated (``t`` of the intermediate disappears, ``a`` and the speed-up are the pair's)
+and accepted under the same thresholds; otherwise the op goes to the supported processor of
+minimum cost. The assignments are recorded so the next op's ``t`` and fusion see them.
+
+Deviation from the seed: one accelerator (no per-core choice); ``a`` accumulates over the tiles
+of one op, not over a run queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from hw.config import AccelConfig
+
+from .graph import Graph, ModelError, Node
+
+__all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
+           "Evaluation", "Decision", "analyse", "assign", "explain", "measure_host_timings",
+           "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES"]
+
+Processor = Literal["host", "accel"]
+PROCESSORS: tuple[str, ...] = ("host", "accel")
+
+#: Operator -> op class (the key of the function library). Unlisted operators are "other".
+OP_CLASSES: dict[str, str] = {
+    **dict.fromkeys(["Conv", "QLinearConv", "ConvInteger"], "conv"),
+    **dict.fromkeys(["Gemm", "MatMul", "QLinearMatMul", "MatMulInteger"], "gemm"),
+    **dict.fromkeys(["Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"],
+                    "activation"),
+    **dict.fromkeys(["Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Neg", "Abs", "Sqrt",
+                     "Pow"], "elementwise"),
+    **dict.fromkeys(["Softmax", "LayerNormalization", "Erf", "Exp", "Log", "Gelu", "LRN",
+                     "Reciprocal", "ReduceMean", "ReduceSum"], "nonlinear"),
+    **dict.fromkeys(["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"], "pool"),
+    **dict.fromkeys(["Reshape", "Flatten", "Transpose", "Concat", "Squeeze", "Unsqueeze",
+                     "Identity", "Dropout", "Split", "Slice", "Gather", "Pad"], "layout"),
+    **dict.fromkeys(["QuantizeLinear", "DequantizeLinear"], "quant"),
+    "BatchNormalization": "batchnorm",
+    **dict.fromkeys(["Shape", "Size", "Range", "ConstantOfShape", "NonZero"], "scalar"),
+    **dict.fromkeys(["If", "Loop", "Scan"], "control"),
+}
+#: Op classes the accelerator post-processor absorbs when fused with the preceding layer.
+ACCEL_FUSABLE = frozenset({"Relu", "Clip", "BatchNormalization", "QuantizeLinear",
+                           "DequantizeLinear"})
+
+#: Complexity reduction ``o`` by (op class, processor). The accelerator's gain is int8 MACs in
+#: place of float ones; the host's is scalar/control code and float transcendental functions
+#: it runs natively; layout changes are views on the host.
+DEFAULT_COMPLEXITY: dict[tuple[str, str], float] = {
+    ("conv", "accel"): 1.0, ("gemm", "accel"): 1.0,
+    ("nonlinear", "host"): 1.0, ("scalar", "host"): 1.0, ("control", "host"): 1.0,
+    ("layout", "host"): 1.0, ("elementwise", "host"): 0.5, ("pool", "host"): 0.5,
+    ("quant", "host"): 0.5, ("other", "host"): 0.5,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TilingScalars:
+    """Scalar work the tiling of one accelerator layer creates (seed 004, figure 3)."""
+
+    loop_counts: int          # tile-loop trip counts (3 per GEMM, per group)
+    address_exprs: int        # a/b/c address expressions, one per tile and operand
+    table_entries: int        # conv base/offset table entries (offsets + runs + groups)
+    runtime_exprs: int        # left after constant propagation / DCE (0 with static shapes)
+
+    @property
+    def generated(self) -> int:
+        return self.loop_counts + self.address_exprs + self.table_entries
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One operation to assign."""
+
+    name: str
+    op_type: str
+    op_class: str
+    category: Literal["tensor", "scalar"]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    input_bytes: tuple[int, ...]        # per input (0 for constants: resident where used)
+    output_bytes: int
+    macs: int = 0
+    elements: int = 0                   # output elements
+    accel_cycles: int | None = None     # None: the accelerator cannot run it standalone
+    tiling: TilingScalars | None = None
+    graph_output: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HostTimings:
+    """Measured host (numpy) speeds, nanoseconds per unit."""
+
+    ns_per_mac: float
+    ns_per_element: dict[str, float]    # op class -> ns per output element
+    op_overhead_ns: float               # fixed cost of dispatching one op
+
+    def op_ns(self, op: Op) -> float:
+        if op.op_class in ("conv", "gemm"):
+            return self.op_overhead_ns + op.macs * self.ns_per_mac
+        per = self.ns_per_element.get(op.op_class, self.ns_per_element.get("other", 1.0))
+        return self.op_overhead_ns + max(op.elements, 1) * per
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionLibrary:
+    """Seed 004's function library: where ``t``, ``a``, ``s`` and ``o`` come from."""
+
+    host: HostTimings
+    accel_clock_hz: float = 200e6          # assumed accelerator clock (FPGA-class)
+    link_bytes_per_s: float = 1e9          # host <-> device transfers
+    link_latency_us: float = 5.0           # per transfer
+    control_roundtrip_us: float = 50.0     # a scalar/control op evaluated from the accelerator
+    complexity: Mapping[tuple[str, str], float] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_COMPLEXITY))
+
+    def __post_init__(self):
+        for name in ("accel_clock_hz", "link_bytes_per_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"FunctionLibrary.{name} must be > 0, not "
+                                 f"{getattr(self, name)!r}")
+        for name in ("link_latency_us", "control_roundtrip_us"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"FunctionLibrary.{name} must be >= 0, not "
+                                 f"{getattr(self, name)!r}")
+
+    def exec_us(self, op: Op, proc: str) -> float:
+        """``a``: execution time of ``op`` on ``proc`` (inf when it cannot run there)."""
+        if proc == "host":
+            return self.host.op_ns(op) / 1e3
+        if op.accel_cycles is None:
+            return math.inf
+        return op.accel_cycles / self.accel_clock_hz * 1e6
+
+    def transfer_us(self, nbytes: int) -> float:
+        return 0.0 if nbytes <= 0 else self.link_latency_us + nbytes / self.link_bytes_per_s * 1e6
+
+    def o(self, op: Op, proc: str) -> float:
+        return float(self.complexity.get((op.op_class, proc), 0.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """``th1``: minimum benefit p; ``th2``: maximum cost c (microseconds)."""
+
+    th1: float = 1.5
+    th2: float = 50_000.0
+
+    def __post_init__(self):
+        for name in ("th1", "th2"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or math.isnan(v):
+                raise ValueError(f"Thresholds.{name} must be a number, not {v!r}")
+
+    def accepts(self, ev: "Evaluation") -> bool:
+        return ev.supported and ev.p >= self.th1 and ev.c <= self.th2
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """``c = t + a`` and ``p = s + o`` of one op (or fused pair) on one processor."""
+
+    processor: str
+    t: float
+    a: float
+    s: float
+    o: float
+    host_us: float = 0.0          # host time of the op (or fused group): the speed-up's base
+
+    @property
+    def c(self) -> float:
+        return self.t + self.a
+
+    @property
+    def p(self) -> float:
+        return self.s + self.o
+
+    @property
+    def supported(self) -> bool:
+        return math.isfinite(self.a)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Where one op goes and why."""
+
+    op: Op
+    evaluations: dict[str, Evaluation]
+    processor: str
+    rule: Literal["threshold", "fused", "min-cost"]
+    reason: str
+    fused_with: str | None = None
+    fused_evaluation: Evaluation | None = None
+
+    def row(self) -> dict:
+        """One row of :func:`explain`."""
+        row = {"op": self.op.name, "op_type": self.op.op_type, "category": self.op.category,
+               "op_class": self.op.op_class}
+        for proc in PROCESSORS:
+            ev = self.evaluations[proc]
+            row[f"c_{proc}_us"] = ev.c if ev.supported else None
+            row[f"p_{proc}"] = ev.p if ev.supported else None
+        row.update({"decision": self.processor, "rule": self.rule, "reason": self.reason,
+                    "fused_with": self.fused_with})
+        if self.op.tiling is not None:
+            row["tiling_scalars"] = dataclasses.asdict(self.op.tiling)
+        return row
+
+
+# -- host timings ----------------------------------------------------------------------------------
+
+def measure_host_timings(repeats: int = 3) -> HostTimings:
+    """Time numpy on this machine: a float32 matmul (ns per MAC), element-wise, nonlinear
+    (exp), pooling-like reduction and layout (transpose copy) passes (ns per element)."""
+    rng = np.random.default_rng(0)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            fn()
+            times.append(time.perf_counter_ns() - t0)
+        return float(min(times))
+
+    a = rng.standard_normal((256, 256), np.float32)
+    x = rng.standard_normal((1 << 18,), np.float32)
+    img = x.reshape(64, 64, 64)
+    n = x.size
+    per = {
+        "elementwise": best(lambda: x + x) / n,
+        "activation": best(lambda: np.maximum(x, 0)) / n,
+        "nonlinear": best(lambda: np.exp(x)) / n * 3,            # exp + sum + divide
+        "pool": best(lambda: img.reshape(64, 32, 2, 32, 2).max(axis=(2, 4))) / (n / 4),
+        "layout": best(lambda: np.ascontiguousarray(img.transpose(2, 0, 1))) / n,
+        "quant": best(lambda: np.clip(np.rint(x / 0.1), -128, 127).astype(np.int8)) / n,
+        "batchnorm": best(lambda: x * 0.5 + 0.1) / n,
+    }
+    per["other"] = float(np.median(list(per.values())))
+    return HostTimings(ns_per_mac=best(lambda: a @ a) / 256 ** 3, ns_per_element=per,
+                       op_overhead_ns=best(lambda: np.add(a[:1, :1], 1)))
+
+
+def load_host_timings(path: str | os.PathLike | None = None, *, refresh: bool = False
+                      ) -> HostTimings:
+    """Host timings from ``path`` (default ``$XDG_CACHE_HOME/tessera/host_timings.json``),
+    measured and written there on first use (or when ``refresh``)."""
+    if path is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        path = base / "tessera" / "host_timings.json"
+    path = Path(path)
+    if path.is_file() and not refresh:
+        data = json.loads(path.read_text())
+        try:
+            return HostTimings(**data)
+        except TypeError as e:
+            raise ValueError(f"{path}: not a host timings file ({e})") from None
+    timings = measure_host_timings()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(timings.as_dict(), indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return timings
+
+
+# -- analysis --------------------------------------------------------------------------------------
+
+def _bytes(g: Graph, name: str) -> int:
+    """Runtime bytes of tensor ``name`` at 1 byte per element (0 for constants)."""
+    t = g.tensors.get(name) if name else None
+    if t is None or t.is_const or not t.is_static:
+        return 0
+    return int(t.elements)
+
+
+def _accel_model(g: Graph, node: Node, cfg: AccelConfig):
+    """(macs, accel cycles, tiling scalars) of an accelerator-capable node, else None."""
+    from planner import plan_gemm, predict
+    from planner.conv import compile_conv
+    from planner.shapes import ConvShape, GemmShape
+
+    from .quantize import _Lowerer, _NoMatch
+
+    cls = OP_CLASSES.get(node.op_type)
+    low = _Lowerer(g)
+    try:
+        if cls == "conv":
+            wname = node.input(3) if node.op_type == "QLinearConv" else node.input(1)
+            w = g.const(wname)
+            if w is None:
+                src = low.producers.get(wname)
+                w = g.const(src.input(0)) if src is not None and src.op_type == \
+                    "DequantizeLinear" else None
+            if w is None or w.ndim != 4:
+                return None
+            xname = node.input(0)
+            src = low.producers.get(xname)
+            shape: ConvShape = low.conv_shape(node, xname, w)
+            prog = compile_conv(shape, "NCHW", cfg)
+            cycles = prog.predict(cfg).total_cycles
+            plan, groups = prog.plan, shape.groups
+            tables = int(prog.tables.offsets.size + prog.tables.segments.size
+                         + prog.tables.groups.size)
+            macs = shape.macs
+            batch = 1
+        elif cls == "gemm":
+            a_shape = low.static(node.input(0))
+            bname = node.input(3) if node.op_type == "QLinearMatMul" else node.input(1)
+            b_shape = low.static(bname)
+            if node.op_type == "Gemm":
+                if node.attrs.get("transA", 0):
+                    return None
+                k = a_shape[-1]
+                n_out = b_shape[0] if node.attrs.get("transB", 0) else b_shape[1]
+                m, batch = int(np.prod(a_shape[:-1])), 1
+            elif g.const(bname) is not None or (
+                    low.producers.get(bname) is not None
+                    and g.const(low.producers[bname].input(0)) is not None):
+                k, n_out = b_shape[-2], b_shape[-1]
+                m, batch = int(np.prod(a_shape[:-1])), 1
+            else:
+                if len(a_shape) < 2 or a_shape[:-2] != b_shape[:-2]:
+                    return None
+                m, k, n_out = a_shape[-2], a_shape[-1], b_shape[-1]
+                batch = int(np.prod(a_shape[:-2])) if len(a_shape) > 2 else 1
+            shape = GemmShape(n_out, k, m)       # weights are A: M = output features
+            plan = plan_gemm(shape, cfg)
+            cycles = predict(plan, cfg).total_cycles * batch
+            groups, tables, macs = batch, 0, shape.macs * batch
+        else:
+            return None
+    except (_NoMatch, ValueError):
+        return None
+    tiles = math.ceil(plan.m / plan.partition_m) * math.ceil(plan.n / plan.partition_n) * \
+        math.ceil(plan.k / plan.partition_k)
+    scalars = TilingScalars(loop_counts=3 * groups, address_exprs=3 * tiles * groups,
+                            table_entries=tables, runtime_exprs=0)
+    return macs, cycles, scalars
+
+
+def analyse(g: Graph, cfg: AccelConfig) -> list[Op]:
+    """The ops of ``g`` to assign (module docstring). Raises :class:`ModelError` when a
+    runtime tensor's shape is not static (name the symbolic input dims with input shapes)."""
+    for name in g.inputs:
+        t = g.tensors[name]
+        if not t.is_static:
+            raise ModelError(f"graph input {name!r} has symbolic shape {t.shape}; give its "
+                             f"shape (--input-shape {name}=...) to analyse the network")
+    ops = []
+    for node in g.nodes:
+        cls = OP_CLASSES.get(node.op_type, "other")
+        outs = tuple(o for o in node.outputs if o)
+        out_bytes = sum(_bytes(g, o) for o in outs)
+        elements = out_bytes
+        small_int = all((t := g.tensors.get(o)) is not None and t.dtype is not None
+                        and np.dtype(t.dtype).kind in "iu" and (t.elements or 0) <= 8
+                        for o in outs)
+        category = "scalar" if cls in ("scalar", "control") or (small_int and cls in (
+            "layout", "elementwise", "other")) else "tensor"
+        if category == "scalar" and cls not in ("scalar", "control"):
+            cls = "scalar"
+        accel = _accel_model(g, node, cfg) if cls in ("conv", "gemm") else None
+        macs, cycles, scalars = accel if accel is not None else (0, None, None)
+        if cls in ("conv", "gemm") and accel is None:
+            # not mappable (shape/weights): estimate host MACs from the output elements
+            macs = elements
+        ops.append(Op(name=node.name, op_type=node.op_type, op_class=cls, category=category,
+                      inputs=tuple(node.inputs), outputs=outs,
+                      input_bytes=tuple(_bytes(g, i) for i in node.inputs),
+                      output_bytes=out_bytes, macs=macs, elements=elements,
+                      accel_cycles=cycles, tiling=scalars,
+                      graph_output=any(o in g.outputs for o in outs)))
+    return ops
+
+
+# -- assignment ------------------------------------------------------------------------------------
+
+def _evaluate(op: Op, proc: str, lib: FunctionLibrary, where: Mapping[str, str]) -> Evaluation:
+    a = lib.exec_us(op, proc)
+    moved = sum(b for name, b in zip(op.inputs, op.input_bytes)
+                if name and where.get(name, "host") != proc)
+    if proc == "accel" and op.graph_output:
+        moved += op.output_bytes
+    t = lib.transfer_us(moved)
+    if proc == "accel" and op.category == "scalar":
+        t += lib.control_roundtrip_us
+    host_us = lib.exec_us(op, "host")
+    s = host_us / a if math.isfinite(a) and a > 0 else (1.0 if math.isfinite(a) else 0.0)
+    return Evaluation(proc, t=t, a=a, s=s, o=lib.o(op, proc), host_us=host_us)
+
+
+def _evaluate_fused(prev: Decision, op: Op, lib: FunctionLibrary, where: Mapping[str, str]
+                    ) -> Evaluation | None:
+    """The pair (previous op, op) on the previous op's processor, or None when that processor
+    cannot absorb ``op``."""
+    proc = prev.processor
+    if proc == "accel" and op.op_type not in ACCEL_FUSABLE:
+        return None
+    pe = prev.fused_evaluation or prev.evaluations[proc]
+    inter = set(prev.op.outputs)
+    moved = sum(b for name, b in zip(op.inputs, op.input_bytes)
+                if name and name not in inter and where.get(name, "host") != proc)
+    if proc == "accel" and op.graph_output:
+        moved += op.output_bytes
+    # the accelerator's post-processor applies the fused op in its pipeline: no extra time
+    a_op = 0.0 if proc == "accel" else lib.exec_us(op, "host")
+    a = pe.a + a_op
+    host_group = pe.host_us + lib.exec_us(op, "host")
+    s = host_group / a if a > 0 else 1.0
+    return Evaluation(proc, t=pe.t + lib.transfer_us(moved), a=a, s=s,
+                      o=max(pe.o, lib.o(op, proc)), host_us=host_group)
+
+
+def assign(ops: Sequence[Op], lib: FunctionLibrary, th: Thresholds = Thresholds()
+           ) -> list[Decision]:
+    """Seed 004's decision for every op, in order (module docstring)."""
+    where: dict[str, str] = {}
+    decisions: list[Decision] = []
+    by_output: dict[str, Decision] = {}
+    readers: dict[str, int] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    for op in ops:
+        evs = {proc: _evaluate(op, proc, lib, where) for proc in PROCESSORS}
+        order = ("accel", "host") if op.category == "tensor" else ("host", "accel")
+        chosen = None
+        for proc in order:
+            ev = evs[proc]
+            if th.accepts(ev):
+                tried = [_why({q: evs[q]}, th) for q in order
+                         if q != proc and order.index(q) < order.index(proc)]
+                reason = (f"p={ev.p:.2f} >= th1={th.th1:g} and c={ev.c:.1f}us <= "
+                          f"th2={th.th2:g}us" + (f" (failed first: {'; '.join(tried)})"
+                                                  if tried else ""))
+                chosen = Decision(op, evs, proc, "threshold", reason)
+                break
+        first = next((i for i in op.inputs if i), "")
+        prev = by_output.get(first)
+        if chosen is None and prev is not None and not (
+                prev.processor == "accel" and readers.get(first, 0) > 1):
+            fused = _evaluate_fused(prev, op, lib, where)
+            if fused is not None and th.accepts(fused):
+                chosen = Decision(
+                    op, evs, prev.processor, "fused",
+                    f"no processor passes alone ({_why(evs, th)}); fused with "
+                    f"{prev.op.name!r} on {prev.processor}: p={fused.p:.2f}, "
+                    f"c={fused.c:.1f}us", fused_with=prev.op.name, fused_evaluation=fused)
+        if chosen is None:
+            supported = [evs[p] for p in PROCESSORS if evs[p].supported]
+            best = min(supported, key=lambda e: e.c)
+            chosen = Decision(op, evs, best.processor, "min-cost",
+                              f"no processor passes th1/th2 and no fusion does "
+                              f"({_why(evs, th)}); minimum cost c={best.c:.1f}us")
+        decisions.append(chosen)
+        for o in op.outputs:
+            where[o] = chosen.processor
+            by_output[o] = chosen
+    return decisions
+
+
+def _why(evs: Mapping[str, Evaluation], th: Thresholds) -> str:
+    parts = []
+    for proc, ev in evs.items():
+        if not ev.supported:
+            parts.append(f"{proc}: unsupported")
+        else:
+            bad = []
+            if ev.p < th.th1:
+                bad.append(f"p={ev.p:.2f} < th1")
+            if ev.c > th.th2:
+                bad.append(f"c={ev.c:.1f}us > th2")
+            parts.append(f"{proc}: " + (", ".join(bad) or "ok"))
+    return "; ".join(parts)
+
+
+def explain(g: Graph, cfg: AccelConfig, lib: FunctionLibrary, th: Thresholds = Thresholds()
+            ) -> list[dict]:
+    """Per-op rows: op, c and p on each processor, decision, rule, reason (plus the tiling
+    scalars of accelerator-capable ops)."""
+    return [d.row() for d in assign(analyse(g, cfg), lib, th)]
