@@ -1,0 +1,195 @@
+"""Measurement jobs: run (shape, tiling) cases on the RTL, serially or on a Dask cluster.
+
+A *job* is a list of :class:`Case` run by one simulator process (``tb/tunedb_measure.py`` loops
+over them; the memory model is reloaded per case, the Verilator build is reused). Jobs are
+independent, so :class:`Executor` maps them over a Dask ``distributed`` cluster (a
+``LocalCluster`` by default, or an existing scheduler ``tcp://host:port``) or runs them in this
+process (``serial``).
+
+Measure functions take ``(cases, cfg)`` and return one counter dict per case (the RTL counter
+names, :data:`hw.regmap.COUNTERS`):
+
+* :func:`measure_rtl`: Verilator through ``cocotb_tools.runner`` (bit-exact result checked by
+  ``tb.gemm.run_case`` on every case);
+* :func:`measure_model`: :func:`planner.cost.predict_tiling`, a deterministic stand-in used by the
+  tests of the database logic and of the Dask path (it is *not* a measurement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hw.config import AccelConfig
+from planner.cost import predict_tiling
+from planner.tiling import TILING_FIELDS
+
+__all__ = ["Case", "MeasureFn", "measure_rtl", "measure_model", "Executor", "CASES_ENV"]
+
+#: Environment variable naming the JSON case file for ``tb.tunedb_measure``.
+CASES_ENV = "TESSERA_TUNEDB_CASES"
+#: Result file the testbench writes in its test directory.
+RESULTS_FILE = "tunedb_results.json"
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Case:
+    """One GEMM run: shape ``m x k x n`` and a tiling in :data:`TILING_FIELDS` order."""
+
+    m: int
+    k: int
+    n: int
+    tiling: tuple[int, ...]
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return (self.m, self.k, self.n)
+
+    @property
+    def tiling_dict(self) -> dict[str, int]:
+        return dict(zip(TILING_FIELDS, self.tiling))
+
+    def to_json(self) -> dict:
+        return {"m": self.m, "k": self.k, "n": self.n, "tiling": self.tiling_dict}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Case":
+        return cls(raw["m"], raw["k"], raw["n"], tuple(raw["tiling"][f] for f in TILING_FIELDS))
+
+
+MeasureFn = Callable[[Sequence[Case], AccelConfig], list[dict]]
+
+
+def measure_model(cases: Sequence[Case], cfg: AccelConfig) -> list[dict]:
+    """The analytic cycle model's counters for each case (deterministic stand-in, no RTL)."""
+    out = []
+    for c in cases:
+        t = c.tiling_dict
+        out.append(predict_tiling(c.m, c.k, c.n, t["partition_m"], t["partition_n"],
+                                  t["partition_k"], t["outer_m"], cfg).as_dict())
+    return out
+
+
+def measure_rtl(cases: Sequence[Case], cfg: AccelConfig, workdir: str | Path | None = None
+                ) -> list[dict]:
+    """Run ``cases`` on Verilator in one simulator process; their RTL counters, in order.
+
+    Emits and builds the configuration if needed (``hw.build.emit`` and ``tb.tools.build`` cache
+    and lock both). Raises ``RuntimeError`` when the simulator is missing or a case fails (wrong
+    result, error code, timeout), naming the test directory with the log.
+    """
+    from cocotb_tools.runner import get_results
+
+    from hw.build import emit
+    from tb.tools import build, missing_tool
+
+    if not cases:
+        return []
+    reason = missing_tool("verilator")
+    if reason:
+        raise RuntimeError(reason)
+    out = emit(cfg)
+    runner = build("verilator", out)
+    test_dir = Path(tempfile.mkdtemp(prefix="tunedb-", dir=workdir))
+    case_file = test_dir / "cases.json"
+    case_file.write_text(json.dumps([c.to_json() for c in cases]))
+    results_xml = test_dir / "results.xml"
+    runner.test(hdl_toplevel="sim_top", test_module="tb.tunedb_measure", test_dir=test_dir,
+                extra_env={"ACCEL_BUILD": str(out), CASES_ENV: str(case_file)},
+                results_xml=str(results_xml))
+    tests, fails = get_results(results_xml)
+    result_file = test_dir / RESULTS_FILE
+    if tests == 0 or fails or not result_file.exists():
+        raise RuntimeError(f"RTL measurement failed ({fails} of {tests} cocotb tests); "
+                           f"log and cases in {test_dir}")
+    records = json.loads(result_file.read_text())
+    if len(records) != len(cases):
+        raise RuntimeError(f"RTL measurement returned {len(records)} results for {len(cases)} "
+                           f"cases ({test_dir})")
+    counters = []
+    for case, rec in zip(cases, records):
+        if (rec["m"], rec["k"], rec["n"]) != case.dims:
+            raise RuntimeError(f"RTL result for {rec['m']}x{rec['k']}x{rec['n']} in place of "
+                               f"{case.m}x{case.k}x{case.n} ({test_dir})")
+        counters.append(rec["counters"])
+    for child in test_dir.iterdir():  # keep the directory small: images are large
+        if child.suffix == ".hex":
+            child.unlink()
+    return counters
+
+
+def _run_job(fn: MeasureFn, cfg: AccelConfig, cases: list[Case]) -> list[dict]:
+    return fn(cases, cfg)
+
+
+class Executor:
+    """Runs measurement jobs: ``serial`` in this process, else on Dask ``distributed``.
+
+    ``scheduler``: ``"serial"``, ``"local"`` (a ``LocalCluster`` of ``workers`` single-threaded
+    worker processes, started on first use) or a scheduler address ``tcp://host:port``. Results
+    come back in job order whatever the cluster, so builds are deterministic.
+    """
+
+    def __init__(self, scheduler: str = "local", workers: int = 2):
+        if scheduler not in ("serial", "local") and "://" not in scheduler:
+            raise ValueError(f"scheduler must be 'serial', 'local' or an address like "
+                             f"tcp://host:8786, not {scheduler!r}")
+        if type(workers) is not int or workers < 1:
+            raise ValueError(f"workers must be a positive int, not {workers!r}")
+        self._scheduler = scheduler
+        self._workers = workers
+        self._client = None
+        self._cluster = None
+
+    @property
+    def scheduler(self) -> str:
+        return self._scheduler
+
+    def _connect(self):
+        if self._client is None:
+            try:
+                from distributed import Client, LocalCluster
+            except ImportError:
+                raise RuntimeError("Dask `distributed` is not installed (pip install "
+                                   "'tessera[dev]', or use --scheduler serial)") from None
+            if self._scheduler == "local":
+                self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1,
+                                             processes=True, dashboard_address=None)
+                self._client = Client(self._cluster)
+            else:
+                self._client = Client(self._scheduler)
+        return self._client
+
+    def map(self, fn: MeasureFn, cfg: AccelConfig, jobs: list[list[Case]]) -> list[list[dict]]:
+        """``[fn(job, cfg) for job in jobs]``, run where the scheduler says."""
+        if not jobs:
+            return []
+        if self._scheduler == "serial":
+            return [fn(job, cfg) for job in jobs]
+        client = self._connect()
+        futures = client.map(functools.partial(_run_job, fn, cfg), jobs, pure=False)
+        return client.gather(futures)
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def default_workdir() -> str:
+    """Where RTL job directories go: ``$TESSERA_TUNEDB_WORKDIR`` or the system temp dir."""
+    return os.environ.get("TESSERA_TUNEDB_WORKDIR") or tempfile.gettempdir()

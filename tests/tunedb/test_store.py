@@ -1,0 +1,91 @@
+"""SQLite storage: round trip, schema and configuration refusal, concurrent writers."""
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from hw.config import PRESETS
+from planner.tunedb import SCHEMA_VERSION, TuneDB, TuneDBError
+
+from .conftest import CFG, record
+
+
+def test_store_round_trip_and_replace(tmp_path):
+    path = tmp_path / "a.tunedb"
+    r1 = record("initial", (64, 64, 64), 32, 32, 64, 5000)
+    r2 = record("boundary", (32, 64, 64), 32, 32, 64, 2600)
+    with TuneDB.open(path, CFG) as db:
+        db.put_records([r1, r2])
+        db.put_measurements([("gemm", r1.dims, r1.tiling, {"total_cycles": 5000})])
+    with TuneDB.open(path, create=False) as db:           # configuration read from the file
+        assert db.cfg == CFG and db.config_id == f"{CFG.config_id:08x}"
+        assert db.records() == [r1, r2]
+        assert db.records("boundary") == [r2]
+        assert db.measurement("gemm", r1.dims, r1.tiling) == {"total_cycles": 5000}
+        assert db.measurement("gemm", r2.dims, r2.tiling) is None
+        db.put_records([record("initial", (64, 64, 64), 64, 64, 64, 4000)])
+        assert [r.cycles for r in db.records("initial")] == [4000]
+        assert db.stats()["records"] == {"initial/gemm": 1, "boundary/gemm": 1}
+
+
+def test_store_refuses_another_config(tmp_path):
+    path = tmp_path / "a.tunedb"
+    TuneDB.open(path, CFG).close()
+    other = PRESETS["tiny"]
+    with pytest.raises(TuneDBError, match=f"is for config_id {CFG.config_id:08x}, not "
+                                          f"{other.config_id:08x}"):
+        TuneDB.open(path, other)
+
+
+def test_store_refuses_another_schema_version(tmp_path):
+    path = tmp_path / "a.tunedb"
+    TuneDB.open(path, CFG).close()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                     (str(SCHEMA_VERSION + 1),))
+    conn.close()
+    with pytest.raises(TuneDBError, match=f"schema version {SCHEMA_VERSION + 1}, this code "
+                                          f"reads version {SCHEMA_VERSION}; there is no "
+                                          f"migration"):
+        TuneDB.open(path, CFG)
+
+
+def test_store_refuses_other_files(tmp_path):
+    with pytest.raises(TuneDBError, match="no such tuning database"):
+        TuneDB.open(tmp_path / "missing.tunedb", CFG, create=False)
+    foreign = tmp_path / "foreign.sqlite"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    with pytest.raises(TuneDBError, match="not a tuning database"):
+        TuneDB.open(foreign, CFG)
+    text = tmp_path / "text.tunedb"
+    text.write_text("hello, not sqlite " * 100)
+    with pytest.raises(TuneDBError, match="not a tuning database"):
+        TuneDB.open(text, CFG)
+
+
+def _writer(path, index, count):
+    with TuneDB.open(path, CFG) as db:
+        for i in range(count):
+            m = 8 * (1 + index * count + i)
+            db.put_records([record("initial", (m, 16, 8), 8, 8, 16, 100 + i)])
+            db.put_measurements([("gemm", (m, 16, 8), (8,) * 8, {"total_cycles": i})])
+
+
+def test_store_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "shared.tunedb"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, i, 25)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    with TuneDB.open(path, create=False) as db:
+        assert sorted(r.m for r in db.records()) == [8 * i for i in range(1, 76)]
+        assert db.measurement_count() == 75
+        mode = db._conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
