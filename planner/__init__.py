@@ -32,19 +32,20 @@ __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdo
            "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
            "search", "best_plan", "Layer", "Workload", "load_workload", "parse_workload"]
 
-Strategy = Literal["seed", "greedy", "search", "best"]
+Strategy = Literal["seed", "greedy", "search", "best", "db"]
 #: Strategy names accepted by :func:`plan_gemm` and the CLI.
-STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best")
+STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best", "db")
 
 
 def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
-              b_bytes: int | None = None) -> TilingPlan:
+              b_bytes: int | None = None, db=None) -> TilingPlan:
     """Plan one GEMM with ``strategy``.
 
     ``seed`` is seed 000 legalised, ``greedy`` the Gemmini-style baseline, ``search`` the
     exhaustive oracle and ``best`` (default) the seed refined by local search. ``b_bytes``
     (seed and best only) is the bytes of one load of B when it is not ``k*n`` (a convolution's
-    input tensor).
+    input tensor). ``db`` asks the tuning database ``db`` (a path or
+    :class:`planner.tunedb.TuneDB`; seed 001, docs/tunedb.md).
     """
     if not isinstance(shape, GemmShape):
         raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
@@ -56,6 +57,11 @@ def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
         return search(shape, cfg)
     if strategy == "best":
         return best_plan(shape, cfg, b_bytes)
+    if strategy == "db":
+        if db is None:
+            raise ValueError("strategy 'db' needs a tuning database (db=PATH, --db PATH)")
+        from .tunedb.lookup import db_plan
+        return db_plan(shape, cfg, db)
     raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
 
 

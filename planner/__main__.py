@@ -83,7 +83,7 @@ def _cmd_plan(args) -> int:
     else:
         workload = load_workload(args.workload)
     strategies = (args.strategy,) if args.strategy == "search" else (args.strategy, "search")
-    results = evaluate(workload, cfg, strategies)
+    results = evaluate(workload, cfg, strategies, args.db)
     if args.json:
         layers = []
         for r in results:
@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             what.add_argument("--workload", metavar="FILE.json")
             p.add_argument("--strategy", default="best", choices=STRATEGIES)
             p.add_argument("--json", action="store_true", help="machine-readable output")
+            p.add_argument("--db", metavar="PATH", help="tuning database (--strategy db)")
         else:
             p.add_argument("--workloads", nargs="*", metavar="FILE.json")
             p.add_argument("--out", help="write the markdown here instead of stdout")

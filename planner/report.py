@@ -33,13 +33,13 @@ def gap(plan: TilingPlan, oracle: TilingPlan) -> float:
     return plan.predicted_cycles / oracle.predicted_cycles - 1
 
 
-def evaluate(workload: Workload, cfg: AccelConfig, strategies: tuple[str, ...]
+def evaluate(workload: Workload, cfg: AccelConfig, strategies: tuple[str, ...], db=None
              ) -> list[LayerResult]:
     """Plan every layer with every strategy in ``strategies``."""
     out = []
     for layer in workload.layers:
         gemm, groups, b_bytes = layer_gemm(layer.shape)
-        plans = {s: plan_gemm(gemm, cfg, s, b_bytes if s in ("seed", "best") else None)
+        plans = {s: plan_gemm(gemm, cfg, s, b_bytes if s in ("seed", "best") else None, db)
                  for s in strategies}
         out.append(LayerResult(layer, layer.count * groups, plans))
     return out
