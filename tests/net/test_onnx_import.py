@@ -1,0 +1,116 @@
+"""ONNX import: folding of weight subgraphs, opset upgrade, symbolic dims, clear errors."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from planner.net.graph import ModelError
+from planner.net.models import encoder_block
+from planner.net.onnx_import import import_onnx, load_model, parse_input_shapes
+
+from .conftest import LIGHT
+
+
+def _tiny(nodes, inputs, outputs, inits=(), opset=13, domains=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)] + [
+        helper.make_opsetid(d, 1) for d in domains])
+
+
+def test_import_light_resnet50_folds_constant_of_shape_weights():
+    g = import_onnx(LIGHT / "light_resnet50.onnx")
+    assert g.opset >= 11                                   # upgraded from opset 9
+    counts = g.op_counts()
+    assert "ConstantOfShape" not in counts
+    assert counts["Conv"] == 53 and counts["Gemm"] == 1
+    conv = next(n for n in g.nodes if n.op_type == "Conv")
+    w = g.const(conv.inputs[1])
+    assert w is not None and w.shape == (64, 3, 7, 7)
+    assert g.inputs == ["gpu_0/data_0"]                    # initialisers are not inputs
+    assert g.tensors[g.outputs[0]].shape == (1, 1000)
+    assert all(g.tensors[o].is_static for n in g.nodes for o in n.outputs)
+
+
+def test_import_resolves_symbolic_dims_for_given_input_shapes():
+    model = encoder_block(seq=None, hidden=64, heads=4, ffn=128)
+    g = import_onnx(model, {"x": (1, 16, 64)})
+    assert g.symbols == {"seq": 16}
+    assert g.tensors["scores"].shape == (1, 4, 16, 16)
+    assert g.tensors["y"].shape == (1, 16, 64)
+    symbolic = import_onnx(model)
+    assert symbolic.tensors["scores"].shape == (1, 4, "seq", "seq")
+
+
+def test_import_rejects_a_given_shape_that_contradicts_the_model():
+    model = encoder_block(seq=None, hidden=64, heads=4, ffn=128)
+    with pytest.raises(ModelError, match=r"'x' dim 2 is fixed at 64"):
+        import_onnx(model, {"x": (1, 16, 32)})
+    with pytest.raises(ModelError, match=r"'x' has rank 3"):
+        import_onnx(model, {"x": (16, 64)})
+    with pytest.raises(ModelError, match=r"'nope', which is not a graph input"):
+        import_onnx(model, {"nope": (1,)})
+
+
+def test_import_names_the_node_with_an_undefined_input():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    model = _tiny([helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")], [x], [y])
+    with pytest.raises(ModelError, match=r"Add node 'adder': input 1 'ghost'"):
+        load_model(model)
+
+
+def test_import_names_a_node_in_a_cycle():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
+    model = _tiny([helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+                   helper.make_node("Relu", ["a"], ["b"], name="second"),
+                   helper.make_node("Relu", ["a"], ["z"], name="out")], [x], [z])
+    with pytest.raises(ModelError, match="cycle"):
+        load_model(model)
+
+
+def test_import_refuses_garbage_bytes_and_missing_files(tmp_path):
+    with pytest.raises(ModelError, match="not an ONNX model|no graph nodes"):
+        import_onnx(b"\x08\x07garbage\xff\xff")
+    with pytest.raises(ModelError, match="does not exist"):
+        import_onnx(tmp_path / "missing.onnx")
+
+
+def test_import_refuses_old_opsets_and_bad_attributes():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    with pytest.raises(ModelError, match="opset 5 is older than 7"):
+        load_model(_tiny([helper.make_node("Relu", ["x"], ["y"])], [x], [y], opset=5))
+    bad = _tiny([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=7)], [x], [y])
+    with pytest.raises(ModelError, match="sm|axis"):
+        load_model(bad)
+
+
+def test_import_keeps_unknown_ops_as_nodes():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
+    model = _tiny([helper.make_node("Fancy", ["x"], ["y"], name="fancy", domain="com.example"),
+                   helper.make_node("Relu", ["y"], ["z"], name="relu")], [x], [z],
+                  domains=["com.example"])
+    g = import_onnx(model)
+    assert [(n.op_type, n.domain) for n in g.nodes] == [("Fancy", "com.example"), ("Relu", "")]
+
+
+def test_import_folds_shape_arithmetic_of_static_tensors():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [24])
+    model = _tiny([helper.make_node("Shape", ["x"], ["s"]),
+                   helper.make_node("ReduceProd", ["s"], ["n"], keepdims=1),
+                   helper.make_node("Reshape", ["x", "n"], ["y"], name="flat")], [x], [y])
+    g = import_onnx(model)
+    assert [n.op_type for n in g.nodes] == ["Reshape"]
+    assert np.array_equal(g.const(g.nodes[0].inputs[1]), [24])
+    assert g.tensors["y"].shape == (24,)
+
+
+def test_parse_input_shapes_names_the_bad_spec():
+    assert parse_input_shapes(["a=1,3,8,8", "b:c=2"]) == {"a": (1, 3, 8, 8), "b:c": (2,)}
+    for bad in ("a", "a=", "a=1,x", "=1", "a=0,2"):
+        with pytest.raises(ValueError, match="NAME=D0,D1"):
+            parse_input_shapes([bad])

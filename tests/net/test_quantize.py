@@ -1,0 +1,258 @@
+"""Quantisation, lowering onto accelerator layers, and the int8 reference against onnxruntime."""
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ort = pytest.importorskip("onnxruntime")
+
+from planner.net.models import encoder_block, small_cnn  # noqa: E402
+from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
+from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs, lower,  # noqa: E402
+                                  quantize_qdq, seeded_weights)
+from planner.net.reference import (HostOpError, compare_with_onnxruntime, run,  # noqa: E402
+                                   run_layer)
+from planner.shapes import ConvShape, GemmShape  # noqa: E402
+
+from .conftest import LIGHT  # noqa: E402
+
+
+def _ort(model, feeds):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    """(float model after BN folding, QDQ model, lowered network)."""
+    model = fold_batchnorm(load_model(small_cnn()))
+    q = quantize_qdq(model, samples=4, seed=1)
+    return model, q, lower(import_onnx(q))
+
+
+def test_fold_batchnorm_preserves_the_float_function():
+    model = load_model(small_cnn())
+    folded = fold_batchnorm(model)
+    assert "BatchNormalization" in [n.op_type for n in model.graph.node]
+    assert "BatchNormalization" not in [n.op_type for n in folded.graph.node]
+    feeds = generated_inputs(model, 1, seed=3)[0]
+    np.testing.assert_allclose(_ort(folded, feeds)[0], _ort(model, feeds)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_seeded_weights_are_deterministic_and_replace_constant_weights():
+    model = load_model(LIGHT / "light_squeezenet.onnx")
+    a, b, c = seeded_weights(model, 7), seeded_weights(model, 7), seeded_weights(model, 8)
+    m0, a, b, c = ({t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+                   for m in (model, a, b, c))
+    name = next(n for n, v in m0.items() if v.ndim == 4)
+    assert np.all(m0[name] == m0[name].flat[0])       # the wheel's constant 0.02
+    assert a[name].shape == m0[name].shape
+    assert a[name].std() > 0
+    assert np.array_equal(a[name], b[name])
+    assert not np.array_equal(a[name], c[name])
+    with pytest.raises(ValueError, match="seed must be an int >= 0"):
+        seeded_weights(model, -1)
+
+
+def test_small_cnn_lowers_to_four_convs_and_an_fc(cnn):
+    _, _, low = cnn
+    layers = low.layers
+    assert [layer.kind for layer in layers] == ["conv"] * 4 + ["fc"]
+    assert isinstance(layers[1].shape, ConvShape) and layers[1].shape.stride_h == 2
+    assert layers[4].shape == GemmShape(10, 64, 1)
+    for layer in layers:
+        assert layer.weights.dtype == np.int8
+        assert layer.bias.dtype == np.int32 and layer.bias.shape == (layer.shape.m if isinstance(
+            layer.shape, GemmShape) else layer.shape.out_channels,)
+        assert layer.multiplier.dtype == np.int32 and layer.shift.dtype == np.int32
+        assert np.all(layer.multiplier >= 1 << 30) and np.all(np.abs(layer.shift) <= 31)
+        assert -128 <= layer.act_min <= layer.act_max <= 127
+    assert layers[0].halo == layers[0].in_zero_point
+    # the Q/DQ pairs of every layer are gone; host ops remain between the layers
+    host = [s.op_type for s in low.host_ops]
+    assert "GlobalAveragePool" in host and "Conv" not in host
+    assert not low.unmatched
+
+
+def test_small_cnn_reference_matches_onnxruntime_within_two_lsb(cnn):
+    _, q, low = cnn
+    feeds = generated_inputs(q, 1, seed=11)[0]
+    (cmp,) = compare_with_onnxruntime(q, low, feeds)
+    assert cmp.elements == 10
+    assert cmp.max_abs_diff_lsb <= 2
+    assert cmp.pct_equal >= 50
+
+
+def test_conv_layer_matches_the_real_valued_convolution(cnn):
+    """Independent of hw.golden: the dequantised float convolution, requantised."""
+    _, q, low = cnn
+    layer = low.layers[1]
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 16, 32, 32), dtype=np.int8)
+    y = run_layer(layer, {layer.input: x}).astype(np.int64)
+    s = layer.shape
+    xf = (x.astype(np.float64) - layer.in_zero_point) * layer.in_scale
+    wf = layer.weights.astype(np.float64) * layer.weight_scale.reshape(-1, 1, 1, 1)
+    bias = (layer.bias.astype(np.float64) + layer.in_zero_point *
+            layer.weights.reshape(s.out_channels, -1).astype(np.int64).sum(1)) * \
+        layer.in_scale * layer.weight_scale
+    xp = np.pad(xf, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((1, s.out_channels, s.out_h, s.out_w))
+    for r in range(3):
+        for c in range(3):
+            win = xp[:, :, r:r + 2 * s.out_h:2, c:c + 2 * s.out_w:2]
+            acc += np.einsum("nchw,kc->nkhw", win, wf[:, :, r, c])
+    real = (acc + bias.reshape(1, -1, 1, 1)) / layer.out_scale + layer.out_zero_point
+    want = np.clip(np.round(real), layer.act_min, layer.act_max)
+    assert np.abs(y - want).max() <= 1
+    assert np.mean(y == want) > 0.99
+
+
+def _qdq_conv_model(activation):
+    """DQ(x) -> Conv(DQ(w), DQ(b)) -> activation -> Q -> DQ, built by hand (Relu kept)."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (4, 2, 3, 3), dtype=np.int8)
+    inits = {"xs": np.float32(0.05), "xz": np.int8(3), "ws": np.full(4, 0.01, np.float32),
+             "wz": np.zeros(4, np.int8), "w": w, "b": rng.integers(-500, 500, 4).astype(
+                 np.int32), "bs": np.full(4, 0.0005, np.float32), "bz": np.zeros(4, np.int32),
+             "ys": np.float32(0.02), "yz": np.int8(-5), "lo": np.float32(0.0),
+             "hi": np.float32(0.5)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], name="conv", pads=[1, 1, 1, 1])]
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["a"]))
+    else:
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["a"]))
+    nodes += [helper.make_node("QuantizeLinear", ["a", "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("activation", ["relu", "clip"])
+def test_relu_and_clip_fuse_into_the_activation_bounds(activation):
+    model = _qdq_conv_model(activation)
+    low = lower(import_onnx(model))
+    (layer,) = low.layers
+    assert layer.source_nodes[0] == "conv" and len(layer.source_nodes) == 3
+    assert layer.activation == activation
+    assert layer.act_min == -5                          # real 0 at the output zero point
+    assert layer.act_max == (127 if activation == "relu" else -5 + round(0.5 / 0.02))
+    x = np.random.default_rng(1).normal(0, 2, (1, 2, 6, 6)).astype(np.float32)
+    ours = run(low, {"x": x})["y"]
+    theirs = _ort(model, {"x": x})[0]
+    assert np.abs(ours - theirs).max() <= 0.02 + 1e-6   # at most one LSB
+    assert ours.min() >= 0 and (activation == "relu" or ours.max() <= 0.5 + 1e-6)
+
+
+def test_qlinearconv_lowers_with_uint8_activations():
+    rng = np.random.default_rng(2)
+    w = rng.integers(-100, 100, (3, 2, 3, 3), dtype=np.int8)
+    inits = {"xs": np.float32(0.1), "xz": np.uint8(120), "w": w, "ws": np.float32(0.02),
+             "wz": np.int8(0), "ys": np.float32(0.3), "yz": np.uint8(130),
+             "b": rng.integers(-300, 300, 3).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], name="qconv", pads=[1, 1, 1, 1], strides=[2, 2])
+    graph = helper.make_graph(
+        [node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 3, 4, 4])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    low = lower(import_onnx(model))
+    (layer,) = low.layers
+    assert layer.kind == "conv" and layer.in_offset == 128 and layer.out_offset == 128
+    assert layer.in_zero_point == 120 - 128 and layer.halo == 120 - 128
+    x = rng.integers(0, 256, (1, 2, 7, 7), dtype=np.uint8)
+    ours = run(low, {"x": x})["y"]
+    theirs = _ort(model, {"x": x})[0]
+    assert ours.dtype == np.uint8
+    assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1
+
+
+def test_unknown_domain_host_op_fails_naming_the_op():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Fancy", ["x"], ["y"], name="fancy",
+                                                domain="com.example"),
+                               helper.make_node("Relu", ["y"], ["z"], name="relu")], "g", [x],
+                              [z])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.example", 1)])
+    low = lower(import_onnx(model))
+    assert [s.op_type for s in low.host_ops] == ["Fancy", "Relu"]
+    with pytest.raises(HostOpError, match=r"Fancy node 'fancy'.*com\.example\.Fancy"):
+        run(low, {"x": np.ones((1, 4), np.float32)})
+
+
+def test_standard_ops_without_numpy_code_run_through_onnx_reference():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])
+    graph = helper.make_graph([helper.make_node("LRN", ["x"], ["y"], name="lrn", size=3)], "g",
+                              [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"x": np.random.default_rng(0).normal(size=(1, 3, 4, 4)).astype(np.float32)}
+    ours = run(lower(import_onnx(model)), feeds)["y"]
+    np.testing.assert_allclose(ours, _ort(model, feeds)[0], rtol=1e-3, atol=1e-5)
+
+
+def _encoder(seq):
+    model = load_model(encoder_block(seq=seq))
+    q = quantize_qdq(model, samples=2, seed=0)
+    return q, lower(import_onnx(q))
+
+
+def _check_encoder(q, low, seq):
+    kinds = [(layer.kind, layer.shape, layer.batch) for layer in low.layers]
+    fc = [k for k in kinds if k[0] == "fc"]
+    gemm = [k for k in kinds if k[0] == "gemm"]
+    assert len(fc) == 6 and len(gemm) == 2
+    assert GemmShape(768, 768, seq) in [k[1] for k in fc]
+    assert GemmShape(3072, 768, seq) in [k[1] for k in fc]
+    assert GemmShape(768, 3072, seq) in [k[1] for k in fc]
+    assert {(k[1], k[2]) for k in gemm} == {(GemmShape(seq, 64, seq), 12),
+                                           (GemmShape(seq, seq, 64), 12)}
+    assert all(layer.host_correction for layer in low.layers if layer.kind == "gemm")
+    host = {s.op_type for s in low.host_ops}
+    assert {"Softmax", "LayerNormalization", "Erf"} <= host
+    (cmp,) = compare_with_onnxruntime(q, low, generated_inputs(q, 1, seed=4)[0])
+    return cmp
+
+
+def test_encoder_block_seq16_lowers_and_tracks_onnxruntime():
+    q, low = _encoder(16)
+    cmp = _check_encoder(q, low, 16)
+    assert cmp.max_abs_diff_lsb <= 4
+    assert cmp.pct_equal >= 50
+
+
+@pytest.mark.slow
+def test_encoder_block_seq128_lowers_and_tracks_onnxruntime():
+    q, low = _encoder(128)
+    cmp = _check_encoder(q, low, 128)
+    assert cmp.max_abs_diff_lsb <= 6
+    assert cmp.pct_equal >= 40
+
+
+@pytest.mark.slow
+def test_light_resnet50_seeded_quantised_reference_tracks_onnxruntime():
+    shapes = {"gpu_0/data_0": (1, 3, 224, 224)}
+    model = fold_batchnorm(seeded_weights(load_model(LIGHT / "light_resnet50.onnx", shapes), 0))
+    q = quantize_qdq(model, samples=2, seed=0)
+    low = lower(import_onnx(q))
+    assert sum(layer.kind == "conv" for layer in low.layers) == 53
+    assert sum(layer.kind == "fc" for layer in low.layers) == 1
+    assert not low.unmatched
+    (cmp,) = compare_with_onnxruntime(q, low, generated_inputs(q, 1, seed=9)[0])
+    assert math.isfinite(cmp.max_abs_diff_lsb) and cmp.max_abs_diff_lsb <= 8
