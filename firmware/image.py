@@ -61,7 +61,8 @@ class Layer:
     """One layer record: the descriptor the sequencer runs plus post-processing and the window.
 
     Addresses are absolute device byte addresses. ``out_window_lo``/``out_window_hi`` bound the
-    only bytes the layer may write: ``[lo, hi)``.
+    only bytes the layer may write: ``[lo, hi)``; an image run also writes the layer's
+    statistics record (:data:`hw.layouts.STATS_BYTES` bytes) at ``stats_addr``.
     """
 
     op_kind: OpKind
@@ -77,6 +78,7 @@ class Layer:
     bias_present: int = 0
     mult_addr: int = 0
     shift_addr: int = 0
+    stats_addr: int = 0
 
     def __post_init__(self):
         if not isinstance(self.desc, GemmDescriptor):
@@ -537,6 +539,8 @@ _LAYER_DOC = {
                   "multiply, < 0 left before it; INT8 output)",
     "out_window_lo": "first device byte the layer may write",
     "out_window_hi": "one past the last device byte the layer may write",
+    "stats_addr": "image runs: device address (64-byte aligned, outside the image) of the "
+                  "layer's 64-byte statistics record (its counters, then its index)",
 }
 
 _DESC_DOC = "`GemmDescriptor.{}` (hw/desc.py)"

@@ -69,6 +69,9 @@ class AccelConfig:
     conv_offset_entries: int = 8192
     conv_run_entries: int = 4096
     conv_group_entries: int = 4096
+    #: On-chip post-processing parameter capacity: output channels (rows of C) whose bias,
+    #: multiplier and shift a layer may use (docs/firmware.md).
+    quant_entries: int = 4096
 
     #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
     _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
@@ -87,7 +90,8 @@ class AccelConfig:
         self._check_pow2("array_rows", 2, 64)
         # the B port also carries the 32-bit words of the convolution tables
         self._check_pow2("array_cols", 4, 64)
-        for name in ("conv_offset_entries", "conv_run_entries", "conv_group_entries"):
+        for name in ("conv_offset_entries", "conv_run_entries", "conv_group_entries",
+                     "quant_entries"):
             self._check_pow2(name, 16, 1 << 16)
         for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
             self._check_pow2(name, 64, 1 << 24)
@@ -237,14 +241,16 @@ PRESETS: dict[str, AccelConfig] = {
         a_port_bytes_per_cycle=4, b_port_bytes_per_cycle=4, c_port_bytes_per_cycle=16,
         a_port_latency_cycles=8, b_port_latency_cycles=8, c_port_latency_cycles=8,
         block_m=4, block_n=4, sync_bytes=256, dram_addr_bits=22,
-        conv_offset_entries=1024, conv_run_entries=1024, conv_group_entries=1024),
+        conv_offset_entries=1024, conv_run_entries=1024, conv_group_entries=1024,
+        quant_entries=256),
     "small": AccelConfig(
         array_rows=8, array_cols=8,
         buf_a_bytes=32 << 10, buf_b_bytes=32 << 10, acc_buf_bytes=16 << 10,
         a_port_bytes_per_cycle=8, b_port_bytes_per_cycle=8, c_port_bytes_per_cycle=32,
         a_port_latency_cycles=16, b_port_latency_cycles=16, c_port_latency_cycles=16,
         block_m=8, block_n=8, sync_bytes=1024, dram_addr_bits=23,
-        conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048),
+        conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
+        quant_entries=1024),
     # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default.
     "default": AccelConfig(),
 }

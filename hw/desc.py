@@ -53,6 +53,15 @@ class ErrorCode(enum.IntEnum):
     BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B
     BAD_FLAGS = 10          # outer_m, need_splitk or b_mode is neither 0 nor 1
     BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
+    # layer record rules (hw.record.check_record)
+    BAD_LAYER = 12          # op_kind / out_format / post_mode / bias_present / int8 fields,
+                            # or more output channels than quant_entries with post-processing
+    BAD_WINDOW = 13         # output window, written range, statistics or parameter addresses
+    BAD_QUANT = 14          # a multiplier outside [1, 2**31) or a shift outside [-31, 31]
+    # image rules (hw.record.check_header), image runs only
+    BAD_IMAGE = 15          # magic, format version or the image structure
+    CONFIG_MISMATCH = 16    # the image's config_id is not this accelerator's
+    BAD_CRC = 17            # the image's CRC-32 does not match its bytes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,18 +117,20 @@ def groups_n(d: GemmDescriptor, cfg: AccelConfig) -> int:
     return -(-d.n // cfg.array_cols)
 
 
-def tensor_extents(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, tuple[int, int]]:
+def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
+                   out_bytes: int = 4) -> dict[str, tuple[int, int]]:
     """Byte ranges the memory ports may address for A, B and C (and the convolution tables),
-    each row rounded up to whole beats. Reads past a row's end are masked; C beats past
-    ``4 * n`` carry cleared strobes, so the bytes *written* are exactly
-    ``c_addr + i * c_stride + [0, 4 * n)``. A table word read fetches a whole B beat."""
+    each row rounded up to whole lane groups. Reads past a row's end are masked; C elements past
+    ``n`` carry cleared strobes, so the bytes *written* are exactly
+    ``c_addr + i * c_stride + [0, out_bytes * n)``. A table word read fetches a whole B beat.
+    ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output)."""
     r, c = cfg.array_rows, cfg.array_cols
     a_row = -(-d.m // r) * r
     b_row = -(-d.n // c) * c
     out = {
         "a": _extent(d.a_addr, d.k, d.a_stride, a_row),
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
-        "c": _extent(d.c_addr, d.m, d.c_stride, cfg.acc_bytes * b_row),
+        "c": _extent(d.c_addr, d.m, d.c_stride, out_bytes * b_row),
     }
     if d.b_mode == 1:
         beat = cfg.b_beat_bytes
@@ -130,10 +141,13 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig) -> dict[str, tuple[int, 
     return out
 
 
-def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
+def check(d: GemmDescriptor, cfg: AccelConfig, *,
+          out_bytes: int = 4) -> list[tuple[ErrorCode, str]]:
     """Every rule ``d`` breaks on ``cfg``, in the priority order the RTL reports them.
 
     The RTL reports the first entry's code; an empty list means the hardware runs it.
+    ``out_bytes`` is the C element size (4: int32 output, 1: int8 output; see
+    :func:`hw.record.check_record` for the rest of a layer's rules).
     """
     r, c = cfg.array_rows, cfg.array_cols
     errs: list[tuple[ErrorCode, str]] = []
@@ -188,13 +202,14 @@ def check(d: GemmDescriptor, cfg: AccelConfig) -> list[tuple[ErrorCode, str]]:
             bad(ErrorCode.BAD_TABLE, f"n={d.n} needs {groups_n(d, cfg) + 1} group entries, "
                                      f"more than conv_group_entries={cfg.conv_group_entries}")
     if not errs:
-        ext = tensor_extents(d, cfg)
+        ext = tensor_extents(d, cfg, out_bytes=out_bytes)
         for name, (lo, hi) in ext.items():
             if hi > cfg.dram_bytes:
                 bad(ErrorCode.BAD_ADDRESS, f"{name.upper()} spans [{lo:#x}, {hi:#x}) beyond "
                                            f"dram_bytes={cfg.dram_bytes:#x}")
-        if d.c_stride < 4 * d.n:
-            bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < 4*n={4 * d.n}: C rows overlap")
+        if d.c_stride < out_bytes * d.n:
+            bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < {out_bytes}*n="
+                                       f"{out_bytes * d.n}: C rows overlap")
         for name in [key for key in ext if key != "c"]:
             lo, hi = ext[name]
             if lo < ext["c"][1] and ext["c"][0] < hi:

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .config import AccelConfig
 from .ports import ReadPort, WritePort
+from .postproc import PostProc
 
 __all__ = ["LoadEngine", "StoreEngine"]
 
@@ -129,24 +130,41 @@ class LoadEngine(wiring.Component):
 
 
 class StoreEngine(wiring.Component):
-    """Writes a ``rows`` x ``groups`` grid of accumulator rows to memory.
+    """Writes a ``rows`` x ``groups`` grid of accumulator rows to memory, optionally through the
+    :class:`~hw.postproc.PostProc` requantiser.
 
     Beat ``(r, g)`` reads accumulator row ``acc_base + r*acc_rstride + g`` (one row holds
-    ``array_cols`` int32) and writes it to ``addr + r*stride + g*beat_bytes`` with byte strobes
-    cleared for elements at or past ``elems``: the ragged edge of C is never written. The
-    accumulator read port is synchronous; a stalled port holds the read (``acc_ren`` low).
-    ``busy`` falls in the cycle after the last beat was acknowledged (``mem.bvalid``).
+    ``array_cols`` int32) and writes it to ``addr + r*stride + g*array_cols*E`` where ``E`` is
+    the output element size (4, or 1 with ``p_int8``), with byte strobes cleared for elements at
+    or past ``elems``: the ragged edge of C is never written. Int8 beats carry their
+    ``array_cols`` bytes in the low lanes of the port.
+
+    With ``p_post`` the rows go through the post-processor (bias, requantisation, zero point,
+    clamp): row ``r`` is output channel ``ch0 + r``, whose bias / multiplier / shift the engine
+    reads from the parameter memory (``q_ch``/``q_ren``; data on ``q_*`` one cycle later, like
+    the accumulator). The post-processed path is :attr:`PostProc.latency` cycles longer.
+
+    Every byte strobe outside ``[win_lo, win_hi)`` is cleared at the port (the output window the
+    layer declared; the sequencer's checks already keep the written range inside it, so this is
+    a second, independent guard). The accumulator read port is synchronous; a stalled port holds
+    the pipeline (``acc_ren`` low). ``busy`` falls in the cycle after the last beat was
+    acknowledged (``mem.bvalid``).
 
     Parameters
     ----------
     cfg : AccelConfig
-        Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``.
+        Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``,
+        ``quant_entries``.
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
+    p_post, p_int8, p_bias, p_ch0, p_zero_point, p_act_min, p_act_max : ``In(...)``
+    p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
     acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
+    q_ch : ``Out(range(quant_entries))``; q_ren : ``Out(1)``
+    q_bias, q_mult, q_shift : ``In(32)``
     mem : ``Out(WritePort.Signature)``
     """
 
@@ -163,9 +181,23 @@ class StoreEngine(wiring.Component):
             "p_elems": In(DIM_BITS),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
+            "p_post": In(1),
+            "p_int8": In(1),
+            "p_bias": In(1),
+            "p_ch0": In(range(cfg.quant_entries)),
+            "p_zero_point": In(signed(8)),
+            "p_act_min": In(signed(8)),
+            "p_act_max": In(signed(8)),
+            "p_win_lo": In(ab + 1),
+            "p_win_hi": In(ab + 1),
             "acc_raddr": Out(range(cfg.acc_depth)),
             "acc_ren": Out(1),
             "acc_rdata": In(8 * cfg.c_beat_bytes),
+            "q_ch": Out(range(cfg.quant_entries)),
+            "q_ren": Out(1),
+            "q_bias": In(32),
+            "q_mult": In(32),
+            "q_shift": In(32),
             "mem": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         })
 
@@ -182,17 +214,28 @@ class StoreEngine(wiring.Component):
         groups = Signal(DIM_BITS)
         elems = Signal(DIM_BITS)
         rstride = Signal(DIM_BITS)
+        post, int8, bias = Signal(), Signal(), Signal()
+        zp, act_min, act_max = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
+        win_lo, win_hi = Signal(ab + 1), Signal(ab + 1)
         issuing = Signal()
         row = Signal(DIM_BITS)
         g = Signal(DIM_BITS)
         row_addr = Signal(ab)
         addr = Signal(ab)
+        ch = Signal(range(cfg.quant_entries))
         acc_row = Signal(range(cfg.acc_depth))
         acc_addr = Signal(range(cfg.acc_depth))
         left = Signal(signed(DIM_BITS + 1))          # valid elements from this beat's first one
+        # stage 1: the accumulator (and parameter) read is in flight; data valid in this stage
         out_valid = Signal()
         out_addr = Signal(ab)
         out_strb = Signal(W)
+        # stages 2..1+latency: the post-processor (only used with `post`)
+        lat = PostProc.latency
+        d_valid = [Signal(name=f"pp_valid{i}") for i in range(lat)]
+        d_addr = [Signal(ab, name=f"pp_addr{i}") for i in range(lat)]
+        d_strb = [Signal(W, name=f"pp_strb{i}") for i in range(lat)]
+        fin_valid = Signal()
         # beats accepted but not yet acknowledged (at most one per cycle of latency)
         pending = Signal(range(cfg.c_port_latency_cycles + 2))
         accepted = self.mem.valid & self.mem.ready
@@ -204,43 +247,75 @@ class StoreEngine(wiring.Component):
         # Nothing left to issue, nothing waiting for the port, and the last acknowledgement
         # arrives now (or none is outstanding): done. A start in the same cycle takes precedence.
         all_acked = (pending == 0) | ((pending == 1) & self.mem.bvalid)
-        with m.If(self.busy & ~issuing & ~out_valid & all_acked):
+        in_flight = Cat(out_valid, *d_valid).any()
+        with m.If(self.busy & ~issuing & ~in_flight & all_acked):
             m.d.sync += self.busy.eq(0)
         with m.If(self.start):
             m.d.sync += [
                 self.busy.eq(1), issuing.eq(1),
                 stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
                 elems.eq(self.p_elems), rstride.eq(self.p_acc_rstride),
+                post.eq(self.p_post), int8.eq(self.p_int8), bias.eq(self.p_bias),
+                zp.eq(self.p_zero_point), act_min.eq(self.p_act_min),
+                act_max.eq(self.p_act_max), win_lo.eq(self.p_win_lo), win_hi.eq(self.p_win_hi),
                 row.eq(0), g.eq(0), row_addr.eq(self.p_addr), addr.eq(self.p_addr),
+                ch.eq(self.p_ch0),
                 acc_row.eq(self.p_acc_base), acc_addr.eq(self.p_acc_base),
                 left.eq(self.p_elems),
             ]
 
+        m.submodules.post = pp = PostProc(cfg)
         advance = Signal()
         m.d.comb += [
-            advance.eq(~out_valid | self.mem.ready),
+            fin_valid.eq(Mux(post, d_valid[-1], out_valid)),
+            advance.eq(~fin_valid | self.mem.ready),
             self.acc_ren.eq(advance),
             self.acc_raddr.eq(acc_addr),
-            self.mem.valid.eq(out_valid),
-            self.mem.addr.eq(out_addr),
-            self.mem.data.eq(self.acc_rdata),
-            self.mem.strb.eq(out_strb),
+            self.q_ren.eq(advance),
+            self.q_ch.eq(ch),
+            pp.en.eq(advance),
+            pp.i_valid.eq(out_valid & post),
+            pp.i_data.eq(self.acc_rdata),
+            pp.i_bias.eq(Mux(bias, self.q_bias, 0)),
+            pp.i_mult.eq(self.q_mult[:31]),
+            pp.i_shift.eq(self.q_shift[:6]),
+            pp.i_zero_point.eq(zp),
+            pp.i_act_min.eq(act_min),
+            pp.i_act_max.eq(act_max),
+            self.mem.valid.eq(fin_valid),
+            self.mem.addr.eq(Mux(post, d_addr[-1], out_addr)),
+            self.mem.data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), self.acc_rdata)),
+            self.mem.strb.eq(Mux(post, d_strb[-1], out_strb)),
         ]
+        with m.If(advance):
+            prev = (out_valid & post, out_addr, out_strb)
+            for v, a, st in zip(d_valid, d_addr, d_strb):
+                m.d.sync += [v.eq(prev[0]), a.eq(prev[1]), st.eq(prev[2])]
+                prev = (v, a, st)
+
+        # Byte strobes of the beat at `addr`: the row's valid elements, then the window guard
+        # (byte b is in the window when win_lo - addr <= b < win_hi - addr).
         elem_mask = _byte_mask(left, cols)
+        strb32 = Cat(*(b.replicate(E) for b in elem_mask))
+        strb8 = Cat(elem_mask, Const(0, W - cols))
+        below = Signal(signed(ab + 2))
+        above = Signal(signed(ab + 2))
+        m.d.comb += [below.eq(win_lo - addr), above.eq(win_hi - addr)]
+        guard = ~_byte_mask(below, W) & _byte_mask(above, W)
         with m.If(advance):
             m.d.sync += out_valid.eq(issuing)
             with m.If(issuing):
                 m.d.sync += [
                     out_addr.eq(addr),
-                    out_strb.eq(Cat(*(b.replicate(E) for b in elem_mask))),
+                    out_strb.eq(Mux(int8 & post, strb8, strb32) & guard),
                 ]
                 with m.If(g + 1 == groups):
                     m.d.sync += [g.eq(0), row.eq(row + 1), row_addr.eq(row_addr + stride),
                                  addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
-                                 acc_addr.eq(acc_row + rstride), left.eq(elems)]
+                                 acc_addr.eq(acc_row + rstride), left.eq(elems), ch.eq(ch + 1)]
                     with m.If(row + 1 == rows):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
-                    m.d.sync += [g.eq(g + 1), addr.eq(addr + W), acc_addr.eq(acc_addr + 1),
-                                 left.eq(left - cols)]
+                    m.d.sync += [g.eq(g + 1), addr.eq(addr + Mux(int8 & post, cols, W)),
+                                 acc_addr.eq(acc_addr + 1), left.eq(left - cols)]
         return m

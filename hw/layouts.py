@@ -13,7 +13,7 @@ import enum
 
 from .desc import DESC_FIELDS
 
-__all__ = ["OpKind", "PostMode", "OutFormat", "LAYER_RECORD_WORDS", "LAYER_WORDS",
+__all__ = ["COUNTERS", "STATS_WORDS", "STATS_BYTES", "LAYER_USED_WORDS", "OpKind", "PostMode", "OutFormat", "LAYER_RECORD_WORDS", "LAYER_WORDS",
            "IMAGE_MAGIC", "IMAGE_HEADER_WORDS", "HEADER_WORDS", "SectionKind"]
 
 
@@ -41,6 +41,29 @@ class OutFormat(enum.IntEnum):
     INT8 = 1          # requantised, zero point added, activation clamped
 
 
+#: Performance counters, in register order. These names are also the planner's
+#: ``CycleBreakdown`` fields and the benchmark JSON keys. 32 bits each, wrapping.
+#:
+#: Every cycle from the one after ``start`` up to and including the one that raises ``done``
+#: counts in ``total_cycles`` and in exactly one of the six ``*_cycles`` categories, tested in
+#: this priority order: a real (non-padding) beat is issued to the array (``mac_active``); the compute
+#: engine is busy otherwise: padding beats, pipeline fill and drain (``stall_drain``); the A load
+#: is busy (``stall_load_a``); the B load is busy (``stall_load_b``); the store is busy
+#: (``stall_store``); none of them: descriptor checks and per-step control (``stall_ctrl``).
+#: Byte counters count whole beats accepted by each memory port.
+COUNTERS: tuple[str, ...] = (
+    "total_cycles",
+    "mac_active_cycles",
+    "stall_drain_cycles",
+    "stall_load_a_cycles",
+    "stall_load_b_cycles",
+    "stall_store_cycles",
+    "stall_ctrl_cycles",
+    "rd_a_bytes",
+    "rd_b_bytes",
+    "wr_c_bytes",
+)
+
 #: Words of one layer record.
 LAYER_RECORD_WORDS = 64
 
@@ -60,6 +83,7 @@ def _layer_words() -> dict[str, int]:
                             # < 0 left before it (hw.golden.requantize, TFLite convention)
         "out_window_lo",    # the only bytes this layer may write: [lo, hi)
         "out_window_hi",
+        "stats_addr",       # image runs: the layer's STATS_BYTES counter record goes here
     ]
     if len(names) > LAYER_RECORD_WORDS:
         raise AssertionError("layer record overflows its words")
@@ -68,6 +92,22 @@ def _layer_words() -> dict[str, int]:
 
 #: Word offset of every named field of a layer record (the rest are reserved, zero).
 LAYER_WORDS: dict[str, int] = _layer_words()
+#: Words of a record the hardware fetches (the named ones; reserved words are never read).
+LAYER_USED_WORDS = max(LAYER_WORDS.values()) + 1
+
+
+def _stats_words() -> dict[str, int]:
+    names = list(COUNTERS) + ["layer_index"]
+    return {name: i for i, name in enumerate(names)}
+
+
+#: Bytes of the per-layer statistics record an image run writes at each layer's ``stats_addr``
+#: (64-byte aligned): the layer's counters, then its index; the remaining words are written 0.
+STATS_BYTES = 64
+#: Word offset of every field of a statistics record.
+STATS_WORDS: dict[str, int] = _stats_words()
+if len(STATS_WORDS) > STATS_BYTES // 4:
+    raise AssertionError("statistics record overflows its words")
 
 
 class SectionKind(enum.IntEnum):

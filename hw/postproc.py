@@ -25,7 +25,7 @@ class PostProc(wiring.Component):
 
     Latency: :attr:`latency` cycles from ``i_valid`` to ``o_valid``. The pipeline advances only
     in cycles where ``en`` is high (a stalled memory port holds it); parameters are sampled
-    with the row. (Not yet wired into the store engine: the Firmware issue does that.)
+    with the row. :class:`hw.dma.StoreEngine` runs every post-processed store through it.
 
     Parameters
     ----------
@@ -37,7 +37,8 @@ class PostProc(wiring.Component):
     en, i_valid : ``In(1)``; i_data : ``In(array_cols * 32)``
     i_bias : ``In(signed(32))``; i_mult : ``In(unsigned(31))`` (1 .. 2**31 - 1)
     i_shift : ``In(signed(6))`` (-31 .. 31); i_zero_point, i_act_min, i_act_max : ``In(signed(8))``
-    o_valid : ``Out(1)``; o_data : ``Out(array_cols * 8)``
+    o_valid : ``Out(1)``; o_data : ``Out(array_cols * 8)``; o_sum : ``Out(array_cols * 32)``,
+    step 1's ``acc + bias`` per lane (the int32 output with a bias), aligned with ``o_data``
     """
 
     latency = 3
@@ -57,6 +58,7 @@ class PostProc(wiring.Component):
             "i_act_max": In(signed(8)),
             "o_valid": Out(1),
             "o_data": Out(cols * 8),
+            "o_sum": Out(cols * cfg.acc_bits),
         })
 
     def elaborate(self, platform):
@@ -86,7 +88,7 @@ class PostProc(wiring.Component):
         v3 = stage("v3", v2)
         m.d.comb += self.o_valid.eq(v3)
 
-        out_lanes = []
+        out_lanes, sum_lanes = [], []
         for j in range(cols):
             acc = self.i_data[32 * j:32 * (j + 1)].as_signed()
             # stage 1: bias (wrapping), saturating left shift
@@ -97,6 +99,7 @@ class PostProc(wiring.Component):
             sat = Signal(signed(32), name=f"sat{j}")
             m.d.comb += sat.eq(Mux(wide > _I32_MAX, _I32_MAX, Mux(wide < _I32_MIN, _I32_MIN, wide)))
             x1 = stage(f"x1_{j}", sat)
+            sum_lanes.append(stage(f"s3_{j}", stage(f"s2_{j}", stage(f"s1_{j}", x))))
             # stage 2: rounding doubling high multiply, truncating division by 2**31
             prod = Signal(signed(64), name=f"prod{j}")
             m.d.comb += prod.eq(x1 * mult1)
@@ -119,5 +122,5 @@ class PostProc(wiring.Component):
             clamped = Signal(signed(8), name=f"q{j}")
             m.d.comb += clamped.eq(Mux(y < lo2, lo2, Mux(y > hi2, hi2, y)))
             out_lanes.append(stage(f"out{j}", clamped))
-        m.d.comb += self.o_data.eq(Cat(*out_lanes))
+        m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
         return m

@@ -6,38 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 
-from .desc import DESC_FIELDS
+from .layouts import COUNTERS, LAYER_WORDS
 
-__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CTRL_BITS", "STATUS_BITS"]
+__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CTRL_BITS", "STATUS_BITS",
+           "record_register"]
 
-#: Performance counters, in register order. These names are also the planner's
-#: ``CycleBreakdown`` fields and the benchmark JSON keys. 32 bits each, wrapping.
-#:
-#: Every cycle from the one after ``start`` up to and including the one that raises ``done``
-#: counts in ``total_cycles`` and in exactly one of the six ``*_cycles`` categories, tested in
-#: this priority order: a real (non-padding) beat is issued to the array (``mac_active``); the compute
-#: engine is busy otherwise: padding beats, pipeline fill and drain (``stall_drain``); the A load
-#: is busy (``stall_load_a``); the B load is busy (``stall_load_b``); the store is busy
-#: (``stall_store``); none of them: descriptor checks and per-step control (``stall_ctrl``).
-#: Byte counters count whole beats accepted by each memory port.
-COUNTERS: tuple[str, ...] = (
-    "total_cycles",
-    "mac_active_cycles",
-    "stall_drain_cycles",
-    "stall_load_a_cycles",
-    "stall_load_b_cycles",
-    "stall_store_cycles",
-    "stall_ctrl_cycles",
-    "rd_a_bytes",
-    "rd_b_bytes",
-    "wr_c_bytes",
-)
 
 CSR_ADDR_BITS = 6
 
 #: Bit positions inside CTRL and STATUS (the RTL, the C headers and the testbench read these).
-CTRL_BITS: dict[str, int] = {"START": 0}
-STATUS_BITS: dict[str, int] = {"BUSY": 0, "DONE": 1}
+CTRL_BITS: dict[str, int] = {"START": 0, "RUN_IMAGE": 1}
+STATUS_BITS: dict[str, int] = {"BUSY": 0, "DONE": 1, "IMAGE": 2}
+
+
+def record_register(field: str) -> str:
+    """The register holding layer-record field ``field`` (a :data:`hw.layouts.LAYER_WORDS` name):
+    ``DESC_<X>`` for descriptor words, ``LAYER_<X>`` for the rest."""
+    if field.startswith("desc_"):
+        return f"DESC_{field[len('desc_'):].upper()}"
+    return f"LAYER_{field.upper()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +37,22 @@ class Register:
 
 def _build() -> tuple[Register, ...]:
     regs = [
-        Register("CTRL", 0, "w", "write 1 to bit 0: start (ignored while busy)"),
-        Register("STATUS", 1, "r", "bit 0 busy, bit 1 done (cleared by start)"),
+        Register("CTRL", 0, "w", "bit 0 START: run the layer in the record registers; bit 1 "
+                 "RUN_IMAGE: run the image at IMAGE_ADDR (both ignored while busy)"),
+        Register("STATUS", 1, "r", "bit 0 busy, bit 1 done (cleared by start), bit 2 the last "
+                 "run was an image run"),
         Register("ERROR", 2, "r", "ErrorCode of the last run; 0 = none"),
         Register("CONFIG_ID", 3, "r", "AccelConfig.config_id of this instance"),
+        Register("IMAGE_ADDR", 4, "rw", "device address of the image RUN_IMAGE runs"),
+        Register("LAYER_INDEX", 5, "r", "image runs: the layer running, or the one that failed"),
     ]
-    for name in DESC_FIELDS:
-        regs.append(Register(f"DESC_{name.upper()}", len(regs), "rw", f"descriptor field {name}"))
+    for name in LAYER_WORDS:
+        what = "descriptor field" if name.startswith("desc_") else "layer record field"
+        regs.append(Register(record_register(name), len(regs), "rw", f"{what} {name} (image "
+                             "runs load it from each record)"))
     for name in COUNTERS:
-        regs.append(Register(f"PERF_{name.upper()}", len(regs), "r", f"counter {name}"))
+        regs.append(Register(f"PERF_{name.upper()}", len(regs), "r",
+                             f"counter {name} (of the layer, or of the whole image run)"))
     assert len(regs) <= 1 << CSR_ADDR_BITS
     return tuple(regs)
 

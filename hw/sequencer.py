@@ -10,8 +10,15 @@ from .compute import ComputeEngine
 from .config import AccelConfig
 from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from .dma import DIM_BITS, LoadEngine, StoreEngine
+from .layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from .ports import ReadPort, WritePort
+from .record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 from .regmap import COUNTERS
+
+#: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
+LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
+#: The post-processing parameter arrays, in load order.
+PARAM_ARRAYS: tuple[str, ...] = ("bias", "mult", "shift")
 
 __all__ = ["Sequencer"]
 
@@ -38,6 +45,14 @@ class Sequencer(wiring.Component):
     :class:`~hw.addrgen.AddrGen` (before the prologue), and every B load is a gather through
     them instead of a dense 2-D copy.
 
+    The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
+    post-processing: with a bias or int8 output the run first loads the per-channel bias,
+    multiplier and shift arrays it uses into on-chip parameter memories (through the B port),
+    checking every multiplier and shift (``BAD_QUANT``), and each store then goes through the
+    :class:`~hw.postproc.PostProc`. Every rule of :func:`hw.record.check_record` is checked in
+    ``CHECK`` (``img_lo``/``img_hi``: the image an image run executes, both 0 otherwise). With
+    ``dry`` the run stops after the checks and the parameter load: it reads, never writes.
+
     Parameters
     ----------
     cfg : AccelConfig
@@ -46,7 +61,8 @@ class Sequencer(wiring.Component):
     Members
     -------
     start : ``In(1)``; busy, done : ``Out(1)``; error : ``Out(8)``
-    d_<field> : ``In(32)`` for every descriptor field
+    d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for
+    every :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``; dry : ``In(1)``
     c_<counter> : ``Out(32)`` for every :data:`hw.regmap.COUNTERS` name
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
     """
@@ -66,6 +82,11 @@ class Sequencer(wiring.Component):
         }
         for name in DESC_FIELDS:
             members[f"d_{name}"] = In(32)
+        for name in LAYER_FIELDS:
+            members[f"l_{name}"] = In(32)
+        members["img_lo"] = In(ab + 1)
+        members["img_hi"] = In(ab + 1)
+        members["dry"] = In(1)
         for name in COUNTERS:
             members[f"c_{name}"] = Out(32)
         super().__init__(members)
@@ -99,6 +120,26 @@ class Sequencer(wiring.Component):
         m.submodules.compute = ce = ComputeEngine(cfg)
         m.submodules.store = se = StoreEngine(cfg)
         m.submodules.addrgen = ag = AddrGen(cfg)
+        # per-channel post-processing parameters, one B beat (array_cols / 4 words) per row
+        wpb = cfg.b_beat_bytes // 4
+        lw = _log2(wpb)
+        q_depth = cfg.quant_entries // wpb
+        q_phase = Signal()                        # a parameter array is loading
+        q_sel = Signal(range(len(PARAM_ARRAYS)))
+        q_read = {}
+        lane = Signal(max(lw, 1))
+        with m.If(se.q_ren):
+            m.d.sync += lane.eq(se.q_ch[:lw] if lw else 0)
+        for i, name in enumerate(PARAM_ARRAYS):
+            mem = Memory(shape=8 * cfg.b_beat_bytes, depth=q_depth, init=[])
+            m.submodules[f"q_{name}"] = mem
+            w, r = mem.write_port(), mem.read_port(transparent_for=())
+            m.d.comb += [w.addr.eq(lb.w_addr), w.data.eq(lb.w_data),
+                         w.en.eq(lb.w_en & q_phase & (q_sel == i)),
+                         r.addr.eq(se.q_ch >> lw), r.en.eq(se.q_ren)]
+            q_read[name] = r.data.word_select(lane, 32) if lw else r.data
+        m.d.comb += [se.q_bias.eq(q_read["bias"]), se.q_mult.eq(q_read["mult"]),
+                     se.q_shift.eq(q_read["shift"])]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
         wiring.connect(m, wiring.flipped(self.c_wr), se.mem)
         # The B port and buffer B belong to the dense load engine or, in convolution mode, to
@@ -115,7 +156,7 @@ class Sequencer(wiring.Component):
                 self.b_rd.addr.eq(lb.mem.addr), self.b_rd.valid.eq(lb.mem.valid),
                 self.b_rd.stride.eq(1),
                 b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data),
-                b_w.en.eq(Mux(lb.w_en, (1 << cfg.b_beat_bytes) - 1, 0)),
+                b_w.en.eq(Mux(lb.w_en & ~q_phase, (1 << cfg.b_beat_bytes) - 1, 0)),
             ]
         m.d.comb += [
             lb.mem.ready.eq(self.b_rd.ready & ~conv), lb.mem.rdata.eq(self.b_rd.rdata),
@@ -134,8 +175,17 @@ class Sequencer(wiring.Component):
 
         # -- latched descriptor ------------------------------------------------------------------
         d = {name: Signal(32, name=f"desc_{name}") for name in DESC_FIELDS}
+        L = {name: Signal(32, name=f"layer_{name}") for name in LAYER_FIELDS}
+        img_lo, img_hi = Signal(cfg.dram_addr_bits + 1), Signal(cfg.dram_addr_bits + 1)
+        dry = Signal()
         with m.If(self.start & ~self.busy):
             m.d.sync += [d[name].eq(getattr(self, f"d_{name}")) for name in DESC_FIELDS]
+            m.d.sync += [L[name].eq(getattr(self, f"l_{name}")) for name in LAYER_FIELDS]
+            m.d.sync += [img_lo.eq(self.img_lo), img_hi.eq(self.img_hi), dry.eq(self.dry)]
+        int8_out = L["out_format"] == OutFormat.INT8
+        bias_on = L["bias_present"] == 1
+        post = bias_on | int8_out
+        q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
 
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
@@ -159,7 +209,51 @@ class Sequencer(wiring.Component):
         tables = [(d["off_addr"], extent(d["off_addr"], K, 4, beat_b)),
                   (d["run_addr"], extent(d["run_addr"], d["run_count"], 8, 4 + beat_b)),
                   (d["grp_addr"], extent(d["grp_addr"], gn_all + 1, 4, beat_b))]
-        c_hi = extent(d["c_addr"], M, d["c_stride"], ((N + C - 1) >> lc) << (lc + 2))
+        c_row = Mux(int8_out, gn_all << lc, gn_all << (lc + 2))
+        c_hi = extent(d["c_addr"], M, d["c_stride"], c_row)
+        n_bytes = Mux(int8_out, N, N << 2)
+
+        # layer record rules (hw.record.check_record)
+        def int8_word(w):
+            return (w[7:] == 0) | (w[7:] == (1 << 25) - 1)
+
+        def in_image(lo, size):
+            hi = Signal(64)
+            m.d.comb += hi.eq(lo + size)
+            return (img_lo <= lo) & (hi <= img_hi)
+
+        def overlaps_image(lo, hi):
+            return (lo < img_hi) & (img_lo < hi)
+
+        dram = cfg.dram_bytes
+        imaged = img_hi != 0
+        w_hi = Signal(64)
+        m.d.comb += w_hi.eq(d["c_addr"] + (M - 1) * d["c_stride"] + n_bytes)
+        win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
+        stats = L["stats_addr"]
+        stats_hi = Signal(64)
+        m.d.comb += stats_hi.eq(stats + STATS_BYTES)
+        bad_params = []
+        for i, name in enumerate(PARAM_ARRAYS):
+            lo = L[f"{name}_addr"]
+            hi = Signal(64, name=f"{name}_hi")
+            m.d.comb += hi.eq(lo + (M << 2))
+            bad_params.append(q_need[i] & ((lo[:_log2(PARAM_ALIGN)] != 0) | (hi > dram) |
+                                           (imaged & ~in_image(lo, M << 2))))
+        layer_bad = (
+            (L["op_kind"] >= len(OpKind)) | (L["out_format"] >= len(OutFormat)) |
+            (L["post_mode"] >= len(PostMode)) | (L["bias_present"] > 1) |
+            ~int8_word(L["out_zero_point"]) | ~int8_word(L["act_min"]) |
+            ~int8_word(L["act_max"]) |
+            (L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed()) |
+            ((L["op_kind"] == OpKind.CONV) != is_conv) |
+            (post & (M > cfg.quant_entries)))
+        window_bad = (
+            (win_lo >= win_hi) | (win_hi > dram) | (d["c_addr"] < win_lo) | (w_hi > win_hi) |
+            overlaps_image(win_lo, win_hi) |
+            (imaged & ((stats[:_log2(SECTION_ALIGN_BYTES)] != 0) | (stats_hi > dram) |
+                       overlaps_image(stats, stats_hi))) |
+            Cat(*bad_params).any())
         checks = [
             (~(in_dim(M) & in_dim(K) & in_dim(N)), ErrorCode.BAD_SHAPE),
             (~(in_dim(pm) & (pm[:lr] == 0)), ErrorCode.BAD_PARTITION_M),
@@ -178,11 +272,13 @@ class Sequencer(wiring.Component):
                         (d["run_count"] > cfg.conv_run_entries) |
                         (gn_all + 1 > cfg.conv_group_entries)), ErrorCode.BAD_TABLE),
             ((a_hi > cfg.dram_bytes) | (b_hi > cfg.dram_bytes) | (c_hi > cfg.dram_bytes) |
-             (d["c_stride"] < (N << 2)) |
+             (d["c_stride"] < n_bytes) |
              ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
              ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)) |
              (is_conv & Cat(*((hi > cfg.dram_bytes) | ((lo < c_hi) & (d["c_addr"] < hi))
                              for lo, hi in tables)).any()), ErrorCode.BAD_ADDRESS),
+            (layer_bad, ErrorCode.BAD_LAYER),
+            (window_bad, ErrorCode.BAD_WINDOW),
         ]
         check_code = Const(0, 8)
         for cond, code in reversed(checks):
@@ -294,7 +390,12 @@ class Sequencer(wiring.Component):
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
-            se.p_addr.eq(st["c_mptr"] + (st["n0"] << 2)),
+            se.p_addr.eq(st["c_mptr"] + Mux(int8_out, st["n0"], st["n0"] << 2)),
+            se.p_post.eq(post), se.p_int8.eq(int8_out), se.p_bias.eq(bias_on),
+            se.p_ch0.eq(st["m0"]),
+            se.p_zero_point.eq(L["out_zero_point"][:8]),
+            se.p_act_min.eq(L["act_min"][:8]), se.p_act_max.eq(L["act_max"][:8]),
+            se.p_win_lo.eq(win_lo), se.p_win_hi.eq(win_hi),
             se.p_stride.eq(d["c_stride"]),
             se.p_rows.eq(st_pm),
             se.p_groups.eq(groups(st_pn, lc)),
@@ -310,33 +411,84 @@ class Sequencer(wiring.Component):
         error = Signal(8)
         m.d.comb += self.error.eq(error)
 
+        def launch():
+            """Leave the checks: tables first for a convolution, then the prologue."""
+            m.d.sync += conv.eq(is_conv)
+            m.d.comb += ag.tables_start.eq(is_conv)
+            with m.If(is_conv):
+                m.next = "TABLES"
+            with m.Else():
+                m.next = "ISSUE"
+
+        # While a parameter array loads, the B load engine copies it (one row of 4*m bytes)
+        # into the parameter memory selected by q_sel, and every multiplier / shift is checked.
+        q_bad = Signal()
+        q_addr = Array(L[f"{name}_addr"] for name in PARAM_ARRAYS)[q_sel]
+        with m.If(q_phase):
+            m.d.comb += [
+                lb.p_addr.eq(q_addr), lb.p_stride.eq(0), lb.p_rows.eq(1),
+                lb.p_groups.eq((M + wpb - 1) >> lw), lb.p_elems.eq(M << 2),
+                lb.p_buf_base.eq(0), lb.p_buf_gstride.eq(1),
+            ]
+            word0 = lb.w_addr << lw
+            for j in range(wpb):
+                word = lb.w_data[32 * j:32 * (j + 1)]
+                live = lb.w_en & (word0 + j < M)
+                bad_mult = (q_sel == 1) & ((word == 0) | word[31])
+                bad_shift = (q_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
+                with m.If(live & (bad_mult | bad_shift)):
+                    m.d.sync += q_bad.eq(1)
+
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0)]
+                    m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0), conv.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):
+                m.d.sync += [
+                    a_kstep.eq(pk * d["a_stride"]),
+                    b_kstep.eq(pk * d["b_stride"]),
+                    c_mstep.eq(pm * d["c_stride"]),
+                    gn_max.eq(pn >> lc),
+                    cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
+                    a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
+                    nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
+                    nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
+                    nxt["c_mptr"].eq(d["c_addr"]),
+                    q_bad.eq(0),
+                ]
                 with m.If(check_code != 0):
                     m.d.sync += error.eq(check_code)
                     m.next = "FINISH"
+                with m.Elif(post):
+                    m.next = f"Q_{PARAM_ARRAYS[0].upper()}"
+                with m.Elif(dry):
+                    m.next = "FINISH"
                 with m.Else():
-                    m.d.sync += conv.eq(is_conv)
-                    m.d.comb += ag.tables_start.eq(is_conv)
-                    m.d.sync += [
-                        a_kstep.eq(pk * d["a_stride"]),
-                        b_kstep.eq(pk * d["b_stride"]),
-                        c_mstep.eq(pm * d["c_stride"]),
-                        gn_max.eq(pn >> lc),
-                        cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
-                        a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
-                        nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
-                        nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
-                        nxt["c_mptr"].eq(d["c_addr"]),
-                    ]
-                    with m.If(is_conv):
-                        m.next = "TABLES"
+                    launch()
+            # post-processing parameters: one B-port load per array the layer uses
+            for i, name in enumerate(PARAM_ARRAYS):
+                after = (f"Q_{PARAM_ARRAYS[i + 1].upper()}" if i + 1 < len(PARAM_ARRAYS)
+                         else "Q_END")
+                with m.State(f"Q_{name.upper()}"):
+                    m.d.comb += [q_phase.eq(1), q_sel.eq(i)]
+                    with m.If(q_need[i]):
+                        m.d.comb += lb.start.eq(1)
+                        m.next = f"Q_{name.upper()}_WAIT"
                     with m.Else():
-                        m.next = "ISSUE"
+                        m.next = after
+                with m.State(f"Q_{name.upper()}_WAIT"):
+                    m.d.comb += [q_phase.eq(1), q_sel.eq(i)]
+                    with m.If(~lb.busy):
+                        m.next = after
+            with m.State("Q_END"):
+                with m.If(q_bad):
+                    m.d.sync += error.eq(ErrorCode.BAD_QUANT)
+                    m.next = "FINISH"
+                with m.Elif(dry):
+                    m.next = "FINISH"
+                with m.Else():
+                    launch()
             with m.State("TABLES"):             # convolution tables on chip before the prologue
                 with m.If(~ag.tables_busy):
                     m.next = "ISSUE"

@@ -5,9 +5,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import AccelConfig
-from .desc import DESC_FIELDS
+from .layouts import LAYER_WORDS
 from .ports import CsrBus, ReadPort, WritePort
-from .regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS
+from .regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
+from .runner import ImageRunner
 from .sequencer import Sequencer
 
 __all__ = ["AccelTop"]
@@ -16,10 +17,12 @@ __all__ = ["AccelTop"]
 class AccelTop(wiring.Component):
     """The accelerator: a register block in front of the :class:`~hw.sequencer.Sequencer`.
 
-    The host writes the descriptor registers, writes 1 to ``CTRL`` and waits for ``done`` (also
-    a top-level output, for an interrupt line) or polls ``STATUS``. Descriptor registers may be
-    rewritten while a run is busy: the sequencer latched them at start. A start while busy is
-    ignored. Register offsets come from :data:`hw.regmap.REGISTERS`.
+    Two ways to run. *Register mode*: the host writes the layer record registers (``DESC_*``,
+    ``LAYER_*``), writes ``CTRL.START`` and waits for ``done`` (also a top-level output, for an
+    interrupt line) or polls ``STATUS``. *Image mode*: the host places a firmware image in
+    memory, writes ``IMAGE_ADDR`` and ``CTRL.RUN_IMAGE``; the :class:`~hw.runner.ImageRunner`
+    runs every layer. Register writes while busy are ignored (so is a start). Register offsets
+    come from :data:`hw.regmap.REGISTERS`.
 
     Parameters
     ----------
@@ -52,31 +55,100 @@ class AccelTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.seq = seq = Sequencer(self._cfg)
+        cfg = self._cfg
+        m.submodules.seq = seq = Sequencer(cfg)
+        m.submodules.runner = run = ImageRunner(cfg)
+        image_mode = Signal()                        # the last run was an image run
         wiring.connect(m, wiring.flipped(self.a_rd), seq.a_rd)
-        wiring.connect(m, wiring.flipped(self.b_rd), seq.b_rd)
-        wiring.connect(m, wiring.flipped(self.c_wr), seq.c_wr)
-        m.d.comb += [self.busy.eq(seq.busy), self.done.eq(seq.done)]
 
+        # The runner uses the B port while the sequencer is idle, and the C port for the
+        # statistics records (also while the sequencer is idle).
+        seq_idle = ~seq.busy
+        with m.If(run.busy & seq_idle):
+            m.d.comb += [
+                self.b_rd.addr.eq(run.rd.addr), self.b_rd.valid.eq(run.rd.valid),
+                self.b_rd.stride.eq(run.rd.stride),
+                self.c_wr.addr.eq(run.wr.addr), self.c_wr.valid.eq(run.wr.valid),
+                self.c_wr.data.eq(run.wr.data), self.c_wr.strb.eq(run.wr.strb),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.b_rd.addr.eq(seq.b_rd.addr), self.b_rd.valid.eq(seq.b_rd.valid),
+                self.b_rd.stride.eq(seq.b_rd.stride),
+                self.c_wr.addr.eq(seq.c_wr.addr), self.c_wr.valid.eq(seq.c_wr.valid),
+                self.c_wr.data.eq(seq.c_wr.data), self.c_wr.strb.eq(seq.c_wr.strb),
+            ]
+        runner_port = run.busy & seq_idle
+        m.d.comb += [
+            run.rd.ready.eq(self.b_rd.ready & runner_port), run.rd.rdata.eq(self.b_rd.rdata),
+            run.rd.rvalid.eq(self.b_rd.rvalid & runner_port),
+            seq.b_rd.ready.eq(self.b_rd.ready & ~runner_port),
+            seq.b_rd.rdata.eq(self.b_rd.rdata),
+            seq.b_rd.rvalid.eq(self.b_rd.rvalid & ~runner_port),
+            run.wr.ready.eq(self.c_wr.ready & runner_port),
+            run.wr.bvalid.eq(self.c_wr.bvalid & runner_port),
+            seq.c_wr.ready.eq(self.c_wr.ready & ~runner_port),
+            seq.c_wr.bvalid.eq(self.c_wr.bvalid & ~runner_port),
+            run.a_fire.eq(self.a_rd.valid & self.a_rd.ready),
+            run.b_fire.eq(self.b_rd.valid & self.b_rd.ready),
+            run.c_fire.eq(self.c_wr.valid & self.c_wr.ready),
+            run.seq_busy.eq(seq.busy), run.seq_error.eq(seq.error),
+            seq.dry.eq(run.seq_dry), seq.img_lo.eq(run.img_lo), seq.img_hi.eq(run.img_hi),
+        ]
+        for name in COUNTERS:
+            m.d.comb += getattr(run, f"s_{name}").eq(getattr(seq, f"c_{name}"))
+
+        busy = seq.busy | run.busy
+        done = Mux(image_mode, run.done, seq.done)
+        m.d.comb += [self.busy.eq(busy), self.done.eq(done)]
         status = Signal(32)
-        m.d.comb += [status[STATUS_BITS["BUSY"]].eq(seq.busy),
-                     status[STATUS_BITS["DONE"]].eq(seq.done)]
+        m.d.comb += [status[STATUS_BITS["BUSY"]].eq(busy),
+                     status[STATUS_BITS["DONE"]].eq(done),
+                     status[STATUS_BITS["IMAGE"]].eq(image_mode)]
+        image_addr = Signal(32)
         readable = {
             REG["STATUS"].offset: status,
-            REG["ERROR"].offset: seq.error,
-            REG["CONFIG_ID"].offset: Const(self._cfg.config_id, 32),
+            REG["ERROR"].offset: Mux(image_mode, run.error, seq.error),
+            REG["CONFIG_ID"].offset: Const(cfg.config_id, 32),
+            REG["IMAGE_ADDR"].offset: image_addr,
+            REG["LAYER_INDEX"].offset: run.layer_index,
         }
-        for name in DESC_FIELDS:
-            reg = Signal(32, name=f"desc_{name}")
-            offset = REG[f"DESC_{name.upper()}"].offset
-            m.d.comb += getattr(seq, f"d_{name}").eq(reg)
-            with m.If(self.csr.we & (self.csr.addr == offset)):
+        csr_write = self.csr.we & ~busy
+        with m.If(csr_write & (self.csr.addr == REG["IMAGE_ADDR"].offset)):
+            m.d.sync += image_addr.eq(self.csr.wdata)
+        m.d.comb += run.image_addr.eq(image_addr)
+
+        # The layer record registers: written by the host between runs, or by the runner's
+        # record fetch (one B beat of words at a time) during an image run.
+        wpb = cfg.b_beat_bytes // 4
+        for name, word in LAYER_WORDS.items():
+            reg = Signal(32, name=f"rec_{name}")
+            offset = REG[record_register(name)].offset
+            with m.If(run.rec_we & (run.rec_beat == word // wpb)):
+                lane = word % wpb
+                m.d.sync += reg.eq(run.rec_data[32 * lane:32 * (lane + 1)])
+            with m.Elif(csr_write & (self.csr.addr == offset)):
                 m.d.sync += reg.eq(self.csr.wdata)
             readable[offset] = reg
+            if name.startswith("desc_"):
+                m.d.comb += getattr(seq, f"d_{name[len('desc_'):]}").eq(reg)
+            else:
+                m.d.comb += getattr(seq, f"l_{name}").eq(reg)
+            if name == "stats_addr":
+                m.d.comb += run.stats_addr.eq(reg)
         for name in COUNTERS:
-            readable[REG[f"PERF_{name.upper()}"].offset] = getattr(seq, f"c_{name}")
-        m.d.comb += seq.start.eq(self.csr.we & (self.csr.addr == REG["CTRL"].offset) &
-                                 self.csr.wdata[CTRL_BITS["START"]])
+            readable[REG[f"PERF_{name.upper()}"].offset] = Mux(
+                image_mode, getattr(run, f"c_{name}"), getattr(seq, f"c_{name}"))
+
+        ctrl = csr_write & (self.csr.addr == REG["CTRL"].offset)
+        start_layer = ctrl & self.csr.wdata[CTRL_BITS["START"]]
+        start_image = ctrl & ~self.csr.wdata[CTRL_BITS["START"]] & \
+            self.csr.wdata[CTRL_BITS["RUN_IMAGE"]]
+        m.d.comb += [seq.start.eq(start_layer | run.seq_start), run.start.eq(start_image)]
+        with m.If(start_layer):
+            m.d.sync += image_mode.eq(0)
+        with m.If(start_image):
+            m.d.sync += image_mode.eq(1)
 
         with m.Switch(self.csr.addr):
             for offset, value in readable.items():

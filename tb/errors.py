@@ -1,5 +1,6 @@
-"""cocotb test: every descriptor error code on the RTL ends within a few cycles, with the code
-hw.desc.check predicts and no memory written."""
+"""cocotb test: every register-mode error code (descriptor and layer record rules) on the RTL
+ends within a few cycles, with the code hw.record.check_record predicts and no memory written.
+(The image codes are tb.image's.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import dataclasses
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode, check
+from hw.desc import ErrorCode
+from hw.record import check_record, layer_record
 
 from .harness import Harness
 from .tiling import descriptor, place, random_tiling
@@ -38,6 +40,17 @@ def broken(d, cfg):
     yield dataclasses.replace(d, **{**conv, "run_addr": d.c_addr})               # BAD_ADDRESS
 
 
+def broken_records(d, cfg, fill_addr):
+    """Records breaking one layer-record rule each (``fill_addr``: FILL bytes in memory)."""
+    yield layer_record(d, post_mode=4)                                          # BAD_LAYER
+    yield layer_record(d, act_min=5, act_max=4)                                 # BAD_LAYER
+    yield layer_record(d, out_window_hi=layer_record(d)["out_window_hi"] - 1)   # BAD_WINDOW
+    yield layer_record(d, out_format=1, mult_addr=fill_addr + 2,
+                       shift_addr=fill_addr)                                     # BAD_WINDOW
+    # 0x5a5a5a5a is a legal multiplier but not a legal shift
+    yield layer_record(d, out_format=1, mult_addr=fill_addr, shift_addr=fill_addr)  # BAD_QUANT
+
+
 @cocotb.test()
 async def errors_refused_without_memory_writes(dut):
     h = await Harness.start(dut)
@@ -49,16 +62,22 @@ async def errors_refused_without_memory_writes(dut):
     size = where.end
     await h.load([(0, bytes([FILL]) * size)])
     seen = set()
-    for bad in broken(d, cfg):
-        errs = check(bad, cfg)
-        assert errs, f"not an illegal descriptor: {bad}"
-        result = await h.run(bad, budget_cycles=16)
+    cases = [layer_record(bad) for bad in broken(d, cfg)]
+    cases += list(broken_records(d, cfg, fill_addr=where.a_addr))
+    for bad in cases:
+        errs = check_record(bad, cfg, read_words=lambda addr, count: [0x5A5A5A5A] * count)
+        assert errs, f"not an illegal record: {bad}"
+        # parameter checks read m words per array first
+        budget = 16 if errs[0][0] != ErrorCode.BAD_QUANT else 16 + 8 * d.m
+        result = await h.run(bad, budget_cycles=budget)
         assert result.error == errs[0][0], (
             f"{bad}: RTL error {result.error}, check() says {errs[0][0]!r}")
         seen.add(ErrorCode(result.error))
-        assert result.counters["rd_a_bytes"] == result.counters["rd_b_bytes"] == 0
+        if result.error != ErrorCode.BAD_QUANT:
+            assert result.counters["rd_a_bytes"] == result.counters["rd_b_bytes"] == 0
         assert result.counters["wr_c_bytes"] == 0
-    assert seen == set(ErrorCode) - {ErrorCode.NONE}, f"codes not exercised: {seen}"
+    register_codes = {c for c in ErrorCode if ErrorCode.NONE < c < ErrorCode.BAD_IMAGE}
+    assert seen == register_codes, f"codes not exercised: {register_codes - seen}"
     raw = await h.dump(0, size)
     assert raw == bytes([FILL]) * size, "memory changed by refused descriptors"
     # and a legal run afterwards still works (no state left behind by the errors)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from hw.config import AccelConfig
-from hw.desc import DESC_FIELDS, GemmDescriptor
-from hw.regmap import COUNTERS, REG
+from hw.desc import GemmDescriptor
+from hw.layouts import LAYER_WORDS
+from hw.record import layer_record
+from hw.regmap import COUNTERS, CTRL_BITS, REG, record_register
 
 __all__ = ["Harness", "RunResult", "CLOCK_NS"]
 
@@ -119,12 +122,18 @@ class Harness:
 
     # -- runs ------------------------------------------------------------------------------------
 
-    async def run(self, desc: GemmDescriptor, *, budget_cycles: int) -> RunResult:
-        """Program ``desc``, start, await ``done`` within ``budget_cycles`` (else raise
-        ``cocotb.triggers.SimTimeoutError``), and read the error code and counters."""
-        for name, word in zip(DESC_FIELDS, desc.words()):
-            await self.csr_write(REG[f"DESC_{name.upper()}"].offset, word)
-        await self.csr_write(REG["CTRL"].offset, 1)
+    async def run(self, desc: GemmDescriptor | Mapping[str, int], *,
+                  budget_cycles: int) -> RunResult:
+        """Program one layer in register mode, start, await ``done`` within ``budget_cycles``
+        (else raise ``cocotb.triggers.SimTimeoutError``), and read the error code and counters.
+
+        ``desc`` is a whole layer record (u32 words by :data:`hw.layouts.LAYER_WORDS` name) or a
+        bare descriptor, which :func:`hw.record.layer_record` completes (int32 output, the
+        written range as the output window)."""
+        rec = layer_record(desc) if isinstance(desc, GemmDescriptor) else dict(desc)
+        for name in LAYER_WORDS:
+            await self.csr_write(REG[record_register(name)].offset, rec[name])
+        await self.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
         await with_timeout(RisingEdge(self.dut.done), budget_cycles * CLOCK_NS, "ns")
         await RisingEdge(self.dut.clk)
         status = await self.csr_read(REG["STATUS"].offset)

@@ -159,9 +159,10 @@ def test_headers_layer_struct_follows_layer_words_order():
 
 
 def test_headers_status_bits_match_register_docs():
-    assert STATUS_BITS == {"BUSY": 0, "DONE": 1} and CTRL_BITS == {"START": 0}
-    assert "bit 0 busy, bit 1 done" in REG["STATUS"].doc
-    assert "bit 0: start" in REG["CTRL"].doc
+    assert STATUS_BITS == {"BUSY": 0, "DONE": 1, "IMAGE": 2}
+    assert CTRL_BITS == {"START": 0, "RUN_IMAGE": 1}
+    assert "bit 0 busy, bit 1 done" in REG["STATUS"].doc and "bit 2" in REG["STATUS"].doc
+    assert "bit 0 START" in REG["CTRL"].doc and "bit 1 RUN_IMAGE" in REG["CTRL"].doc
 
 
 def test_headers_emit_writes_both_headers(tmp_path):

@@ -70,6 +70,7 @@ RANGE_CASES = [
     ("conv_offset_entries", 100, "a power of two in [16, 65536]"),
     ("conv_run_entries", 1 << 17, "a power of two in [16, 65536]"),
     ("conv_group_entries", 0, "a power of two in [16, 65536]"),
+    ("quant_entries", 8, "a power of two in [16, 65536]"),
     ("a_port_bytes_per_cycle", 0, "in [1, 16]"),
     ("a_port_bytes_per_cycle", 17, "in [1, 16]"),
     ("b_port_bytes_per_cycle", 17, "in [1, 16]"),

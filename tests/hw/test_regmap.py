@@ -6,6 +6,7 @@ import re
 import pytest
 
 from hw.desc import DESC_FIELDS
+from hw.layouts import LAYER_WORDS
 from hw.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS, Register
 
 
@@ -60,8 +61,9 @@ def test_regmap_every_counter_has_a_register_in_order():
 
 
 def test_regmap_has_no_other_registers():
-    expected = {"CTRL", "STATUS", "ERROR", "CONFIG_ID"}
+    expected = {"CTRL", "STATUS", "ERROR", "CONFIG_ID", "IMAGE_ADDR", "LAYER_INDEX"}
     expected |= {f"DESC_{n.upper()}" for n in DESC_FIELDS}
+    expected |= {f"LAYER_{n.upper()}" for n in LAYER_WORDS if not n.startswith("desc_")}
     expected |= {f"PERF_{n.upper()}" for n in COUNTERS}
     assert set(REG) == expected
 

@@ -1,5 +1,6 @@
-"""The RTL descriptor checks agree with hw.desc.check, and a refused descriptor touches no
-memory port. Amaranth simulation of the Sequencer alone (no memory model needed)."""
+"""The RTL record checks agree with hw.record.check_record (hw.desc.check for the descriptor
+words), and a refused record touches no memory port. Amaranth simulation of the Sequencer alone
+(no memory model needed)."""
 
 import os
 import random
@@ -8,8 +9,9 @@ from amaranth import *
 from amaranth.sim import Simulator
 
 from hw.config import PRESETS
-from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor, check
-from hw.sequencer import Sequencer
+from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor
+from hw.record import check_record, layer_record
+from hw.sequencer import LAYER_FIELDS, Sequencer
 
 
 def adversarial_descriptors(cfg, rng, count):
@@ -33,7 +35,21 @@ def adversarial_descriptors(cfg, rng, count):
                       c_stride=4 * n)
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = wild()
-        yield GemmDescriptor(**values)
+        desc = GemmDescriptor(**values)
+        fields = {}
+        if rng.random() < 0.3:
+            fields.update(out_format=1, mult_addr=D // 8, shift_addr=D // 8 + 4096)
+        if rng.random() < 0.3:
+            fields.update(bias_present=1, bias_addr=D // 8 + 8192)
+        for name in rng.sample(LAYER_FIELDS, rng.randrange(0, 3)):
+            fields[name] = rng.choice([wild(), rng.randrange(-130, 130) & 0xFFFF_FFFF])
+        rec = layer_record(desc, **fields)
+        # images: the image range the runner passes (0, 0 in register mode)
+        image = None
+        if rng.random() < 0.3:
+            lo = rng.choice([0, D // 8, D // 2 - 4096, D - 4096])
+            image = (lo, lo + rng.choice([64, 4096, 16384]))
+        yield rec, image
 
 
 def test_sequencer_checks_match_python_rules():
@@ -41,7 +57,7 @@ def test_sequencer_checks_match_python_rules():
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
     print(f"TESSERA_SEED={seed}")
     rng = random.Random(seed)
-    descs = list(adversarial_descriptors(cfg, rng, 400))
+    records = list(adversarial_descriptors(cfg, rng, 600))
     rst = Signal()
     seq = Sequencer(cfg)
     dut = ResetInserter(rst)(seq)
@@ -49,19 +65,24 @@ def test_sequencer_checks_match_python_rules():
     seen = set()
 
     async def bench(ctx):
-        for d in descs:
+        for d, image in records:
             ctx.set(rst, 1)
             await ctx.tick()
             ctx.set(rst, 0)
             for name in DESC_FIELDS:
-                ctx.set(getattr(seq, f"d_{name}"), getattr(d, name))
+                ctx.set(getattr(seq, f"d_{name}"), d[f"desc_{name}"])
+            for name in LAYER_FIELDS:
+                ctx.set(getattr(seq, f"l_{name}"), d[name])
+            ctx.set(seq.img_lo, image[0] if image else 0)
+            ctx.set(seq.img_hi, image[1] if image else 0)
+            ctx.set(seq.dry, 1)          # never start the engines: only the checks matter here
             ctx.set(seq.start, 1)
             await ctx.tick()
             ctx.set(seq.start, 0)
-            errs = check(d, cfg)
+            errs = check_record(d, cfg, image=image)
             want = int(errs[0][0]) if errs else 0
             seen.add(want)
-            for _ in range(3):            # CHECK, then FINISH for a refused descriptor
+            for _ in range(3):            # CHECK, then FINISH for a refused record
                 if want and (ctx.get(seq.a_rd.valid) or ctx.get(seq.b_rd.valid) or
                              ctx.get(seq.c_wr.valid)):
                     port_activity.append(d)
@@ -76,6 +97,8 @@ def test_sequencer_checks_match_python_rules():
     sim.add_testbench(bench)
     sim.run()
     assert not mismatches, f"seed {seed}: RTL vs check(): {mismatches[:3]}"
-    assert not port_activity, f"seed {seed}: refused descriptors used a memory port"
-    # the generator reaches most codes; the full set is covered by tests/hw/test_desc.py
-    assert len(seen) >= 6, f"seed {seed}: only codes {sorted(seen)} exercised"
+    assert not port_activity, f"seed {seed}: refused records used a memory port"
+    # the generator reaches most codes; the full set is covered by tests/hw/test_desc.py and
+    # tests/hw/test_record.py
+    assert len(seen) >= 8, f"seed {seed}: only codes {sorted(seen)} exercised"
+    assert {ErrorCode.BAD_LAYER, ErrorCode.BAD_WINDOW} <= seen, sorted(seen)

@@ -1,0 +1,285 @@
+"""Image runner: executes a whole firmware image (every layer, back to back) from device memory."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.crc import catalog
+from amaranth.lib.wiring import In, Out
+
+from .config import FORMAT_VERSION, AccelConfig
+from .desc import ErrorCode
+from .layouts import (COUNTERS, HEADER_WORDS, IMAGE_MAGIC, LAYER_USED_WORDS, STATS_BYTES,
+                      STATS_WORDS, SectionKind)
+from .ports import ReadPort, WritePort
+from .record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES
+
+__all__ = ["ImageRunner", "RECORD_BEATS"]
+
+#: The CRC the image header carries: CRC-32 as zlib computes it (ISO-HDLC / IEEE 802.3).
+CRC_ALGORITHM = catalog.CRC32_ISO_HDLC
+#: Counters an image run accumulates from its layers (the rest are counted directly).
+_LAYER_SUMMED = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
+                 "stall_load_b_cycles", "stall_store_cycles")
+
+
+def RECORD_BEATS(cfg: AccelConfig) -> int:
+    """B-port beats of one layer record fetch (the named words only)."""
+    return -(-4 * LAYER_USED_WORDS // cfg.b_beat_bytes)
+
+
+class ImageRunner(wiring.Component):
+    """Runs the image at ``image_addr`` with no host involvement between layers.
+
+    1. Fetch the header; check it (:func:`hw.record.check_header`: magic, format version,
+       ``config_id``, structure).
+    2. Read the whole image once through a CRC-32 (:data:`CRC_ALGORITHM`; the ``crc32`` word
+       reads as 0) and compare with the header's (``BAD_CRC``).
+    3. *Check pass*: fetch every layer record into the record registers and run the sequencer
+       ``dry`` (all of :func:`hw.record.check_record`, parameter arrays included). The first
+       failing layer ends the run with its code; nothing has been written.
+    4. *Run pass*: fetch each record again, run it, then write its statistics record
+       (:data:`hw.layouts.STATS_WORDS`, :data:`hw.layouts.STATS_BYTES` bytes) at its
+       ``stats_addr``.
+
+    The header and record fetches and the CRC read use the B read port (while the sequencer is
+    idle); statistics go out on the C write port. Image-run counters: ``total_cycles`` counts
+    every busy cycle; the MAC and stall categories are the sums of the run-pass layers';
+    ``stall_ctrl_cycles`` is the rest (header, CRC, check pass, record fetches, statistics), so
+    the categories still add up to the total; byte counters count every beat on the ports
+    (``*_fire`` inputs).
+
+    Members
+    -------
+    start : ``In(1)``; image_addr : ``In(dram_addr_bits)``
+    busy, done : ``Out(1)``; error : ``Out(8)``; layer_index : ``Out(32)``
+    rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
+    rec_we : ``Out(1)``; rec_beat : ``Out(range(RECORD_BEATS))``; rec_data : ``Out(b beat)``
+    seq_start, seq_dry : ``Out(1)``; seq_busy : ``In(1)``; seq_error : ``In(8)``
+    stats_addr : ``In(32)`` the current record's ``stats_addr`` word
+    img_lo, img_hi : ``Out(dram_addr_bits + 1)``
+    s_<counter> : ``In(32)`` the sequencer's counters; c_<counter> : ``Out(32)`` the image's
+    a_fire, b_fire, c_fire : ``In(1)`` accepted beats on the three ports
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        ab = cfg.dram_addr_bits
+        members = {
+            "start": In(1),
+            "image_addr": In(ab),
+            "busy": Out(1),
+            "done": Out(1),
+            "error": Out(8),
+            "layer_index": Out(32),
+            "rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
+                                         strided=True)),
+            "wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
+            "rec_we": Out(1),
+            "rec_beat": Out(range(RECORD_BEATS(cfg))),
+            "rec_data": Out(8 * cfg.b_beat_bytes),
+            "seq_start": Out(1),
+            "seq_dry": Out(1),
+            "seq_busy": In(1),
+            "seq_error": In(8),
+            "stats_addr": In(32),
+            "img_lo": Out(ab + 1),
+            "img_hi": Out(ab + 1),
+            "a_fire": In(1),
+            "b_fire": In(1),
+            "c_fire": In(1),
+        }
+        for name in COUNTERS:
+            members[f"s_{name}"] = In(32)
+            members[f"c_{name}"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        ab = cfg.dram_addr_bits
+        bb = cfg.b_beat_bytes
+        wpb = bb // 4
+
+        # -- beat fetcher: `f_beats` consecutive B beats from `f_addr` ---------------------------
+        f_start = Signal()
+        f_addr_in = Signal(ab + 1)
+        f_beats_in = Signal(32)
+        fetching = Signal()
+        rq_addr = Signal(ab)
+        rq_left = Signal(32)
+        rs_idx = Signal(32)
+        rs_left = Signal(32)
+        m.d.comb += [self.rd.addr.eq(rq_addr), self.rd.valid.eq(fetching & (rq_left != 0)),
+                     self.rd.stride.eq(1)]
+        with m.If(f_start):
+            m.d.sync += [fetching.eq(1), rq_addr.eq(f_addr_in), rq_left.eq(f_beats_in),
+                         rs_idx.eq(0), rs_left.eq(f_beats_in)]
+        with m.Else():
+            with m.If(self.rd.valid & self.rd.ready):
+                m.d.sync += [rq_addr.eq(rq_addr + bb), rq_left.eq(rq_left - 1)]
+            with m.If(fetching & self.rd.rvalid):
+                m.d.sync += [rs_idx.eq(rs_idx + 1), rs_left.eq(rs_left - 1)]
+                with m.If(rs_left == 1):
+                    m.d.sync += fetching.eq(0)
+        beat_in = fetching & self.rd.rvalid
+
+        # -- header words -------------------------------------------------------------------------
+        hdr_beats = HEADER_BYTES // bb
+        hdr = [Signal(32, name=f"hdr_{i}") for i in range(HEADER_BYTES // 4)]
+        to_hdr, to_rec, to_crc = Signal(), Signal(), Signal()
+        with m.If(beat_in & to_hdr):
+            with m.Switch(rs_idx):
+                for b in range(hdr_beats):
+                    with m.Case(b):
+                        m.d.sync += [hdr[b * wpb + j].eq(self.rd.rdata[32 * j:32 * (j + 1)])
+                                     for j in range(wpb)]
+        H = {name: hdr[index] for name, index in HEADER_WORDS.items()}
+        m.d.comb += [self.rec_we.eq(beat_in & to_rec), self.rec_beat.eq(rs_idx),
+                     self.rec_data.eq(self.rd.rdata)]
+
+        # -- CRC over the whole image, the crc32 word read as zero --------------------------------
+        m.submodules.crc = crc = CRC_ALGORITHM(data_width=8 * bb).create()
+        crc_byte = 4 * HEADER_WORDS["crc32"]
+        crc_data = Signal(8 * bb)
+        m.d.comb += crc_data.eq(self.rd.rdata)
+        with m.If(rs_idx == crc_byte // bb):
+            lane = (crc_byte % bb) // 4
+            m.d.comb += crc_data[32 * lane:32 * (lane + 1)].eq(0)
+        m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc)]
+
+        # -- header checks (same rules and priority as hw.record.check_header) ---------------------
+        img = Signal(ab)
+        total, count = H["total_bytes"], H["layer_count"]
+        l_off = H[f"section_{SectionKind.LAYERS.name.lower()}_offset"]
+        l_size = H[f"section_{SectionKind.LAYERS.name.lower()}_bytes"]
+        img_end = Signal(64)
+        l_need = Signal(64)
+        l_end = Signal(64)
+        m.d.comb += [img_end.eq(img + total), l_need.eq(count * LAYER_RECORD_BYTES),
+                     l_end.eq(l_off + l_size)]
+        align = SECTION_ALIGN_BYTES.bit_length() - 1
+        structure_bad = (
+            (H["base_addr"] != img) | (img[:align] != 0) | (total[:align] != 0) |
+            (total < HEADER_BYTES) | (img_end > cfg.dram_bytes) | (count == 0) |
+            (l_size != l_need) | (l_off[:align] != 0) | (l_off < HEADER_BYTES) | (l_end > total))
+        hdr_code = Mux((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION),
+                       ErrorCode.BAD_IMAGE,
+                       Mux(H["config_id"] != cfg.config_id, ErrorCode.CONFIG_MISMATCH,
+                           Mux(structure_bad, ErrorCode.BAD_IMAGE, 0)))
+        m.d.comb += [self.img_lo.eq(Mux(self.busy, img, 0)),
+                     self.img_hi.eq(Mux(self.busy, img_end, 0))]
+
+        # -- statistics writer ---------------------------------------------------------------------
+        W = cfg.c_beat_bytes
+        st_beats = -(-STATS_BYTES // W)
+        stats_words = [Const(0, 32)] * (st_beats * W // 4)
+        for name, index in STATS_WORDS.items():
+            stats_words[index] = (self.layer_index if name == "layer_index"
+                                  else getattr(self, f"s_{name}"))
+        stats_addr = Signal(ab)
+        st_issue = Signal(range(st_beats + 1))
+        st_ack = Signal(range(st_beats + 1))
+        st_active = Signal()
+        beat_data = Array(Cat(*stats_words[b * W // 4:(b + 1) * W // 4]) for b in range(st_beats))
+        beat_strb = Array(Const((1 << min(W, STATS_BYTES - b * W)) - 1, W)
+                          for b in range(st_beats))
+        m.d.comb += [
+            self.wr.valid.eq(st_active & (st_issue != st_beats)),
+            self.wr.addr.eq(stats_addr + st_issue * W),
+            self.wr.data.eq(beat_data[st_issue]),
+            self.wr.strb.eq(beat_strb[st_issue]),
+        ]
+        with m.If(self.wr.valid & self.wr.ready):
+            m.d.sync += st_issue.eq(st_issue + 1)
+        with m.If(st_active & self.wr.bvalid):
+            m.d.sync += st_ack.eq(st_ack + 1)
+
+        # -- image counters --------------------------------------------------------------------------
+        ctr = {name: Signal(32, name=f"img_{name}") for name in COUNTERS}
+        summed = sum(ctr[name] for name in _LAYER_SUMMED)
+        for name in COUNTERS:
+            value = ctr[name]
+            if name == "stall_ctrl_cycles":
+                value = (ctr["total_cycles"] - summed)[:32]
+            m.d.comb += getattr(self, f"c_{name}").eq(value)
+        with m.If(self.busy):
+            m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
+            for port, beat in (("a", cfg.a_beat_bytes), ("b", bb), ("c", W)):
+                name = f"{'wr' if port == 'c' else 'rd'}_{port}_bytes"
+                with m.If(getattr(self, f"{port}_fire")):
+                    m.d.sync += ctr[name].eq(ctr[name] + beat)
+
+        # -- control -------------------------------------------------------------------------------
+        layer = self.layer_index
+        run_pass = Signal()
+
+        def fetch_record():
+            m.d.comb += [f_start.eq(1),
+                         f_addr_in.eq(img + l_off + (layer << (LAYER_RECORD_BYTES.bit_length() - 1))),
+                         f_beats_in.eq(RECORD_BEATS(cfg))]
+            m.d.sync += [to_hdr.eq(0), to_rec.eq(1), to_crc.eq(0)]
+            m.next = "RECORD"
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
+                                 layer.eq(0), run_pass.eq(0), img.eq(self.image_addr),
+                                 to_hdr.eq(1), to_rec.eq(0), to_crc.eq(0)]
+                    m.d.sync += [c.eq(0) for c in ctr.values()]
+                    m.d.comb += [f_start.eq(1), f_addr_in.eq(self.image_addr),
+                                 f_beats_in.eq(hdr_beats)]
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                with m.If(~fetching):
+                    m.next = "HEADER_CHECK"
+            with m.State("HEADER_CHECK"):
+                with m.If(hdr_code != 0):
+                    m.d.sync += self.error.eq(hdr_code)
+                    m.next = "FINISH"
+                with m.Else():
+                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img), f_beats_in.eq(total >> (bb.bit_length() - 1)),
+                                 crc.start.eq(1)]
+                    m.d.sync += [to_hdr.eq(0), to_crc.eq(1)]
+                    m.next = "CRC"
+            with m.State("CRC"):
+                with m.If(~fetching):
+                    with m.If(crc.crc != H["crc32"]):
+                        m.d.sync += self.error.eq(ErrorCode.BAD_CRC)
+                        m.next = "FINISH"
+                    with m.Else():
+                        fetch_record()
+            with m.State("RECORD"):
+                with m.If(~fetching):
+                    m.d.comb += [self.seq_start.eq(1), self.seq_dry.eq(~run_pass)]
+                    m.next = "LAYER"
+            with m.State("LAYER"):
+                with m.If(~self.seq_busy):
+                    with m.If(self.seq_error != 0):
+                        m.d.sync += self.error.eq(self.seq_error)
+                        m.next = "FINISH"
+                    with m.Elif(run_pass):
+                        m.d.sync += [st_active.eq(1), st_issue.eq(0), st_ack.eq(0),
+                                     stats_addr.eq(self.stats_addr)]
+                        m.d.sync += [ctr[name].eq(ctr[name] + getattr(self, f"s_{name}"))
+                                     for name in _LAYER_SUMMED]
+                        m.next = "STATS"
+                    with m.Elif(layer + 1 == count):
+                        m.d.sync += [layer.eq(0), run_pass.eq(1)]
+                        m.next = "NEXT"
+                    with m.Else():
+                        m.d.sync += layer.eq(layer + 1)
+                        m.next = "NEXT"
+            with m.State("STATS"):
+                with m.If(st_ack == st_beats):
+                    m.d.sync += st_active.eq(0)
+                    with m.If(layer + 1 == count):
+                        m.next = "FINISH"
+                    with m.Else():
+                        m.d.sync += layer.eq(layer + 1)
+                        m.next = "NEXT"
+            with m.State("NEXT"):
+                fetch_record()
+            with m.State("FINISH"):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+                m.next = "IDLE"
+        return m
