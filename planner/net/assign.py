@@ -33,10 +33,10 @@ are microseconds. Tensors are counted at 1 byte per element (int8 after quantisa
 
 **Decision** (in topological order; candidates: accelerator first for tensor ops, host first
 for scalar ops): assign to the first candidate with ``p >= th1`` and ``c <= th2``; otherwise
-*fuse with the previous op* (the producer of this op's first input; on the accelerator only when
-nothing else reads the intermediate): on the accelerator only ops its post-processor absorbs (Relu, Clip, folded
-BatchNormalization, bias Add, Quantize/DequantizeLinear); on the host anything. The fused pair
-is re-evaluated (``t`` of the intermediate disappears, ``a`` and the speed-up are the pair's)
+*fuse with the previous op* (the producer of this op's first input): on the accelerator only
+ops its post-processor absorbs (Relu, Clip, folded BatchNormalization, Quantize/DequantizeLinear)
+and only when nothing else reads the intermediate; on the host anything. The fused group is
+re-evaluated (``t`` of the intermediate disappears, ``a`` and the speed-up are the group's)
 and accepted under the same thresholds; otherwise the op goes to the supported processor of
 minimum cost. The assignments are recorded so the next op's ``t`` and fusion see them.
 
