@@ -126,9 +126,11 @@ class Measurer:
         if jobs:
             self._log(f"measuring {len(todo)} cases in {len(jobs)} jobs "
                       f"({self._ex.scheduler})")
-        for job, result in zip(jobs, self._ex.map(self._fn, self._db.cfg, jobs)):
+        for i, result in self._ex.imap(self._fn, self._db.cfg, jobs):
+            job = jobs[i]
             self._db.put_measurements(("gemm", c.dims, c.tiling, r) for c, r in zip(job, result))
             out.update(zip(job, result))
+            self._log(f"job {i + 1}/{len(jobs)} stored ({len(job)} cases)")
         self.runs += len(todo)
         return out
 

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from hw.config import AccelConfig
 from planner.cost import predict_tiling
@@ -159,21 +159,35 @@ class Executor:
                                    "'tessera[dev]', or use --scheduler serial)") from None
             if self._scheduler == "local":
                 self._cluster = LocalCluster(n_workers=self._workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=None)
+                                             processes=True, dashboard_address=":0")
                 self._client = Client(self._cluster)
             else:
                 self._client = Client(self._scheduler)
         return self._client
 
-    def map(self, fn: MeasureFn, cfg: AccelConfig, jobs: list[list[Case]]) -> list[list[dict]]:
-        """``[fn(job, cfg) for job in jobs]``, run where the scheduler says."""
+    def imap(self, fn: MeasureFn, cfg: AccelConfig, jobs: list[list[Case]]
+             ) -> Iterator[tuple[int, list[dict]]]:
+        """``(index, fn(jobs[index], cfg))`` for every job, as each finishes (any order)."""
         if not jobs:
-            return []
+            return
         if self._scheduler == "serial":
-            return [fn(job, cfg) for job in jobs]
+            for i, job in enumerate(jobs):
+                yield i, fn(job, cfg)
+            return
+        from distributed import as_completed
+
         client = self._connect()
         futures = client.map(functools.partial(_run_job, fn, cfg), jobs, pure=False)
-        return client.gather(futures)
+        index = {f.key: i for i, f in enumerate(futures)}
+        for future in as_completed(futures):
+            yield index[future.key], future.result()
+
+    def map(self, fn: MeasureFn, cfg: AccelConfig, jobs: list[list[Case]]) -> list[list[dict]]:
+        """``[fn(job, cfg) for job in jobs]``, run where the scheduler says, in job order."""
+        out: list = [None] * len(jobs)
+        for i, result in self.imap(fn, cfg, jobs):
+            out[i] = result
+        return out
 
     def close(self):
         if self._client is not None:

@@ -1,0 +1,77 @@
+"""``tessera tunedb``: build (model dry run), query, stats, export, clear errors."""
+
+import json
+
+import pytest
+
+from planner.__main__ import main as planner_main
+from planner.tessera import main as tessera_main
+from planner.tunedb.cli import main, random_shapes, workload_shapes
+
+from .conftest import CFG
+
+
+@pytest.fixture
+def built(tmp_path, capsys):
+    path = tmp_path / "m.tunedb"
+    report = tmp_path / "build.json"
+    assert main(["build", "--db", str(path), "--preset", "small", "--gemm", "256,64,256",
+                 "--gemm", "64,64,1", "--random", "2", "--measure", "model", "--scheduler",
+                 "serial", "--top", "1", "--report", str(report)]) == 0
+    return path, json.loads(report.read_text()), capsys.readouterr().out
+
+
+def test_cli_build_prints_boundary_shapes_with_evidence(built):
+    _, report, out = built
+    assert report["boundary"] and report["rejected"][0]["shape"] == [64, 64, 8]
+    assert "boundary shapes (linear tolerance 2%" in out
+    first = report["boundary"][0]
+    shape = "x".join(map(str, first["shape"]))
+    line = next(l for l in out.splitlines() if l.strip().startswith(shape))
+    assert f"ratio {first['parent']['ratio']:.4f}" in line
+    for f in first["failed_halvings"]:
+        assert f"{f['dim']}/2 -> {f['ratio']:.3f}" in line
+
+
+def test_cli_query_stats_export(built, capsys, tmp_path):
+    path, _, _ = built
+    assert main(["query", "--db", str(path), "--gemm", "512,64,512", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["rule"] == "multiple-initial" and res["record"]["shape"] == [256, 64, 256]
+    assert main(["query", "--db", str(path), "--gemm", "5,3,7"]) == 0
+    assert "rule analytic" in capsys.readouterr().out
+    assert main(["stats", "--db", str(path)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["config_id"] == f"{CFG.config_id:08x}" and stats["records"]["initial/gemm"] == 3
+    out = tmp_path / "export.json"
+    assert main(["export", "--db", str(path), "--out", str(out)]) == 0
+    exported = json.loads(out.read_text())
+    assert len(exported["records"]) == sum(stats["records"].values())
+    assert exported["config"]["array_rows"] == 8
+
+
+def test_cli_refuses_a_database_of_another_config(built, capsys):
+    path, _, _ = built
+    assert main(["query", "--db", str(path), "--preset", "tiny", "--gemm", "8,8,8"]) == 2
+    assert "tuning database is for config_id" in capsys.readouterr().err
+    assert main(["stats", "--db", str(path) + ".missing"]) == 2
+    assert "no such tuning database" in capsys.readouterr().err
+
+
+def test_cli_tessera_dispatch_and_planner_strategy_db(built, capsys):
+    path, _, _ = built
+    assert tessera_main(["tunedb", "stats", "--db", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["schema_version"] == 1
+    assert planner_main(["plan", "--gemm", "512,64,512", "--preset", "small", "--strategy",
+                         "db", "--db", str(path), "--json"]) == 0
+    layer = json.loads(capsys.readouterr().out)["layers"][0]
+    assert layer["plan"]["strategy"] == "db:multiple-initial" and layer["gap"] >= 0
+
+
+def test_cli_shape_sources():
+    shapes = dict(workload_shapes("planner/workloads/resnet50.json"))
+    g = shapes["resnet50:conv1"]                       # implicit GEMM of the 7x7 stem
+    assert (g.m, g.k, g.n) == (64, 147, 12544)
+    rnd = random_shapes(CFG, 5, 3)
+    assert rnd == random_shapes(CFG, 5, 3) and len({s for _, s in rnd}) == 5
+    assert all(s.m % 8 == 0 and s.n % 8 == 0 for _, s in rnd)
