@@ -24,17 +24,15 @@ import zlib
 
 from hw.config import FORMAT_VERSION, AccelConfig
 from hw.desc import DESC_FIELDS, GemmDescriptor, check, groups_n
+from hw.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record,
+                       written_range)
 from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 
 __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "inspect", "reseal",
-           "format_tables_markdown", "SECTION_ALIGN_BYTES", "HEADER_BYTES", "LAYER_RECORD_BYTES",
-           "BASE_ADDR_WORD", "SIGNED_LAYER_FIELDS"]
+           "format_tables_markdown", "section_layout", "image_bytes", "SECTION_ALIGN_BYTES",
+           "HEADER_BYTES", "LAYER_RECORD_BYTES", "BASE_ADDR_WORD", "SIGNED_LAYER_FIELDS"]
 
-#: Every section starts, and the image ends, on this boundary (one C beat of the default array).
-SECTION_ALIGN_BYTES = 64
-HEADER_BYTES = 4 * IMAGE_HEADER_WORDS
-LAYER_RECORD_BYTES = 4 * LAYER_RECORD_WORDS
 #: The header word that carries :attr:`Image.base_addr`.
 BASE_ADDR_FIELD = "base_addr"
 BASE_ADDR_WORD = HEADER_WORDS[BASE_ADDR_FIELD]
@@ -146,18 +144,31 @@ class Image:
 
     def section_offsets(self) -> dict[SectionKind, tuple[int, int]]:
         """``(offset, bytes)`` of every section as :func:`encode` lays them out."""
-        sizes = {SectionKind.LAYERS: len(self.layers) * LAYER_RECORD_BYTES}
-        sizes.update({kind: len(self.sections[kind]) for kind in BLOB_SECTIONS})
-        out, pos = {}, HEADER_BYTES
-        for kind in SectionKind:
-            pos = _align(pos)
-            out[kind] = (pos, sizes[kind])
-            pos += sizes[kind]
-        return out
+        return section_layout(len(self.layers),
+                              {kind: len(self.sections[kind]) for kind in BLOB_SECTIONS})
 
     def section_addr(self, kind: SectionKind) -> int:
         """Device address of a section's first byte."""
         return self.base_addr + self.section_offsets()[SectionKind(kind)][0]
+
+
+def section_layout(layer_count: int, blob_bytes: dict[SectionKind, int]
+                   ) -> dict[SectionKind, tuple[int, int]]:
+    """``(offset, bytes)`` of every section of an image with ``layer_count`` records and blob
+    sections of ``blob_bytes`` (missing ones empty), as :func:`encode` lays them out."""
+    sizes = {SectionKind.LAYERS: layer_count * LAYER_RECORD_BYTES}
+    sizes.update({kind: blob_bytes.get(kind, 0) for kind in BLOB_SECTIONS})
+    out, pos = {}, HEADER_BYTES
+    for kind in SectionKind:
+        pos = _align(pos)
+        out[kind] = (pos, sizes[kind])
+        pos += sizes[kind]
+    return out
+
+
+def image_bytes(layout: dict[SectionKind, tuple[int, int]]) -> int:
+    """Total bytes of an image laid out as ``layout`` (:func:`section_layout`)."""
+    return _align(max(off + size for off, size in layout.values()))
 
 
 def _align(value: int) -> int:
@@ -190,7 +201,7 @@ def reseal(blob: bytes) -> bytes:
 def encode(image: Image) -> bytes:
     """The bytes of ``image``: header, then each section 64-byte aligned, zero padded."""
     layout = image.section_offsets()
-    total = _align(max(off + size for off, size in layout.values()))
+    total = image_bytes(layout)
     out = bytearray(total)
     header = [0] * IMAGE_HEADER_WORDS
     header[HEADER_WORDS["magic"]] = IMAGE_MAGIC
@@ -381,24 +392,17 @@ def validate(blob: bytes, cfg: AccelConfig, *, device_bytes: int | None = None) 
 def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[str]:
     out: list[str] = []
     d = _desc(rec)
-    out += [f"{code.name}: {msg}" for code, msg in check(d, cfg)]
+    words = {name: rec[name] & 0xFFFF_FFFF for name in LAYER_WORDS}
+
+    def read_words(addr: int, count: int) -> list[int]:
+        at = addr - image_range[0]          # check_record only asks for arrays in the image
+        return list(struct.unpack_from(f"<{count}I", blob, at))
+
+    # the hardware's rules, in its priority order (hw.record.check_record)
+    out += [f"{code.name}: {msg}" for code, msg in
+            check_record(words, cfg, image=image_range, read_words=read_words)]
     for word, value in sorted(rec["_reserved"].items()):
         out.append(f"reserved word {word}={value:#x} must be 0")
-    for name, enum_cls in _ENUM_FIELDS.items():
-        if rec[name] not in {e.value for e in enum_cls}:
-            out.append(f"{name}={rec[name]} is not a {enum_cls.__name__} "
-                       f"({', '.join(f'{e.name}={e.value}' for e in enum_cls)})")
-    if rec["op_kind"] in _B_MODE_OF.keys() and d.b_mode != _B_MODE_OF[OpKind(rec["op_kind"])]:
-        out.append(f"desc_b_mode={d.b_mode} is inconsistent with op_kind="
-                   f"{OpKind(rec['op_kind']).name} (needs b_mode="
-                   f"{_B_MODE_OF[OpKind(rec['op_kind'])]})")
-    for name in ("out_zero_point", "act_min", "act_max"):
-        if not INT8_MIN <= rec[name] <= INT8_MAX:
-            out.append(f"{name}={rec[name]} is outside int8 [{INT8_MIN}, {INT8_MAX}]")
-    if rec["act_min"] > rec["act_max"]:
-        out.append(f"act_min={rec['act_min']} > act_max={rec['act_max']}")
-    if rec["bias_present"] not in (0, 1):
-        out.append(f"bias_present={rec['bias_present']} must be 0 or 1")
 
     # quantisation arrays (m int32 each) must lie in the QUANT section
     quant = dev_range(SectionKind.QUANT)
@@ -416,19 +420,6 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[s
             where = "missing" if quant is None else f"[{quant[0]:#x}, {quant[1]:#x})"
             out.append(f"{name}={lo:#x}: m={d.m} int32 [{lo:#x}, {hi:#x}) lies outside the "
                        f"QUANT section {where}")
-        elif lo % 4 == 0:
-            at = good[SectionKind.QUANT][0] + lo - quant[0]
-            values = struct.unpack_from(f"<{d.m}i", blob, at)
-            if name == "mult_addr":
-                bad = [(j, v) for j, v in enumerate(values) if v <= 0]
-                if bad:
-                    out.append(f"mult_addr={lo:#x}: multiplier[{bad[0][0]}]={bad[0][1]} not in "
-                               f"(0, 2**31) ({len(bad)} bad)")
-            if name == "shift_addr":
-                bad = [(j, v) for j, v in enumerate(values) if not -31 <= v <= 31]
-                if bad:
-                    out.append(f"shift_addr={lo:#x}: shift[{bad[0][0]}]={bad[0][1]} not in "
-                               f"[-31, 31] ({len(bad)} bad)")
 
     # convolution tables must lie in the TABLES section
     if d.b_mode == 1 and d.k and d.n:
@@ -441,21 +432,10 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[s
                 out.append(f"desc_{name}={lo:#x}: table [{lo:#x}, {lo + size:#x}) lies outside "
                            f"the TABLES section {where}")
 
-    # output window
+    # the device the host has may be smaller than the address space the hardware checks
     lo_w, hi_w = rec["out_window_lo"], rec["out_window_hi"]
-    if lo_w >= hi_w:
-        out.append(f"out_window_lo={lo_w:#x} >= out_window_hi={hi_w:#x}: empty window")
-    if hi_w > mem:
+    if mem < cfg.dram_bytes and hi_w > mem:
         out.append(f"out_window_hi={hi_w:#x} reaches past device memory of {mem:#x} bytes")
-    if lo_w < image_range[1] and image_range[0] < hi_w:
-        out.append(f"output window [{lo_w:#x}, {hi_w:#x}) overlaps the image "
-                   f"[{image_range[0]:#x}, {image_range[1]:#x})")
-    if 1 <= d.m and 1 <= d.n:
-        w_lo, w_hi = _written_range(d, rec["out_format"], cfg)
-        if not (lo_w <= w_lo and w_hi <= hi_w):
-            out.append(f"written C range [{w_lo:#x}, {w_hi:#x}) (desc_c_addr={d.c_addr:#x}, "
-                       f"m={d.m}, n={d.n}, desc_c_stride={d.c_stride}) is not inside the output "
-                       f"window [out_window_lo={lo_w:#x}, out_window_hi={hi_w:#x})")
     return out
 
 

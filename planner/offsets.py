@@ -78,6 +78,10 @@ class ConvTables:
     offsets: np.ndarray
     segments: np.ndarray
     groups: np.ndarray
+    #: Output pixels the tables cover: all of the layer's (``None``), or its first ``pixels``
+    #: (:func:`compile_tables` ``pixels=``: one output row, run once per row with ``b_addr``
+    #: moved down by the row's input offset).
+    pixels: int | None = None
 
     # -- sizes -----------------------------------------------------------------------------------
 
@@ -87,7 +91,7 @@ class ConvTables:
 
     @property
     def n(self) -> int:
-        return self.shape.gemm.n
+        return self.shape.gemm.n if self.pixels is None else self.pixels
 
     @property
     def run_count(self) -> int:
@@ -164,8 +168,13 @@ def _check_range(field: str, values: np.ndarray, hi: int, where=None) -> None:
         raise ValueError(f"conv tables: {field}={int(values[i])}{at} must be < {hi}")
 
 
-def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> ConvTables:
+def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
+                   pixels: int | None = None) -> ConvTables:
     """Build the offset, segment and group tables of ``shape`` in ``layout`` for ``cfg``.
+
+    ``pixels`` limits the tables to the first ``pixels`` output pixels (e.g. ``out_w``: one
+    output row; row ``p`` then runs the same tables with ``b_addr`` advanced by
+    ``p * stride_h`` padded input rows).
 
     Lane group ``G`` holds output pixels ``G*cols .. min(G*cols + cols, N) - 1``. Its lanes are
     cut greedily from lane 0: a run starting at lane ``lo`` has stride
@@ -186,9 +195,13 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> 
     cols = cfg.array_cols
     gemm = shape.gemm
     n = gemm.n
+    if pixels is not None:
+        if type(pixels) is not int or not 1 <= pixels <= n:
+            raise ValueError(f"pixels must be an int in [1, {n}], not {pixels!r}")
+        n = pixels
     off = tap_offsets(shape, layout)
     _check_range("off", off, 1 << 32, lambda i: f"tap k={i}")
-    base = base_offsets(shape, layout)
+    base = base_offsets(shape, layout)[:n]
     _check_range("base", base, 1 << RUN_BASE_BITS, lambda i: f"output pixel n={i}")
 
     ngroups = -(-n // cols)
@@ -241,7 +254,7 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig) -> 
     np.cumsum(starts.sum(axis=1), out=first[1:])
     _check_range("run_count", first[-1:], 1 << 32)
     return ConvTables(shape=shape, layout=layout, lanes=cols, offsets=off.astype(np.uint32),
-                      segments=seg, groups=first.astype(np.uint32))
+                      segments=seg, groups=first.astype(np.uint32), pixels=pixels)
 
 
 def _as_range(name: str, value, size: int) -> range:

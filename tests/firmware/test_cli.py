@@ -42,7 +42,7 @@ def test_cli_validate_prints_every_problem(image_file, capsys):
     assert main(["validate", str(image_file), "--preset", "tiny"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert any("format_version=3" in line for line in out)
-    assert any("layer 0: act_max=999" in line for line in out)
+    assert any("layer 0: BAD_LAYER: act_max=999" in line for line in out)
 
 
 def test_cli_validate_wrong_preset_names_config_id(image_file, capsys):

@@ -232,7 +232,7 @@ def test_validate_impossible_tiling():
 
 def test_validate_bad_enum_values():
     blob = encode(legal_image())
-    assert_one(patch_layer(blob, "op_kind", 5), "layer 0: op_kind=5 is not a OpKind")
+    assert_one(patch_layer(blob, "op_kind", 5), "layer 0: BAD_LAYER: op_kind=5 is not a OpKind")
     assert_one(patch_layer(blob, "out_format", 2), "out_format=2 is not a OutFormat")
     assert_one(patch_layer(blob, "post_mode", 4), "post_mode=4 is not a PostMode")
 

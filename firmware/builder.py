@@ -1,0 +1,299 @@
+"""Image builder: lays out a network's layers, weights, tables and quantisation parameters as one
+firmware image, and its activations in device memory around it.
+
+Device memory holds the image at ``image_addr`` and a *data region* (from ``data_addr``) with the
+activation buffers (:meth:`ImageBuilder.buffer`) and one statistics record per layer record.
+Layers are added in execution order; :meth:`ImageBuilder.build` returns the sealed image.
+
+Tensor layouts (what the layers read and write):
+
+* a GEMM / fully connected layer computes ``C (m x n) = W (m x k) @ B (k x n)``: ``B`` row-major
+  at ``b_addr`` with ``b_stride`` bytes per row, ``C`` row-major at ``out_addr`` with
+  ``out_stride`` bytes per row (int8 or int32 elements). An int8 ``C`` is directly the ``B`` of
+  a following layer (features x tokens), so MLPs chain with no host work.
+* a convolution reads its input in the padded NCHW layout (:mod:`planner.layout`, the halo
+  holding the input zero point) and writes output channel ``c``, pixel ``(p, q)`` at
+  ``out_addr + c * out_chan_stride + p * out_row_stride + q``. With ``out_row_stride = out_w``
+  the output is plain CHW (one record); a larger ``out_row_stride`` writes into the interior of
+  the next convolution's padded input, one record per output row (the tables of row 0, with
+  ``b_addr`` moved down ``stride_h`` input rows per row), so convolution chains need no host
+  re-layout either.
+
+Every layer is planned by :mod:`planner` (``strategy``), and every record passes
+:func:`hw.record.check_record` before the image is sealed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hw.config import AccelConfig
+from hw.desc import GemmDescriptor
+from hw.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
+from hw.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
+
+from .image import Image, ImageError, Layer, encode, image_bytes, section_layout
+
+__all__ = ["Requant", "ImageBuilder", "BuiltLayer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Requant:
+    """Int8 output of a layer: per-output-channel ``multiplier`` / ``shift`` (``m`` int32 each,
+    :func:`planner.requant.quantize_multiplier`), the output ``zero_point`` and clamp bounds
+    (:func:`planner.requant.activation_bounds`); ``post_mode`` documents which activation the
+    bounds implement."""
+
+    multiplier: np.ndarray
+    shift: np.ndarray
+    zero_point: int = 0
+    act_min: int = -128
+    act_max: int = 127
+    post_mode: PostMode = PostMode.NONE
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltLayer:
+    """A layer record as built, with the name it was added under and the planner's prediction
+    of its counters (register-mode run of the descriptor, without image overheads)."""
+
+    name: str
+    layer: Layer
+    predicted_cycles: int
+
+
+def _align(value: int, to: int = SECTION_ALIGN_BYTES) -> int:
+    return -(-value // to) * to
+
+
+def _tiling(plan) -> dict[str, int]:
+    from planner.tiling import TILING_FIELDS
+    return {name: getattr(plan, name) for name in TILING_FIELDS}
+
+
+def _int_array(name: str, values, m: int, lo: int, hi: int) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.shape != (m,) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array of shape ({m},), not "
+                         f"{arr.dtype} {arr.shape}")
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        raise ValueError(f"{name} values must be in [{lo}, {hi}]")
+    return arr.astype("<i4")
+
+
+class ImageBuilder:
+    """Builds one image for ``cfg``.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+    image_addr : int
+        Device address of the image (64-byte aligned).
+    data_addr : int, optional
+        Start of the data region (activations, statistics); default: half of ``dram_bytes``.
+        The image must end below it (:meth:`build` checks).
+    strategy : str
+        The planner strategy every layer is tiled with.
+    """
+
+    def __init__(self, cfg: AccelConfig, *, image_addr: int = 0, data_addr: int | None = None,
+                 strategy: str = "best"):
+        if image_addr % SECTION_ALIGN_BYTES or not 0 <= image_addr < cfg.dram_bytes:
+            raise ValueError(f"image_addr={image_addr!r} must be {SECTION_ALIGN_BYTES}-byte "
+                             f"aligned in [0, dram_bytes={cfg.dram_bytes:#x})")
+        data_addr = cfg.dram_bytes // 2 if data_addr is None else data_addr
+        if data_addr % SECTION_ALIGN_BYTES or not image_addr < data_addr < cfg.dram_bytes:
+            raise ValueError(f"data_addr={data_addr!r} must be {SECTION_ALIGN_BYTES}-byte "
+                             f"aligned in (image_addr, dram_bytes={cfg.dram_bytes:#x})")
+        self.cfg = cfg
+        self.image_addr = image_addr
+        self.data_addr = data_addr
+        self.strategy = strategy
+        self._data_top = data_addr
+        self.buffers: dict[str, tuple[int, int]] = {}
+        self._blobs: dict[SectionKind, bytearray] = {k: bytearray() for k in
+                                                     (SectionKind.TABLES, SectionKind.QUANT,
+                                                      SectionKind.WEIGHTS)}
+        # (name, kind, desc fields, layer fields, section references, predicted cycles)
+        self._pending: list[tuple] = []
+
+    # -- memory -----------------------------------------------------------------------------------
+
+    def buffer(self, name: str, nbytes: int) -> int:
+        """Allocate ``nbytes`` in the data region (64-byte aligned) and return the address.
+        Buffers are a C beat apart: the beat-rounded ranges the ports may address around a
+        tensor (``hw.desc.tensor_extents``) never reach the next buffer."""
+        if name in self.buffers:
+            raise ValueError(f"buffer {name!r} already exists")
+        if type(nbytes) is not int or nbytes <= 0:
+            raise ValueError(f"buffer {name!r}: nbytes must be a positive int, not {nbytes!r}")
+        addr = self._data_top
+        if addr + nbytes > self.cfg.dram_bytes:
+            raise ValueError(f"buffer {name!r} of {nbytes} bytes does not fit: data region ends "
+                             f"at dram_bytes={self.cfg.dram_bytes:#x}, {addr:#x} is in use")
+        self._data_top = _align(addr + nbytes + self.cfg.c_beat_bytes)
+        self.buffers[name] = (addr, nbytes)
+        return addr
+
+    def _blob(self, kind: SectionKind, data: bytes, tail: int = 0) -> tuple[SectionKind, int]:
+        """Append ``data`` (+ ``tail`` zero bytes a beat read may reach) to a section; return a
+        reference resolved to a device address at :meth:`build`."""
+        blob = self._blobs[kind]
+        offset = len(blob)
+        blob += data + bytes(tail)
+        blob += bytes(_align(len(blob)) - len(blob))
+        return (kind, offset)
+
+    def _quant(self, m: int, bias, requant: Requant | None) -> dict:
+        fields: dict = {}
+        if bias is not None:
+            fields["bias_addr"] = self._blob(SectionKind.QUANT,
+                                             _int_array("bias", bias, m, -2**31, 2**31 - 1)
+                                             .tobytes())
+            fields["bias_present"] = 1
+        if requant is not None:
+            fields.update(
+                out_format=OutFormat.INT8, post_mode=PostMode(requant.post_mode),
+                out_zero_point=int(requant.zero_point), act_min=int(requant.act_min),
+                act_max=int(requant.act_max),
+                mult_addr=self._blob(SectionKind.QUANT, _int_array(
+                    "multiplier", requant.multiplier, m, 1, 2**31 - 1).tobytes()),
+                shift_addr=self._blob(SectionKind.QUANT, _int_array(
+                    "shift", requant.shift, m, -31, 31).tobytes()))
+        return fields
+
+    def _weights(self, w: np.ndarray) -> tuple[tuple[SectionKind, int], int]:
+        """A (m x k) int8 stored k-major with ``a_stride = m``; returns (reference, stride)."""
+        m, k = w.shape
+        img = np.ascontiguousarray(w.T.astype(np.int8))
+        tail = -(-m // self.cfg.array_rows) * self.cfg.array_rows - m
+        return self._blob(SectionKind.WEIGHTS, img.tobytes(), tail), m
+
+    # -- layers -----------------------------------------------------------------------------------
+
+    def gemm(self, name: str, *, weights: np.ndarray, n: int, b_addr: int, b_stride: int,
+             out_addr: int, out_stride: int, bias=None, requant: Requant | None = None,
+             op_kind: OpKind = OpKind.GEMM) -> None:
+        """``C = weights @ B`` (+ bias, requantised when ``requant`` is given, else int32)."""
+        from planner import GemmShape, plan_gemm, predict
+
+        w = np.asarray(weights)
+        if w.ndim != 2 or w.dtype != np.int8:
+            raise ValueError(f"{name}: weights must be a 2-D int8 array (m x k), not "
+                             f"{w.dtype} {w.shape}")
+        if OpKind(op_kind) == OpKind.CONV:
+            raise ValueError(f"{name}: op_kind CONV needs ImageBuilder.conv")
+        m, k = w.shape
+        shape = GemmShape(m, k, n)
+        plan = plan_gemm(shape, self.cfg, self.strategy)
+        a_ref, a_stride = self._weights(w)
+        desc = dict(m=m, k=k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=a_stride,
+                    b_addr=b_addr, b_stride=b_stride, c_addr=out_addr, c_stride=out_stride)
+        fields = {"op_kind": OpKind(op_kind), **self._quant(m, bias, requant)}
+        self._add(name, desc, fields, predict(plan, self.cfg).total_cycles)
+
+    def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
+             out_chan_stride: int, out_row_stride: int | None = None, bias=None,
+             requant: Requant | None = None) -> None:
+        """One convolution (``shape``: :class:`planner.ConvShape`, batch 1, one group) over the
+        padded NCHW input at ``x_addr``; output placement as in the module docstring."""
+        from planner import GemmShape, plan_gemm
+        from planner.conv import compile_conv
+        from planner.convcost import predict_conv
+        from planner.layout import padded_dims, weights_k_major
+        from planner.offsets import compile_tables
+
+        if shape.groups != 1 or shape.batch != 1:
+            raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
+                             f"{shape.batch}, groups={shape.groups})")
+        w = np.asarray(weights)
+        if w.dtype != np.int8 or w.shape != (shape.out_channels, shape.in_channels,
+                                             shape.kernel_h, shape.kernel_w):
+            raise ValueError(f"{name}: weights must be int8 of shape (K, C, R, S) = "
+                             f"{(shape.out_channels, shape.in_channels, shape.kernel_h, shape.kernel_w)}"
+                             f", not {w.dtype} {w.shape}")
+        P, Q = shape.out_h, shape.out_w
+        row_stride = Q if out_row_stride is None else out_row_stride
+        if row_stride < Q:
+            raise ValueError(f"{name}: out_row_stride={row_stride} < out_w={Q}")
+        gemm = shape.gemm
+        a = weights_k_major(w, shape, 0)                          # (k, m) int8
+        a_ref = self._blob(SectionKind.WEIGHTS, np.ascontiguousarray(a).tobytes(),
+                           -(-gemm.m // self.cfg.array_rows) * self.cfg.array_rows - gemm.m)
+        quant = self._quant(gemm.m, bias, requant)
+        whole = row_stride == Q
+        program = compile_conv(shape, "NCHW", self.cfg, self.strategy) if whole else None
+        tables = program.tables if whole else compile_tables(shape, "NCHW", self.cfg, pixels=Q)
+        blobs = tables.to_bytes()
+        beat = self.cfg.b_beat_bytes
+        refs = {key: self._blob(SectionKind.TABLES, blobs[key], beat) for key in blobs}
+        hp, wp = padded_dims(shape)
+        x_bytes = shape.in_channels * hp * wp
+        rows = [(0, gemm.n)] if whole else [(p, Q) for p in range(P)]
+        plan = program.plan if whole else plan_gemm(GemmShape(gemm.m, gemm.k, Q), self.cfg,
+                                                    self.strategy)
+        for p, n in rows:
+            b_addr = x_addr + p * shape.stride_h * wp
+            desc = dict(m=gemm.m, k=gemm.k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=gemm.m, b_addr=b_addr,
+                        b_stride=x_bytes - (b_addr - x_addr),
+                        c_addr=out_addr + p * row_stride, c_stride=out_chan_stride,
+                        b_mode=1, off_addr=refs["off"], run_addr=refs["run"],
+                        grp_addr=refs["grp"], run_count=tables.run_count)
+            probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
+                                      for key, v in desc.items()})
+            cycles = predict_conv(probe, tables, self.cfg).total_cycles
+            self._add(name if whole else f"{name}[row {p}]", desc,
+                      {"op_kind": OpKind.CONV, **quant}, cycles)
+
+    def _add(self, name: str, desc: dict, fields: dict, predicted: int) -> None:
+        stats = self.buffer(f"{name}.stats", STATS_BYTES)
+        self._pending.append((name, desc, {**fields, "stats_addr": stats}, predicted))
+
+    # -- image ------------------------------------------------------------------------------------
+
+    def build(self) -> tuple[bytes, list[BuiltLayer]]:
+        """The sealed image and its layers (with their predicted cycles). Raises
+        :class:`~firmware.image.ImageError` listing every rule a record breaks."""
+        if not self._pending:
+            raise ImageError("the image has no layers")
+        layout = section_layout(len(self._pending), {k: len(b) for k, b in self._blobs.items()})
+        end = self.image_addr + image_bytes(layout)
+        if end > self.data_addr:
+            raise ImageError(f"the image [{self.image_addr:#x}, {end:#x}) overlaps the data "
+                             f"region at data_addr={self.data_addr:#x}; move data_addr up")
+        base = {kind: self.image_addr + off for kind, (off, _) in layout.items()}
+
+        def resolve(value):
+            if isinstance(value, tuple):
+                kind, offset = value
+                return base[kind] + offset
+            return int(value)
+
+        built, problems = [], []
+        image_range = (self.image_addr, end)
+        blob_view = {k: bytes(b) for k, b in self._blobs.items()}
+
+        def read_words(addr, count):
+            for kind, start in base.items():
+                if kind in blob_view and start <= addr < start + len(blob_view[kind]):
+                    return list(np.frombuffer(blob_view[kind], "<u4", count, addr - start))
+            raise ImageError(f"no section holds address {addr:#x}")
+
+        for name, desc, fields, predicted in self._pending:
+            d = GemmDescriptor(**{k: resolve(v) for k, v in desc.items()})
+            f = {k: resolve(v) for k, v in fields.items()}
+            rec = layer_record(d, **f)
+            lo, hi = written_range(rec)
+            rec["out_window_lo"], rec["out_window_hi"] = lo, hi
+            errs = check_record(rec, self.cfg, image=image_range, read_words=read_words)
+            problems += [f"layer {name!r}: {code.name}: {msg}" for code, msg in errs]
+            layer = Layer(desc=d, out_window_lo=lo, out_window_hi=hi, **f)
+            built.append(BuiltLayer(name=name, layer=layer, predicted_cycles=predicted))
+        if problems:
+            raise ImageError("image breaks hardware rules:\n  " + "\n  ".join(problems))
+        image = Image(config_id=self.cfg.config_id, layers=tuple(b.layer for b in built),
+                      sections={k: bytes(v) for k, v in self._blobs.items()},
+                      base_addr=self.image_addr)
+        return encode(image), built
