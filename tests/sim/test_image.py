@@ -1,0 +1,179 @@
+"""Whole images on the RTL through the shipped host runtime (tb.jobs -> tb.run_image):
+the demo CNN and MLP bit-exact in one start/done each, and bad images refused with the right
+error code, within a bounded number of cycles, with nothing written."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from examples.networks import budget_cycles, build_cnn, build_mlp
+from examples.run import run_network
+from firmware.image import decode, reseal
+from hw.config import PRESETS
+from hw.desc import ErrorCode
+from hw.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES
+from hw.record import HEADER_BYTES
+from tb.jobs import ImageRun, run_jobs
+from tb.tools import missing_tool
+
+SUMMED = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
+          "stall_load_b_cycles", "stall_store_cycles")
+
+
+def needs(sim: str):
+    reason = missing_tool(sim)
+    if reason:
+        pytest.skip(reason)
+
+
+def check_network(net, cfg, result, mismatches):
+    assert result.error == 0, result.error_name
+    assert all(not bad for bad in mismatches.values()), {k: v[:8] for k, v in
+                                                         mismatches.items() if v}
+    # one statistics record per layer record, and the image counters add up
+    assert len(result.layers) == len(net.layers)
+    c = result.counters
+    assert c["total_cycles"] == sum(c[name] for name in COUNTERS if name.endswith("_cycles")
+                                    and name != "total_cycles")
+    for name in SUMMED:
+        assert c[name] == sum(layer[name] for layer in result.layers), name
+    for layer in result.layers:
+        assert layer["total_cycles"] == sum(layer[n] for n in COUNTERS
+                                            if n.endswith("_cycles") and n != "total_cycles")
+    macs = sum(b.layer.desc.m * b.layer.desc.n * b.layer.desc.k for b in net.layers)
+    assert c["mac_active_cycles"] * cfg.array_rows * cfg.array_cols >= macs
+    print(f"{net.name} on {cfg.array_rows}x{cfg.array_cols}: {c['total_cycles']} cycles, "
+          f"{len(net.layers)} records, bit-exact")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("build", [build_mlp, build_cnn], ids=["mlp", "cnn"])
+def test_image_network_bit_exact_tiny(build, tmp_path):
+    needs("verilator")
+    cfg = PRESETS["tiny"]
+    net = build(cfg, seed=1)
+    result, mismatches = run_network(net, cfg, workdir=tmp_path)
+    check_network(net, cfg, result, mismatches)
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["small", "default"])
+@pytest.mark.parametrize("build", [build_mlp, build_cnn], ids=["mlp", "cnn"])
+def test_image_network_bit_exact(build, preset, tmp_path):
+    needs("verilator")
+    cfg = PRESETS[preset]
+    net = build(cfg, seed=2)
+    result, mismatches = run_network(net, cfg, workdir=tmp_path)
+    check_network(net, cfg, result, mismatches)
+
+
+@pytest.mark.rtl
+def test_image_mlp_icarus(tmp_path):
+    needs("icarus")
+    cfg = PRESETS["tiny"]
+    net = build_mlp(cfg, seed=3)
+    result, mismatches = run_network(net, cfg, workdir=tmp_path, sim="icarus")
+    check_network(net, cfg, result, mismatches)
+
+
+# -- refused images ------------------------------------------------------------------------------
+
+def _patch_header(blob: bytes, field: str, value: int) -> bytes:
+    at = 4 * HEADER_WORDS[field]
+    return blob[:at] + struct.pack("<I", value & 0xFFFF_FFFF) + blob[at + 4:]
+
+
+def _patch_record(blob: bytes, layer: int, field: str, value: int) -> bytes:
+    off = struct.unpack_from("<I", blob, 4 * HEADER_WORDS["section_layers_offset"])[0]
+    at = off + 256 * layer + 4 * LAYER_WORDS[field]
+    return reseal(blob[:at] + struct.pack("<I", value & 0xFFFF_FFFF) + blob[at + 4:])
+
+
+def bad_images(net, cfg):
+    """(name, blob, expected code, expected layer index or None)."""
+    blob = net.blob
+    image = decode(blob)
+    last = len(image.layers) - 1
+    yield "magic", reseal(_patch_header(blob, "magic", 0x12345678)), ErrorCode.BAD_IMAGE, None
+    yield "version", reseal(_patch_header(blob, "format_version", 9)), ErrorCode.BAD_IMAGE, None
+    yield ("config", reseal(_patch_header(blob, "config_id", cfg.config_id ^ 1)),
+           ErrorCode.CONFIG_MISMATCH, None)
+    yield ("layer_count", reseal(_patch_header(blob, "layer_count", last + 2)),
+           ErrorCode.BAD_IMAGE, None)
+    flipped = bytearray(blob)
+    flipped[len(blob) - 100] ^= 0x10               # a weight byte, CRC not updated
+    yield "crc", bytes(flipped), ErrorCode.BAD_CRC, None
+    yield ("act_bounds", _patch_record(_patch_record(blob, last, "act_min", 5), last, "act_max",
+                                       4), ErrorCode.BAD_LAYER, last)
+    yield ("window_over_image", _patch_record(blob, last, "out_window_lo", 0),
+           ErrorCode.BAD_WINDOW, last)
+    yield ("c_outside_window", _patch_record(blob, last, "desc_c_addr",
+                                             image.layers[last].desc.c_addr + 1),
+           ErrorCode.BAD_WINDOW, last)
+    yield "tiling", _patch_record(blob, last, "desc_tile_m", 3), ErrorCode.BAD_TILE, last
+    # a shift of 40 in layer 0's shift array (inside QUANT; the record itself is fine)
+    shift_at = image.layers[0].shift_addr - image.base_addr
+    bad_shift = reseal(blob[:shift_at] + struct.pack("<i", 40) + blob[shift_at + 4:])
+    yield "shift", bad_shift, ErrorCode.BAD_QUANT, 0
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_image_refused_with_code_and_no_writes(sim, tmp_path):
+    """Every bad image ends with its code and layer index within a bounded number of cycles
+    and writes nothing: the whole data region (every output window and statistics record, and
+    the guard bytes around them) still holds the fill pattern it was loaded with. A good run
+    afterwards (no reset) still computes exactly."""
+    needs(sim)
+    cfg = PRESETS["tiny"]
+    net = build_mlp(cfg, seed=4)
+    cases = list(bad_images(net, cfg))
+    data_lo = cfg.dram_bytes // 2
+    data_hi = max(addr + size for _, addr, size in net.read) + 4096
+    fill = (np.arange(data_hi - data_lo) * 7 + 0x5A).astype(np.uint8).tobytes()
+    image_bytes = len(net.blob)
+    # header, CRC pass over the image, a check pass that stops at the failing layer
+    budget = 64 + 4 * image_bytes // cfg.b_beat_bytes + 2000 * len(net.layers)
+    runs = []
+    for name, blob, _, _ in cases:
+        runs.append(ImageRun(blob, budget_cycles=budget, check=False,
+                             load=[(data_lo, fill)],
+                             read=[("data", data_lo, data_hi - data_lo),
+                                   ("image", 0, image_bytes)]))
+    runs.append(ImageRun(net.blob, budget_cycles=budget_cycles(net, cfg), load=net.load,
+                         read=net.read))
+    results = run_jobs(runs, cfg, workdir=tmp_path, sim=sim)
+    for (name, blob, code, layer), result in zip(cases, results):
+        assert result.error_name == code.name, (name, result.error_name)
+        if layer is not None:
+            assert result.layer_index == layer, (name, result.layer_index)
+        assert result.reads["data"] == fill, f"{name}: the data region changed"
+        assert result.reads["image"] == blob, f"{name}: the image changed"
+        assert result.counters["wr_c_bytes"] == 0, name
+        assert result.counters["total_cycles"] <= budget, name
+        assert result.layers == []
+        print(f"{name:<18} -> {result.error_name:<16} in {result.counters['total_cycles']} cycles")
+    good = results[-1]
+    assert good.error == 0
+    for name, _, _ in net.read:
+        assert good.reads[name] == net.golden[name], name
+    assert len(good.layers) == len(net.layers)
+
+
+def test_bad_image_cases_break_what_they_say():
+    """The Python rules agree with the codes the RTL test expects (hw.record, validator)."""
+    from firmware.image import validate
+
+    cfg = PRESETS["tiny"]
+    net = build_mlp(cfg, seed=4)
+    assert validate(net.blob, cfg) == []
+    for name, blob, code, _ in bad_images(net, cfg):
+        problems = validate(blob, cfg)
+        assert problems, name
+        if code not in (ErrorCode.BAD_IMAGE, ErrorCode.CONFIG_MISMATCH, ErrorCode.BAD_CRC):
+            assert any(code.name in p for p in problems), (name, problems)
+    assert HEADER_BYTES == 64 and STATS_BYTES == 64
