@@ -16,7 +16,8 @@ import enum
 from hw.config import FORMAT_VERSION, AccelConfig
 from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
-                        LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
+                        LAYER_WORDS, STATS_BYTES, STATS_WORDS, OpKind, OutFormat, PostMode,
+                        SectionKind)
 from hw.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REGISTERS, STATUS_BITS
 
 # CTRL_BITS / STATUS_BITS are re-exported from hw.regmap, their one source (hw.top reads them).
@@ -140,7 +141,8 @@ def image_header(cfg: AccelConfig) -> str:
     ``ACCEL_IMAGE_HEADER_WORDS``, ``ACCEL_LAYER_RECORD_WORDS``, ``ACCEL_LAYER_DESC_WORDS``,
     ``ACCEL_OP_*``, ``ACCEL_POST_*``, ``ACCEL_OUT_*``, ``ACCEL_SECTION_*``. Types:
     ``accel_image_header_t`` (members in :data:`~hw.layouts.HEADER_WORDS` order) and
-    ``accel_layer_t`` (members in :data:`~hw.layouts.LAYER_WORDS` order), each padded to its
+    ``accel_layer_t`` (members in :data:`~hw.layouts.LAYER_WORDS` order) and
+    ``accel_layer_stats_t`` (:data:`~hw.layouts.STATS_WORDS`), each padded to its
     word count with a reserved array, with ``_Static_assert`` on size and every offset.
     """
     guard = "TESSERA_ACCEL_IMAGE_H"
@@ -154,7 +156,9 @@ def image_header(cfg: AccelConfig) -> str:
               _define("ACCEL_IMAGE_HEADER_WORDS", IMAGE_HEADER_WORDS),
               _define("ACCEL_LAYER_RECORD_WORDS", LAYER_RECORD_WORDS),
               _define("ACCEL_LAYER_DESC_WORDS", len(DESC_FIELDS),
-                      "a record starts with the descriptor"), ""]
+                      "a record starts with the descriptor"),
+              _define("ACCEL_STATS_BYTES", STATS_BYTES,
+                      "statistics record an image run writes at each stats_addr"), ""]
     lines += _enum_defines("ACCEL_OP", OpKind)
     lines += _enum_defines("ACCEL_POST", PostMode)
     lines += _enum_defines("ACCEL_OUT", OutFormat)
@@ -163,6 +167,8 @@ def image_header(cfg: AccelConfig) -> str:
     lines += _struct("accel_image_header_t", HEADER_WORDS, IMAGE_HEADER_WORDS)
     lines += ["/* Layer record: little-endian u32 words; desc_* are the descriptor registers. */"]
     lines += _struct("accel_layer_t", LAYER_WORDS, LAYER_RECORD_WORDS)
+    lines += ["/* Per-layer statistics record (image runs): the layer's counters, its index. */"]
+    lines += _struct("accel_layer_stats_t", STATS_WORDS, STATS_BYTES // 4)
     lines += [f"#endif /* {guard} */"]
     return "\n".join(lines) + "\n"
 

@@ -9,7 +9,7 @@ import pytest
 from firmware.headers import CTRL_BITS, HEADERS, STATUS_BITS, image_header, regs_header
 from hw.config import FORMAT_VERSION, PRESETS
 from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode
-from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+from hw.layouts import (STATS_BYTES, STATS_WORDS, HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 from hw.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS
 
@@ -31,7 +31,10 @@ def _expected(cfg) -> dict[str, int]:
             "ACCEL_LAYER_RECORD_WORDS": LAYER_RECORD_WORDS,
             "ACCEL_LAYER_DESC_WORDS": len(DESC_FIELDS),
             "sizeof(accel_layer_t)": 4 * LAYER_RECORD_WORDS,
-            "sizeof(accel_image_header_t)": 4 * IMAGE_HEADER_WORDS}
+            "sizeof(accel_image_header_t)": 4 * IMAGE_HEADER_WORDS,
+            "ACCEL_STATS_BYTES": STATS_BYTES, "sizeof(accel_layer_stats_t)": STATS_BYTES}
+    for name, word in STATS_WORDS.items():
+        want[f"offsetof(accel_layer_stats_t, {name})"] = 4 * word
     for field in dataclasses.fields(cfg):
         want[f"ACCEL_CFG_{field.name.upper()}"] = getattr(cfg, field.name)
     for reg in REGISTERS:
@@ -152,7 +155,8 @@ def test_headers_differ_between_configs():
 
 def test_headers_layer_struct_follows_layer_words_order():
     text = image_header(PRESETS["tiny"])
-    body = text[text.index("typedef struct {", text.index("accel_image_header_t;")):]
+    body = text[text.index("typedef struct {", text.index("accel_image_header_t;")):
+                text.index("accel_layer_t;")]
     members = [line.split()[1].rstrip(";").split("[")[0] for line in body.splitlines()[1:]
                if line.startswith("    uint32_t ")]
     assert members == list(LAYER_WORDS) + ["reserved"]
