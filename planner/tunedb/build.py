@@ -44,7 +44,7 @@ from hw.config import AccelConfig
 from planner.cost import predict_tiling
 from planner.search import candidates
 from planner.shapes import GemmShape
-from planner.tiling import TILING_FIELDS, make_plan
+from planner.tiling import make_plan
 
 from .measure import Case, Executor, MeasureFn
 from .store import Record, TuneDB

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -203,7 +202,3 @@ class Executor:
     def __exit__(self, *exc):
         self.close()
 
-
-def default_workdir() -> str:
-    """Where RTL job directories go: ``$TESSERA_TUNEDB_WORKDIR`` or the system temp dir."""
-    return os.environ.get("TESSERA_TUNEDB_WORKDIR") or tempfile.gettempdir()

@@ -186,8 +186,10 @@ class TuneDB:
                               f"with `tessera tunedb build`")
         stored = AccelConfig.from_json(meta["config"])
         if f"{stored.config_id:08x}" != meta.get("config_id"):
-            raise TuneDBError(f"{path}: stored config_id {meta.get('config_id')} does not match "
-                              f"its stored configuration ({stored.config_id:08x})")
+            raise TuneDBError(f"{path}: tuning database is for config_id "
+                              f"{meta.get('config_id')}, but its stored configuration now hashes "
+                              f"to {stored.config_id:08x} (the AccelConfig definition changed "
+                              f"since it was built); rebuild it with `tessera tunedb build`")
         if cfg is not None and cfg.config_id != stored.config_id:
             raise TuneDBError(f"{path}: tuning database is for config_id {meta['config_id']}, "
                               f"not {cfg.config_id:08x}; measurements of one configuration do "

@@ -1,4 +1,4 @@
-"""The tuning database measured on the RTL (Verilator): a small build, and the full acceptance run."""
+"""The tuning database on the RTL (Verilator): a small build, and the full acceptance run."""
 
 import json
 

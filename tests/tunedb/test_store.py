@@ -1,5 +1,6 @@
 """SQLite storage: round trip, schema and configuration refusal, concurrent writers."""
 
+import json
 import multiprocessing
 import sqlite3
 
@@ -89,3 +90,18 @@ def test_store_concurrent_writers_lose_nothing(tmp_path):
         assert db.measurement_count() == 75
         mode = db._conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_store_refuses_a_config_definition_that_changed(tmp_path):
+    """A database built before AccelConfig changed (new field, new default) is refused."""
+    path = tmp_path / "a.tunedb"
+    TuneDB.open(path, CFG).close()
+    conn = sqlite3.connect(path)
+    with conn:
+        stored = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'config'")
+                            .fetchone()[0])
+        stored["sync_bytes"] *= 2          # as if the stored JSON hashed differently today
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(stored),))
+    conn.close()
+    with pytest.raises(TuneDBError, match="its stored configuration now hashes to"):
+        TuneDB.open(path, create=False)
