@@ -34,6 +34,8 @@ from hw.desc import GemmDescriptor
 from hw.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from hw.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
+from planner.cost import PostLoad
+
 from .image import Image, ImageError, Layer, encode, image_bytes, section_layout
 
 __all__ = ["Requant", "ImageBuilder", "BuiltLayer"]
@@ -192,7 +194,8 @@ class ImageBuilder:
         desc = dict(m=m, k=k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=a_stride,
                     b_addr=b_addr, b_stride=b_stride, c_addr=out_addr, c_stride=out_stride)
         fields = {"op_kind": OpKind(op_kind), **self._quant(m, bias, requant)}
-        self._add(name, desc, fields, predict(plan, self.cfg).total_cycles)
+        post = PostLoad(bias=bias is not None, requant=requant is not None)
+        self._add(name, desc, fields, predict(plan, self.cfg, post=post).total_cycles)
 
     def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
              out_chan_stride: int, out_row_stride: int | None = None, bias=None,
@@ -243,7 +246,8 @@ class ImageBuilder:
                         grp_addr=refs["grp"], run_count=tables.run_count)
             probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
                                       for key, v in desc.items()})
-            cycles = predict_conv(probe, tables, self.cfg).total_cycles
+            post = PostLoad(bias=bias is not None, requant=requant is not None)
+            cycles = predict_conv(probe, tables, self.cfg, post=post).total_cycles
             self._add(name if whole else f"{name}[row {p}]", desc,
                       {"op_kind": OpKind.CONV, **quant}, cycles)
 

@@ -26,7 +26,8 @@ from hw.config import AccelConfig
 from hw.desc import GemmDescriptor
 from hw.schedule import steps
 
-from .cost import DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, _Timing
+from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
+                   post_consts, with_post)
 from .offsets import ConvTables
 
 __all__ = ["run_beats", "gather_cycles", "table_load_cycles", "predict_conv"]
@@ -63,8 +64,13 @@ def table_load_cycles(tables: ConvTables, cfg: AccelConfig) -> int:
 
 
 def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
-                 consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
-    """Predicted RTL counters of one convolution descriptor (one group) through ``tables``."""
+                 consts: ModelConstants = DEFAULT_CONSTANTS, *,
+                 post: PostLoad | None = None) -> CycleBreakdown:
+    """Predicted RTL counters of one convolution descriptor (one group) through ``tables``;
+    ``post`` as in :func:`planner.cost.predict`."""
+    if post is not None and post.active:
+        body = predict_conv(d, tables, cfg, post_consts(consts))
+        return with_post(body, d.m, post, cfg, consts)
     if d.b_mode != 1:
         raise ValueError(f"predict_conv needs a convolution descriptor (b_mode=1), not "
                          f"b_mode={d.b_mode}")

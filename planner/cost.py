@@ -71,6 +71,14 @@ class ModelConstants:
     store_extra_cycles: int = 1
     #: 1 if a store burst completes only after the write latency of its last beat.
     store_waits_latency: int = 1
+    #: Extra store latency of a post-processed layer (bias / int8 output): the requantiser's
+    #: pipeline depth (hw.postproc.PostProc.latency).
+    post_store_extra_cycles: int = 3
+    #: Control cycles per parameter array slot (issue + hand-over; one for a skipped array) and
+    #: for leaving the parameter load, before the layer starts.
+    param_ctrl_cycles: int = 2
+    param_skip_cycles: int = 1
+    param_end_cycles: int = 1
 
 
 DEFAULT_CONSTANTS = ModelConstants()
@@ -312,10 +320,71 @@ def predict_tiling(m: int, k: int, n: int, pm: int, pn: int, pk: int, outer_m: i
 
 
 def predict(plan: "TilingPlan", cfg: AccelConfig,
-            consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
-    """Predicted RTL counters for ``plan`` on ``cfg`` (grouped steps; equals the step walk)."""
-    return predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
-                          plan.partition_k, plan.outer_m, cfg, consts)
+            consts: ModelConstants = DEFAULT_CONSTANTS, *,
+            post: "PostLoad | None" = None) -> CycleBreakdown:
+    """Predicted RTL counters for ``plan`` on ``cfg`` (grouped steps; equals the step walk).
+    ``post`` describes a post-processed layer (bias and/or int8 output): its parameter loads
+    and the requantiser's latency on every store (:func:`with_post`)."""
+    if post is None:
+        return predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
+                              plan.partition_k, plan.outer_m, cfg, consts)
+    body = predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
+                          plan.partition_k, plan.outer_m, cfg, post_consts(consts))
+    return with_post(body, plan.m, post, cfg, consts)
+
+
+@dataclasses.dataclass(frozen=True)
+class PostLoad:
+    """Which per-channel parameter arrays a post-processed layer loads before it runs."""
+
+    bias: bool
+    requant: bool       # int8 output: multipliers and shifts
+
+    @property
+    def arrays(self) -> tuple[bool, bool, bool]:
+        """Loaded or not, in the hardware's load order: bias, multiplier, shift."""
+        return (self.bias, self.requant, self.requant)
+
+    @property
+    def active(self) -> bool:
+        return self.bias or self.requant
+
+
+def post_consts(consts: ModelConstants) -> ModelConstants:
+    """``consts`` with the requantiser's latency added to every store."""
+    return dataclasses.replace(consts, store_extra_cycles=consts.store_extra_cycles
+                               + consts.post_store_extra_cycles)
+
+
+def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
+                      consts: ModelConstants = DEFAULT_CONSTANTS) -> tuple[int, int, int]:
+    """``(load_b cycles, control cycles, bytes read)`` of the parameter loads: each loaded array
+    is one B-port burst of ``4*m`` bytes in whole beats."""
+    t = _Timing(cfg, consts)
+    beats = -(-4 * m // cfg.b_beat_bytes)
+    load = ctrl = read = 0
+    for loaded in post.arrays:
+        if loaded:
+            load += t.load_b(beats)
+            ctrl += consts.param_ctrl_cycles
+            read += beats * cfg.b_beat_bytes
+        else:
+            ctrl += consts.param_skip_cycles
+    return load, ctrl + consts.param_end_cycles, read
+
+
+def with_post(body: CycleBreakdown, m: int, post: "PostLoad | None", cfg: AccelConfig,
+              consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
+    """``body`` (predicted with :func:`post_consts`) plus the parameter loads of ``post``."""
+    if post is None or not post.active:
+        return body
+    load, ctrl, read = param_load_cycles(m, post, cfg, consts)
+    out = body.as_dict()
+    out["stall_load_b_cycles"] += load
+    out["stall_ctrl_cycles"] += ctrl
+    out["rd_b_bytes"] += read
+    out["total_cycles"] += load + ctrl
+    return CycleBreakdown(**out)
 
 
 def lower_bound_cycles(m: int, k: int, n: int, pm: int, pn: int, pk: int, cfg: AccelConfig,

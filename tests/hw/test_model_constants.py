@@ -13,3 +13,9 @@ def test_model_drain_equals_rtl_drain(preset):
     model = (K.drain_rows_factor * cfg.array_rows + K.drain_cols_factor * cfg.array_cols +
              K.drain_extra_cycles)
     assert model == drain_cycles(cfg)
+
+
+def test_model_post_latency_equals_postproc_latency():
+    from hw.postproc import PostProc
+
+    assert K.post_store_extra_cycles == PostProc.latency
