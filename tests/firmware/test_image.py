@@ -339,3 +339,13 @@ def test_inspect_names_fields_and_enums():
 def test_docs_contain_generated_tables():
     assert format_tables_markdown() in DOC.read_text(), \
         "docs/firmware.md is stale: paste firmware.image.format_tables_markdown()"
+
+
+def test_docs_error_code_table_names_every_code():
+    from hw.desc import ErrorCode
+
+    text = (Path(__file__).parents[2] / "docs" / "firmware.md").read_text()
+    table = text[text.index("### Error codes"):text.index("## Host runtime")]
+    for code in ErrorCode:
+        if code > ErrorCode.BAD_TABLE or code == ErrorCode.NONE:
+            assert f"| {int(code)} | {code.name} |" in table, code.name
