@@ -109,7 +109,7 @@ layers = st.builds(Layer, op_kind=st.sampled_from(OpKind), desc=descs,
                    out_format=st.sampled_from(OutFormat), post_mode=st.sampled_from(PostMode),
                    out_zero_point=s32, act_min=st.integers(-128, 127), act_max=s32,
                    bias_addr=u32, bias_present=st.integers(0, 1), mult_addr=u32, shift_addr=u32,
-                   out_window_lo=u32, out_window_hi=u32)
+                   out_window_lo=u32, out_window_hi=u32, stats_addr=u32)
 images = st.builds(Image, config_id=u32, layers=st.lists(layers, max_size=4).map(tuple),
                    sections=st.dictionaries(st.sampled_from([SectionKind.TABLES,
                                                              SectionKind.QUANT,
