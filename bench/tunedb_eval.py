@@ -4,7 +4,7 @@
 
     python bench/tunedb_eval.py --db small.tunedb --count 120 --seed 7 \\
         [--measure rtl|model] [--scheduler serial|local|tcp://...] \\
-        [--out bench/results/tunedb_eval-small.json]
+        [--out docs/tunedb_results/tunedb_eval-small.json]
 
 Draws ``count`` random GEMM shapes not in the database (``m``, ``n`` in [24, 320], ``k`` in
 [16, 640], at most 20 M MACs so a run takes seconds), answers each with
