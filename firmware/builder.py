@@ -282,7 +282,9 @@ class ImageBuilder:
         def read_words(addr, count):
             for kind, start in base.items():
                 if kind in blob_view and start <= addr < start + len(blob_view[kind]):
-                    return list(np.frombuffer(blob_view[kind], "<u4", count, addr - start))
+                    # Python ints: check_record sign-extends them (a NumPy uint32 would
+                    # overflow on a negative shift)
+                    return np.frombuffer(blob_view[kind], "<u4", count, addr - start).tolist()
             raise ImageError(f"no section holds address {addr:#x}")
 
         for name, desc, fields, predicted in self._pending:
