@@ -27,13 +27,16 @@ from .networks import NETWORKS, Network, budget_cycles
 __all__ = ["run_network", "main"]
 
 
-def run_network(net: Network, cfg: AccelConfig, *, workdir: Path, sim: str = "verilator"):
+def run_network(net: Network, cfg: AccelConfig, *, workdir: Path, sim: str = "verilator",
+                plusargs=(), budget_scale: int = 1):
     """Run ``net`` in one start/done; return ``(result, mismatches)`` where ``mismatches`` maps
-    buffer name -> list of differing byte offsets (empty: bit-exact)."""
+    buffer name -> list of differing byte offsets (empty: bit-exact). ``plusargs`` and
+    ``budget_scale`` are for runs under injected memory stalls."""
     from tb.jobs import ImageRun, run_jobs
 
-    run = ImageRun(net.blob, budget_cycles=budget_cycles(net, cfg), load=net.load, read=net.read)
-    (result,) = run_jobs([run], cfg, workdir=workdir, sim=sim)
+    run = ImageRun(net.blob, budget_cycles=budget_scale * budget_cycles(net, cfg), load=net.load,
+                   read=net.read)
+    (result,) = run_jobs([run], cfg, workdir=workdir, sim=sim, plusargs=plusargs)
     mismatches = {}
     for name, _, _ in net.read:
         got = np.frombuffer(result.reads.get(name, b""), np.uint8)

@@ -236,8 +236,12 @@ class StoreEngine(wiring.Component):
         d_addr = [Signal(ab, name=f"pp_addr{i}") for i in range(lat)]
         d_strb = [Signal(W, name=f"pp_strb{i}") for i in range(lat)]
         fin_valid = Signal()
-        # beats accepted but not yet acknowledged (at most one per cycle of latency)
-        pending = Signal(range(cfg.c_port_latency_cycles + 2))
+        # beats accepted but not yet acknowledged: one per cycle of latency with a memory that
+        # acknowledges on time; a slower memory holds further beats at `limit`
+        limit = 2 * (cfg.c_port_latency_cycles + 1)
+        pending = Signal(range(limit + 1))
+        can_send = Signal()
+        m.d.comb += can_send.eq((pending < limit) | self.mem.bvalid)
         accepted = self.mem.valid & self.mem.ready
         with m.If(accepted & ~self.mem.bvalid):
             m.d.sync += pending.eq(pending + 1)
@@ -268,7 +272,7 @@ class StoreEngine(wiring.Component):
         advance = Signal()
         m.d.comb += [
             fin_valid.eq(Mux(post, d_valid[-1], out_valid)),
-            advance.eq(~fin_valid | self.mem.ready),
+            advance.eq(~fin_valid | (self.mem.ready & can_send)),
             self.acc_ren.eq(advance),
             self.acc_raddr.eq(acc_addr),
             self.q_ren.eq(advance),
@@ -282,7 +286,7 @@ class StoreEngine(wiring.Component):
             pp.i_zero_point.eq(zp),
             pp.i_act_min.eq(act_min),
             pp.i_act_max.eq(act_max),
-            self.mem.valid.eq(fin_valid),
+            self.mem.valid.eq(fin_valid & can_send),
             self.mem.addr.eq(Mux(post, d_addr[-1], out_addr)),
             self.mem.data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), self.acc_rdata)),
             self.mem.strb.eq(Mux(post, d_strb[-1], out_strb)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -64,4 +65,13 @@ def budget_cycles(d: GemmDescriptor, cfg: AccelConfig, group_table=None) -> int:
         total += s.m_eff * s.groups_n * cfg.c_beat_bytes // cfg.c_port_bytes_per_cycle
         total += cfg.a_port_latency_cycles + cfg.b_port_latency_cycles
         total += cfg.c_port_latency_cycles + 16
-    return 2 * total
+    return 2 * total * stall_budget_scale()
+
+
+def stall_budget_scale() -> int:
+    """Budget multiplier for runs under injected memory stalls (``TESSERA_STALL_BUDGET``,
+    default 1: no stalls)."""
+    value = os.environ.get("TESSERA_STALL_BUDGET", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"TESSERA_STALL_BUDGET must be a positive integer, not {value!r}")
+    return int(value)

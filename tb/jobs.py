@@ -60,8 +60,10 @@ class RunResult:
 
 
 def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path,
-             sim: str = "verilator") -> list[RunResult]:
-    """Run ``runs`` in order in one simulation of ``cfg`` (no reset between runs)."""
+             sim: str = "verilator", plusargs: list[str] | tuple = ()) -> list[RunResult]:
+    """Run ``runs`` in order in one simulation of ``cfg`` (no reset between runs).
+    ``plusargs`` go to the simulator (e.g. the memory model's ``+STALL_*`` / ``+DELAY_*``
+    stall injection, tb/hdl/dram_model.sv)."""
     from hw.build import emit
 
     from .tools import build, missing_tool
@@ -94,7 +96,8 @@ def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path
     runner = build(sim, out, waves=os.getenv("WAVES") == "1")
     runner.test(hdl_toplevel="sim_top", test_module="tb.run_image", test_dir=workdir,
                 extra_env={"ACCEL_BUILD": str(out), "TESSERA_JOB": str(workdir)},
-                waves=os.getenv("WAVES") == "1", results_xml=str(workdir / "results.xml"))
+                waves=os.getenv("WAVES") == "1", results_xml=str(workdir / "results.xml"),
+                plusargs=list(plusargs))
     if not result_file.exists():
         raise RuntimeError(f"the simulation wrote no results (see {workdir})")
     raw = json.loads(result_file.read_text())

@@ -14,6 +14,14 @@
 // beat), and a request is accepted only when a whole beat of credit is available. So a port
 // sustains exactly *_BPC bytes per cycle, at most one beat per cycle.
 //
+// Stall injection (off unless asked for, so cycle counts stay exact by default): plusargs
+// +STALL_SEED=<n> and, per port P in A, B, C, +STALL_P=<0..255> (probability /256 that the port
+// refuses a request in a cycle) and +DELAY_P=<0..255> (probability /256 that the port holds back
+// its next response (read data or write acknowledgement) in a cycle; responses stay in order and
+// queue in a FIFO of FIFO_DEPTH, and the port accepts no more requests than that FIFO can hold).
+// Each port draws from its own xorshift32 stream seeded from STALL_SEED, so a run is
+// reproducible from the seed on every simulator.
+//
 // Host access (testbench only):
 //   `load` (one cycle): $readmemh from the file named by plusarg +DRAM_IMAGE=<path>. The file
 //     holds whitespace-separated bytes with `@<hex address>` directives; unnamed bytes keep
@@ -61,6 +69,55 @@ module tessera_strided_cost #(parameter BEAT = 16) (
     assign need = ((beats > BEAT) ? BEAT : beats) * BEAT;
 endmodule
 
+// One xorshift32 stream: `hold` is high with probability prob/256 in each cycle.
+module tessera_jitter #(parameter [31:0] SALT = 32'h9e3779b9) (
+    input  wire        clk,
+    input  wire        rst,
+    input  wire [31:0] seed,
+    input  wire [7:0]  prob,
+    output wire        hold
+);
+    reg [31:0] x;
+    wire [31:0] x1 = x ^ (x << 13);
+    wire [31:0] x2 = x1 ^ (x1 >> 17);
+    wire [31:0] x3 = x2 ^ (x2 << 5);
+    always @(posedge clk) begin
+        if (rst) x <= ((seed ^ SALT) == 32'd0) ? SALT : (seed ^ SALT);
+        else x <= x3;
+    end
+    assign hold = (prob != 8'd0) && (x[31:24] < prob);
+endmodule
+
+// In-order response queue of a port under +DELAY_P: `in_valid`/`in_data` from the fixed-latency
+// pipeline, released one per cycle unless `hold`. `count` is the number queued.
+module tessera_delay_fifo #(parameter WIDTH = 8, parameter DEPTH = 64) (
+    input  wire             clk,
+    input  wire             rst,
+    input  wire             in_valid,
+    input  wire [WIDTH-1:0] in_data,
+    input  wire             hold,
+    output wire             out_valid,
+    output wire [WIDTH-1:0] out_data,
+    output reg  [15:0]      count
+);
+    reg [WIDTH-1:0] q [0:DEPTH-1];
+    reg [15:0] rp, wp;
+    assign out_valid = (count != 16'd0) && !hold;
+    assign out_data = q[rp];
+    always @(posedge clk) begin
+        if (rst) begin
+            rp <= 16'd0; wp <= 16'd0; count <= 16'd0;
+        end else begin
+            if (in_valid) begin
+                q[wp] <= in_data;
+                wp <= (wp + 16'd1) % DEPTH;
+            end
+            if (out_valid) rp <= (rp + 16'd1) % DEPTH;
+            count <= count + (in_valid ? 16'd1 : 16'd0) - (out_valid ? 16'd1 : 16'd0);
+        end
+    end
+endmodule
+
 module tessera_dram #(
     parameter ADDR_BITS = 24,
     parameter A_BYTES = 16, parameter A_BPC = 16, parameter A_LAT = 32,
@@ -92,16 +149,50 @@ module tessera_dram #(
     input  wire [ADDR_BITS-1:0]   dump_hi
 );
     localparam [ADDR_BITS-1:0] MASK = {ADDR_BITS{1'b1}};
+    localparam FIFO_DEPTH = 64;
     reg [7:0] mem [0:(1<<ADDR_BITS)-1];
+
+    // -- stall injection settings (plusargs, read once) --------------------------------------
+    reg [31:0] stall_seed;
+    reg [7:0] stall_a, stall_b, stall_c, delay_a, delay_b, delay_c;
+    integer arg;
+    initial begin
+        stall_seed = 32'd1;
+        stall_a = 0; stall_b = 0; stall_c = 0; delay_a = 0; delay_b = 0; delay_c = 0;
+        if ($value$plusargs("STALL_SEED=%d", arg)) stall_seed = arg;
+        if ($value$plusargs("STALL_A=%d", arg)) stall_a = arg;
+        if ($value$plusargs("STALL_B=%d", arg)) stall_b = arg;
+        if ($value$plusargs("STALL_C=%d", arg)) stall_c = arg;
+        if ($value$plusargs("DELAY_A=%d", arg)) delay_a = arg;
+        if ($value$plusargs("DELAY_B=%d", arg)) delay_b = arg;
+        if ($value$plusargs("DELAY_C=%d", arg)) delay_c = arg;
+    end
+    wire a_stall, b_stall, c_stall, a_hold, b_hold, c_hold;
+    tessera_jitter #(.SALT(32'h1b873593)) j_sa (.clk(clk), .rst(rst), .seed(stall_seed), .prob(stall_a), .hold(a_stall));
+    tessera_jitter #(.SALT(32'hcc9e2d51)) j_sb (.clk(clk), .rst(rst), .seed(stall_seed), .prob(stall_b), .hold(b_stall));
+    tessera_jitter #(.SALT(32'h85ebca6b)) j_sc (.clk(clk), .rst(rst), .seed(stall_seed), .prob(stall_c), .hold(c_stall));
+    tessera_jitter #(.SALT(32'hc2b2ae35)) j_da (.clk(clk), .rst(rst), .seed(stall_seed), .prob(delay_a), .hold(a_hold));
+    tessera_jitter #(.SALT(32'h27d4eb2f)) j_db (.clk(clk), .rst(rst), .seed(stall_seed), .prob(delay_b), .hold(b_hold));
+    tessera_jitter #(.SALT(32'h165667b1)) j_dc (.clk(clk), .rst(rst), .seed(stall_seed), .prob(delay_c), .hold(c_hold));
+
+    // requests in flight (accepted, response not yet delivered), to bound the delay FIFOs
+    reg [15:0] a_out, b_out, c_out;
+    wire a_room = (delay_a == 0) || (a_out < FIFO_DEPTH - 1);
+    wire b_room = (delay_b == 0) || (b_out < FIFO_DEPTH - 1);
+    wire c_room = (delay_c == 0) || (c_out < FIFO_DEPTH - 1);
+    wire a_credit_ok, b_credit_ok, c_credit_ok;
+    assign a_ready = a_credit_ok && !a_stall && a_room;
+    assign b_ready = b_credit_ok && !b_stall && b_room;
+    assign c_ready = c_credit_ok && !c_stall && c_room;
 
     wire [31:0] b_need;
     tessera_strided_cost #(.BEAT(B_BYTES)) b_cost (.stride(b_stride), .need(b_need));
     tessera_port_credit #(.BEAT(A_BYTES), .BPC(A_BPC)) a_credit (
-        .clk(clk), .rst(rst), .take(a_valid && a_ready), .need(A_BYTES), .ready(a_ready));
+        .clk(clk), .rst(rst), .take(a_valid && a_ready), .need(A_BYTES), .ready(a_credit_ok));
     tessera_port_credit #(.BEAT(B_BYTES), .BPC(B_BPC)) b_credit (
-        .clk(clk), .rst(rst), .take(b_valid && b_ready), .need(b_need), .ready(b_ready));
+        .clk(clk), .rst(rst), .take(b_valid && b_ready), .need(b_need), .ready(b_credit_ok));
     tessera_port_credit #(.BEAT(C_BYTES), .BPC(C_BPC)) c_credit (
-        .clk(clk), .rst(rst), .take(c_valid && c_ready), .need(C_BYTES), .ready(c_ready));
+        .clk(clk), .rst(rst), .take(c_valid && c_ready), .need(C_BYTES), .ready(c_credit_ok));
 
     // read data pipelines: stage 0 is filled at acceptance, the last stage is the output
     reg [A_BYTES*8-1:0] a_pipe [0:A_LAT-1];
@@ -109,11 +200,37 @@ module tessera_dram #(
     reg [B_BYTES*8-1:0] b_pipe [0:B_LAT-1];
     reg                 b_vpipe [0:B_LAT-1];
     reg                 c_vpipe [0:C_LAT-1];
-    assign c_bvalid = c_vpipe[C_LAT-1];
-    assign a_rdata  = a_pipe[A_LAT-1];
-    assign a_rvalid = a_vpipe[A_LAT-1];
-    assign b_rdata  = b_pipe[B_LAT-1];
-    assign b_rvalid = b_vpipe[B_LAT-1];
+    // without +DELAY_P the pipeline end is the port's response; with it, a FIFO releases them
+    wire a_fv, b_fv, c_fv;
+    wire [A_BYTES*8-1:0] a_fd;
+    wire [B_BYTES*8-1:0] b_fd;
+    wire [0:0] c_fd;
+    wire [15:0] a_fc, b_fc, c_fc;
+    tessera_delay_fifo #(.WIDTH(A_BYTES*8), .DEPTH(FIFO_DEPTH)) a_q (
+        .clk(clk), .rst(rst), .in_valid(a_vpipe[A_LAT-1] && delay_a != 0),
+        .in_data(a_pipe[A_LAT-1]), .hold(a_hold), .out_valid(a_fv), .out_data(a_fd),
+        .count(a_fc));
+    tessera_delay_fifo #(.WIDTH(B_BYTES*8), .DEPTH(FIFO_DEPTH)) b_q (
+        .clk(clk), .rst(rst), .in_valid(b_vpipe[B_LAT-1] && delay_b != 0),
+        .in_data(b_pipe[B_LAT-1]), .hold(b_hold), .out_valid(b_fv), .out_data(b_fd),
+        .count(b_fc));
+    tessera_delay_fifo #(.WIDTH(1), .DEPTH(FIFO_DEPTH)) c_q (
+        .clk(clk), .rst(rst), .in_valid(c_vpipe[C_LAT-1] && delay_c != 0), .in_data(1'b1),
+        .hold(c_hold), .out_valid(c_fv), .out_data(c_fd), .count(c_fc));
+    assign c_bvalid = (delay_c != 0) ? c_fv : c_vpipe[C_LAT-1];
+    assign a_rdata  = (delay_a != 0) ? a_fd : a_pipe[A_LAT-1];
+    assign a_rvalid = (delay_a != 0) ? a_fv : a_vpipe[A_LAT-1];
+    assign b_rdata  = (delay_b != 0) ? b_fd : b_pipe[B_LAT-1];
+    assign b_rvalid = (delay_b != 0) ? b_fv : b_vpipe[B_LAT-1];
+    always @(posedge clk) begin
+        if (rst) begin
+            a_out <= 16'd0; b_out <= 16'd0; c_out <= 16'd0;
+        end else begin
+            a_out <= a_out + ((a_valid && a_ready) ? 16'd1 : 16'd0) - (a_rvalid ? 16'd1 : 16'd0);
+            b_out <= b_out + ((b_valid && b_ready) ? 16'd1 : 16'd0) - (b_rvalid ? 16'd1 : 16'd0);
+            c_out <= c_out + ((c_valid && c_ready) ? 16'd1 : 16'd0) - (c_bvalid ? 16'd1 : 16'd0);
+        end
+    end
 
     reg [A_BYTES*8-1:0] a_word;
     reg [B_BYTES*8-1:0] b_word;
