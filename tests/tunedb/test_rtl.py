@@ -22,12 +22,12 @@ def verilator():
 def test_rtl_small_build_stores_measured_counters(verilator, tmp_path):
     cfg = PRESETS["small"]
     with TuneDB.open(tmp_path / "rtl.tunedb", cfg) as db:
-        report = build_db(db, [("s", GemmShape(256, 64, 128))], measure_rtl,
+        report = build_db(db, [("s", GemmShape(256, 128, 128))], measure_rtl,
                           Executor("serial"), BuildOptions(top_n=2))
         records = db.records()
         runs = db.measurement_count()
     assert report.measured_runs == runs >= 2 and records[0].kind == "initial"
-    assert report.boundary, "a 256x64x128 GEMM halves linearly at least once on small"
+    assert report.boundary, "a 256x128x128 GEMM halves linearly at least once on small"
     for r in records:
         # every stored cost is an RTL run; the analytic model reproduces the counters exactly
         # (docs/planner.md), so a difference is an RTL or model regression
