@@ -1,0 +1,747 @@
+"""Compile a lowered network (:class:`planner.net.quantize.Lowered`) into *segments*: maximal
+runs of consecutive accelerator layers, each one firmware image (:class:`firmware.builder.
+ImageBuilder`), with the host ops between them. The result, :class:`CompiledNetwork`, is saved as
+one ``.tsr`` file (docs/networks.md, "Compiled networks").
+
+Steps, in execution order (:attr:`CompiledNetwork.steps`):
+
+* ``host``: a host op (numpy, :class:`planner.net.reference.HostExecutor`);
+* ``host_layer``: an accelerator layer the hardware cannot run (grouped convolution, too many
+  output channels, tables past the on-chip capacity, ...), run on the host by the bit-exact
+  integer reference (:func:`planner.net.reference.run_layer`); ``reason`` says why;
+* ``segment``: one image of conv / fc layers. Tensors produced and consumed inside the segment
+  stay in device memory in the layouts the builder documents: a convolution's input is padded
+  NCHW (its halo holding the input zero point, written by the host before the run, the interior
+  written by the producing convolution), a fully connected layer's input and output are
+  features x tokens row-major int8. The host writes the segment's inputs, runs the image (one
+  start, one done) and reads back every tensor a later step or the graph output needs;
+* ``gemm``: an activation x activation GEMM (attention). Both operands are run-time tensors, so
+  its image is built at run time (:func:`build_gemm_image`): the left operand becomes the A
+  (weights) operand and zero points fold exactly as ``tb/qlinear.py`` does (``-zb * rowsum(a) +
+  K*za*zb`` into the bias, ``-za * colsum(b)`` by extending K with copies of ``b`` whose weights
+  are the int8 parts of ``-za``), so the hardware requantises and no host arithmetic touches the
+  result.
+
+A tensor that two layers of one segment need in different layouts (a conv output read by a
+fully connected layer, two convolutions with different padding) ends the segment: the next one
+gets it from the host. A segment whose image does not fit device memory is split in two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hw.config import AccelConfig
+from planner.shapes import ConvShape, GemmShape
+
+from .graph import Graph, ModelError, Node, Tensor
+from .quantize import AccelLayer, HostOp, Lowered
+
+__all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
+           "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "accel_reason",
+           "budget_cycles"]
+
+TSR_FORMAT = "tessera-network"
+TSR_VERSION = 1
+
+
+class CompileError(ModelError):
+    """The network cannot be compiled (the message names the layer or tensor and why), or a
+    ``.tsr`` file is not a compiled network."""
+
+
+# -- device buffers --------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TensorBuffer:
+    """One tensor in device memory.
+
+    ``layout``: ``nchw`` (batch-1 NCHW, each channel ``(H + pads[0] + pads[2]) x (W + pads[1] +
+    pads[3])`` with the halo holding ``halo``) or ``fm`` (features x tokens: the tensor
+    ``(..., K)`` as ``K`` rows of ``tokens = prod(...)`` int8, i.e. transposed) or ``rowmajor``
+    (the tensor as it is, e.g. an (M x N) GEMM output). ``offset`` is
+    128 for a uint8 tensor (stored as ``x - 128``)."""
+
+    tensor: str
+    addr: int
+    nbytes: int
+    layout: str
+    shape: tuple[int, ...]
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    halo: int = 0
+    offset: int = 0
+
+    @property
+    def padded_hw(self) -> tuple[int, int]:
+        _, _, h, w = self.shape
+        t, l, b, r = self.pads
+        return h + t + b, w + l + r
+
+    @property
+    def needs_fill(self) -> bool:
+        """A padded buffer whose halo the host writes before the run."""
+        return self.layout == "nchw" and any(self.pads)
+
+    def encode(self, x: np.ndarray) -> bytes:
+        """Device bytes of tensor ``x`` (int8, or uint8 with ``offset``)."""
+        from .reference import _to_int8
+
+        x8 = _to_int8(np.asarray(x), self.offset)
+        if tuple(x8.shape) != tuple(self.shape):
+            raise ValueError(f"tensor {self.tensor!r}: shape {x8.shape} != {self.shape}")
+        if self.layout == "nchw":
+            t, l, b, r = self.pads
+            out = np.pad(x8, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=self.halo)
+        elif self.layout == "rowmajor":
+            out = x8
+        else:
+            out = x8.reshape(-1, self.shape[-1]).T
+        return np.ascontiguousarray(out, np.int8).tobytes()
+
+    def fill(self) -> bytes:
+        """The halo pre-fill: the whole buffer holding ``halo``."""
+        return np.full(self.nbytes, self.halo, np.int8).tobytes()
+
+    def decode(self, raw: bytes) -> np.ndarray:
+        """Inverse of :meth:`encode`: the tensor (int8, or uint8 with ``offset``)."""
+        from .reference import _from_int8
+
+        a = np.frombuffer(raw, np.int8, self.nbytes)
+        if self.layout == "nchw":
+            c = self.shape[1]
+            hp, wp = self.padded_hw
+            t, l, _, _ = self.pads
+            y = a.reshape(1, c, hp, wp)[:, :, t:t + self.shape[2], l:l + self.shape[3]]
+        elif self.layout == "rowmajor":
+            y = a.reshape(self.shape)
+        else:
+            k = self.shape[-1]
+            y = a.reshape(k, -1).T.reshape(self.shape)
+        return _from_int8(np.ascontiguousarray(y), self.offset)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "TensorBuffer":
+        return cls(**{**d, "shape": tuple(d["shape"]), "pads": tuple(d["pads"])})
+
+
+def _nbytes(layout: str, shape: Sequence[int], pads=(0, 0, 0, 0)) -> int:
+    if layout == "nchw":
+        _, c, h, w = shape
+        return c * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
+    return int(np.prod(shape))
+
+
+def _in_layout(layer: AccelLayer) -> tuple:
+    """The layout ``layer`` reads its input in: ("nchw", pads, halo) or ("fm",)."""
+    if layer.kind == "conv":
+        s = layer.shape
+        return ("nchw", (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right), layer.halo)
+    return ("fm", (0, 0, 0, 0), 0)
+
+
+def _out_layout(layer: AccelLayer) -> tuple:
+    """Default layout of a layer's output read back by the host."""
+    return ("nchw", (0, 0, 0, 0), 0) if layer.kind == "conv" else ("fm", (0, 0, 0, 0), 0)
+
+
+# -- what the hardware can run ---------------------------------------------------------------------
+
+def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
+    """Why ``layer`` cannot run on ``cfg`` (``None``: it can, as far as static checks tell;
+    building its image is the final word)."""
+    if layer.kind == "conv":
+        s = layer.shape
+        if s.groups != 1:
+            return f"grouped convolution (groups={s.groups}): the image builder runs one group"
+        if s.batch != 1:
+            return f"batch {s.batch}: the image builder runs batch-1 convolutions"
+        if len(layer.in_shape) != 4:
+            return f"input rank {len(layer.in_shape)} is not 4"
+    elif layer.kind == "fc":
+        if not layer.in_shape or layer.in_shape[-1] != layer.shape.k:
+            return f"input shape {layer.in_shape} does not end in K={layer.shape.k}"
+    elif layer.kind == "gemm":
+        if layer.in_offset or layer.out_offset:
+            return "uint8 activation x activation GEMM"
+    else:
+        return f"unknown layer kind {layer.kind!r}"
+    m = layer.shape.gemm.m if layer.kind == "conv" else layer.shape.m
+    if m > cfg.quant_entries:
+        return (f"{m} output channels > quant_entries={cfg.quant_entries} (the "
+                f"post-processor's parameter memories)")
+    return None
+
+
+def _post_mode(layer: AccelLayer):
+    from hw.layouts import PostMode
+
+    return {"none": PostMode.NONE, "relu": PostMode.RELU, "relu6": PostMode.RELU6,
+            "clip": PostMode.CLAMP}[layer.activation]
+
+
+def _requant(layer: AccelLayer):
+    from firmware.builder import Requant
+
+    return Requant(multiplier=np.asarray(layer.multiplier, np.int32),
+                   shift=np.asarray(layer.shift, np.int32), zero_point=layer.out_zero_point,
+                   act_min=layer.act_min, act_max=layer.act_max, post_mode=_post_mode(layer))
+
+
+def budget_cycles(predicted: int, image_bytes: int, records: int) -> int:
+    """A generous cycle budget for one image run: four times the predicted layer cycles, the
+    CRC pass over the image and an allowance per record (fetches, checks, parameters,
+    statistics). A run that needs more is a hang, reported as such."""
+    return 4 * predicted + 4 * image_bytes + 4000 * records + 20_000
+
+
+# -- segments --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LayerRecord:
+    """One record of an image: the layer it belongs to, its GEMM dimensions and the planner's
+    predicted cycles (register-mode run of its descriptor)."""
+
+    layer: str
+    name: str
+    m: int
+    k: int
+    n: int
+    predicted_cycles: int
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.k * self.n
+
+
+@dataclasses.dataclass
+class Segment:
+    """One image and its tensors in device memory: ``inputs`` the host writes, ``fills`` (padded
+    buffers of tensors produced inside the segment) whose halo it writes, ``outputs`` it reads
+    back after the run."""
+
+    index: int
+    layers: list[str]
+    image: bytes
+    inputs: list[TensorBuffer]
+    fills: list[TensorBuffer]
+    outputs: list[TensorBuffer]
+    records: list[LayerRecord]
+
+    @property
+    def predicted_cycles(self) -> int:
+        return sum(r.predicted_cycles for r in self.records)
+
+    @property
+    def budget_cycles(self) -> int:
+        return budget_cycles(self.predicted_cycles, len(self.image), len(self.records))
+
+
+@dataclasses.dataclass
+class Step:
+    """One step of a compiled network (module docstring): ``kind`` is ``host``,
+    ``host_layer``, ``segment`` or ``gemm``."""
+
+    kind: str
+    name: str
+    node: Node | None = None            # host
+    layer: str | None = None            # host_layer, gemm
+    segment: Segment | None = None      # segment
+    reason: str = ""                    # host_layer
+
+    @property
+    def layer_names(self) -> list[str]:
+        if self.kind == "segment":
+            return list(self.segment.layers)
+        return [self.layer] if self.layer else []
+
+
+def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
+    """Group the lowered steps: HostOp, ('host_layer', layer), ('gemm', layer) and lists of
+    conv/fc layers that can share an image (module docstring)."""
+    out: list = []
+    cur: list[AccelLayer] = []
+    layouts: dict[str, tuple] = {}      # tensor produced in cur -> layout its consumers need
+    producer: dict[str, AccelLayer] = {}
+
+    def close():
+        nonlocal cur
+        if cur:
+            out.append(cur)
+        cur = []
+        layouts.clear()
+        producer.clear()
+
+    for step in steps:
+        if isinstance(step, HostOp):
+            close()
+            out.append(step)
+            continue
+        if step.name in host_layers:
+            close()
+            out.append(("host_layer", step))
+            continue
+        if step.kind == "gemm":
+            close()
+            out.append(("gemm", step))
+            continue
+        want = _in_layout(step)
+        src = producer.get(step.input)
+        if src is not None:
+            ok = src.kind == step.kind and layouts.get(step.input, want) == want
+            if step.kind == "conv" and tuple(src.out_shape) != tuple(step.in_shape):
+                ok = False
+            if not ok:
+                close()
+        if step.input in producer:
+            layouts[step.input] = want
+        cur.append(step)
+        producer[step.output] = step
+    close()
+    return out
+
+
+class _Fit(Exception):
+    """A segment's image or data do not fit device memory (split it)."""
+
+
+def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
+                   cfg: AccelConfig, strategy: str, data_fraction: float) -> Segment:
+    """One image for ``layers``; raises :class:`_Fit` when it does not fit, ``ValueError`` /
+    ``ImageError`` naming the layer when the hardware refuses it."""
+    from firmware.builder import ImageBuilder
+    from firmware.image import ImageError
+    from hw.layouts import OpKind
+
+    data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
+    b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
+    produced = {l.output: l for l in layers}
+    # layout of every tensor the segment touches: consumers inside decide, else the default
+    inner: dict[str, tuple] = {}
+    for l in layers:
+        if l.input in produced:
+            inner[l.input] = _in_layout(l)
+    bufs: dict[tuple, TensorBuffer] = {}
+
+    def buffer(tensor: str, layout: tuple, shape, offset: int) -> TensorBuffer:
+        key = (tensor, layout)
+        if key not in bufs:
+            kind, pads, halo = layout
+            nbytes = _nbytes(kind, shape, pads)
+            try:
+                addr = b.buffer(f"{tensor}@{kind}{''.join(map(str, pads))}", nbytes)
+            except ValueError as e:
+                raise _Fit(str(e)) from None
+            bufs[key] = TensorBuffer(tensor=tensor, addr=addr, nbytes=nbytes, layout=kind,
+                                     shape=tuple(shape), pads=tuple(pads), halo=halo,
+                                     offset=offset)
+        return bufs[key]
+
+    inputs, fills, outputs = [], [], []
+    for l in layers:
+        if l.input in produced:
+            xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
+        else:
+            xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
+            if xb not in inputs:
+                inputs.append(xb)
+        layout = inner.get(l.output, _out_layout(l))
+        yb = buffer(l.output, layout, l.out_shape, l.out_offset)
+        if yb.needs_fill and yb not in fills:
+            fills.append(yb)
+        if l.output in reads_after and yb not in outputs:
+            outputs.append(yb)
+        try:
+            if l.kind == "conv":
+                hp, wp = yb.padded_hw if yb.layout == "nchw" else (0, 0)
+                s = l.shape
+                b.conv(l.name, shape=s, weights=np.asarray(l.weights, np.int8), x_addr=xb.addr,
+                       out_addr=yb.addr + yb.pads[0] * wp + yb.pads[1],
+                       out_chan_stride=hp * wp,
+                       out_row_stride=None if wp == s.out_w else wp,
+                       bias=np.asarray(l.bias, np.int32), requant=_requant(l))
+            else:
+                rows = l.shape.n
+                b.gemm(l.name, weights=np.asarray(l.weights, np.int8), n=rows, b_addr=xb.addr,
+                       b_stride=rows, out_addr=yb.addr, out_stride=rows,
+                       bias=np.asarray(l.bias, np.int32), requant=_requant(l),
+                       op_kind=OpKind.FC)
+        except (ValueError, ImageError) as e:
+            raise _Refused(l.name, str(e)) from None
+    try:
+        blob, built = b.build()
+    except ImageError as e:
+        if "overlaps the data region" in str(e):
+            raise _Fit(str(e)) from None
+        named = re.search(r"layer '([^'\[]+)", str(e))
+        raise _Refused(named.group(1) if named else None, str(e)) from None
+    records = []
+    for bl in built:
+        owner = bl.name.split("[")[0]
+        d = bl.layer.desc
+        records.append(LayerRecord(layer=owner, name=bl.name, m=d.m, k=d.k, n=d.n,
+                                   predicted_cycles=int(bl.predicted_cycles)))
+    return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
+                   fills=fills, outputs=outputs, records=records)
+
+
+class _Refused(Exception):
+    def __init__(self, layer: str | None, reason: str):
+        super().__init__(reason)
+        self.layer, self.reason = layer, reason
+
+
+def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
+                   cfg: AccelConfig, strategy: str) -> list[Segment]:
+    """Build ``layers`` as one image, moving the data region up when the image is large; split
+    the run in two when it does not fit at all."""
+    last = None
+    for fraction in (0.5, 0.625, 0.75, 0.875):
+        try:
+            return [_build_segment(index, layers, reads_after, cfg, strategy, fraction)]
+        except _Fit as e:
+            last = e
+    if len(layers) == 1:
+        raise _Refused(layers[0].name, f"does not fit device memory ({last})")
+    half = len(layers) // 2
+    first, second = layers[:half], layers[half:]
+    needed = reads_after | {l.input for l in second} | {l.input_b for l in second if l.input_b}
+    return (_build_fitting(index, first, needed, cfg, strategy)
+            + _build_fitting(index, second, reads_after, cfg, strategy))
+
+
+# -- activation x activation GEMMs (built at run time) ---------------------------------------------
+
+def _int8_parts(value: int) -> list[int]:
+    """int8 values summing to ``value`` (``tb/qlinear.py``)."""
+    parts, left = [], int(value)
+    while left:
+        p = max(-128, min(127, left))
+        parts.append(p)
+        left -= p
+    return parts
+
+
+def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: AccelConfig,
+                     strategy: str = "best") -> tuple[Segment, list[tuple[int, bytes]],
+                                                      tuple[int, ...]]:
+    """The image of activation x activation ``layer`` for operands ``a`` (batch..., M, K) and
+    ``b`` (batch..., K, N): one GEMM record per batch entry, requantised by the hardware.
+    Returns ``(segment, loads, out_shape)``: the host writes ``loads`` (the extended ``b``)
+    before the run and reads ``segment.outputs`` (one (M x N) buffer per batch entry) after."""
+    from firmware.builder import ImageBuilder
+    from hw.layouts import OpKind
+
+    s = layer.shape
+    a3 = np.asarray(a, np.int8).reshape(-1, s.m, s.k)
+    b3 = np.asarray(b, np.int8).reshape(-1, s.k, s.n)
+    if a3.shape[0] != b3.shape[0]:
+        raise ValueError(f"{layer.name}: batch {a3.shape[0]} != {b3.shape[0]}")
+    za, zb = layer.in_zero_point, layer.b_zero_point
+    parts = _int8_parts(-za)
+    builder = ImageBuilder(cfg, strategy=strategy)
+    loads, outputs = [], []
+    rq = _requant(layer)
+    for t in range(a3.shape[0]):
+        a8, b8 = a3[t], b3[t]
+        weights = np.concatenate([a8] + [np.full((s.m, s.k), p, np.int8) for p in parts], axis=1)
+        b_ext = np.concatenate([b8] * (1 + len(parts)), axis=0)
+        bias = (np.asarray(layer.bias, np.int64) - zb * a8.astype(np.int64).sum(axis=1)
+                + s.k * za * zb)
+        b_addr = builder.buffer(f"b{t}", b_ext.size)
+        y_addr = builder.buffer(f"y{t}", s.m * s.n)
+        builder.gemm(f"{layer.name}[{t}]", weights=weights, n=s.n, b_addr=b_addr, b_stride=s.n,
+                     out_addr=y_addr, out_stride=s.n, bias=bias.astype(np.int32), requant=rq,
+                     op_kind=OpKind.GEMM)
+        loads.append((b_addr, np.ascontiguousarray(b_ext).tobytes()))
+        outputs.append(TensorBuffer(tensor=f"{layer.output}[{t}]", addr=y_addr,
+                                    nbytes=s.m * s.n, layout="rowmajor", shape=(s.m, s.n)))
+    blob, built = builder.build()
+    records = [LayerRecord(layer=layer.name, name=bl.name, m=bl.layer.desc.m,
+                           k=bl.layer.desc.k, n=bl.layer.desc.n,
+                           predicted_cycles=int(bl.predicted_cycles)) for bl in built]
+    seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[],
+                  outputs=outputs, records=records)
+    return seg, loads, tuple(layer.out_shape)
+
+
+# -- the compiled network --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class CompiledNetwork:
+    """A network compiled for ``cfg``: steps in execution order, every accelerator layer (also
+    those run on the host or built at run time) by name, the constants host ops read, the graph
+    inputs/outputs, and optionally the quantised ONNX model (for onnxruntime comparisons)."""
+
+    cfg: AccelConfig
+    steps: list[Step]
+    layers: dict[str, AccelLayer]
+    constants: dict[str, np.ndarray]
+    inputs: dict[str, dict]            # name -> {"shape": [...], "dtype": "float32"}
+    outputs: list[str]
+    opset: int
+    strategy: str = "best"
+    name: str = "network"
+    qmodel: bytes | None = None
+
+    @property
+    def segments(self) -> list[Segment]:
+        return [s.segment for s in self.steps if s.kind == "segment"]
+
+    def graph(self) -> Graph:
+        """A minimal :class:`Graph` for the host executor (constants, inputs, outputs)."""
+        tensors = {n: Tensor(n, tuple(v.shape), v.dtype, v) for n, v in self.constants.items()}
+        for n, spec in self.inputs.items():
+            tensors[n] = Tensor(n, tuple(spec["shape"]), np.dtype(spec["dtype"]))
+        nodes = []
+        for s in self.steps:
+            if s.kind == "host":
+                nodes.append(s.node)
+                for o in s.node.outputs:
+                    if o:
+                        tensors.setdefault(o, Tensor(o, None, None))
+        # A view for the host executor, not validated: accelerator layer outputs have no
+        # producing node in it.
+        g = Graph.__new__(Graph)
+        g.nodes, g.tensors, g.inputs, g.outputs = nodes, tensors, list(self.inputs), \
+            list(self.outputs)
+        g.opset, g.symbols, g.name = self.opset, {}, self.name
+        return g
+
+    def lowered(self) -> Lowered:
+        """The network as :class:`Lowered` steps (for :func:`planner.net.reference.run`)."""
+        steps = []
+        for s in self.steps:
+            if s.kind == "host":
+                steps.append(HostOp(s.node))
+            else:
+                steps.extend(self.layers[n] for n in s.layer_names)
+        return Lowered(graph=self.graph(), steps=steps, removed=[])
+
+    # -- .tsr ------------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the ``.tsr`` file (a zip: ``plan.json``, ``images/*.bin``, ``arrays/*.npy``,
+        optionally ``model.onnx``; docs/networks.md)."""
+        path = Path(path)
+        arrays: list[np.ndarray] = []
+
+        def ref(a) -> dict:
+            arrays.append(np.ascontiguousarray(np.asarray(a)))
+            return {"array": len(arrays) - 1}
+
+        def enc(v):
+            if isinstance(v, np.ndarray):
+                return ref(v)
+            if isinstance(v, (np.integer, np.floating)):
+                return v.item()
+            if isinstance(v, (list, tuple)):
+                return [enc(x) for x in v]
+            if isinstance(v, (GemmShape, ConvShape)):
+                return {"shape_type": type(v).__name__, **dataclasses.asdict(v)}
+            if isinstance(v, bytes):
+                return {"bytes": v.hex()}
+            return v
+
+        layers = {n: {f.name: enc(getattr(l, f.name)) for f in dataclasses.fields(l)}
+                  for n, l in self.layers.items()}
+        steps = []
+        for s in self.steps:
+            d = {"kind": s.kind, "name": s.name}
+            if s.kind == "host":
+                d["node"] = {"name": s.node.name, "op_type": s.node.op_type,
+                             "inputs": list(s.node.inputs), "outputs": list(s.node.outputs),
+                             "domain": s.node.domain,
+                             "attrs": {k: enc(v) for k, v in s.node.attrs.items()}}
+            elif s.kind == "segment":
+                seg = s.segment
+                d["segment"] = {"index": seg.index, "layers": seg.layers,
+                                "image": f"images/segment{seg.index}.bin",
+                                "inputs": [b.as_dict() for b in seg.inputs],
+                                "fills": [b.as_dict() for b in seg.fills],
+                                "outputs": [b.as_dict() for b in seg.outputs],
+                                "records": [dataclasses.asdict(r) for r in seg.records]}
+            else:
+                d["layer"] = s.layer
+                d["reason"] = s.reason
+            steps.append(d)
+        plan = {"format": TSR_FORMAT, "version": TSR_VERSION, "name": self.name,
+                "config": self.cfg.to_dict(),
+                "config_id": self.cfg.config_id, "strategy": self.strategy,
+                "opset": self.opset, "inputs": self.inputs, "outputs": self.outputs,
+                "constants": {n: ref(v) for n, v in self.constants.items()},
+                "layers": layers, "steps": steps}
+        tmp = path.with_name(path.name + ".part")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("plan.json", json.dumps(plan, indent=1) + "\n")
+            for seg in self.segments:
+                z.writestr(f"images/segment{seg.index}.bin", seg.image)
+            for i, a in enumerate(arrays):
+                buf = io.BytesIO()
+                np.save(buf, a, allow_pickle=False)
+                z.writestr(f"arrays/{i}.npy", buf.getvalue())
+            if self.qmodel is not None:
+                z.writestr("model.onnx", self.qmodel)
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CompiledNetwork":
+        """Read a ``.tsr`` file; :class:`CompileError` says what is wrong with a bad one."""
+        path = Path(path)
+        try:
+            z = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise CompileError(f"{path}: not a compiled network (.tsr zip): {e}") from None
+        with z:
+            try:
+                plan = json.loads(z.read("plan.json"))
+            except (KeyError, ValueError) as e:
+                raise CompileError(f"{path}: no readable plan.json ({e})") from None
+            if plan.get("format") != TSR_FORMAT or plan.get("version") != TSR_VERSION:
+                raise CompileError(f"{path}: format {plan.get('format')!r} version "
+                                   f"{plan.get('version')!r}, expected {TSR_FORMAT!r} version "
+                                   f"{TSR_VERSION}")
+            cache: dict[int, np.ndarray] = {}
+
+            def arr(i: int) -> np.ndarray:
+                if i not in cache:
+                    cache[i] = np.load(io.BytesIO(z.read(f"arrays/{i}.npy")),
+                                       allow_pickle=False)
+                return cache[i]
+
+            def dec(v):
+                if isinstance(v, dict) and set(v) == {"array"}:
+                    return arr(v["array"])
+                if isinstance(v, dict) and "shape_type" in v:
+                    kind = {"GemmShape": GemmShape, "ConvShape": ConvShape}[v["shape_type"]]
+                    return kind(**{k: x for k, x in v.items() if k != "shape_type"})
+                if isinstance(v, dict) and set(v) == {"bytes"}:
+                    return bytes.fromhex(v["bytes"])
+                if isinstance(v, list):
+                    return [dec(x) for x in v]
+                return v
+
+            cfg = AccelConfig.from_dict(plan["config"])
+            if cfg.config_id != plan["config_id"]:
+                raise CompileError(f"{path}: the stored configuration hashes to "
+                                   f"{cfg.config_id:#010x}, not config_id="
+                                   f"{plan['config_id']:#010x}")
+            tuples = {"in_shape", "out_shape", "source_nodes"}
+            layers = {}
+            for n, d in plan["layers"].items():
+                fields = {k: dec(v) for k, v in d.items()}
+                for k in tuples:
+                    fields[k] = tuple(fields[k])
+                layers[n] = AccelLayer(**fields)
+            steps = []
+            for d in plan["steps"]:
+                if d["kind"] == "host":
+                    nd = d["node"]
+                    node = Node(nd["name"], nd["op_type"], list(nd["inputs"]),
+                                list(nd["outputs"]), {k: dec(v) for k, v in nd["attrs"].items()},
+                                nd["domain"])
+                    steps.append(Step("host", d["name"], node=node))
+                elif d["kind"] == "segment":
+                    sd = d["segment"]
+                    seg = Segment(index=sd["index"], layers=sd["layers"], image=z.read(sd["image"]),
+                                  inputs=[TensorBuffer.from_dict(x) for x in sd["inputs"]],
+                                  fills=[TensorBuffer.from_dict(x) for x in sd["fills"]],
+                                  outputs=[TensorBuffer.from_dict(x) for x in sd["outputs"]],
+                                  records=[LayerRecord(**r) for r in sd["records"]])
+                    steps.append(Step("segment", d["name"], segment=seg))
+                else:
+                    steps.append(Step(d["kind"], d["name"], layer=d["layer"],
+                                      reason=d.get("reason", "")))
+            qmodel = z.read("model.onnx") if "model.onnx" in z.namelist() else None
+            constants = {n: dec(v) for n, v in plan["constants"].items()}
+        return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
+                   inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
+                   strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
+
+    def summary(self) -> dict:
+        segs = self.segments
+        return {"steps": len(self.steps), "segments": len(segs),
+                "gemm_steps": sum(s.kind == "gemm" for s in self.steps),
+                "host_ops": sum(s.kind == "host" for s in self.steps),
+                "host_layers": {s.layer: s.reason for s in self.steps if s.kind == "host_layer"},
+                "records": sum(len(s.records) for s in segs),
+                "image_bytes": sum(len(s.image) for s in segs),
+                "predicted_cycles": sum(s.predicted_cycles for s in segs)}
+
+
+def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best",
+                    qmodel=None, name: str | None = None) -> CompiledNetwork:
+    """Segments, images and host steps for ``lowered`` on ``cfg`` (module docstring).
+
+    A layer the hardware refuses (static checks, or the builder refusing its record) runs on the
+    host, with the reason recorded in its ``host_layer`` step."""
+    g = lowered.graph
+    for n in g.inputs:
+        if not g.tensors[n].is_static:
+            raise CompileError(f"graph input {n!r} has shape {g.tensors[n].shape}: give its "
+                               f"shape (--input-shape {n}=...)")
+    layers = {l.name: l for l in lowered.layers}
+    host_layers = {n: r for n, l in layers.items() if (r := accel_reason(l, cfg)) is not None}
+    while True:
+        runs = _segment_runs(lowered.steps, host_layers)
+        try:
+            steps = _compile_runs(runs, lowered, cfg, strategy)
+            break
+        except _Refused as e:
+            if e.layer is None or e.layer in host_layers:
+                raise CompileError(f"image refused: {e.reason}") from None
+            host_layers[e.layer] = f"the image builder refused it: {e.reason.splitlines()[0]}"
+    for s in steps:
+        if s.kind == "host_layer":
+            s.reason = host_layers[s.layer]
+    used = {i for s in steps if s.kind == "host" for i in s.node.inputs if i}
+    used |= {i for s in steps if s.kind in ("host_layer", "gemm")
+             for i in layers[s.layer].inputs}
+    constants = {n: t.value for n, t in g.tensors.items() if t.is_const and n in used}
+    inputs = {n: {"shape": [int(d) for d in g.tensors[n].shape],
+                  "dtype": np.dtype(g.tensors[n].dtype).name} for n in g.inputs}
+    q = None
+    if qmodel is not None:
+        q = qmodel if isinstance(qmodel, bytes) else qmodel.SerializeToString()
+    return CompiledNetwork(cfg=cfg, steps=steps, layers=layers, constants=constants,
+                           inputs=inputs, outputs=list(g.outputs), opset=g.opset,
+                           strategy=strategy, name=name or g.name, qmodel=q)
+
+
+def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str) -> list[Step]:
+    # tensors read by each position onwards (to know what a segment must hand back)
+    reads_from: list[set[str]] = [set() for _ in range(len(runs) + 1)]
+    reads_from[-1] = set(lowered.graph.outputs)
+    for i in range(len(runs) - 1, -1, -1):
+        r = runs[i]
+        if isinstance(r, HostOp):
+            ins = set(r.inputs)
+        elif isinstance(r, tuple):
+            ins = set(r[1].inputs)
+        else:
+            ins = {i_ for l in r for i_ in l.inputs}
+        reads_from[i] = reads_from[i + 1] | ins
+    steps: list[Step] = []
+    index = 0
+    for i, r in enumerate(runs):
+        if isinstance(r, HostOp):
+            steps.append(Step("host", r.name, node=r.node))
+        elif isinstance(r, tuple):
+            steps.append(Step(r[0], r[1].name, layer=r[1].name))
+        else:
+            for seg in _build_fitting(index, r, reads_from[i + 1], cfg, strategy):
+                seg.index = index
+                index += 1
+                steps.append(Step("segment", f"segment{seg.index}", segment=seg))
+    return steps

@@ -1,0 +1,52 @@
+"""cocotb test: run a compiled network (``.tsr``) through the shipped host runtime, host ops in
+between, in one simulation (launched by :func:`planner.net.execute.run_network`).
+
+``$TESSERA_NET_JOB/net_job.json`` names the ``.tsr``, the feeds (``.npz``), the progress-event
+file (JSON lines, followed by the launching process) and where the results go: ``result.json``
+(per-step reports, or the error) and ``outputs.npz`` (the graph outputs). Checking is the
+caller's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from pathlib import Path
+
+import cocotb
+import numpy as np
+
+from firmware.runtime import Runtime
+
+from .backend import CocotbBackend
+from .harness import Harness
+
+
+@cocotb.test()
+async def run_network(dut):
+    from planner.net.compile import CompiledNetwork
+    from planner.net.execute import execute
+
+    job_dir = Path(os.environ["TESSERA_NET_JOB"])
+    job = json.loads((job_dir / "net_job.json").read_text())
+    net = CompiledNetwork.load(job["tsr"])
+    with np.load(job_dir / job["feeds"], allow_pickle=False) as z:
+        feeds = {k: z[k] for k in z.files}
+    events = (job_dir / job["events"]).open("a", buffering=1)
+
+    def on_event(ev: dict) -> None:
+        events.write(json.dumps(ev) + "\n")
+
+    h = await Harness.start(dut)
+    rt = Runtime(CocotbBackend(h), h.cfg)
+    try:
+        env, steps = await execute(net, rt, feeds, on_event=on_event)
+    except Exception as e:
+        (job_dir / job["result"]).write_text(json.dumps(
+            {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}) + "\n")
+        raise
+    finally:
+        events.close()
+    np.savez(job_dir / job["outputs"], **{n: env[n] for n in net.outputs})
+    (job_dir / job["result"]).write_text(json.dumps({"steps": steps}, indent=1) + "\n")
