@@ -371,7 +371,6 @@ def build_db(db: TuneDB, shapes: Sequence[tuple[str, GemmShape]], measure_fn: Me
                                 "failed_halvings": r.evidence["failed_halvings"]})
     if not confirmed_all:
         log(f"boundary walk stopped after {opts.max_rounds} rounds with unconfirmed shapes")
-    db.clear_records()
-    db.put_records(final_initial + [boundary[s] for s in sorted(boundary)])
+    db.put_records(final_initial + [boundary[s] for s in sorted(boundary)], replace_all=True)
     report.measured_runs = meas.runs
     return report

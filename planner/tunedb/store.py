@@ -209,19 +209,24 @@ class TuneDB:
 
     # -- writes (each one transaction) -----------------------------------------------------------
 
-    def _write(self, sql: str, rows: list[tuple]):
-        if not rows:
+    def _write(self, sql: str, rows: list[tuple], *, clear: bool = False):
+        if not rows and not clear:
             return
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(sql, rows)
+            if clear:
+                self._conn.execute("DELETE FROM records WHERE config_id = ?", (self._cid,))
+            if rows:
+                self._conn.executemany(sql, rows)
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
 
-    def put_records(self, records: Iterable[Record]):
-        """Insert or replace ``records`` (same kind and shape) in one transaction."""
+    def put_records(self, records: Iterable[Record], *, replace_all: bool = False):
+        """Insert or replace ``records`` (same kind and shape) in one transaction;
+        ``replace_all`` first deletes every record in the same transaction (a rebuild: readers
+        see the old or the new records, never a mix or none)."""
         rows = []
         for r in records:
             if r.op not in OPS:
@@ -232,7 +237,8 @@ class TuneDB:
         cols = ("config_id, kind, op, m, k, n, " + ", ".join(TILING_FIELDS)
                 + ", cycles, counters, util, source, evidence")
         marks = ", ".join("?" * (len(TILING_FIELDS) + 11))
-        self._write(f"INSERT OR REPLACE INTO records ({cols}) VALUES ({marks})", rows)
+        self._write(f"INSERT OR REPLACE INTO records ({cols}) VALUES ({marks})", rows,
+                    clear=replace_all)
 
     def put_measurements(self, items: Iterable[tuple[str, tuple[int, int, int], tuple[int, ...],
                                                      dict]]):
@@ -241,10 +247,6 @@ class TuneDB:
                 for op, dims, tiling, counters in items]
         marks = ", ".join("?" * (len(TILING_FIELDS) + 6))
         self._write(f"INSERT OR REPLACE INTO measurements VALUES ({marks})", rows)
-
-    def clear_records(self):
-        """Delete every record (measurements stay): a rebuild recomputes them."""
-        self._write("DELETE FROM records WHERE config_id = ?", [(self._cid,)])
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -105,3 +105,12 @@ def test_store_refuses_a_config_definition_that_changed(tmp_path):
     conn.close()
     with pytest.raises(TuneDBError, match="its stored configuration now hashes to"):
         TuneDB.open(path, create=False)
+
+
+def test_store_replace_all_swaps_every_record(tmp_path):
+    with TuneDB.open(tmp_path / "a.tunedb", CFG) as db:
+        db.put_records([record("initial", (64, 64, 64), 32, 32, 64, 5000),
+                        record("boundary", (32, 64, 64), 32, 32, 64, 2600)])
+        new = record("initial", (128, 64, 64), 32, 32, 64, 9000)
+        db.put_records([new], replace_all=True)
+        assert db.records() == [new]
