@@ -118,8 +118,9 @@ class ImageBuilder:
         self._blobs: dict[SectionKind, bytearray] = {k: bytearray() for k in
                                                      (SectionKind.TABLES, SectionKind.QUANT,
                                                       SectionKind.WEIGHTS)}
-        # (name, kind, desc fields, layer fields, section references, predicted cycles)
+        # (name, desc fields, layer fields, predicted cycles)
         self._pending: list[tuple] = []
+        self._names: set[str] = set()
 
     # -- memory -----------------------------------------------------------------------------------
 
@@ -181,6 +182,7 @@ class ImageBuilder:
         """``C = weights @ B`` (+ bias, requantised when ``requant`` is given, else int32)."""
         from planner import GemmShape, plan_gemm, predict
 
+        self._claim(name)
         w = np.asarray(weights)
         if w.ndim != 2 or w.dtype != np.int8:
             raise ValueError(f"{name}: weights must be a 2-D int8 array (m x k), not "
@@ -208,6 +210,7 @@ class ImageBuilder:
         from planner.layout import padded_dims, weights_k_major
         from planner.offsets import compile_tables
 
+        self._claim(name)
         if shape.groups != 1 or shape.batch != 1:
             raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
                              f"{shape.batch}, groups={shape.groups})")
@@ -250,6 +253,14 @@ class ImageBuilder:
             cycles = predict_conv(probe, tables, self.cfg, post=post).total_cycles
             self._add(name if whole else f"{name}[row {p}]", desc,
                       {"op_kind": OpKind.CONV, **quant}, cycles)
+
+    def _claim(self, name: str) -> None:
+        """Refuse a layer name in use before anything of the layer is added."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"layer name must be a non-empty str, not {name!r}")
+        if name in self._names:
+            raise ValueError(f"layer name {name!r} is already used")
+        self._names.add(name)
 
     def _add(self, name: str, desc: dict, fields: dict, predicted: int) -> None:
         stats = self.buffer(f"{name}.stats", STATS_BYTES)

@@ -76,6 +76,7 @@ class RunReport:
     layer_index: int
     counters: dict[str, int]
     layers: tuple[LayerStats, ...] = ()
+    image: bool = True          # an image run (False: one record in register mode)
 
     @property
     def ok(self) -> bool:
@@ -83,7 +84,8 @@ class RunReport:
 
     def raise_for_error(self) -> "RunReport":
         if not self.ok:
-            where = f" at layer {self.layer_index}" if self.error < ErrorCode.BAD_IMAGE else ""
+            layer_code = self.error < ErrorCode.BAD_IMAGE
+            where = f" at layer {self.layer_index}" if self.image and layer_code else ""
             raise DeviceError(f"run ended with error {self.error.name} ({int(self.error)})"
                               f"{where}")
         return self
@@ -96,7 +98,8 @@ class Runtime:
     def __init__(self, backend: Backend, cfg: AccelConfig):
         self.backend = backend
         self.cfg = cfg
-        self._layers: dict[int, list[int]] = {}     # image_addr -> stats_addr of each layer
+        # image_addr -> (image bytes, stats_addr of each layer) of the images placed
+        self._layers: dict[int, tuple[int, list[int]]] = {}
 
     async def open(self) -> None:
         """Check the device's CONFIG_ID against ``cfg``."""
@@ -138,11 +141,15 @@ class Runtime:
             raise ImageError(f"image is {len(blob)} bytes, too short for a header")
         base = struct.unpack_from("<I", blob, 4 * BASE_ADDR_WORD)[0]
         await self.write(base, blob)
+        # an image placed over (part of) another one replaces it
+        for addr in [a for a, (size, _) in self._layers.items()
+                     if a < base + len(blob) and base < a + size]:
+            del self._layers[addr]
         try:
             image = decode(blob)
-            self._layers[base] = [layer.stats_addr for layer in image.layers]
+            self._layers[base] = (len(blob), [layer.stats_addr for layer in image.layers])
         except ImageError:
-            self._layers.pop(base, None)
+            pass
         return base
 
     # -- runs -------------------------------------------------------------------------------------
@@ -155,7 +162,7 @@ class Runtime:
         report = await self._finish(budget_cycles, image=True)
         if report.ok and image_addr in self._layers:
             layers = []
-            for i, addr in enumerate(self._layers[image_addr]):
+            for i, addr in enumerate(self._layers[image_addr][1]):
                 raw = await self.read(addr, STATS_BYTES)
                 words = struct.unpack_from(f"<{STATS_BYTES // 4}I", raw)
                 stats = {name: words[STATS_WORDS[name]] for name in COUNTERS}
@@ -193,4 +200,4 @@ class Runtime:
             code = ErrorCode(error)
         except ValueError:
             raise DeviceError(f"ERROR register holds {error}, not an ErrorCode") from None
-        return RunReport(error=code, layer_index=index, counters=counters)
+        return RunReport(error=code, layer_index=index, counters=counters, image=image)

@@ -425,9 +425,12 @@ def test_builder_buffer_name_reuse():
 
 def test_builder_layer_name_reuse():
     b, arrays, addrs = gemm_builder()
-    with pytest.raises(ValueError, match="'g.stats' already exists"):
+    weights_before = len(b._blobs[SectionKind.WEIGHTS])
+    with pytest.raises(ValueError, match="layer name 'g' is already used"):
         b.gemm("g", weights=arrays["w"], n=6, b_addr=addrs["x"], b_stride=6,
                out_addr=addrs["y"], out_stride=24)
+    # refused before any of the layer's bytes were added
+    assert len(b._blobs[SectionKind.WEIGHTS]) == weights_before
 
 
 @pytest.mark.parametrize("nbytes", [0, -1, 1.5, np.int64(8), None])

@@ -342,7 +342,8 @@ def test_runtime_run_layer_writes_every_record_register_then_start(mlp):
     assert dev.writes_at_done == expected
     assert dev.regs[off("LAYER_OUT_ZERO_POINT")] == 0xFFFF_FFFD
     assert dev.budgets == [999]
-    assert report == RunReport(error=ErrorCode.NONE, layer_index=0, counters=run_counters(5))
+    assert report == RunReport(error=ErrorCode.NONE, layer_index=0, counters=run_counters(5),
+                               image=False)
     assert dev.mem_reads == []
 
 
@@ -440,3 +441,26 @@ def test_runtime_out_of_range_access_names_the_range(addr, size):
         with pytest.raises(ValueError, match=f"dram_bytes={CFG.dram_bytes:#x}"):
             run(rt.write(addr, bytes(size)))
     assert dev.mem_reads == [] and not any(dev.mem)
+
+
+def test_register_run_errors_name_no_layer():
+    report = RunReport(error=ErrorCode.BAD_TILE, layer_index=0, counters={}, image=False)
+    with pytest.raises(DeviceError) as info:
+        report.raise_for_error()
+    assert "BAD_TILE" in str(info.value) and "layer" not in str(info.value)
+
+
+def test_image_overwritten_in_part_is_forgotten(mlp):
+    """A second image placed over part of the first: running the first address no longer
+    reads the first image's statistics records (they describe bytes that are gone)."""
+    dev = FakeDevice(on_done=lambda d, budget: d.finish(image=True))
+    rt = Runtime(dev, CFG)
+
+    async def go():
+        await rt.load_image(mlp.blob)                          # at 0, 3456 bytes
+        await rt.load_image(one_layer_image(1024))             # over its middle
+        return await rt.run_image(0, budget_cycles=10)
+
+    report = run(go())
+    assert report.ok and report.layers == ()
+    assert dev.mem_reads == []
