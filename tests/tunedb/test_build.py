@@ -126,3 +126,19 @@ def test_build_executor_refuses_bad_schedulers():
         Executor("bogus")
     with pytest.raises(ValueError, match="workers must be a positive int"):
         Executor("local", 0)
+
+
+def test_build_uses_an_existing_scheduler_by_address(tmp_path):
+    from distributed import LocalCluster
+
+    shapes = [("a", GemmShape(128, 64, 128))]
+    with TuneDB.open(tmp_path / "serial.tunedb", CFG) as db:
+        build_db(db, shapes, measure_model, Executor("serial"), BuildOptions(top_n=1))
+        serial = db.records()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        assert cluster.scheduler_address.startswith("tcp://")
+        with TuneDB.open(tmp_path / "remote.tunedb", CFG) as db, \
+                Executor(cluster.scheduler_address) as ex:
+            build_db(db, shapes, measure_model, ex, BuildOptions(top_n=1))
+            assert db.records() == serial
