@@ -11,6 +11,7 @@ cocotb, read the results back. Used by the tests and by ``examples/``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import struct
@@ -33,9 +34,14 @@ class ImageRun:
     read: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
     check: bool = True
     place: bool = True          # False: the image is already in memory (a later run)
+    #: Place the blob as raw bytes here and run it from here, whatever its header says
+    #: (fuzzing); None: the runtime places it at its base_addr.
+    addr: int | None = None
 
     @property
     def image_addr(self) -> int:
+        if self.addr is not None:
+            return self.addr
         return struct.unpack_from("<I", self.blob, 4 * HEADER_WORDS["base_addr"])[0]
 
 
@@ -74,18 +80,27 @@ def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     spec = []
-    for i, run in enumerate(runs):
+    written: dict[str, str] = {}
+
+    def data_file(data: bytes) -> str:
+        """One file per distinct content (runs often share inputs)."""
+        key = hashlib.blake2s(data).hexdigest()
+        if key not in written:
+            written[key] = f"data-{len(written)}.bin"
+            (workdir / written[key]).write_bytes(data)
+        return written[key]
+
+    for run in runs:
         entry: dict = {"budget_cycles": run.budget_cycles, "load": [], "read": run.read}
-        for j, (addr, data) in enumerate(run.load):
-            name = f"run{i}-load{j}.bin"
-            (workdir / name).write_bytes(bytes(data))
-            entry["load"].append([addr, name])
+        for addr, data in run.load:
+            entry["load"].append([addr, data_file(bytes(data))])
         if isinstance(run, ImageRun):
             entry["image_addr"] = run.image_addr
             entry["check"] = run.check
-            if run.place:
-                (workdir / f"run{i}-image.bin").write_bytes(run.blob)
-                entry["load_image"] = [[run.image_addr, f"run{i}-image.bin"]]
+            if run.place and run.addr is not None:
+                entry["load"].append([run.addr, data_file(run.blob)])
+            elif run.place:
+                entry["load_image"] = [[run.image_addr, data_file(run.blob)]]
         else:
             entry["record"] = run.record
         spec.append(entry)

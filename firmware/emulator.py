@@ -1,0 +1,148 @@
+"""A functional model of the accelerator running an image: what the hardware does to memory.
+
+:func:`run_image` takes device memory (a bytearray) and an image address and does what an image
+run does, in the same order, from the same rules: the header checks
+(:func:`hw.record.check_header`), the CRC, the check pass (:func:`hw.record.check_record` on
+every record, parameters included), then each layer: A and B read from memory (B through the
+convolution tables for CONV layers), ``hw.golden`` arithmetic (int32 wrapping accumulation,
+bias, requantisation), C written row by row, and the statistics record (its ``layer_index``
+word; the counter words are cycle counts this model does not know, written as 0 and listed in
+:attr:`EmulationResult.counter_words` so comparisons can skip them).
+
+It is the reference the RTL is fuzzed against (tb/fuzz.py) and a ``golden`` device for the host
+runtime. One thing it cannot predict: a convolution whose tables are malformed (a lane filled
+twice or never, a read outside the tensor); the hardware's output is then defined by its
+implementation, not by the spec, and the result says so (``defined = False``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+
+import numpy as np
+
+from hw.config import AccelConfig
+from hw.desc import DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
+from hw.golden import gemm_int8, requantize
+from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
+                        OutFormat)
+from hw.record import (LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32)
+
+__all__ = ["EmulationResult", "run_image"]
+
+
+@dataclasses.dataclass
+class EmulationResult:
+    error: ErrorCode
+    layer_index: int
+    defined: bool = True
+    #: (addr, size) of every byte range the run wrote, in order
+    writes: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    #: device addresses of the statistics records' counter words (cycle counts, not modelled)
+    counter_words: list[int] = dataclasses.field(default_factory=list)
+
+
+class _Mem:
+    def __init__(self, mem: bytearray, cfg: AccelConfig):
+        if len(mem) != cfg.dram_bytes:
+            raise ValueError(f"memory is {len(mem)} bytes, the device has dram_bytes="
+                             f"{cfg.dram_bytes}")
+        self.mem = mem
+        self.view = np.frombuffer(mem, dtype=np.uint8)
+        self.size = len(mem)
+
+    def words(self, addr: int, count: int) -> list[int]:
+        idx = (addr + 4 * np.arange(count, dtype=np.int64)[:, None]
+               + np.arange(4)[None, :]) % self.size
+        raw = self.view[idx].astype(np.uint32)
+        return (raw[:, 0] | raw[:, 1] << 8 | raw[:, 2] << 16 | raw[:, 3] << 24).tolist()
+
+    def gather(self, idx: np.ndarray) -> np.ndarray:
+        return self.view[idx % self.size].view(np.int8)
+
+
+def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig) -> EmulationResult:
+    """Run the image at ``image_addr`` on ``mem`` (``cfg.dram_bytes`` long, modified in place)."""
+    m = _Mem(mem, cfg)
+    header = dict(zip(HEADER_WORDS, m.words(image_addr, IMAGE_HEADER_WORDS)))
+    errs = check_header(header, cfg, image_addr=image_addr)
+    if errs:
+        return EmulationResult(errs[0][0], 0)
+    total = header["total_bytes"]
+    blob = bytearray(mem[image_addr:image_addr + total])
+    at = 4 * HEADER_WORDS["crc32"]
+    blob[at:at + 4] = b"\0\0\0\0"
+    if zlib.crc32(blob) != header["crc32"]:
+        return EmulationResult(ErrorCode.BAD_CRC, 0)
+    image = (image_addr, image_addr + total)
+    first = image_addr + header["section_layers_offset"]
+    records = []
+    for i in range(header["layer_count"]):
+        words = m.words(first + i * LAYER_RECORD_BYTES, len(LAYER_WORDS))
+        rec = dict(zip(LAYER_WORDS, words))
+        errs = check_record(rec, cfg, image=image, read_words=m.words)
+        if errs:
+            return EmulationResult(errs[0][0], i)
+        records.append(rec)
+    result = EmulationResult(ErrorCode.NONE, len(records) - 1)
+    for i, rec in enumerate(records):
+        if result.defined:
+            result.defined = _run_layer(m, rec, cfg, result)
+        stats = rec["stats_addr"]
+        words = [0] * (STATS_BYTES // 4)
+        words[STATS_WORDS["layer_index"]] = i
+        mem[stats:stats + STATS_BYTES] = struct.pack(f"<{len(words)}I", *words)
+        result.writes.append((stats, STATS_BYTES))
+        result.counter_words += [stats + 4 * STATS_WORDS[name] for name in STATS_WORDS
+                                 if name != "layer_index"]
+    return result
+
+
+def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) -> bool:
+    """One layer; False when its output is not defined by the spec (malformed tables)."""
+    d = GemmDescriptor(**{name: rec[f"desc_{name}"] for name in DESC_FIELDS})
+    kk = np.arange(d.k, dtype=np.int64)
+    a = m.gather(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None])    # m x k
+    if d.b_mode == 0:
+        b = m.gather(d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :])  # k x n
+    else:
+        b = _gather_conv(m, d, cfg)
+        if b is None:
+            return False
+    acc = gemm_int8(np.ascontiguousarray(a), np.ascontiguousarray(b))
+    bias = None
+    if rec["bias_present"] == 1:
+        bias = np.array([signed32(w) for w in m.words(rec["bias_addr"], d.m)], np.int64)
+    if rec["out_format"] == OutFormat.INT8:
+        out = requantize(acc, multiplier=[signed32(w) for w in m.words(rec["mult_addr"], d.m)],
+                         shift=[signed32(w) for w in m.words(rec["shift_addr"], d.m)],
+                         bias=bias, zero_point=signed32(rec["out_zero_point"]),
+                         act_min=signed32(rec["act_min"]), act_max=signed32(rec["act_max"]))
+    else:
+        wide = acc.astype(np.int64) + (0 if bias is None else bias[:, None])
+        out = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
+    row_bytes = out_bytes(rec) * d.n
+    raw = np.ascontiguousarray(out).view(np.uint8).reshape(d.m, row_bytes)
+    for i in range(d.m):
+        lo = d.c_addr + i * d.c_stride
+        m.mem[lo:lo + row_bytes] = raw[i].tobytes()
+        result.writes.append((lo, row_bytes))
+    return True
+
+
+def _gather_conv(m: _Mem, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | None:
+    from planner.offsets import ConvTables, gather_b
+
+    grp_words = groups_n(d, cfg) + 1
+    off = bytes(m.gather(d.off_addr + np.arange(4 * d.k)).view(np.uint8))
+    run = bytes(m.gather(d.run_addr + np.arange(8 * d.run_count)).view(np.uint8))
+    grp = bytes(m.gather(d.grp_addr + np.arange(4 * grp_words)).view(np.uint8))
+    tables = dataclasses.replace(
+        ConvTables.from_bytes(None, "NCHW", cfg.array_cols, off, run, grp), pixels=d.n)
+    tensor = m.gather(d.b_addr + np.arange(d.b_stride, dtype=np.int64))
+    try:
+        return gather_b(tables, tensor)
+    except ValueError:
+        return None
