@@ -176,9 +176,8 @@ def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
             return "uint8 activation x activation GEMM"
     else:
         return f"unknown layer kind {layer.kind!r}"
-    m = layer.shape.gemm.m if layer.kind == "conv" else layer.shape.m
-    if m > cfg.quant_entries:
-        return (f"{m} output channels > quant_entries={cfg.quant_entries} (the "
+    if layer.kind == "gemm" and layer.shape.m > cfg.quant_entries:
+        return (f"{layer.shape.m} rows > quant_entries={cfg.quant_entries} (the "
                 f"post-processor's parameter memories)")
     return None
 
@@ -266,6 +265,40 @@ class Step:
         return [self.layer] if self.layer else []
 
 
+def _schedule(steps: Sequence, host_layers: Mapping[str, str]) -> list:
+    """The steps in a topological order that keeps accelerator layers together: whenever a
+    conv / fc layer is ready it goes first (lowest original position first), so host ops that
+    no pending layer needs (e.g. the dequantisation of a residual branch) move past the run."""
+    import heapq
+
+    producer = {o: i for i, s in enumerate(steps) for o in s.outputs}
+    deps = [{producer[x] for x in s.inputs if x in producer} for s in steps]
+    users: list[list[int]] = [[] for _ in steps]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    waiting = [len(d) for d in deps]
+
+    def key(i: int) -> tuple[int, int]:
+        s = steps[i]
+        accel = isinstance(s, AccelLayer) and s.kind != "gemm" and s.name not in host_layers
+        return (0 if accel else 1, i)
+
+    ready = [key(i) for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(steps[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, key(u))
+    if len(order) != len(steps):
+        raise CompileError("the lowered steps have a dependency cycle")
+    return order
+
+
 def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
     """Group the lowered steps: HostOp, ('host_layer', layer), ('gemm', layer) and lists of
     conv/fc layers that can share an image (module docstring)."""
@@ -321,7 +354,6 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     ``ImageError`` naming the layer when the hardware refuses it."""
     from firmware.builder import ImageBuilder
     from firmware.image import ImageError
-    from hw.layouts import OpKind
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
@@ -362,20 +394,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
         if l.output in reads_after and yb not in outputs:
             outputs.append(yb)
         try:
-            if l.kind == "conv":
-                hp, wp = yb.padded_hw if yb.layout == "nchw" else (0, 0)
-                s = l.shape
-                b.conv(l.name, shape=s, weights=np.asarray(l.weights, np.int8), x_addr=xb.addr,
-                       out_addr=yb.addr + yb.pads[0] * wp + yb.pads[1],
-                       out_chan_stride=hp * wp,
-                       out_row_stride=None if wp == s.out_w else wp,
-                       bias=np.asarray(l.bias, np.int32), requant=_requant(l))
-            else:
-                rows = l.shape.n
-                b.gemm(l.name, weights=np.asarray(l.weights, np.int8), n=rows, b_addr=xb.addr,
-                       b_stride=rows, out_addr=yb.addr, out_stride=rows,
-                       bias=np.asarray(l.bias, np.int32), requant=_requant(l),
-                       op_kind=OpKind.FC)
+            _add_layer(b, l, xb, yb, cfg)
         except (ValueError, ImageError) as e:
             raise _Refused(l.name, str(e)) from None
     try:
@@ -393,6 +412,40 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                                    predicted_cycles=int(bl.predicted_cycles)))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records)
+
+
+def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
+    """Output-channel ranges of at most ``quant_entries`` channels (the post-processor's
+    parameter memories): a wider layer becomes one record group per range."""
+    step = cfg.quant_entries
+    return [(c0, min(m, c0 + step)) for c0 in range(0, m, step)]
+
+
+def _add_layer(b, l: AccelLayer, xb: TensorBuffer, yb: TensorBuffer, cfg: AccelConfig) -> None:
+    """Add ``l`` to builder ``b``: input in ``xb``, output into ``yb``; split into output-channel
+    chunks when it has more than ``quant_entries`` channels."""
+    from hw.layouts import OpKind
+
+    rq = _requant(l)
+    w = np.asarray(l.weights, np.int8)
+    bias = np.asarray(l.bias, np.int32)
+    m = w.shape[0]
+    parts = _chunks(m, cfg)
+    for c0, c1 in parts:
+        name = l.name if len(parts) == 1 else f"{l.name}[ch {c0}:{c1}]"
+        rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1], shift=rq.shift[c0:c1])
+        if l.kind == "conv":
+            hp, wp = yb.padded_hw
+            s = dataclasses.replace(l.shape, out_channels=c1 - c0)
+            b.conv(name, shape=s, weights=w[c0:c1], x_addr=xb.addr,
+                   out_addr=yb.addr + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
+                   out_chan_stride=hp * wp, out_row_stride=None if wp == s.out_w else wp,
+                   bias=bias[c0:c1], requant=rqc)
+        else:
+            rows = l.shape.n
+            b.gemm(name, weights=w[c0:c1], n=rows, b_addr=xb.addr, b_stride=rows,
+                   out_addr=yb.addr + c0 * rows, out_stride=rows, bias=bias[c0:c1],
+                   requant=rqc, op_kind=OpKind.FC)
 
 
 class _Refused(Exception):
@@ -694,7 +747,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     layers = {l.name: l for l in lowered.layers}
     host_layers = {n: r for n, l in layers.items() if (r := accel_reason(l, cfg)) is not None}
     while True:
-        runs = _segment_runs(lowered.steps, host_layers)
+        runs = _segment_runs(_schedule(lowered.steps, host_layers), host_layers)
         try:
             steps = _compile_runs(runs, lowered, cfg, strategy)
             break
