@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("planner.__main__", "tile GEMMs, convolutions or workload files (python -m planner)"),
     "firmware": ("firmware.__main__", "inspect or validate firmware images (python -m firmware)"),
     "explain": ("planner.net.cli", "assign an ONNX model's ops to host or accelerator, and why"),
+    "compile": ("planner.net.compile", "compile an ONNX model into accelerator images (.tsr)"),
+    "run": ("planner.net.execute", "run a compiled network (.tsr) on the golden device or RTL"),
     "tunedb": ("planner.tunedb.cli", "build, query, inspect or export tuning databases (seed 001)"),
 }
 

@@ -114,3 +114,239 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- tessera compile / tessera run -----------------------------------------------------------------
+
+_QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul",
+              "ConvInteger", "MatMulInteger"}
+
+
+def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
+    """Feeds from ``--calib DIR``: each ``*.npz`` (arrays by input name) or ``*.npy`` (the one
+    input of a single-input model) file is one sample."""
+    import numpy as np
+
+    if path is None:
+        return None
+    files = sorted(p for p in Path(path).iterdir() if p.suffix in (".npy", ".npz")) \
+        if Path(path).is_dir() else []
+    if not files:
+        raise ValueError(f"--calib {path}: not a directory with .npy / .npz samples")
+    feeds = []
+    for f in files:
+        if f.suffix == ".npz":
+            with np.load(f, allow_pickle=False) as z:
+                feeds.append({k: z[k] for k in z.files})
+        elif len(names) == 1:
+            feeds.append({names[0]: np.load(f, allow_pickle=False)})
+        else:
+            raise ValueError(f"--calib {f}: a .npy sample needs a single-input model; the model "
+                             f"has inputs {names} (use .npz)")
+    return feeds
+
+
+def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
+                  seed: int | None = None, samples: int = 4, strategy: str = "best"):
+    """ONNX file -> :class:`~planner.net.compile.CompiledNetwork` (``tessera compile``): load and
+    fold, optionally replace the weights by seeded values, fold BatchNormalization, quantise a
+    float model (onnxruntime QDQ; calibration from ``calib_dir`` or generated), lower, compile."""
+    from .compile import compile_network
+    from .onnx_import import import_onnx, load_model
+    from .quantize import fold_batchnorm, lower, quantize_qdq, seeded_weights
+
+    model = load_model(model_path, shapes)
+    if seed is not None:
+        model = seeded_weights(model, seed)
+    if not {n.op_type for n in model.graph.node} & _QUANT_OPS:
+        model = fold_batchnorm(model)
+        inits = {i.name for i in model.graph.initializer}
+        names = [i.name for i in model.graph.input if i.name not in inits]
+        model = quantize_qdq(model, _calibration(calib_dir, names), samples=samples)
+    lowered = lower(import_onnx(model))
+    return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
+                           name=Path(str(model_path)).stem)
+
+
+def compile_main(argv: list[str] | None = None) -> int:
+    """``tessera compile MODEL.onnx -o MODEL.tsr [--config P] [--calib DIR] [--input-shape ..]``"""
+    parser = argparse.ArgumentParser(
+        prog="tessera compile",
+        description="Compile an ONNX model into accelerator images and host steps (.tsr).")
+    parser.add_argument("model", help="ONNX model file (float: quantised here; or QDQ/QLinear)")
+    parser.add_argument("-o", "--output", required=True, help="compiled network (.tsr) to write")
+    parser.add_argument("--config", default="default",
+                        help=f"accelerator preset ({', '.join(PRESETS)}) or AccelConfig JSON")
+    parser.add_argument("--calib", default=None, metavar="DIR",
+                        help="calibration samples (*.npz by input name, or *.npy for a "
+                             "single-input model); default: seeded generated inputs")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                        help="shape of a graph input (resolves symbolic dims); repeatable")
+    parser.add_argument("--seeded-weights", type=int, default=None, metavar="SEED",
+                        help="replace every float weight by seeded random values first (e.g. "
+                             "the onnx wheel's light_* models, whose weights are constant)")
+    parser.add_argument("--strategy", default="best", help="planner strategy of every layer")
+    args = parser.parse_args(argv)
+
+    from .compile import CompileError
+    from .graph import ModelError
+    from .onnx_import import parse_input_shapes
+
+    try:
+        cfg = _config(args.config)
+        shapes = parse_input_shapes(args.input_shape)
+        net = compile_model(args.model, shapes, cfg, calib_dir=args.calib,
+                            seed=args.seeded_weights, strategy=args.strategy)
+        net.save(args.output)
+    except (ModelError, CompileError, ValueError, OSError) as e:
+        print(f"tessera compile: {e}", file=sys.stderr)
+        return 2
+    s = net.summary()
+    print(f"{args.output}: {s['segments']} image segments ({s['records']} layer records, "
+          f"{s['image_bytes']} image bytes, {s['predicted_cycles']} predicted cycles), "
+          f"{s['gemm_steps']} run-time GEMMs, {s['host_ops']} host ops, "
+          f"{len(s['host_layers'])} layers on the host; config {args.config} "
+          f"(config_id {cfg.config_id:#010x})")
+    for layer, reason in s["host_layers"].items():
+        print(f"  host: {layer}: {reason}")
+    return 0
+
+
+def _feeds(path: str, net) -> dict:
+    import numpy as np
+
+    p = Path(path)
+    if p.suffix == ".npz":
+        with np.load(p, allow_pickle=False) as z:
+            feeds = {k: z[k] for k in z.files}
+    else:
+        names = list(net.inputs)
+        if len(names) != 1:
+            raise ValueError(f"--input {path}: the network has inputs {names}; give an .npz")
+        feeds = {names[0]: np.load(p, allow_pickle=False)}
+    for name, spec in net.inputs.items():
+        if name not in feeds:
+            raise ValueError(f"--input {path}: no array for graph input {name!r}")
+        x = feeds[name]
+        if list(x.shape) != list(spec["shape"]):
+            raise ValueError(f"--input {path}: {name!r} has shape {list(x.shape)}, the network "
+                             f"was compiled for {spec['shape']}")
+        feeds[name] = x.astype(spec["dtype"], copy=False)
+    return feeds
+
+
+def _report_table(rows: list[dict], title: str, measured: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("step", "layer", "where", "records", "MACs", "cycles", "predicted", "meas/pred",
+                "MAC util", "DRAM rd B", "DRAM wr B"):
+        table.add_column(col, justify="left" if col in ("layer", "where") else "right")
+    for r in rows:
+        if r["where"] == "host":
+            table.add_row(str(r["step"]), r["layer"], f"host ({r['op_type']})", "", "", "", "",
+                          "", "", "", "")
+            continue
+        cyc = r["cycles"]
+        table.add_row(str(r["step"]), r["layer"], r["where"], str(r["records"]),
+                      f"{r['macs']:,}", "-" if cyc is None else f"{cyc:,}",
+                      f"{r['predicted_cycles']:,}",
+                      "-" if not cyc else f"{cyc / r['predicted_cycles']:.2f}",
+                      "-" if r["mac_util"] is None else f"{100 * r['mac_util']:.1f}%",
+                      "-" if cyc is None else f"{r['dram_rd_bytes']:,}",
+                      "-" if cyc is None else f"{r['dram_wr_bytes']:,}")
+    Console(width=160).print(table)
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    """``tessera run MODEL.tsr --input x.npy [--sim verilator|icarus|golden] [--json OUT]``"""
+    parser = argparse.ArgumentParser(
+        prog="tessera run",
+        description="Run a compiled network (.tsr) on the golden device or the RTL.")
+    parser.add_argument("network", help="compiled network (.tsr, from tessera compile)")
+    parser.add_argument("--input", required=True,
+                        help="input tensor (.npy for a single-input network, else .npz by name)")
+    parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"))
+    parser.add_argument("--workdir", default=None,
+                        help="simulation directory (default: a temporary one)")
+    parser.add_argument("--compare", action="store_true",
+                        help="RTL: also run the golden device and require bit-exact outputs; "
+                             "and compare with onnxruntime on the stored quantised model")
+    parser.add_argument("--json", default=None, metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--output", default=None, metavar="OUT.npz",
+                        help="write the graph outputs")
+    args = parser.parse_args(argv)
+
+    import tempfile
+
+    import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+        TimeElapsedColumn
+
+    from .compile import CompiledNetwork, CompileError
+    from .execute import compare_outputs, layer_rows, run_network
+
+    try:
+        net = CompiledNetwork.load(args.network)
+        feeds = _feeds(args.input, net)
+    except (CompileError, ValueError, OSError) as e:
+        print(f"tessera run: {e}", file=sys.stderr)
+        return 2
+    layers_total = sum(len(s.layer_names) or 1 for s in net.steps)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=False) as bar:
+        task = bar.add_task(f"{net.name} on {args.sim}", total=layers_total)
+
+        def on_event(ev: dict) -> None:
+            if ev.get("event") == "step":
+                what = ev["name"] if ev["kind"] == "host" else \
+                    f"{ev['name']} ({', '.join(ev['layers'])})"
+                bar.update(task, advance=len(ev["layers"]) or 1,
+                           description=f"{net.name} on {args.sim}: {what[:60]}")
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="tessera-run-") as tmp:
+                run = run_network(net, feeds, sim=args.sim, workdir=args.workdir or tmp,
+                                  tsr=args.network, on_event=on_event)
+        except (RuntimeError, ValueError) as e:
+            print(f"tessera run: {e}", file=sys.stderr)
+            return 1
+    rows = layer_rows(run, net.cfg)
+    _report_table(rows, f"{net.name}: {args.sim}", run.measured)
+    report = {"network": str(args.network), "sim": args.sim, "wall_s": run.wall_s,
+              "total_cycles": run.total_cycles, "predicted_cycles": run.predicted_cycles,
+              "layers": rows}
+    status = 0
+    print(f"wall time {run.wall_s:.1f} s; predicted {run.predicted_cycles:,} cycles"
+          + ("" if run.total_cycles is None else f"; measured {run.total_cycles:,} cycles "
+             f"(image runs, header/CRC/check passes included)"))
+    if args.compare:
+        if run.measured:
+            gold = run_network(net, feeds, sim="golden")
+            cmp = compare_outputs(run.outputs, gold.outputs)
+            report["vs_golden"] = cmp
+            for name, c in cmp.items():
+                print(f"  {name}: vs golden device: {'bit-exact' if c['bit_exact'] else 'DIFFERS'}"
+                      f" (max abs diff {c['max_abs_diff']:g}, {c['pct_equal']:.1f}% equal)")
+                status |= 0 if c["bit_exact"] else 1
+        if net.qmodel is not None:
+            import onnx
+
+            from .reference import _output_scale, onnxruntime_outputs
+
+            ort = onnxruntime_outputs(onnx.load_from_string(net.qmodel), feeds)
+            g = net.graph()
+            cmp = compare_outputs(run.outputs, {n: ort[n] for n in net.outputs},
+                                  {n: _output_scale(g, n) for n in net.outputs})
+            report["vs_onnxruntime"] = cmp
+            for name, c in cmp.items():
+                lsb = c.get("max_abs_diff_lsb")
+                print(f"  {name}: vs onnxruntime: max abs diff {c['max_abs_diff']:g}"
+                      + ("" if lsb is None else f" ({lsb:g} LSB)")
+                      + f", {c['pct_equal']:.1f}% exactly equal")
+    if args.output:
+        np.savez(args.output, **run.outputs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return status

@@ -798,3 +798,10 @@ def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str)
                 index += 1
                 steps.append(Step("segment", f"segment{seg.index}", segment=seg))
     return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``tessera compile`` (:func:`planner.net.cli.compile_main`)."""
+    from .cli import compile_main
+
+    return compile_main(argv)

@@ -419,7 +419,14 @@ def compare_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
                "pct_equal": float(100 * np.mean(diff == 0)) if x.size else 100.0,
                "bit_exact": bool(x.dtype == y.dtype and np.array_equal(x, y))}
         s = (scales or {}).get(name)
-        if s:
+        if s and s == s:
             row["max_abs_diff_lsb"] = round(row["max_abs_diff"] / s, 3)
         out[name] = row
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``tessera run`` (:func:`planner.net.cli.run_main`)."""
+    from .cli import run_main
+
+    return run_main(argv)
