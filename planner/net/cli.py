@@ -152,7 +152,7 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
     fold, optionally replace the weights by seeded values, fold BatchNormalization, quantise a
     float model (onnxruntime QDQ; calibration from ``calib_dir`` or generated), lower, compile."""
     from .compile import compile_network
-    from .onnx_import import import_onnx, load_model
+    from .onnx_import import graph_from_model, import_onnx, load_model
     from .quantize import fold_batchnorm, lower, quantize_qdq, seeded_weights
 
     model = load_model(model_path, shapes)
@@ -163,7 +163,10 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
         model = quantize_qdq(model, _calibration(calib_dir, names), samples=samples)
-    lowered = lower(import_onnx(model))
+        graph = import_onnx(model)
+    else:
+        graph = graph_from_model(model)
+    lowered = lower(graph)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
                            name=Path(str(model_path)).stem)
 

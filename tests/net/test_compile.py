@@ -1,0 +1,292 @@
+"""Compiling lowered networks into image segments (.tsr) and running them on the golden device
+(a numpy accelerator that executes the image records): bit-exact against the int8 reference."""
+
+import asyncio
+import json
+import zipfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+pytest.importorskip("onnxruntime")
+
+from firmware.image import decode, encode  # noqa: E402
+from firmware.runtime import Runtime  # noqa: E402
+from hw.config import PRESETS  # noqa: E402
+from planner.net import reference  # noqa: E402
+from planner.net.cli import compile_main, compile_model, run_main  # noqa: E402
+from planner.net.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
+                                 compile_network)
+from planner.net.execute import GoldenDevice, execute, run_network  # noqa: E402
+from planner.net.models import small_cnn  # noqa: E402
+from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
+from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
+                                  lower, quantize_qdq)
+from planner.net.reference import HostOpError  # noqa: E402
+from planner.shapes import GemmShape  # noqa: E402
+
+SMALL = PRESETS["small"]
+
+
+def _lowered(model, seed=1):
+    q = quantize_qdq(fold_batchnorm(load_model(model)), samples=2, seed=seed)
+    return q, lower(import_onnx(q))
+
+
+def _golden_env(net, feeds):
+    rt = Runtime(GoldenDevice(net.cfg), net.cfg)
+    env, steps = asyncio.run(execute(net, rt, feeds))
+    return env, steps
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    q, low = _lowered(small_cnn(height=16, width=16))
+    return q, low, compile_network(low, SMALL, qmodel=q)
+
+
+def _x(shape, seed=5):
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+def test_compile_small_cnn_keeps_the_conv_chain_in_one_image(cnn):
+    _, low, net = cnn
+    kinds = [(s.kind, s.layer_names) for s in net.steps if s.kind != "host"]
+    assert kinds == [("segment", ["conv0", "conv1", "conv2", "conv3"]), ("segment", ["fc"])]
+    seg = net.segments[0]
+    # inside the segment the convs write straight into the next one's padded buffer, whose
+    # halo (the zero point) the host fills; only the first input and the last output cross
+    assert [b.tensor for b in seg.inputs] == [low.layers[0].input]
+    assert [b.tensor for b in seg.fills] == [layer.output for layer in low.layers[:3]]
+    assert all(b.halo == layer.halo for b, layer in zip(seg.fills, low.layers[1:4]))
+    assert [b.tensor for b in seg.outputs] == [low.layers[3].output]
+    assert len(decode(seg.image).layers) == len(seg.records)
+
+
+def test_golden_device_matches_the_int8_reference_on_every_layer(cnn):
+    _, low, net = cnn
+    feeds = _x((1, 3, 16, 16))
+    ref = reference.run(low, feeds)
+    env, steps = _golden_env(net, feeds)
+    read_back = {b.tensor for s in net.segments for b in s.outputs}
+    for layer in low.layers:
+        if layer.output in read_back:
+            assert np.array_equal(env[layer.output], ref[layer.output]), layer.name
+    assert np.array_equal(env["logits"], ref["logits"])
+    assert sum(len(s.get("records", [])) for s in steps) == sum(len(s.records)
+                                                                 for s in net.segments)
+
+
+def test_golden_device_executes_the_image_not_the_layer_description(cnn):
+    """Corrupt one weight in the sealed image: the golden device's output changes."""
+    _, low, net = cnn
+    feeds = _x((1, 3, 16, 16))
+    seg = net.segments[1]                          # the fc head
+    image = decode(seg.image)
+    weights = bytearray(image.sections[4])
+    weights[0] = (weights[0] + 64) % 256
+    bad = encode(type(image)(config_id=image.config_id, layers=image.layers,
+                             sections={**image.sections, 4: bytes(weights)},
+                             base_addr=image.base_addr))
+    good = run_network(net, feeds).outputs["logits"]
+    seg.image, saved = bad, seg.image
+    try:
+        worse = run_network(net, feeds).outputs["logits"]
+    finally:
+        seg.image = saved
+    assert not np.array_equal(good, worse)
+
+
+def test_tsr_round_trip_and_bad_files(cnn, tmp_path):
+    q, low, net = cnn
+    path = net.save(tmp_path / "cnn.tsr")
+    back = CompiledNetwork.load(path)
+    assert [s.image for s in back.segments] == [s.image for s in net.segments]
+    assert back.cfg == net.cfg and back.outputs == net.outputs and back.qmodel == net.qmodel
+    for name, layer in net.layers.items():
+        other = back.layers[name]
+        assert other.shape == layer.shape and np.array_equal(other.weights, layer.weights)
+        assert np.array_equal(other.multiplier, layer.multiplier)
+    feeds = _x((1, 3, 16, 16), seed=8)
+    assert np.array_equal(run_network(back, feeds).outputs["logits"],
+                          reference.run(low, feeds)["logits"])
+    junk = tmp_path / "junk.tsr"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(CompileError, match="not a compiled network"):
+        CompiledNetwork.load(junk)
+    with zipfile.ZipFile(path) as z:
+        plan = json.loads(z.read("plan.json"))
+    plan["version"] = 99
+    old = tmp_path / "old.tsr"
+    with zipfile.ZipFile(old, "w") as z:
+        z.writestr("plan.json", json.dumps(plan))
+    with pytest.raises(CompileError, match="version 99"):
+        CompiledNetwork.load(old)
+
+
+def _model(nodes, inits, x_shape, y_shape, opsets=(("", 17),)):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))
+    graph = helper.make_graph(nodes, "g", [x], [y],
+                              [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = 8
+    return model
+
+
+def _conv_model(nodes, inits, out_ch):
+    return _model(nodes, inits, (1, 4, 8, 8), (1, out_ch, 8, 8))
+
+
+def test_grouped_conv_runs_on_the_host_with_a_reason():
+    rng = np.random.default_rng(0)
+    inits = {"w0": rng.normal(0, .3, (8, 2, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .3, (8, 8, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="grouped", group=2,
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w1"], ["y"], name="plain", pads=[1, 1, 1, 1])]
+    q, low = _lowered(_conv_model(nodes, inits, 8))
+    net = compile_network(low, SMALL)
+    host = net.summary()["host_layers"]
+    assert list(host) == ["grouped"] and "groups=2" in host["grouped"]
+    assert [s.layer_names for s in net.steps if s.kind == "segment"] == [["plain"]]
+    feeds = _x((1, 4, 8, 8))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def test_different_padding_of_one_tensor_ends_the_segment():
+    """conv0's output feeds a 3x3 (pad 1) and a 1x1 (pad 0) conv: the padded layouts differ, so
+    the second consumer gets the tensor from the host in a new image."""
+    rng = np.random.default_rng(1)
+    inits = {"w0": rng.normal(0, .3, (8, 4, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .3, (8, 8, 3, 3)).astype(np.float32),
+             "w2": rng.normal(0, .3, (8, 8, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w1"], ["b"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r", "w2"], ["c"], name="conv2"),
+             helper.make_node("Add", ["b", "c"], ["y"], name="add")]
+    q, low = _lowered(_conv_model(nodes, inits, 8))
+    net = compile_network(low, SMALL)
+    assert [s.layer_names for s in net.steps if s.kind == "segment"] == \
+        [["conv0", "conv1"], ["conv2"]]
+    first = net.segments[0]
+    assert [b.tensor for b in first.outputs] == [low.layers[0].output, low.layers[1].output]
+    feeds = _x((1, 4, 8, 8))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def test_layer_wider_than_quant_entries_becomes_channel_ranges():
+    cfg = PRESETS["tiny"]                      # quant_entries = 256
+    rng = np.random.default_rng(2)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"], name="wide")],
+                   {"w": rng.normal(0, .2, (24, 300)).astype(np.float32)}, (5, 24), (5, 300))
+    q, low = _lowered(model)
+    net = compile_network(low, cfg)
+    (seg,) = net.segments
+    assert [(r.name, r.m) for r in seg.records] == [("wide[ch 0:256]", 256),
+                                                    ("wide[ch 256:300]", 44)]
+    feeds = {"x": rng.standard_normal((5, 24)).astype(np.float32)}
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+@pytest.mark.parametrize("za,zb", [(0, 0), (-128, 17), (127, -128), (-3, 0)])
+def test_activation_gemm_image_folds_zero_points_exactly(za, zb):
+    rng = np.random.default_rng(za + 300)
+    shape, batch = GemmShape(6, 10, 7), 3
+    layer = AccelLayer(name="mm", kind="gemm", op_type="MatMul", input="a", output="y",
+                       shape=shape, weights=None, bias=np.zeros(6, np.int32),
+                       multiplier=np.full(6, 1 << 30, np.int32), shift=np.full(6, 8, np.int32),
+                       in_scale=1.0, in_zero_point=za, weight_scale=np.ones(6), out_scale=1.0,
+                       out_zero_point=-5, act_min=-128, act_max=127, input_b="b",
+                       b_zero_point=zb, batch=batch, host_correction=True,
+                       in_shape=(batch, 6, 10), out_shape=(batch, 6, 7))
+    a = rng.integers(-128, 128, (batch, 6, 10)).astype(np.int8)
+    b = rng.integers(-128, 128, (batch, 10, 7)).astype(np.int8)
+    cfg = PRESETS["tiny"]
+    seg, loads, out_shape = build_gemm_image(layer, a, b, cfg)
+    dev = GoldenDevice(cfg)
+
+    async def go():
+        rt = Runtime(dev, cfg)
+        await rt.open()
+        for addr, data in loads:
+            await rt.write(addr, data)
+        (await rt.run_image(await rt.load_image(seg.image), budget_cycles=1)).raise_for_error()
+        return [buf.decode(await rt.read(buf.addr, buf.nbytes)) for buf in seg.outputs]
+
+    got = np.stack(asyncio.run(go())).reshape(out_shape)
+    want = reference.run_layer(layer, {"a": a, "b": b})
+    assert np.array_equal(got, want)
+    assert len(seg.records) == batch and seg.records[0].k == 10 * (1 + len(
+        [p for p in ([-za] if -za <= 127 else [127, -za - 127]) if p]))
+
+
+def test_cli_compile_and_golden_run(tmp_path, capsys):
+    onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
+    np.save(tmp_path / "x.npy", _x((1, 3, 8, 8))["x"])
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(2):
+        np.save(calib / f"{i}.npy", _x((1, 3, 8, 8), seed=i)["x"])
+    assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "cnn.tsr"),
+                         "--config", "tiny", "--calib", str(calib)]) == 0
+    assert "2 image segments" in capsys.readouterr().out
+    assert run_main([str(tmp_path / "cnn.tsr"), "--input", str(tmp_path / "x.npy"),
+                     "--compare", "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "vs onnxruntime" in out and "conv0" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["sim"] == "golden" and report["total_cycles"] is None
+    accel = [r for r in report["layers"] if r["where"] != "host"]
+    assert [r["layer"] for r in accel] == ["conv0", "conv1", "conv2", "conv3", "fc"]
+    assert all(r["predicted_cycles"] > 0 and r["cycles"] is None for r in accel)
+    # wrong input shape, missing file, not a .tsr: clear errors, exit 2
+    np.save(tmp_path / "bad.npy", np.zeros((1, 3, 9, 9), np.float32))
+    assert run_main([str(tmp_path / "cnn.tsr"), "--input", str(tmp_path / "bad.npy")]) == 2
+    assert "compiled for [1, 3, 8, 8]" in capsys.readouterr().err
+    assert run_main([str(tmp_path / "x.npy"), "--input", str(tmp_path / "x.npy")]) == 2
+    assert "not a compiled network" in capsys.readouterr().err
+
+
+def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
+    (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
+    assert compile_main([str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "j.tsr")]) == 2
+    assert "tessera compile:" in capsys.readouterr().err
+    assert not (tmp_path / "j.tsr").exists()
+
+
+def test_unknown_op_compiles_to_the_host_and_fails_naming_it_when_run():
+    """A quantised model (QLinearConv) followed by an operator of an unknown domain."""
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT8, [1, 8, 8, 8])
+    consts = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8),
+              "w": rng.integers(-90, 90, (8, 4, 3, 3)).astype(np.int8),
+              "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
+              "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                              ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Swizzle", ["c"], ["y"], name="swz", domain="com.example")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], [onnx.numpy_helper.from_array(v, k)
+                                                 for k, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    net = compile_network(lower(import_onnx(model)), SMALL)
+    assert [s.node.op_type for s in net.steps if s.kind == "host"] == ["Swizzle"]
+    assert [s.layer_names for s in net.steps if s.kind == "segment"] == [["conv"]]
+    feeds = {"x": rng.integers(-128, 128, (1, 4, 8, 8)).astype(np.int8)}
+    with pytest.raises(HostOpError, match="com.example.Swizzle"):
+        run_network(net, feeds)
+
+
+def test_compile_model_accepts_an_already_quantised_model(cnn, tmp_path):
+    q, low, net = cnn
+    onnx.save(q, tmp_path / "q.onnx")
+    again = compile_model(tmp_path / "q.onnx", {}, SMALL)
+    assert [s.image for s in again.segments] == [s.image for s in net.segments]
+    assert generated_inputs(q, 1)[0].keys() == {"x"}
