@@ -213,3 +213,27 @@ def test_rtl_gemm_random_with_stalls(rtl_build, profile, tmp_path, request):
     slower = sum(r["total_cycles"] > r["predicted"]["total_cycles"] for r in records)
     print(f"{profile}: {slower}/{len(records)} cases slower than the stall-free model")
     assert slower >= len(records) // 2
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_rtl_lifecycle(rtl_build, sim, tmp_path):
+    """tb.lifecycle: start / writes while busy ignored, counters read while running, reset
+    mid-run then a clean run, int32 accumulation wrapping at the boundary."""
+    run(rtl_build, sim, "tiny", "tb.lifecycle", tmp_path)
+
+
+#: make test-full: random GEMM cases per stall profile (4 profiles: 10,000 cases).
+STALL_CASES_FULL = 2500
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", sorted(STALL_PROFILES))
+def test_rtl_gemm_random_with_stalls_full(rtl_build, profile, tmp_path, request):
+    seed = seed_for(request)
+    out = run(rtl_build, "verilator", "tiny", "tb.gemm", tmp_path,
+              plusargs=stall_plusargs(profile, seed), TESSERA_SEED=seed,
+              TESSERA_CASES=STALL_CASES_FULL, TESSERA_STALL_BUDGET=8)
+    records = json.loads((out / "gemm_results.json").read_text())
+    assert len(records) == STALL_CASES_FULL
