@@ -217,6 +217,18 @@ def _budget(mem: bytearray, blob: bytes, cfg: AccelConfig) -> int | None:
     return 2 * total
 
 
+def _error_budget(blob: bytes, cfg: AccelConfig) -> int:
+    """Cycles an image may take to be refused: the header, a CRC pass over the ``total_bytes``
+    its header claims (up to the whole memory), and a check pass over its records (each at
+    most a record fetch and ``quant_entries`` words of parameters per array)."""
+    total = struct.unpack_from("<I", blob, 4 * HEADER_WORDS["total_bytes"])[0] \
+        if len(blob) >= 64 else 0
+    total = min(total, cfg.dram_bytes)
+    records = min(_layers(blob) if len(blob) >= 64 else 0, total // LAYER_RECORD_BYTES + 1)
+    per_record = 200 + 3 * (4 * cfg.quant_entries // cfg.b_beat_bytes + 64)
+    return 4096 + 4 * max(total, len(blob)) // cfg.b_beat_bytes + records * per_record
+
+
 def fuzz_cases(cfg: AccelConfig, count: int, seed: int) -> tuple[list[FuzzCase], dict]:
     """``count`` mutants with their expected outcome; also returns a summary (mutations and
     expected codes)."""
@@ -234,7 +246,7 @@ def fuzz_cases(cfg: AccelConfig, count: int, seed: int) -> tuple[list[FuzzCase],
         result = run_image(mem, 0, cfg)
         if not result.defined:
             continue                       # malformed tables: output not fixed by the spec
-        budget = 4096 + 4 * len(blob) // cfg.b_beat_bytes
+        budget = _error_budget(blob, cfg)
         if result.error == 0:
             full = _budget(mem, blob, cfg)
             if full is None:
