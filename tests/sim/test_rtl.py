@@ -237,3 +237,23 @@ def test_rtl_gemm_random_with_stalls_full(rtl_build, profile, tmp_path, request)
               TESSERA_CASES=STALL_CASES_FULL, TESSERA_STALL_BUDGET=8)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == STALL_CASES_FULL
+
+
+#: Random post-processed GEMMs per run (tb.post): Verilator / Icarus smoke.
+POST_CASES, POST_CASES_ICARUS = 80, 6
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("sim, cases", [("verilator", POST_CASES), ("icarus", POST_CASES_ICARUS)])
+def test_rtl_post_processing_random(rtl_build, sim, cases, tmp_path, request):
+    """Bias, requantisation (every shift, multiplier edge values), zero point, every clamp mode,
+    int8 and int32 output, tight and wide C strides: bit-exact, nothing else written."""
+    seed = seed_for(request)
+    out = run(rtl_build, sim, "tiny", "tb.post", tmp_path, TESSERA_SEED=seed,
+              TESSERA_CASES=cases)
+    records = json.loads((out / "post_results.json").read_text())
+    assert len(records) == cases
+    if sim == "verilator":
+        assert {r["mode"] for r in records if r["int8"]} == {"NONE", "RELU", "RELU6", "CLAMP"}
+        assert any(r["shift_min"] < 0 for r in records) and any(r["bias"] for r in records)
+        assert any(not r["int8"] and r["bias"] for r in records)
