@@ -1,0 +1,104 @@
+"""Whole networks on the RTL, one simulation per network (planner.net.execute -> tb.net_run):
+bit-exact against the golden device, close to onnxruntime on the same quantised model."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from hw.config import PRESETS  # noqa: E402
+from planner.net.compile import compile_network  # noqa: E402
+from planner.net.execute import compare_outputs, layer_rows, run_network  # noqa: E402
+from planner.net.models import encoder_block, small_cnn  # noqa: E402
+from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
+from planner.net.quantize import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
+                                  quantize_qdq, seeded_weights)
+from planner.net.reference import _output_scale, onnxruntime_outputs  # noqa: E402
+from tb.tools import missing_tool  # noqa: E402
+
+from .conftest import LIGHT  # noqa: E402
+
+
+def needs(sim: str):
+    reason = missing_tool(sim)
+    if reason:
+        pytest.skip(reason)
+
+
+def _run_both(q, preset, feeds, tmp_path):
+    net = compile_network(lower(import_onnx(q)), PRESETS[preset], qmodel=q)
+    rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path)
+    gold = run_network(net, feeds, sim="golden")
+    exact = compare_outputs(rtl.outputs, gold.outputs)
+    assert all(c["bit_exact"] for c in exact.values()), exact
+    g = net.graph()
+    ort = onnxruntime_outputs(q, feeds)
+    vs_ort = compare_outputs(rtl.outputs, {n: ort[n] for n in net.outputs},
+                             {n: _output_scale(g, n) for n in net.outputs})
+    print(f"{net.name} on {preset}: {rtl.total_cycles} cycles (predicted "
+          f"{rtl.predicted_cycles}), wall {rtl.wall_s:.1f} s, vs onnxruntime {vs_ort}")
+    return net, rtl, vs_ort
+
+
+@pytest.mark.rtl
+def test_small_cnn_on_rtl_bit_exact_and_close_to_onnxruntime(tmp_path):
+    needs("verilator")
+    model = fold_batchnorm(load_model(small_cnn()))
+    q = quantize_qdq(model, samples=4, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    net, rtl, vs_ort = _run_both(q, "small", feeds, tmp_path)
+    (c,) = vs_ort.values()
+    assert c["max_abs_diff_lsb"] <= 2 and c["pct_equal"] >= 50
+    rows = [r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"]
+    assert [r["layer"] for r in rows] == ["conv0", "conv1", "conv2", "conv3", "fc"]
+    for r in rows:
+        assert r["cycles"] >= r["macs"] / (net.cfg.array_rows * net.cfg.array_cols)
+        assert 0 < r["mac_util"] <= 1 and r["dram_rd_bytes"] > 0 and r["dram_wr_bytes"] > 0
+    # the cycle model is exact for fully connected records (docs/firmware.md)
+    (fc,) = [r for r in rows if r["layer"] == "fc"]
+    assert fc["cycles"] == fc["predicted_cycles"]
+    # one image run per segment; the network's cycles are the sum of the image runs
+    assert rtl.total_cycles == sum(s["run_counters"]["total_cycles"] for s in rtl.steps
+                                   if "run_counters" in s)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("dims", [
+    {"hidden": 256, "heads": 4, "ffn": 1024},
+    pytest.param({}, marks=pytest.mark.slow, id="bert-base")], ids=["h256", "bert-base"])
+def test_encoder_block_seq16_on_rtl_bit_exact(dims, tmp_path):
+    """Default tier: a narrower block (same operators; BERT-base's 7 MB of weights take ~30 s
+    of simulation on ``small``, kept in the slow tier)."""
+    needs("verilator")
+    model = load_model(encoder_block(seq=16, **dims))
+    q = quantize_qdq(model, samples=2, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    net, rtl, vs_ort = _run_both(q, "small", feeds, tmp_path)
+    kinds = [s["kind"] for s in rtl.steps if s["kind"] != "host"]
+    assert kinds.count("gemm") == 2           # Q K^T and P V, built at run time
+    assert vs_ort["y"]["max_abs_diff_lsb"] <= 4
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_bert_base_encoder_seq128_on_rtl_bit_exact(tmp_path):
+    needs("verilator")
+    model = load_model(encoder_block(seq=128))
+    q = quantize_qdq(model, samples=2, seed=0)
+    feeds = generated_inputs(model, 1, seed=4)[0]
+    _, _, vs_ort = _run_both(q, "default", feeds, tmp_path)
+    assert vs_ort["y"]["max_abs_diff_lsb"] <= 6
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_light_resnet50_on_rtl_bit_exact(tmp_path):
+    needs("verilator")
+    shapes = {"gpu_0/data_0": (1, 3, 224, 224)}
+    model = fold_batchnorm(seeded_weights(load_model(LIGHT / "light_resnet50.onnx", shapes), 0))
+    q = quantize_qdq(model, samples=2, seed=0)
+    feeds = generated_inputs(q, 1, seed=9)[0]
+    net, rtl, vs_ort = _run_both(q, "default", feeds, tmp_path)
+    assert sum(len(s.layers) for s in net.segments) == 54        # 53 convs + the FC head
+    (c,) = vs_ort.values()
+    assert c["max_abs_diff_lsb"] <= 8
