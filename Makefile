@@ -30,13 +30,17 @@ verilog: $(STAMP)
 	$(PY) -m hw --preset $(PRESET) --out build
 
 test: $(STAMP) tools
+	$(PY) -m tb.coverage --reset
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	$(PY) -m tb.coverage --json build/coverage.json || echo "(some coverage bins missed: listed above)"
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not rtl" $(PYTEST_ARGS)
 
 test-full: $(STAMP) tools
+	$(PY) -m tb.coverage --reset
 	$(PY) -m pytest -n 2 -m "slow or not slow" $(PYTEST_ARGS)
+	$(PY) -m tb.coverage --json build/coverage.json
 
 bench: $(STAMP)
 	$(PY) -m bench.simspeed

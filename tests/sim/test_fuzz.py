@@ -39,6 +39,8 @@ def _run(count, tmp_path, request):
     print(f"\n{len(records)} fuzzed images in {wall:.0f} s: {len(bad)} differ from the model; "
           f"outcomes {dict(codes)}; mutations {dict(summary['mutations'])}")
     assert not bad, bad[:5]
+    from tb import coverage
+    coverage.record("error", [{"error": r["error"]} for r in records])
     return codes
 
 

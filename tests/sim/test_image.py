@@ -53,6 +53,10 @@ def check_network(net, cfg, result, mismatches, *, exact_cycles=True):
     assert c["mac_active_cycles"] * cfg.array_rows * cfg.array_cols >= macs
     print(f"{net.name} on {cfg.array_rows}x{cfg.array_cols}: {c['total_cycles']} cycles, "
           f"{len(net.layers)} records, bit-exact")
+    from tb import coverage
+    coverage.record("image", [{"records": len(net.layers), "stalls": not exact_cycles,
+                               "per_row": any("[row" in b.name for b in net.layers)}])
+    coverage.record("error", [{"error": "NONE"}])
 
 
 @pytest.mark.rtl
@@ -179,6 +183,8 @@ def test_image_refused_with_code_and_no_writes(sim, tmp_path):
         assert result.counters["total_cycles"] <= budget, name
         assert result.layers == []
         print(f"{name:<18} -> {result.error_name:<16} in {result.counters['total_cycles']} cycles")
+    from tb import coverage
+    coverage.record("error", [{"error": r.error_name} for r in results])
     good = results[-1]
     assert good.error == 0
     for name, _, _ in net.read:

@@ -8,6 +8,7 @@ import pytest
 
 from hw.config import PRESETS
 from hw.regmap import COUNTERS
+from tb import coverage
 
 WAVES = os.getenv("WAVES") == "1"
 
@@ -22,6 +23,11 @@ def run(rtl_build, sim, preset, module, tmp_path, plusargs=(), **env):
     tests, fails = get_results(results)
     assert tests > 0 and fails == 0, f"{fails} of {tests} cocotb tests failed (see log above)"
     return tmp_path
+
+
+def cover_gemm(records, preset):
+    cfg = PRESETS[preset]
+    coverage.record("gemm", records, R=cfg.array_rows, C=cfg.array_cols)
 
 
 def seed_for(request) -> int:
@@ -51,6 +57,7 @@ def test_rtl_gemm_random_verilator(rtl_build, preset, tmp_path, request):
               TESSERA_SEED=seed, TESSERA_CASES=CASES)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == CASES
+    cover_gemm(records, preset)
     # issue 3: the cycle model against the RTL counters, on every measured GEMM
     errors = model_errors(records)
     worst = max(range(len(errors)), key=lambda i: abs(errors[i]))
@@ -81,6 +88,10 @@ def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
 @pytest.mark.parametrize("sim", ["verilator", "icarus"])
 def test_rtl_errors_refused(rtl_build, sim, tmp_path):
     run(rtl_build, sim, "tiny", "tb.errors", tmp_path)
+    # tb.errors asserts it reached every register-mode code
+    from hw.desc import ErrorCode
+    coverage.record("error", [{"error": c.name} for c in ErrorCode
+                              if ErrorCode.NONE < c < ErrorCode.BAD_IMAGE])
 
 
 @pytest.mark.rtl
@@ -93,6 +104,7 @@ def test_rtl_gemm_random_long(rtl_build, preset, tmp_path, request):
               TESSERA_SEED=seed, TESSERA_CASES=300)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == 300
+    cover_gemm(records, preset)
     for r in records:
         for name in COUNTERS:
             assert r["predicted"][name] == r[name], (r["case"], name)
@@ -112,6 +124,7 @@ def test_rtl_conv_random_verilator(rtl_build, preset, cases, tmp_path, request):
     records = json.loads((out / "conv_results.json").read_text())
     assert len(records) == cases
     assert {r["layout"] for r in records} == {"NCHW", "NHWC"}
+    coverage.record("conv", records)
     # planner.convcost: every counter but the gather stalls (and so the total) is exact; the
     # gather timing is an approximation whose error is reported in docs/conv.md. A store that
     # outlasts a mispredicted gather inherits the error (the store stall is the part of the
@@ -210,6 +223,8 @@ def test_rtl_gemm_random_with_stalls(rtl_build, profile, tmp_path, request):
               TESSERA_CASES=STALL_CASES, TESSERA_STALL_BUDGET=8)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == STALL_CASES
+    cover_gemm(records, "tiny")
+    coverage.record("stall", [{"profile": profile}])
     slower = sum(r["total_cycles"] > r["predicted"]["total_cycles"] for r in records)
     print(f"{profile}: {slower}/{len(records)} cases slower than the stall-free model")
     assert slower >= len(records) // 2
@@ -237,6 +252,8 @@ def test_rtl_gemm_random_with_stalls_full(rtl_build, profile, tmp_path, request)
               TESSERA_CASES=STALL_CASES_FULL, TESSERA_STALL_BUDGET=8)
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == STALL_CASES_FULL
+    cover_gemm(records, "tiny")
+    coverage.record("stall", [{"profile": profile}])
 
 
 #: Random post-processed GEMMs per run (tb.post): Verilator / Icarus smoke.
@@ -253,6 +270,7 @@ def test_rtl_post_processing_random(rtl_build, sim, cases, tmp_path, request):
               TESSERA_CASES=cases)
     records = json.loads((out / "post_results.json").read_text())
     assert len(records) == cases
+    coverage.record("post", records)
     if sim == "verilator":
         assert {r["mode"] for r in records if r["int8"]} == {"NONE", "RELU", "RELU6", "CLAMP"}
         assert any(r["shift_min"] < 0 for r in records) and any(r["bias"] for r in records)

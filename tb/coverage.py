@@ -1,0 +1,145 @@
+"""Functional coverage of the RTL regressions: which features the runs exercised.
+
+The pytest launchers hand every run's result records to :func:`record` (GEMM cases, conv cases,
+post-processed cases, error outcomes, stall profiles, image runs); they land as JSON lines in
+``$TESSERA_COVERAGE_DIR`` (default ``build/coverage``), one file per process, so parallel
+workers never share a file. ``python -m tb.coverage [DIR] [--json OUT] [--reset]`` folds them
+into the bins of :data:`BINS` and prints every bin with its hit count; uncovered bins are
+listed, never hidden (exit status 1 when any is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["BINS", "record", "report", "coverage_dir"]
+
+
+def coverage_dir() -> Path:
+    return Path(os.environ.get("TESSERA_COVERAGE_DIR", "build/coverage"))
+
+
+def record(kind: str, records: list[dict], **extra) -> None:
+    """Append ``records`` of ``kind`` (a :data:`BINS` group) to this process's coverage file."""
+    if kind not in BINS:
+        raise ValueError(f"coverage kind must be one of {', '.join(BINS)}, not {kind!r}")
+    out = coverage_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{kind}-{os.getpid()}.jsonl", "a") as f:
+        for r in records:
+            f.write(json.dumps({**r, **extra}) + "\n")
+
+
+def _gemm_r(r, key):
+    return r.get(key, 0)
+
+
+#: kind -> bin name -> predicate over one record of that kind.
+BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
+    "gemm": {
+        "loop order n outside m (outer_m=0)": lambda r: r["outer_m"] == 0,
+        "loop order m outside n (outer_m=1)": lambda r: r["outer_m"] == 1,
+        "split-K over several steps": lambda r: r["need_splitk"] == 1 and r["partition_k"] < r["k"],
+        "k in one step": lambda r: r["partition_k"] >= r["k"],
+        "ragged m (m % R != 0)": lambda r: r["m"] % r["R"] != 0,
+        "ragged n (n % C != 0)": lambda r: r["n"] % r["C"] != 0,
+        "k < R (short reduction)": lambda r: r["k"] < r["R"],
+        "k >= 2048 (long reduction)": lambda r: r["k"] >= 2048,
+        "several m partitions": lambda r: r["m"] > r["partition_m"],
+        "several n partitions": lambda r: r["n"] > r["partition_n"],
+        "single array tile (m <= R, n <= C)": lambda r: r["m"] <= r["R"] and r["n"] <= r["C"],
+    },
+    "stall": {f"stall profile {p}": (lambda p: lambda r: r["profile"] == p)(p)
+              for p in ("requests", "responses", "mixed", "random")},
+    "conv": {
+        "layout NCHW": lambda r: r["layout"] == "NCHW",
+        "layout NHWC": lambda r: r["layout"] == "NHWC",
+        "1x1 kernel": lambda r: r["shape"]["kernel_h"] == r["shape"]["kernel_w"] == 1,
+        "stride > 1": lambda r: max(r["shape"]["stride_h"], r["shape"]["stride_w"]) > 1,
+        "dilation > 1": lambda r: max(r["shape"]["dilation_h"], r["shape"]["dilation_w"]) > 1,
+        "groups > 1 (grouped / depthwise)": lambda r: r["shape"]["groups"] > 1,
+        "padding": lambda r: any(r["shape"][f"pad_{s}"] for s in ("top", "left", "bottom",
+                                                                 "right")),
+        "asymmetric padding": lambda r: r["shape"]["pad_top"] != r["shape"]["pad_bottom"] or
+        r["shape"]["pad_left"] != r["shape"]["pad_right"],
+        "batch > 1": lambda r: r["shape"]["batch"] > 1,
+    },
+    "post": {
+        "int8 output": lambda r: r["int8"],
+        "int32 output with bias": lambda r: not r["int8"] and r["bias"],
+        "clamp NONE": lambda r: r["int8"] and r["mode"] == "NONE",
+        "clamp RELU": lambda r: r["int8"] and r["mode"] == "RELU",
+        "clamp RELU6": lambda r: r["int8"] and r["mode"] == "RELU6",
+        "clamp CLAMP": lambda r: r["int8"] and r["mode"] == "CLAMP",
+        "left shift (shift < 0)": lambda r: r["int8"] and r["shift_min"] < 0,
+        "right shift >= 16": lambda r: r["int8"] and r["shift_max"] >= 16,
+        "bias": lambda r: r["bias"],
+    },
+    "error": {},            # filled below: one bin per ErrorCode
+    "image": {
+        "multi-layer image run": lambda r: r["records"] > 1,
+        "per-row convolution records (padded consumer)": lambda r: r["per_row"],
+        "image run under memory stalls": lambda r: r["stalls"],
+    },
+}
+
+
+def _error_bins():
+    from hw.desc import ErrorCode
+
+    for code in ErrorCode:
+        BINS["error"][f"outcome {code.name}"] = (lambda c: lambda r: r["error"] == c)(code.name)
+
+
+_error_bins()
+
+
+def report(directory: Path) -> tuple[dict, list[str]]:
+    """``({kind: {bin: hits}}, [uncovered bin names])`` from every file in ``directory``."""
+    hits = {kind: dict.fromkeys(bins, 0) for kind, bins in BINS.items()}
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        kind = path.name.split("-")[0]
+        if kind not in BINS:
+            continue
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            for name, pred in BINS[kind].items():
+                if pred(r):
+                    hits[kind][name] += 1
+    missing = [f"{kind}: {name}" for kind, bins in hits.items()
+               for name, n in bins.items() if n == 0]
+    return hits, missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tb.coverage", description=__doc__.split("\n")[0])
+    ap.add_argument("directory", nargs="?", type=Path, default=None)
+    ap.add_argument("--json", type=Path, help="also write the bins and hits here")
+    ap.add_argument("--reset", action="store_true", help="delete the collected files and exit")
+    args = ap.parse_args(argv)
+    directory = args.directory or coverage_dir()
+    if args.reset:
+        for path in Path(directory).glob("*.jsonl"):
+            path.unlink()
+        return 0
+    hits, missing = report(directory)
+    total = sum(len(b) for b in hits.values())
+    print(f"functional coverage from {directory}: {total - len(missing)}/{total} bins hit")
+    for kind, bins in hits.items():
+        print(f"  {kind}")
+        for name, n in bins.items():
+            print(f"    {'MISS' if n == 0 else 'hit ':4} {n:>7}  {name}")
+    if missing:
+        print("uncovered bins:\n  " + "\n  ".join(missing))
+    if args.json:
+        args.json.write_text(json.dumps({"hits": hits, "missing": missing}, indent=1) + "\n")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
