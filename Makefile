@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 PRESET      ?= default
 PYTEST_ARGS ?=
 
-.PHONY: all sim verilog test test-fast test-full bench lint clean distclean tools
+.PHONY: all sim verilog test test-fast test-full bench fpga lint clean distclean tools
 
 all: test
 
@@ -43,8 +43,14 @@ test-full: $(STAMP) tools
 	$(PY) -m tb.coverage --json build/coverage.json
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) -m bench.simspeed
 	$(PY) bench/plan_speed.py
+	$(PY) -m bench
+
+fpga: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[fpga]'
+	$(PY) -m bench.fpga
 
 clean:
 	rm -rf build sim_build .pytest_cache .hypothesis bench/results

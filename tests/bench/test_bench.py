@@ -1,0 +1,207 @@
+"""Bench helpers without a simulator: roofline math, records and totals, reports and plots,
+SCALE-Sim inputs and its stall-free fold model, the FPGA wrapper and log parsers."""
+
+import json
+
+import pytest
+
+from bench.__main__ import _peer_greedy, _peer_scalesim, headline, write_report
+from bench.fpga import parse_nextpnr_report, parse_ports, parse_yosys_stat, wrapper_verilog
+from bench.network import BenchLayer, distinct_layers, layer_record, network_totals
+from bench.peer_scalesim import scalesim_config, stall_free_cycles, topology_row
+from bench.report import markdown, peer_rows
+from bench.roofline import bound, compulsory_bytes, roofline
+from hw.config import PRESETS
+from hw.regmap import COUNTERS
+from planner.shapes import ConvShape, GemmShape
+from planner.workload import Layer, Workload
+
+CFG = PRESETS["default"]
+CONV = ConvShape(batch=1, in_channels=64, height=56, width=56, out_channels=64, kernel_h=3,
+                 kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+GEMM = GemmShape(768, 768, 128)
+
+
+def fake_raw(shape, cycles, predicted=None, strategy="best"):
+    """A testbench record as bench.rtl_layers writes it (counters made up, consistent)."""
+    macs = shape.macs
+    mac_active = -(-macs // CFG.macs_per_cycle)
+    stalls = cycles - mac_active
+    raw = {"total_cycles": cycles, "mac_active_cycles": mac_active,
+           "stall_drain_cycles": stalls // 2, "stall_load_a_cycles": stalls - stalls // 2,
+           "stall_load_b_cycles": 0, "stall_store_cycles": 0, "stall_ctrl_cycles": 0,
+           "rd_a_bytes": 1000, "rd_b_bytes": 2000, "wr_c_bytes": 64000}
+    raw["predicted"] = {**{k: raw[k] for k in COUNTERS},
+                        "total_cycles": cycles if predicted is None else predicted}
+    tiling = {"partition_m": 64, "partition_n": 80, "partition_k": 576, "tile_m": 64,
+              "tile_n": 32, "outer_m": 1, "need_splitk": 0, "acc_buffer_needed": 32768}
+    return {**raw, **tiling, "strategy": strategy, "run_wall_s": 1.0,
+            "planner_predicted_cycles": cycles}
+
+
+def fake_report():
+    layers = [BenchLayer("conv", ("conv", "conv_b"), CONV, 3),
+              BenchLayer("fc", ("fc",), GEMM, 2)]
+    raws = [fake_raw(CONV, 500_000, 500_500), fake_raw(GEMM, 300_000)]
+    records = [layer_record(layer, raw, CFG) for layer, raw in zip(layers, raws)]
+    report = {"network": "fake", "preset": "default", "config_id": f"{CFG.config_id:08x}",
+              "config": CFG.to_dict(), "strategy": "best", "layers": records,
+              "totals": network_totals(records, CFG), "peers": {}}
+    greedy = [fake_raw(CONV, 550_000, strategy="greedy"), fake_raw(GEMM, 330_000,
+                                                                   strategy="greedy")]
+    report["peers"]["greedy"] = _peer_greedy(layers, greedy, CFG)
+    report["peers"].update(_peer_scalesim(layers, {
+        "scalesim_os_stall_free": [{"total_cycles": 480_000}, {"total_cycles": 290_000}],
+        "scalesim_os_bw_limited": [{"total_cycles": 600_000}, None]}, CFG))
+    return report
+
+
+def test_roofline_compulsory_bytes_gemm_and_conv():
+    assert compulsory_bytes(GemmShape(3, 5, 7)) == {"a": 15, "b": 35, "c": 84}
+    g = CONV.gemm
+    assert compulsory_bytes(CONV) == {"a": 64 * 576, "b": 64 * 56 * 56, "c": 64 * g.n * 4}
+
+
+def test_roofline_bound_is_max_of_compute_and_ports():
+    b = bound(256 * 1000, {"a": 16 * 10, "b": 16 * 2000, "c": 64 * 5}, CFG)
+    assert b.terms_cycles == {"compute": 1000, "a": 10, "b": 2000, "c": 5}
+    assert b.cycles == 2000 and b.binding == "b"
+    tie = bound(256 * 10, {"a": 16 * 10, "b": 0, "c": 0}, CFG)
+    assert tie.binding == "compute"
+
+
+def test_roofline_efficiency_against_both_bounds():
+    counters = {"total_cycles": 2000, "rd_a_bytes": 16 * 3000, "rd_b_bytes": 0,
+                "wr_c_bytes": 0}
+    r = roofline(GemmShape(16, 16, 1000), counters, CFG)       # 256000 MACs: 1000 cycles
+    assert r["compulsory"]["cycles"] == 1000 and r["compulsory"]["efficiency"] == 0.5
+    assert r["traffic"]["binding"] == "a" and r["traffic"]["efficiency"] == 1.5
+
+
+def test_distinct_layers_merge_equal_shapes_and_add_counts():
+    wl = Workload("w", (Layer("x", GEMM, 2), Layer("y", GemmShape(1, 2, 3), 1),
+                        Layer("z", GEMM, 5)))
+    layers = distinct_layers(wl)
+    assert [(layer.name, layer.names, layer.count) for layer in layers] == [
+        ("x", ("x", "z"), 7), ("y", ("y",), 1)]
+    assert layers[0].job("NCHW") == {"kind": "gemm", "m": 768, "k": 768, "n": 128}
+    conv = BenchLayer("c", ("c",), CONV, 1).job("NHWC")
+    assert conv["kind"] == "conv" and conv["layout"] == "NHWC"
+    assert ConvShape(**conv["shape"]) == CONV
+
+
+def test_network_totals_weight_by_count():
+    t = fake_report()["totals"]
+    assert t["cycles"] == 3 * 500_000 + 2 * 300_000
+    assert t["macs"] == 3 * CONV.macs + 2 * GEMM.macs
+    assert t["utilisation"] == pytest.approx(t["macs"] / (256 * t["cycles"]))
+    assert t["predicted_cycles"] == 3 * 500_500 + 2 * 300_000
+    assert t["worst_layer"] == "conv" and t["worst_layer_prediction_error"] == pytest.approx(
+        0.001)
+    assert t["dram_bytes"] == {"a": 5000, "b": 10000, "c": 320000}
+
+
+def test_report_markdown_has_layers_totals_and_peers():
+    report = fake_report()
+    text = markdown(report, {"roofline": "x-roofline.png"})
+    assert "| conv | 3 | 64x576x3136 |" in text
+    assert "+0.10%" in text and "![roofline](x-roofline.png)" in text
+    head, rows = peer_rows(report)
+    assert head[2:] == ["Tessera RTL (best)", "greedy tiling on RTL", "SCALE-Sim OS stall-free",
+                        "SCALE-Sim OS bw-limited"]
+    assert rows[0][2:] == ["500,000", "550,000", "480,000", "600,000"]
+    assert rows[1][-1] == "—"                      # SCALE-Sim could not run the layer
+    assert rows[2][3] == f"**{3 * 550_000 + 2 * 330_000:,}**" and rows[2][-1] == "—"
+    line = headline([report]).splitlines()[2]
+    assert "| fake |" in line and f"{2_100_000:,}" in line
+
+
+def test_report_json_markdown_and_plots_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = fake_report()
+    md = write_report(report, tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["bench-fake-default-predicted.png", "bench-fake-default-roofline.png",
+                     "bench-fake-default-util.png", "bench-fake-default.json",
+                     "bench-fake-default.md"]
+    assert json.loads((tmp_path / "bench-fake-default.json").read_text()) == json.loads(
+        json.dumps(report))
+    assert "bench-fake-default-util.png" in md.read_text()
+    assert all((tmp_path / n).read_bytes()[:4] == b"\x89PNG" for n in names if "png" in n)
+
+
+def test_scalesim_config_matches_our_sizes_and_ports():
+    c = scalesim_config(CFG, "os", "bw_limited", "run")
+    arch = c["architecture_presets"]
+    assert (arch["ArrayHeight"], arch["ArrayWidth"]) == ("16", "16")
+    assert (arch["FilterSramSzkB"], arch["IfmapSramSzkB"]) == ("128", "128")
+    assert arch["OfmapSramSzkB"] == "16"             # 64 KiB of int32 = 16 K outputs
+    assert arch["Bandwidth"] == "16" and arch["Dataflow"] == "os"
+    assert c["layout"]["FilterSRAMBankBandwidth"] == "16"
+    assert c["layout"]["IfmapSRAMBankBandwidth"] == "16"
+    assert c["run_presets"]["InterfaceBandwidth"] == "USER"
+    assert scalesim_config(CFG, "ws", "stall_free", "r")["run_presets"][
+        "InterfaceBandwidth"] == "CALC"
+    with pytest.raises(ValueError, match="mode"):
+        scalesim_config(CFG, "os", "fast", "r")
+
+
+def test_scalesim_topology_rows():
+    # padding becomes the touched input extent, so SCALE-Sim's ceil formula gives P x Q
+    conv1 = ConvShape(batch=1, in_channels=3, height=224, width=224, out_channels=64,
+                      kernel_h=7, kernel_w=7, stride_h=2, stride_w=2, pad_top=3, pad_left=3,
+                      pad_bottom=3, pad_right=3)
+    kind, row = topology_row(conv1)
+    assert kind == "conv" and row == [229, 229, 7, 7, 3, 64, 2]
+    assert -(-(row[0] - 7 + 2) // 2) == conv1.out_h == 112
+    assert topology_row(GemmShape(768, 3072, 128)) == ("gemm", [128, 768, 3072])
+    for bad in (ConvShape(batch=2, in_channels=4, height=5, width=5, out_channels=4,
+                          kernel_h=1, kernel_w=1),
+                ConvShape(batch=1, in_channels=4, height=5, width=5, out_channels=4,
+                          kernel_h=1, kernel_w=1, groups=2)):
+        with pytest.raises(ValueError):
+            topology_row(bad)
+
+
+@pytest.mark.parametrize("preset, shape, dataflow, cycles", [
+    # SCALE-Sim 3.0.0 runs (InterfaceBandwidth=CALC), docs/bench.md
+    ("default", ConvShape(batch=1, in_channels=64, height=56, width=56, out_channels=64,
+                          kernel_h=3, kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1,
+                          pad_right=1), "os", 475103),
+    ("default", GemmShape(1000, 2048, 1), "os", 130913),
+    ("tiny", ConvShape(batch=1, in_channels=6, height=9, width=9, out_channels=8, kernel_h=3,
+                       kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1), "os", 2519),
+    ("tiny", ConvShape(batch=1, in_channels=6, height=9, width=9, out_channels=8, kernel_h=3,
+                       kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1), "ws", 2547),
+    ("tiny", GemmShape(20, 33, 17), "os", 974),
+    ("tiny", GemmShape(20, 33, 17), "ws", 1214),
+])
+def test_scalesim_stall_free_formula_equals_scalesim_runs(preset, shape, dataflow, cycles):
+    assert stall_free_cycles(shape, PRESETS[preset], dataflow) == cycles
+
+
+def test_fpga_wrapper_covers_every_port():
+    verilog = ("module accel_top(clk, rst, a, b, y);\n  input [7:0] a;\n  input b;\n"
+               "  input clk;\n  input rst;\n  output [15:0] y;\nendmodule\n"
+               "module other(q);\n  output [3:0] q;\nendmodule\n")
+    ports = parse_ports(verilog)
+    assert ports == [("input", "a", 8), ("input", "b", 1), ("input", "clk", 1),
+                     ("input", "rst", 1), ("output", "y", 16)]
+    top = wrapper_verilog(ports)
+    assert "reg [8:0] in_sr;" in top and "reg [15:0] out_sr;" in top
+    assert ".a(in_sr[7:0])" in top and ".b(in_sr[8:8])" in top and ".y(outs[15:0])" in top
+    assert ".clk(clk)" in top and ".rst(rst)" in top
+
+
+def test_fpga_log_parsers():
+    log = ("Number of cells: 1\n   Number of cells:  300\n     12000   LUT4\n      900   "
+           "TRELLIS_FF\n       64   MULT18X18D\n       40   DP16KD\n")
+    assert parse_yosys_stat(log) == {"lut4": 12000, "ff": 900, "mult18": 64, "dp16kd": 40}
+    assert parse_yosys_stat("Number of cells 3\n  LUT4  77\n") == {"lut4": 77}
+    report = {"utilization": {"TRELLIS_COMB": {"used": 9000, "available": 83640},
+                              "TRELLIS_FF": {"used": 5000, "available": 83640},
+                              "MULT18X18D": {"used": 64, "available": 156}},
+              "fmax": {"$glbnet$clk": {"achieved": 104.5, "constraint": 100.0}}}
+    got = parse_nextpnr_report(report)
+    assert got["comb"] == 9000 and got["mult18"] == 64 and got["dp16kd"] is None
+    assert got["fmax_mhz"] == 104.5
