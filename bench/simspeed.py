@@ -1,12 +1,14 @@
 """Simulation throughput: simulated cycles per second of the free-running RTL, per simulator and
 config, and Verilator build times. Writes ``bench/results/simspeed.json``.
 
-    python -m bench.simspeed [--presets small,default] [--simulators verilator,icarus]
+    python -m bench.simspeed [--presets tiny,small,default] [--simulators verilator,icarus,amaranth]
 
 Each measurement runs one planner-tiled GEMM (``tb.planned``) and divides the accelerator's
 ``total_cycles`` by the wall time from writing the descriptor to ``done`` (the clock runs in
 HDL; Python only waits). Build time is measured on a fresh build directory (ccache, when
-installed, may make it shorter than a cold build).
+installed, may make it shorter than a cold build). ``amaranth`` is Amaranth's Python simulator on
+``AccelTop`` with the memory ports answered from Python (bench.amaranth_speed), stopped after
+``AMARANTH_MAX_CYCLES``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 #: GEMM per preset: large enough that the run dominates setup, small enough for Icarus on tiny.
 SHAPES = {"tiny": "64x128x64", "small": "256x256x256", "default": "512x512x512"}
+#: Icarus and Amaranth's simulator are 100-1000x slower: smaller GEMMs (same tiling rules).
+SLOW_SHAPES = {"tiny": "64x128x64", "small": "64x128x64", "default": "64x128x64"}
+AMARANTH_MAX_CYCLES = {"tiny": 20000, "small": 5000, "default": 2000}
 
 
 def measure(sim: str, preset: str) -> dict:
+    if sim == "amaranth":
+        from .amaranth_speed import measure_amaranth
+
+        return measure_amaranth(preset, SLOW_SHAPES[preset], AMARANTH_MAX_CYCLES[preset])
+    shape = SHAPES[preset] if sim == "verilator" else SLOW_SHAPES[preset]
     cfg = PRESETS[preset]
     out = emit(cfg)
     shutil.rmtree(out / f"sim-{sim}", ignore_errors=True)
@@ -39,12 +49,12 @@ def measure(sim: str, preset: str) -> dict:
     build_s = time.perf_counter() - started
     test_dir = Path(tempfile.mkdtemp(prefix=f"simspeed-{sim}-", dir=out))
     runner.test(hdl_toplevel="sim_top", test_module="tb.planned", test_dir=test_dir,
-                extra_env={"ACCEL_BUILD": str(out), "TESSERA_PLANNED": SHAPES[preset],
+                extra_env={"ACCEL_BUILD": str(out), "TESSERA_PLANNED": shape,
                            "TESSERA_SEED": "1"})
     record = json.loads((test_dir / "planned_results.json").read_text())[0]
     return {
         "simulator": sim, "preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
-        "gemm": SHAPES[preset], "total_cycles": record["total_cycles"],
+        "gemm": shape, "total_cycles": record["total_cycles"],
         "run_wall_s": round(record["run_wall_s"], 3),
         "cycles_per_s": round(record["total_cycles"] / record["run_wall_s"]),
         "build_s": round(build_s, 1),
@@ -54,13 +64,13 @@ def measure(sim: str, preset: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simspeed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", default="small,default")
-    parser.add_argument("--simulators", default="verilator")
+    parser.add_argument("--presets", default="tiny,small,default")
+    parser.add_argument("--simulators", default="verilator,icarus,amaranth")
     parser.add_argument("--out", type=Path, default=RESULTS / "simspeed.json")
     args = parser.parse_args(argv)
     rows = []
     for sim in args.simulators.split(","):
-        reason = missing_tool(sim)
+        reason = None if sim == "amaranth" else missing_tool(sim)
         if reason:
             print(f"skipping {reason}", file=sys.stderr)
             continue
@@ -74,7 +84,7 @@ def main(argv=None) -> int:
           f"{'cycles/s':>10} {'build s':>8}")
     for r in rows:
         print(f"{r['simulator']:10} {r['preset']:8} {r['array']:6} {r['gemm']:12} "
-              f"{r['total_cycles']:>9} {r['cycles_per_s']:>10} {r['build_s']:>8}")
+              f"{r['total_cycles']:>9} {r['cycles_per_s']:>10} {str(r['build_s']):>8}")
     print(f"wrote {args.out}")
     return 0
 
