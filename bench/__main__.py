@@ -2,6 +2,7 @@
 
     python -m bench [--workload FILE ...] [--preset default] [--peers greedy,scalesim]
     python -m bench --from-json bench/results/bench-resnet50-default.json   # re-render only
+    python -m bench --from-json FILE.json --peers scalesim [--scalesim bw]  # add SCALE-Sim only
 
 For each workload (default: ResNet-50 and BERT-base seq 128): every distinct layer runs once on
 the Verilator build of the config (one simulation per network and strategy, layers bit-exact
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from hw.config import PRESETS
+from planner.shapes import ConvShape, GemmShape
 from planner.workload import load_workload
 
 from .network import distinct_layers, layer_record, network_totals, run_on_rtl
@@ -150,6 +152,26 @@ def run_network(workload_path: Path, preset: str, peers: set[str], out: Path, la
     return report
 
 
+def add_scalesim(report: dict, how: str) -> None:
+    """Add (or replace) the SCALE-Sim columns of a finished report; runs no RTL."""
+    from rich.progress import Progress
+
+    from .network import BenchLayer
+
+    cfg = PRESETS[report["preset"]]
+    if f"{cfg.config_id:08x}" != report["config_id"]:
+        raise ValueError(f"{report['network']}: preset {report['preset']} is config "
+                         f"{cfg.config_id:08x} now, the report was made on {report['config_id']}")
+    layers = []
+    for r in report["layers"]:
+        shape = ConvShape(**r["shape"]) if r["kind"] == "conv" else GemmShape(**r["shape"])
+        layers.append(BenchLayer(r["name"], tuple(r["names"]), shape, r["count"]))
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{report['network']}-scalesim-"))
+    with Progress() as progress:
+        report["peers"].update(_scalesim_peers(layers, cfg, how, work, progress,
+                                               report["network"]))
+
+
 def write_report(report: dict, out: Path) -> Path:
     stem = f"bench-{report['network']}-{report['preset']}"
     out.mkdir(parents=True, exist_ok=True)
@@ -215,6 +237,8 @@ def main(argv=None) -> int:
     if args.from_json:
         reports = [json.loads(p.read_text()) for p in args.from_json]
         for rep in reports:
+            if "scalesim" in peers and args.peers != parser.get_default("peers"):
+                add_scalesim(rep, args.scalesim)
             print(f"wrote {write_report(rep, args.out)}")
     else:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,

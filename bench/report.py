@@ -134,6 +134,7 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     out_dir.mkdir(parents=True, exist_ok=True)
     layers = report["layers"]
@@ -163,24 +164,42 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
     fig.savefig(out_dir / files["per-layer MAC utilisation"], dpi=110)
     plt.close(fig)
 
-    # measured vs predicted
-    fig, ax = plt.subplots(figsize=(5, 5))
+    # measured vs predicted (left) and the error per layer (right)
+    fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(10, 4.5))
     meas = [r["cycles"] for r in layers]
     pred = [r["predicted_cycles"] for r in layers]
+    errs = [100 * r["prediction_error"] for r in layers]
     lo, hi = min(meas + pred) * 0.8, max(meas + pred) * 1.25
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
     ax.fill_between([lo, hi], [lo * 0.97, hi * 0.97], [lo * 1.03, hi * 1.03], color="0.85",
                     label="±3%")
-    ax.scatter(meas, pred, s=18, zorder=3)
+    outside = [abs(e) > 3 for e in errs]
+    colours = ["tab:red" if o else "tab:blue" for o in outside]
+    ax.scatter(meas, pred, s=18, zorder=3, c=colours)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured cycles (RTL)")
     ax.set_ylabel("predicted cycles (cycle model)")
-    ax.set_title(f"{report['network']}: worst error "
-                 f"{report['totals']['worst_layer_prediction_error']:+.2%}")
     ax.legend(fontsize=8)
+    ax_err.axhspan(-3, 3, color="0.85", label="±3%")
+    ax_err.axhline(0, color="k", lw=0.8)
+    ax_err.scatter(meas, errs, s=18, zorder=3, c=colours)
+    for r, e, o in zip(layers, errs, outside):
+        if o:
+            ax_err.annotate(r["name"], (r["cycles"], e), fontsize=7, xytext=(4, 0),
+                            textcoords="offset points")
+    ax_err.set_xscale("log")
+    for axis in (ax.xaxis, ax.yaxis, ax_err.xaxis):
+        axis.set_minor_formatter(NullFormatter())
+    bound = max(5.0, max(abs(e) for e in errs) * 1.3)
+    ax_err.set_ylim(-bound, bound)
+    ax_err.set_xlabel("measured cycles (RTL)")
+    ax_err.set_ylabel("prediction error (%)")
+    ax_err.legend(fontsize=8)
+    fig.suptitle(f"{report['network']} on {report['preset']}: cycle model vs RTL, worst "
+                 f"{report['totals']['worst_layer_prediction_error']:+.2%}")
     fig.tight_layout()
     files["measured vs predicted cycles"] = f"{stem}-predicted.png"
     fig.savefig(out_dir / files["measured vs predicted cycles"], dpi=110)
