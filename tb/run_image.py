@@ -29,6 +29,14 @@ async def run_image_jobs(dut):
     rt = Runtime(CocotbBackend(h), h.cfg)
     await rt.open()
     results = []
+    try:
+        await _run_all(job, job_dir, rt, results)
+    finally:
+        # written once (also when a run fails), so long job lists stay linear in time
+        (job_dir / "result.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+async def _run_all(job: dict, job_dir: Path, rt: Runtime, results: list) -> None:
     for run in job["runs"]:
         for addr, name in run.get("load", []):
             await rt.write(addr, (job_dir / name).read_bytes())
@@ -47,4 +55,3 @@ async def run_image_jobs(dut):
             "error": int(report.error), "error_name": report.error.name,
             "layer_index": report.layer_index, "counters": report.counters,
             "layers": [layer.counters for layer in report.layers], "reads": reads})
-        (job_dir / "result.json").write_text(json.dumps(results, indent=1) + "\n")
