@@ -10,8 +10,9 @@ against the golden model) and is weighted by its count. Writes, under ``--out``
 (``bench/results``): ``bench-<network>-<preset>.json`` and ``.md``, three PNGs per network
 (``-util``, ``-predicted``, ``-roofline``), and ``bench-summary-<preset>.md`` with the headline
 table. Peers: ``greedy`` = the Gemmini-style greedy tiling on the same RTL; ``scalesim`` =
-SCALE-Sim 3.0.0 (own venv under build/) in OS and WS dataflows, stall-free and
-bandwidth-limited (bench.peer_scalesim documents the mapping).
+SCALE-Sim 3.0.0 (own venv under build/) in OS and WS dataflows: stall-free from its fold model
+in closed form, and with ``--scalesim bw|full`` SCALE-Sim's own bandwidth-limited (and
+stall-free) runs (bench.peer_scalesim documents the mapping).
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _scalesim_peers(layers, cfg, how: str, work: Path, progress, network: str) -
 
 
 def run_network(workload_path: Path, preset: str, peers: set[str], out: Path, layout: str,
-                progress, scalesim: str = "bw") -> dict:
+                progress, scalesim: str = "formula") -> dict:
     from hw.build import emit
     from tb.tools import build
 
@@ -222,10 +223,11 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--peers", default="greedy,scalesim",
                         help="comma-separated subset of greedy,scalesim ('' for none)")
-    parser.add_argument("--scalesim", choices=["formula", "bw", "full"], default="bw",
-                        help="formula: stall-free OS/WS from SCALE-Sim's fold model in closed "
-                             "form; bw (default): plus SCALE-Sim runs, OS bandwidth-limited; "
-                             "full: SCALE-Sim runs of OS and WS in both modes (hours)")
+    parser.add_argument("--scalesim", choices=["formula", "bw", "full"], default="formula",
+                        help="formula (default): stall-free OS/WS from SCALE-Sim's fold model "
+                             "in closed form; bw: plus SCALE-Sim runs, OS bandwidth-limited "
+                             "(cached; hours for ResNet-50); full: SCALE-Sim runs of OS and WS "
+                             "in both modes")
     parser.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--from-json", type=Path, action="append",
