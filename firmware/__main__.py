@@ -44,6 +44,18 @@ def _config(args) -> AccelConfig:
         raise _CliError(f"bad config {args.config!r}: {exc}") from None
 
 
+def _device_bytes(text: str) -> int:
+    """``--device-bytes``: a positive int, decimal or with a 0x / 0o / 0b prefix."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive int (decimal or 0x hex), not {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m firmware", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -55,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--preset", choices=sorted(PRESETS), default="default",
                        help="accelerator preset the image must target (default: default)")
     group.add_argument("--config", metavar="CFG.JSON", help="AccelConfig JSON file")
-    p.add_argument("--device-bytes", type=lambda s: int(s, 0), default=None,
+    p.add_argument("--device-bytes", type=_device_bytes, default=None,
                    help="device memory size in bytes (default: the config's dram_bytes)")
     return parser
 

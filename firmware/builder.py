@@ -81,7 +81,8 @@ def _int_array(name: str, values, m: int, lo: int, hi: int) -> np.ndarray:
         raise ValueError(f"{name} must be an integer array of shape ({m},), not "
                          f"{arr.dtype} {arr.shape}")
     if arr.size and (arr.min() < lo or arr.max() > hi):
-        raise ValueError(f"{name} values must be in [{lo}, {hi}]")
+        raise ValueError(f"{name} values must be in [{lo}, {hi}], got range "
+                         f"[{arr.min()}, {arr.max()}]")
     return arr.astype("<i4")
 
 
@@ -272,7 +273,8 @@ class ImageBuilder:
         """The sealed image and its layers (with their predicted cycles). Raises
         :class:`~firmware.image.ImageError` listing every rule a record breaks."""
         if not self._pending:
-            raise ImageError("the image has no layers")
+            raise ImageError("the image has no layers: add at least one with "
+                             "ImageBuilder.gemm or ImageBuilder.conv")
         layout = section_layout(len(self._pending), {k: len(b) for k, b in self._blobs.items()})
         end = self.image_addr + image_bytes(layout)
         if end > self.data_addr:

@@ -138,7 +138,8 @@ class Runtime:
             if problems:
                 raise ImageError("image refused:\n  " + "\n  ".join(problems))
         if len(blob) < 4 * (BASE_ADDR_WORD + 1):
-            raise ImageError(f"image is {len(blob)} bytes, too short for a header")
+            raise ImageError(f"image is {len(blob)} bytes, too short for a header: base_addr "
+                             f"needs at least {4 * (BASE_ADDR_WORD + 1)} bytes")
         base = struct.unpack_from("<I", blob, 4 * BASE_ADDR_WORD)[0]
         await self.write(base, blob)
         # an image placed over (part of) another one replaces it
@@ -199,5 +200,6 @@ class Runtime:
         try:
             code = ErrorCode(error)
         except ValueError:
-            raise DeviceError(f"ERROR register holds {error}, not an ErrorCode") from None
+            raise DeviceError(f"ERROR register holds {error}, not an ErrorCode (one of "
+                              f"{int(min(ErrorCode))}..{int(max(ErrorCode))})") from None
         return RunReport(error=code, layer_index=index, counters=counters, image=image)

@@ -229,7 +229,8 @@ class AccelConfig:
             return seen
         values = json.loads(text, object_pairs_hook=no_duplicates)
         if not isinstance(values, dict):
-            raise ConfigError("AccelConfig JSON must be an object")
+            raise ConfigError(f"AccelConfig JSON must be an object of fields, not "
+                              f"{type(values).__name__}")
         return cls.from_dict(values)
 
 

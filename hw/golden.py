@@ -79,7 +79,8 @@ def conv2d_int8(x: np.ndarray, w: np.ndarray, *, stride=(1, 1), pads=(0, 0, 0, 0
         raise ValueError(f"conv2d_int8: w has {cg} input channels per group; x has C={c} and "
                          f"groups={groups}, so it needs {c // groups}")
     if min(x.shape) < 1 or min(w.shape) < 1:
-        raise ValueError(f"conv2d_int8: empty x {x.shape} or w {w.shape}")
+        raise ValueError(f"conv2d_int8: every dim of x and w must be >= 1, not x {x.shape} "
+                         f"and w {w.shape}")
     hp, wp = h + top + bottom, wd + left + right
     p = (hp - dh * (r_ - 1) - 1) // sh + 1
     q = (wp - dw * (s_ - 1) - 1) // sw + 1
@@ -164,7 +165,8 @@ def requantize(acc: np.ndarray, *, multiplier, shift, bias=None, zero_point: int
         if not -128 <= value <= 127:
             raise ValueError(f"requantize: {name} must be in [-128, 127], not {value!r}")
     if act_min > act_max:
-        raise ValueError(f"requantize: act_min={act_min} > act_max={act_max}")
+        raise ValueError(f"requantize: act_min={act_min} > act_max={act_max}; act_min must be "
+                         f"<= act_max")
     x = acc.astype(np.int64) + b
     x = ((x - INT32_MIN) % (1 << 32)) + INT32_MIN                    # int32 wrap of acc + bias
     left = np.maximum(-sh, 0)

@@ -72,7 +72,8 @@ def layer_record(desc: GemmDescriptor, **fields: int) -> dict[str, int]:
                shift_addr=0, stats_addr=0)
     unknown = set(fields) - set(LAYER_WORDS)
     if unknown:
-        raise KeyError(f"not layer record fields: {', '.join(sorted(unknown))}")
+        raise KeyError(f"not layer record fields: {', '.join(sorted(unknown))}; the fields are "
+                       f"{', '.join(LAYER_WORDS)}")
     rec.update({k: int(v) for k, v in fields.items()})
     w_lo, w_hi = written_range(rec)
     rec.setdefault("out_window_lo", min(max(w_lo, 0), (1 << 32) - 1))
@@ -103,7 +104,8 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
         raise KeyError(f"record lacks {', '.join(missing)}")
     for name in LAYER_WORDS:
         if type(rec[name]) is not int or not 0 <= rec[name] < (1 << 32):
-            raise ValueError(f"record word {name}={rec[name]!r} must be a u32")
+            raise ValueError(f"record word {name}={rec[name]!r} must be a u32 (an int in "
+                             f"[0, 2**32))")
     errs: list[tuple[ErrorCode, str]] = []
     ob = out_bytes(rec)
     errs += check(_desc(rec), cfg, out_bytes=ob)

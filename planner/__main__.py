@@ -62,7 +62,8 @@ def parse_conv(text: str) -> ConvShape:
     missing = [k for k in ("N", "C", "H", "W", "K", "R", "S")
                if _CONV_ALIASES[k][0] not in values]
     if missing:
-        raise ValueError(f"--conv misses {', '.join(missing)}")
+        raise ValueError(f"--conv misses {', '.join(missing)} (N, C, H, W, K, R and S are "
+                         f"required)")
     return ConvShape(**values)
 
 
@@ -76,9 +77,9 @@ def _config(args) -> tuple[AccelConfig, str]:
 
 def _cmd_plan(args) -> int:
     cfg, _ = _config(args)
-    if args.gemm:
+    if args.gemm is not None:      # "" too: parse_gemm refuses it with a message
         workload = Workload("gemm", (Layer("gemm", parse_gemm(args.gemm)),))
-    elif args.conv:
+    elif args.conv is not None:
         workload = Workload("conv", (Layer("conv", parse_conv(args.conv)),))
     else:
         workload = load_workload(args.workload)
@@ -149,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_plan(args) if args.cmd == "plan" else _cmd_report(args)
     except ValueError as err:  # bad shapes, configs and workloads: a clear message, no trace
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:     # --config / --workload / --doc files that cannot be read
+        print(f"error: cannot read {err.filename!r}: {err.strerror or err}", file=sys.stderr)
         return 2
 
 

@@ -289,7 +289,10 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
     grp = tables.groups.astype(np.int64)
     if grp.size != -(-n_total // cols) + 1 or grp[0] != 0 or grp[-1] != tables.run_count \
             or np.any(np.diff(grp) < 1):
-        raise ValueError("gather_b: group table is inconsistent with the segment table")
+        raise ValueError(f"gather_b: the group table must hold {-(-n_total // cols) + 1} "
+                         f"non-decreasing run indices from 0 to run_count={tables.run_count}, "
+                         f"each group >= 1 run; got {grp.tolist()[:8]}"
+                         f"{' ...' if grp.size > 8 else ''}")
 
     g_lo, g_hi = ns.start // cols, -(-ns.stop // cols)
     lane_addr = np.full((g_hi - g_lo) * cols, -1, dtype=np.int64)
@@ -300,10 +303,12 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
         for i in range(first, stop):
             lo, cnt = int(f["lane_lo"][i]), int(f["lane_cnt"][i])
             if bool(f["last"][i]) != (i == stop - 1):
-                raise ValueError(f"gather_b: run {i} of lane group {g} has last={f['last'][i]}")
+                raise ValueError(f"gather_b: run {i} of lane group {g} has last={f['last'][i]}, "
+                                 f"expected {int(i == stop - 1)} (last is 1 only on a group's "
+                                 f"final run)")
             if cnt < 1 or lo + cnt > valid:
-                raise ValueError(f"gather_b: run {i} lanes {lo}+{cnt} exceed group {g}'s "
-                                 f"{valid} lanes")
+                raise ValueError(f"gather_b: run {i} lane_lo={lo} + lane_cnt={cnt} must be in "
+                                 f"[1, {valid}] (group {g}'s valid lanes)")
             dst = (g - g_lo) * cols + lo
             lane_addr[dst:dst + cnt] = f["base"][i] + np.arange(cnt) * f["stride"][i]
             filled[dst:dst + cnt] += 1
@@ -313,6 +318,7 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
     off = tables.offsets.astype(np.int64)[ks.start:ks.stop]
     addr = off[:, None] + want[None, :]
     if addr.size and (addr.min() < 0 or addr.max() >= mem.size):
-        raise ValueError(f"gather_b: address {int(addr.max())} outside the {mem.size}-byte "
-                         f"tensor")
+        bad = int(addr.min()) if addr.min() < 0 else int(addr.max())
+        raise ValueError(f"gather_b: address {bad} outside the {mem.size}-byte tensor: "
+                         f"addresses must be in [0, {mem.size})")
     return mem[addr]

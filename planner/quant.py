@@ -59,7 +59,8 @@ def exact_int(name: str, arr, lo: int | None = None, hi: int | None = None) -> n
             raise ValueError(f"{name}: float values must be integral to run on the int8 "
                              f"datapath exactly; non-integral values {bad[:4].tolist()}")
     elif a.dtype.kind not in "iub":
-        raise ValueError(f"{name}: dtype {a.dtype} is not numeric")
+        raise ValueError(f"{name}: dtype {a.dtype} is not numeric (bool, int, uint or "
+                         f"float)")
     out = a.astype(np.int64)
     if lo is not None and out.size and (out.min() < lo or out.max() > hi):
         raise ValueError(f"{name}: values must be in [{lo}, {hi}], got range "
@@ -177,8 +178,8 @@ def fold_conv_integer(x, w, x_zp=None, w_zp=None) -> ConvFold:
     wd = w.astype(np.int64) - wz
     if wd.min() < -128 or wd.max() > 127:
         raise ValueError(
-            f"ConvInteger: w - w_zero_point spans [{wd.min()}, {wd.max()}], outside int8; a "
-            f"weight zero point like this needs the activation-sum correction "
+            f"ConvInteger: w - w_zero_point spans [{wd.min()}, {wd.max()}], outside int8 "
+            f"[-128, 127]; a weight zero point like this needs the activation-sum correction "
             f"(w_zp * window_sum(x - x_zp)), which is not implemented")
     d = s - int(xz)                          # x - x_zp = x8 + d at every tap
     halo = int(xz) - s                       # halo + d = 0: zero padding in the shifted domain

@@ -30,7 +30,8 @@ def quantize_multiplier(scale: float) -> tuple[int, int]:
         e += 1
     shift = -e
     if not -31 <= shift <= 31:
-        raise ValueError(f"scale={scale!r} needs shift={shift}, outside [-31, 31]")
+        raise ValueError(f"scale={scale!r} needs shift={shift}, outside [-31, 31]: scale must "
+                         f"be in [2**-32, 2**31)")
     return mult, shift
 
 

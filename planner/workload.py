@@ -58,10 +58,11 @@ def _no_duplicates(pairs):
 
 
 def _parse_layer(raw: dict, index: int) -> Layer:
+    if not isinstance(raw, dict):
+        raise ValueError(f"workload layer {index} must be an object with kind 'gemm' or "
+                         f"'conv', not {type(raw).__name__} {raw!r}")
     name = raw.get("name", f"layer{index}")
     where = f"workload layer {index} ({name})"
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where} must be an object")
     kind = raw.get("kind")
     count = raw.get("count", 1)
     if type(count) is not int or count < 1:
@@ -82,7 +83,9 @@ def _parse_layer(raw: dict, index: int) -> Layer:
         missing = set(_CONV_KEYS) - _CONV_OPTIONAL - set(raw)
         if extra or missing:
             raise ValueError(f"{where}: conv layer has unknown keys {sorted(extra)} / misses "
-                             f"{sorted(missing)}")
+                             f"{sorted(missing)}; keys are N, C, H, W, K, R, S (required), "
+                             f"{', '.join(k for k in _CONV_KEYS if k in _CONV_OPTIONAL)}, P, Q "
+                             f"and name, kind, count")
         try:
             shape = ConvShape(**{_CONV_KEYS[k]: v for k, v in raw.items() if k in _CONV_KEYS})
         except ValueError as err:
