@@ -83,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['predicted']:>8} {100 * r['mac_util']:>5.1f}% {r['rd_a_bytes']:>6} "
               f"{r['rd_b_bytes']:>6} {r['wr_c_bytes']:>6}")
     c = result.counters
-    print(f"image total: {c['total_cycles']} cycles ({c['stall_ctrl_cycles']} control: header, "
-          f"CRC, check pass, record fetches, statistics); error {result.error_name}")
+    from firmware.builder import image_overhead, predicted_image_cycles
+    print(f"image total: {c['total_cycles']} cycles, predicted "
+          f"{predicted_image_cycles(net.blob, net.layers, cfg)} (of which the image run itself: "
+          f"header, CRC, check pass, record fetches, statistics: "
+          f"{image_overhead(net.blob, net.layers, cfg)}); error {result.error_name}")
     ok = result.error == 0
     for name, bad in mismatches.items():
         print(f"  {name:<10} {'PASS' if not bad else f'FAIL ({len(bad)} bytes differ)'}")

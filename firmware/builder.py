@@ -38,7 +38,7 @@ from planner.cost import PostLoad
 
 from .image import Image, ImageError, Layer, encode, image_bytes, section_layout
 
-__all__ = ["Requant", "ImageBuilder", "BuiltLayer"]
+__all__ = ["Requant", "ImageBuilder", "BuiltLayer", "image_overhead", "predicted_image_cycles"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,3 +316,21 @@ class ImageBuilder:
                       sections={k: bytes(v) for k, v in self._blobs.items()},
                       base_addr=self.image_addr)
         return encode(image), built
+
+
+def _post_of(layer: Layer) -> PostLoad:
+    return PostLoad(bias=layer.bias_present == 1, requant=layer.out_format == OutFormat.INT8)
+
+
+def image_overhead(blob: bytes, layers: list[BuiltLayer], cfg: AccelConfig) -> int:
+    """Cycles the image run spends outside its layers (:func:`planner.cost.image_overhead_cycles`)."""
+    from planner.cost import image_overhead_cycles
+
+    return image_overhead_cycles(len(blob), [(b.layer.desc.m, _post_of(b.layer))
+                                             for b in layers], cfg)
+
+
+def predicted_image_cycles(blob: bytes, layers: list[BuiltLayer], cfg: AccelConfig) -> int:
+    """The predicted ``total_cycles`` of running the image: every layer's prediction plus the
+    image overhead."""
+    return sum(b.predicted_cycles for b in layers) + image_overhead(blob, layers, cfg)

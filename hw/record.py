@@ -18,7 +18,7 @@ from .desc import DESC_FIELDS, ErrorCode, GemmDescriptor, check
 from .layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
 
-__all__ = ["layer_record", "check_record", "check_header", "written_range", "out_bytes", "uses_post",
+__all__ = ["record_fetch_beats", "layer_record", "check_record", "check_header", "written_range", "out_bytes", "uses_post",
            "signed32", "is_int8_word", "PARAM_ALIGN", "SECTION_ALIGN_BYTES", "HEADER_BYTES",
            "LAYER_RECORD_BYTES"]
 
@@ -29,6 +29,13 @@ SECTION_ALIGN_BYTES = 64
 HEADER_BYTES = 4 * IMAGE_HEADER_WORDS
 LAYER_RECORD_BYTES = 4 * LAYER_RECORD_WORDS
 _B_MODE = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0}
+
+
+def record_fetch_beats(cfg: AccelConfig) -> int:
+    """B-port beats the image runner fetches per layer record (the named words only)."""
+    from .layouts import LAYER_USED_WORDS
+
+    return -(-4 * LAYER_USED_WORDS // cfg.b_beat_bytes)
 
 
 def signed32(word: int) -> int:

@@ -7,10 +7,9 @@ from amaranth.lib.wiring import In, Out
 
 from .config import FORMAT_VERSION, AccelConfig
 from .desc import ErrorCode
-from .layouts import (COUNTERS, HEADER_WORDS, IMAGE_MAGIC, LAYER_USED_WORDS, STATS_BYTES,
-                      STATS_WORDS, SectionKind)
+from .layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
 from .ports import ReadPort, WritePort
-from .record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES
+from .record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
 
 __all__ = ["ImageRunner", "RECORD_BEATS"]
 
@@ -21,9 +20,8 @@ _LAYER_SUMMED = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles
                  "stall_load_b_cycles", "stall_store_cycles")
 
 
-def RECORD_BEATS(cfg: AccelConfig) -> int:
-    """B-port beats of one layer record fetch (the named words only)."""
-    return -(-4 * LAYER_USED_WORDS // cfg.b_beat_bytes)
+#: B-port beats of one layer record fetch (the named words only).
+RECORD_BEATS = record_fetch_beats
 
 
 class ImageRunner(wiring.Component):

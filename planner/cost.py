@@ -79,6 +79,12 @@ class ModelConstants:
     param_ctrl_cycles: int = 2
     param_skip_cycles: int = 1
     param_end_cycles: int = 1
+    #: Image runs (hw.runner): the sequencer's dry run of a record without parameters (CHECK,
+    #: FINISH), the runner's control cycles per record (state hand-overs of both passes), and
+    #: per image (start, header check, finish).
+    dry_run_cycles: int = 2
+    record_ctrl_cycles: int = 7
+    image_ctrl_cycles: int = 3
 
 
 DEFAULT_CONSTANTS = ModelConstants()
@@ -409,3 +415,27 @@ def lower_bound_cycles(m: int, k: int, n: int, pm: int, pn: int, pk: int, cfg: A
     pm_last, pn_last = m - (nm - 1) * pm, n - (nn - 1) * pn
     epi = t.store(min(pm_last, pm) * -(-min(pn_last, pn) // C))
     return consts.start_cycles + pro + compute + epi + consts.finish_cycles
+
+
+def image_overhead_cycles(image_bytes: int, records: "list[tuple[int, PostLoad | None]]",
+                          cfg: AccelConfig, consts: ModelConstants = DEFAULT_CONSTANTS) -> int:
+    """Cycles an image run spends outside its layers (all ``stall_ctrl_cycles``): the header
+    fetch, the CRC read of ``image_bytes``, and per record ``(m, post)`` two record fetches,
+    the check-pass dry run (parameter loads included) and the statistics write.
+    The image's total is this plus the layers' own counters (docs/firmware.md)."""
+    from hw.layouts import STATS_BYTES
+    from hw.record import HEADER_BYTES, record_fetch_beats
+
+    b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles, 0)
+    c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle, cfg.c_port_latency_cycles, 0)
+    total = (_port_cycles(HEADER_BYTES // cfg.b_beat_bytes, *b)
+             + _port_cycles(image_bytes // cfg.b_beat_bytes, *b) + consts.image_ctrl_cycles)
+    fetch = _port_cycles(record_fetch_beats(cfg), *b)
+    stats = _port_cycles(-(-STATS_BYTES // cfg.c_beat_bytes), *c)
+    for m, post in records:
+        dry = consts.dry_run_cycles
+        if post is not None and post.active:
+            load, ctrl, _ = param_load_cycles(m, post, cfg, consts)
+            dry += load + ctrl
+        total += 2 * fetch + dry + stats + consts.record_ctrl_cycles
+    return total

@@ -236,10 +236,13 @@ class Segment:
     fills: list[TensorBuffer]
     outputs: list[TensorBuffer]
     records: list[LayerRecord]
+    #: Predicted cycles the image run spends outside its layers (header, CRC, check pass,
+    #: record fetches, statistics: firmware.builder.image_overhead, exact on the RTL).
+    overhead_cycles: int = 0
 
     @property
     def predicted_cycles(self) -> int:
-        return sum(r.predicted_cycles for r in self.records)
+        return sum(r.predicted_cycles for r in self.records) + self.overhead_cycles
 
     @property
     def budget_cycles(self) -> int:
@@ -352,7 +355,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                    cfg: AccelConfig, strategy: str, data_fraction: float) -> Segment:
     """One image for ``layers``; raises :class:`_Fit` when it does not fit, ``ValueError`` /
     ``ImageError`` naming the layer when the hardware refuses it."""
-    from firmware.builder import ImageBuilder
+    from firmware.builder import ImageBuilder, image_overhead
     from firmware.image import ImageError
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
@@ -411,7 +414,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
         records.append(LayerRecord(layer=owner, name=bl.name, m=d.m, k=d.k, n=d.n,
                                    predicted_cycles=int(bl.predicted_cycles)))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
-                   fills=fills, outputs=outputs, records=records)
+                   fills=fills, outputs=outputs, records=records,
+                   overhead_cycles=image_overhead(blob, built, b.cfg))
 
 
 def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -492,7 +496,7 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     ``b`` (batch..., K, N): one GEMM record per batch entry, requantised by the hardware.
     Returns ``(segment, loads, out_shape)``: the host writes ``loads`` (the extended ``b``)
     before the run and reads ``segment.outputs`` (one (M x N) buffer per batch entry) after."""
-    from firmware.builder import ImageBuilder
+    from firmware.builder import ImageBuilder, image_overhead
     from hw.layouts import OpKind
 
     s = layer.shape
@@ -524,7 +528,8 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
                            k=bl.layer.desc.k, n=bl.layer.desc.n,
                            predicted_cycles=int(bl.predicted_cycles)) for bl in built]
     seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[],
-                  outputs=outputs, records=records)
+                  outputs=outputs, records=records,
+                  overhead_cycles=image_overhead(blob, built, builder.cfg))
     return seg, loads, tuple(layer.out_shape)
 
 
@@ -623,7 +628,8 @@ class CompiledNetwork:
                                 "inputs": [b.as_dict() for b in seg.inputs],
                                 "fills": [b.as_dict() for b in seg.fills],
                                 "outputs": [b.as_dict() for b in seg.outputs],
-                                "records": [dataclasses.asdict(r) for r in seg.records]}
+                                "records": [dataclasses.asdict(r) for r in seg.records],
+                                "overhead_cycles": seg.overhead_cycles}
             else:
                 d["layer"] = s.layer
                 d["reason"] = s.reason
@@ -711,7 +717,8 @@ class CompiledNetwork:
                                   inputs=[TensorBuffer.from_dict(x) for x in sd["inputs"]],
                                   fills=[TensorBuffer.from_dict(x) for x in sd["fills"]],
                                   outputs=[TensorBuffer.from_dict(x) for x in sd["outputs"]],
-                                  records=[LayerRecord(**r) for r in sd["records"]])
+                                  records=[LayerRecord(**r) for r in sd["records"]],
+                                  overhead_cycles=int(sd.get("overhead_cycles", 0)))
                     steps.append(Step("segment", d["name"], segment=seg))
                 else:
                     steps.append(Step(d["kind"], d["name"], layer=d["layer"],

@@ -186,6 +186,7 @@ async def _run_segment(rt, seg: Segment, env: dict, loads=()) -> dict:
                         "n": rec.n, "macs": rec.macs, "predicted_cycles": rec.predicted_cycles,
                         "counters": dict(stats.counters)})
     return {"outputs": outs, "records": records, "image_bytes": len(seg.image),
+            "overhead_predicted": seg.overhead_cycles,
             "run_counters": dict(report.counters), "wall_s": time.perf_counter() - t0}
 
 
@@ -276,7 +277,9 @@ class NetworkRun:
 
     @property
     def predicted_cycles(self) -> int:
-        return sum(r["predicted_cycles"] for s in self.steps for r in s.get("records", []))
+        """Every record's prediction plus each image run's own (predicted) cycles."""
+        return sum(r["predicted_cycles"] for s in self.steps for r in s.get("records", [])) + \
+            sum(s.get("overhead_predicted", 0) for s in self.steps)
 
 
 def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: str = "golden",

@@ -49,6 +49,11 @@ def check_network(net, cfg, result, mismatches, *, exact_cycles=True):
     for built, layer in zip(net.layers, result.layers):
         if exact_cycles and built.layer.op_kind != OpKind.CONV:
             assert layer["total_cycles"] == built.predicted_cycles, built.name
+    # and the image run's own cycles (header, CRC, check pass, fetches, statistics) exactly
+    if exact_cycles:
+        from firmware.builder import image_overhead
+        assert c["total_cycles"] - sum(layer["total_cycles"] for layer in result.layers) == \
+            image_overhead(net.blob, net.layers, cfg)
     macs = sum(b.layer.desc.m * b.layer.desc.n * b.layer.desc.k for b in net.layers)
     assert c["mac_active_cycles"] * cfg.array_rows * cfg.array_cols >= macs
     print(f"{net.name} on {cfg.array_rows}x{cfg.array_cols}: {c['total_cycles']} cycles, "
