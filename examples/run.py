@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"image total: {c['total_cycles']} cycles, predicted "
           f"{predicted_image_cycles(net.blob, net.layers, cfg)} (of which the image run itself: "
           f"header, CRC, check pass, record fetches, statistics: "
-          f"{image_overhead(net.blob, net.layers, cfg)}); error {result.error_name}")
+          f"{image_overhead(net.blob, cfg)}); error {result.error_name}")
     ok = result.error == 0
     for name, bad in mismatches.items():
         print(f"  {name:<10} {'PASS' if not bad else f'FAIL ({len(bad)} bytes differ)'}")

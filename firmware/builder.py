@@ -322,15 +322,19 @@ def _post_of(layer: Layer) -> PostLoad:
     return PostLoad(bias=layer.bias_present == 1, requant=layer.out_format == OutFormat.INT8)
 
 
-def image_overhead(blob: bytes, layers: list[BuiltLayer], cfg: AccelConfig) -> int:
-    """Cycles the image run spends outside its layers (:func:`planner.cost.image_overhead_cycles`)."""
+def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
+    """Cycles the run of image ``blob`` spends outside its layers
+    (:func:`planner.cost.image_overhead_cycles`)."""
     from planner.cost import image_overhead_cycles
 
-    return image_overhead_cycles(len(blob), [(b.layer.desc.m, _post_of(b.layer))
-                                             for b in layers], cfg)
+    from .image import decode
+
+    image = decode(blob)
+    return image_overhead_cycles(len(blob), [(layer.desc.m, _post_of(layer))
+                                             for layer in image.layers], cfg)
 
 
 def predicted_image_cycles(blob: bytes, layers: list[BuiltLayer], cfg: AccelConfig) -> int:
     """The predicted ``total_cycles`` of running the image: every layer's prediction plus the
     image overhead."""
-    return sum(b.predicted_cycles for b in layers) + image_overhead(blob, layers, cfg)
+    return sum(b.predicted_cycles for b in layers) + image_overhead(blob, cfg)

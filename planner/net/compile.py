@@ -415,7 +415,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                                    predicted_cycles=int(bl.predicted_cycles)))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records,
-                   overhead_cycles=image_overhead(blob, built, b.cfg))
+                   overhead_cycles=image_overhead(blob, b.cfg))
 
 
 def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -529,7 +529,7 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
                            predicted_cycles=int(bl.predicted_cycles)) for bl in built]
     seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[],
                   outputs=outputs, records=records,
-                  overhead_cycles=image_overhead(blob, built, builder.cfg))
+                  overhead_cycles=image_overhead(blob, builder.cfg))
     return seg, loads, tuple(layer.out_shape)
 
 
@@ -691,6 +691,8 @@ class CompiledNetwork:
                     return [dec(x) for x in v]
                 return v
 
+            from firmware.builder import image_overhead
+
             cfg = AccelConfig.from_dict(plan["config"])
             if cfg.config_id != plan["config_id"]:
                 raise CompileError(f"{path}: the stored configuration hashes to "
@@ -718,7 +720,9 @@ class CompiledNetwork:
                                   fills=[TensorBuffer.from_dict(x) for x in sd["fills"]],
                                   outputs=[TensorBuffer.from_dict(x) for x in sd["outputs"]],
                                   records=[LayerRecord(**r) for r in sd["records"]],
-                                  overhead_cycles=int(sd.get("overhead_cycles", 0)))
+                                  overhead_cycles=int(sd["overhead_cycles"]) if
+                                  "overhead_cycles" in sd else image_overhead(
+                                      z.read(sd["image"]), cfg))
                     steps.append(Step("segment", d["name"], segment=seg))
                 else:
                     steps.append(Step(d["kind"], d["name"], layer=d["layer"],

@@ -53,7 +53,7 @@ def check_network(net, cfg, result, mismatches, *, exact_cycles=True):
     if exact_cycles:
         from firmware.builder import image_overhead
         assert c["total_cycles"] - sum(layer["total_cycles"] for layer in result.layers) == \
-            image_overhead(net.blob, net.layers, cfg)
+            image_overhead(net.blob, cfg)
     macs = sum(b.layer.desc.m * b.layer.desc.n * b.layer.desc.k for b in net.layers)
     assert c["mac_active_cycles"] * cfg.array_rows * cfg.array_cols >= macs
     print(f"{net.name} on {cfg.array_rows}x{cfg.array_cols}: {c['total_cycles']} cycles, "
