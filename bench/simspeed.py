@@ -35,14 +35,14 @@ SLOW_SHAPES = {"tiny": "64x128x64", "small": "64x128x64", "default": "64x128x64"
 AMARANTH_MAX_CYCLES = {"tiny": 20000, "small": 5000, "default": 2000}
 
 
-def measure(sim: str, preset: str) -> dict:
+def measure(sim: str, preset: str, build_root: Path | None = None) -> dict:
     if sim == "amaranth":
         from .amaranth_speed import measure_amaranth
 
         return measure_amaranth(preset, SLOW_SHAPES[preset], AMARANTH_MAX_CYCLES[preset])
     shape = SHAPES[preset] if sim == "verilator" else SLOW_SHAPES[preset]
     cfg = PRESETS[preset]
-    out = emit(cfg)
+    out = emit(cfg, build_root)
     shutil.rmtree(out / f"sim-{sim}", ignore_errors=True)
     started = time.perf_counter()
     runner = build(sim, out)
@@ -67,6 +67,9 @@ def main(argv=None) -> int:
     parser.add_argument("--presets", default="tiny,small,default")
     parser.add_argument("--simulators", default="verilator,icarus,amaranth")
     parser.add_argument("--out", type=Path, default=RESULTS / "simspeed.json")
+    parser.add_argument("--build-root", type=Path, default=None,
+                        help="emit and build under this directory instead of build/ (the "
+                             "measurement deletes and rebuilds the simulator build it times)")
     args = parser.parse_args(argv)
     rows = []
     for sim in args.simulators.split(","):
@@ -76,7 +79,7 @@ def main(argv=None) -> int:
             continue
         for preset in args.presets.split(","):
             print(f"measuring {sim} {preset}...", file=sys.stderr, flush=True)
-            rows.append(measure(sim, preset))
+            rows.append(measure(sim, preset, args.build_root))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": platform.platform(), "cpu": platform.processor(),
                                     "results": rows}, indent=1) + "\n")
