@@ -42,7 +42,7 @@ def measure(sim: str, preset: str, build_root: Path | None = None) -> dict:
         return measure_amaranth(preset, SLOW_SHAPES[preset], AMARANTH_MAX_CYCLES[preset])
     shape = SHAPES[preset] if sim == "verilator" else SLOW_SHAPES[preset]
     cfg = PRESETS[preset]
-    out = emit(cfg, build_root)
+    out = emit(cfg, build_root.resolve() if build_root else None)
     shutil.rmtree(out / f"sim-{sim}", ignore_errors=True)
     started = time.perf_counter()
     runner = build(sim, out)
