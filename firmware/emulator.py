@@ -42,6 +42,9 @@ class EmulationResult:
     writes: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     #: device addresses of the statistics records' counter words (cycle counts, not modelled)
     counter_words: list[int] = dataclasses.field(default_factory=list)
+    #: (addr, size) byte ranges the layers' results depend on (A, B or the convolution input
+    #: tensor, the parameter arrays), merged; tables and records are in the image
+    reads: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 class _Mem:
@@ -111,6 +114,15 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
         b = _gather_conv(m, d, cfg)
         if b is None:
             return False
+    result.reads += _ranges(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None],
+                            m.size)
+    if d.b_mode == 0:
+        result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :],
+                                m.size)
+    else:
+        result.reads += _ranges(d.b_addr + np.arange(d.b_stride, dtype=np.int64), m.size)
+    for name in ("bias_addr", "mult_addr", "shift_addr"):
+        result.reads += _ranges(rec[name] + np.arange(4 * d.m, dtype=np.int64), m.size)
     acc = gemm_int8(np.ascontiguousarray(a), np.ascontiguousarray(b))
     bias = None
     if rec["bias_present"] == 1:
@@ -130,6 +142,18 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
         m.mem[lo:lo + row_bytes] = raw[i].tobytes()
         result.writes.append((lo, row_bytes))
     return True
+
+
+def _ranges(idx: np.ndarray, size: int, gap: int = 256) -> list[tuple[int, int]]:
+    """Byte indices (wrapped to the memory) as ``(addr, size)`` ranges, merging gaps up to
+    ``gap`` bytes (a superset of the bytes read, in few ranges)."""
+    flat = np.unique(np.asarray(idx, dtype=np.int64).reshape(-1) % size)
+    if flat.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(flat) > gap)
+    starts = np.concatenate(([flat[0]], flat[cut + 1]))
+    ends = np.concatenate((flat[cut], [flat[-1]])) + 1
+    return [(int(a), int(b - a)) for a, b in zip(starts, ends)]
 
 
 def _gather_conv(m: _Mem, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | None:

@@ -264,7 +264,11 @@ def fuzz_cases(cfg: AccelConfig, count: int, seed: int) -> tuple[list[FuzzCase],
                             for b in range(4)]
         # runs share one simulation: every checked range, and the longest seed image's bytes
         # (a truncated image's layers may read past its end), start zeroed as in the model
-        clear = [(0, bytes(image_span))] + [(lo, bytes(size)) for _, lo, size in reads]
+        # the bytes the layers read too: a mutant may point an operand anywhere in memory,
+        # where earlier runs of the shared simulation left data
+        clear_ranges = _merge([(0, image_span)] + [(lo, lo + size) for _, lo, size in reads] +
+                              [(lo, lo + size) for lo, size in result.reads])
+        clear = [(lo, bytes(hi - lo)) for lo, hi in clear_ranges]
         cases.append(FuzzCase(base.name, kind, blob, int(result.error), result.layer_index,
                               budget, reads, expected, masked, clear + loads[base.name]))
     summary = {"mutations": collections.Counter(c.mutation.split(":")[0].split("+")[0]
