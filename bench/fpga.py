@@ -104,8 +104,9 @@ _CELLS = {"LUT4": "lut4", "TRELLIS_FF": "ff", "CCU2C": "ccu2c", "MULT18X18D": "m
 
 def parse_yosys_stat(log: str) -> dict[str, int]:
     """Cell counts of the last ``stat`` in a yosys log (both ``N NAME`` and ``NAME N`` forms)."""
-    last = log.rfind("Number of cells")
-    text = log[last:] if last >= 0 else log
+    starts = [m.start() for m in re.finditer(r"Number of cells|^\s*\d+\s+cells\s*$", log,
+                                             re.MULTILINE)]
+    text = log[starts[-1]:] if starts else log
     cells = {}
     for name, key in _CELLS.items():
         m = (re.search(rf"^\s*(\d+)\s+(?:\S+\s+)?{name}\s*$", text, re.MULTILINE)
@@ -195,10 +196,16 @@ def collect(preset: str, *, nodsp: bool = False) -> dict:
     if spent and "yosys_s" not in row:
         row["yosys_s"] = round(float(spent[1]), 1)
     if not (work / "fpga_top.json").exists() or "End of script" not in text:
-        row["error"] = "yosys: " + ("; ".join(_errors(ylog)) if ylog.exists() else "not run")
+        row["error"] = "yosys: " + ("; ".join(_errors(ylog)) or "did not finish"
+                                    if ylog.exists() else "not run")
         return row
+    nlog = work / "nextpnr.log"
+    if nlog.exists():
+        estimates = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz",
+                               nlog.read_text(errors="replace"))
+        if estimates:
+            row["fmax_estimate_mhz"] = float(estimates[-1])    # after placement or routing
     if not (work / "report.json").exists():
-        nlog = work / "nextpnr.log"
         row["error"] = "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
                                       if nlog.exists() else "not run")
         return row
@@ -220,7 +227,9 @@ def markdown(rows: list[dict]) -> str:
         bram = r.get("dp16kd", cells.get("dp16kd"))
         placed = ("—" if r.get("comb") is None else
                   f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
-        fmax = "—" if r.get("fmax_mhz") is None else f"{r['fmax_mhz']:.1f}"
+        fmax = ("—" if r.get("fmax_mhz") is None else f"{r['fmax_mhz']:.1f}")
+        if r.get("fmax_mhz") is None and r.get("fmax_estimate_mhz") is not None:
+            fmax = f"{r['fmax_estimate_mhz']:.1f} (estimate)"
         lines.append(
             f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
             f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
