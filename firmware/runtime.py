@@ -150,7 +150,7 @@ class Runtime:
             image = decode(blob)
             self._layers[base] = (len(blob), [layer.stats_addr for layer in image.layers])
         except ImageError:
-            pass
+            pass        # placed unchecked and undecodable: run_image reports no statistics
         return base
 
     # -- runs -------------------------------------------------------------------------------------
