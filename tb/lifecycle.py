@@ -35,6 +35,13 @@ async def _setup(h: Harness, m: int, k: int, n: int, rng, *, a=None, b=None):
     return d, where, gemm_int8(a, b)
 
 
+async def _start(h: Harness, d):
+    """Program ``d``'s whole record and start it, without waiting."""
+    for name, word in layer_record(d).items():
+        await h.csr_write(REG[record_register(name)].offset, word)
+    await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
+
+
 async def _result(h: Harness, d, where, m, n):
     raw = await h.dump(where.c_addr, (m - 1) * where.c_stride + 4 * n)
     return c_from_bytes(raw, m, n, where.c_stride)
@@ -46,9 +53,7 @@ async def start_and_writes_while_busy_are_ignored(dut):
     rng = np.random.default_rng(11)
     m, k, n = 9, 300, 11
     d, where, want = await _setup(h, m, k, n, rng)
-    for name, word in layer_record(d).items():
-        await h.csr_write(REG[record_register(name)].offset, word)
-    await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
+    await _start(h, d)
     await ClockCycles(dut.clk, 50)
     # mid-run: a second start, a run-image start and rewritten descriptor registers
     await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
@@ -71,9 +76,7 @@ async def counters_read_while_running_only_grow(dut):
     rng = np.random.default_rng(12)
     m, k, n = 13, 700, 9
     d, where, want = await _setup(h, m, k, n, rng)
-    for name, word in layer_record(d).items():
-        await h.csr_write(REG[record_register(name)].offset, word)
-    await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
+    await _start(h, d)
     seen = []
     while True:
         status = await h.csr_read(REG["STATUS"].offset)
@@ -97,9 +100,7 @@ async def reset_mid_run_then_a_clean_run(dut):
     rng = np.random.default_rng(13)
     m, k, n = 10, 500, 14
     d, where, _ = await _setup(h, m, k, n, rng)
-    for name, word in layer_record(d).items():
-        await h.csr_write(REG[record_register(name)].offset, word)
-    await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
+    await _start(h, d)
     await ClockCycles(dut.clk, 400)
     assert await h.csr_read(REG["STATUS"].offset) & (1 << STATUS_BITS["BUSY"])
     dut.rst.value = 1

@@ -64,8 +64,9 @@ class GoldenDevice:
         self._regs[offset] = value
         if offset == REG["CTRL"].offset:
             if value & (1 << CTRL_BITS["START"]):
-                raise NotImplementedError("the golden device runs images, not register-mode "
-                                          "records")
+                from firmware.runtime import DeviceError
+                raise DeviceError("the golden device runs images only (CTRL.RUN_IMAGE); a "
+                                  "register-mode CTRL.START needs the RTL backends")
             if value & (1 << CTRL_BITS["RUN_IMAGE"]):
                 self._run_image(self._regs.get(REG["IMAGE_ADDR"].offset, 0))
 

@@ -290,3 +290,16 @@ def test_compile_model_accepts_an_already_quantised_model(cnn, tmp_path):
     again = compile_model(tmp_path / "q.onnx", {}, SMALL)
     assert [s.image for s in again.segments] == [s.image for s in net.segments]
     assert generated_inputs(q, 1)[0].keys() == {"x"}
+
+
+def test_golden_device_refuses_register_mode_start():
+    import asyncio
+
+    from firmware.runtime import DeviceError
+    from hw.config import PRESETS
+    from hw.regmap import CTRL_BITS, REG
+    from planner.net.execute import GoldenDevice
+
+    dev = GoldenDevice(PRESETS["tiny"])
+    with pytest.raises(DeviceError, match="runs images only"):
+        asyncio.run(dev.write_register(REG["CTRL"].offset, 1 << CTRL_BITS["START"]))
