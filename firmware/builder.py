@@ -34,7 +34,7 @@ from hw.desc import GemmDescriptor
 from hw.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from hw.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
-from planner.cost import PostLoad
+from planner.cost import PostLoad, on_chip
 
 from .image import Image, ImageError, Layer, encode, image_bytes, section_layout
 
@@ -115,6 +115,7 @@ class ImageBuilder:
         self.data_addr = data_addr
         self.strategy = strategy
         self._data_top = data_addr
+        self._local_top = cfg.local_base
         self.buffers: dict[str, tuple[int, int]] = {}
         self._blobs: dict[SectionKind, bytearray] = {k: bytearray() for k in
                                                      (SectionKind.TABLES, SectionKind.QUANT,
@@ -140,6 +141,29 @@ class ImageBuilder:
         self._data_top = _align(addr + nbytes + self.cfg.c_beat_bytes)
         self.buffers[name] = (addr, nbytes)
         return addr
+
+    def local(self, name: str, nbytes: int) -> int:
+        """Allocate ``nbytes`` in the accelerator's on-chip local buffer (64-byte aligned, so
+        whole local rows) and return its device address (``>= cfg.local_base``). A layer whose
+        output is there writes it on chip (int8 only), a layer reading it as B reads it on chip:
+        the intermediate of a fused pair (docs/fusion.md). The host cannot read or write it."""
+        if name in self.buffers:
+            raise ValueError(f"buffer {name!r} already exists")
+        if type(nbytes) is not int or nbytes <= 0:
+            raise ValueError(f"local buffer {name!r}: nbytes must be a positive int, not "
+                             f"{nbytes!r}")
+        addr = self._local_top
+        end = self.cfg.local_base + self.cfg.local_buf_bytes
+        if addr + nbytes > end:
+            raise ValueError(f"local buffer {name!r} of {nbytes} bytes does not fit: "
+                             f"local_buf_bytes={self.cfg.local_buf_bytes}, "
+                             f"{addr - self.cfg.local_base} bytes are in use")
+        self._local_top = _align(addr + nbytes)
+        self.buffers[name] = (addr, nbytes)
+        return addr
+
+    def _is_local(self, addr) -> bool:
+        return not isinstance(addr, tuple) and addr >= self.cfg.local_base
 
     def _blob(self, kind: SectionKind, data: bytes, tail: int = 0) -> tuple[SectionKind, int]:
         """Append ``data`` (+ ``tail`` zero bytes a beat read may reach) to a section; return a
@@ -192,13 +216,18 @@ class ImageBuilder:
             raise ValueError(f"{name}: op_kind CONV needs ImageBuilder.conv")
         m, k = w.shape
         shape = GemmShape(m, k, n)
-        plan = plan_gemm(shape, self.cfg, self.strategy)
+        # a local operand is served at one beat per cycle: plan for the ports the layer sees
+        # (legality depends on buffer sizes only, which the view keeps)
+        plan = plan_gemm(shape, on_chip(self.cfg, b_local=self._is_local(b_addr),
+                                        c_local=self._is_local(out_addr)), self.strategy)
         a_ref, a_stride = self._weights(w)
         desc = dict(m=m, k=k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=a_stride,
                     b_addr=b_addr, b_stride=b_stride, c_addr=out_addr, c_stride=out_stride)
         fields = {"op_kind": OpKind(op_kind), **self._quant(m, bias, requant)}
         post = PostLoad(bias=bias is not None, requant=requant is not None)
-        self._add(name, desc, fields, predict(plan, self.cfg, post=post).total_cycles)
+        self._add(name, desc, fields, predict(plan, self.cfg, post=post,
+                                              b_local=self._is_local(b_addr),
+                                              c_local=self._is_local(out_addr)).total_cycles)
 
     def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
              out_chan_stride: int, out_row_stride: int | None = None, bias=None,
@@ -251,7 +280,8 @@ class ImageBuilder:
             probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
                                       for key, v in desc.items()})
             post = PostLoad(bias=bias is not None, requant=requant is not None)
-            cycles = predict_conv(probe, tables, self.cfg, post=post).total_cycles
+            cycles = predict_conv(probe, tables, self.cfg, post=post,
+                                  c_local=self._is_local(out_addr)).total_cycles
             self._add(name if whole else f"{name}[row {p}]", desc,
                       {"op_kind": OpKind.CONV, **quant}, cycles)
 

@@ -48,6 +48,11 @@ class EmulationResult:
 
 
 class _Mem:
+    """Device memory: the caller's DRAM and the accelerator's local buffer above it
+    (``[dram_bytes, dram_bytes + local_buf_bytes)``, zero at the start of an image run). Local
+    bytes no layer of this run has written are *unwritten*: a layer reading one has no output
+    the spec defines (the hardware's buffer keeps whatever an earlier run left there)."""
+
     def __init__(self, mem: bytearray, cfg: AccelConfig):
         if len(mem) != cfg.dram_bytes:
             raise ValueError(f"memory is {len(mem)} bytes, the device has dram_bytes="
@@ -55,6 +60,25 @@ class _Mem:
         self.mem = mem
         self.view = np.frombuffer(mem, dtype=np.uint8)
         self.size = len(mem)
+        self.local = np.zeros(cfg.local_buf_bytes, np.uint8)
+        self.local_written = np.zeros(cfg.local_buf_bytes, bool)
+
+    def is_local(self, idx: np.ndarray) -> np.ndarray:
+        return (idx >= self.size) & (idx < self.size + self.local.size)
+
+    def local_defined(self, idx: np.ndarray) -> bool:
+        """Every local byte among ``idx`` was written earlier in this run."""
+        idx = np.asarray(idx, np.int64)
+        loc = idx[self.is_local(idx)] - self.size
+        return bool(self.local_written[loc].all())
+
+    def write(self, addr: int, data: bytes) -> None:
+        if addr >= self.size:
+            lo = addr - self.size
+            self.local[lo:lo + len(data)] = np.frombuffer(data, np.uint8)
+            self.local_written[lo:lo + len(data)] = True
+        else:
+            self.mem[addr:addr + len(data)] = data
 
     def words(self, addr: int, count: int) -> list[int]:
         idx = (addr + 4 * np.arange(count, dtype=np.int64)[:, None]
@@ -63,7 +87,13 @@ class _Mem:
         return (raw[:, 0] | raw[:, 1] << 8 | raw[:, 2] << 16 | raw[:, 3] << 24).tolist()
 
     def gather(self, idx: np.ndarray) -> np.ndarray:
-        return self.view[idx % self.size].view(np.int8)
+        idx = np.asarray(idx, np.int64)
+        loc = self.is_local(idx)
+        if not loc.any():
+            return self.view[idx % self.size].view(np.int8)
+        out = self.view[np.where(loc, 0, idx) % self.size].copy()
+        out[loc] = self.local[idx[loc] - self.size]
+        return out.view(np.int8)
 
 
 def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig) -> EmulationResult:
@@ -109,14 +139,17 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
     kk = np.arange(d.k, dtype=np.int64)
     a = m.gather(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None])    # m x k
     if d.b_mode == 0:
-        b = m.gather(d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :])  # k x n
+        b_idx = d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :]
+        if not m.local_defined(b_idx):
+            return False
+        b = m.gather(b_idx)                                                         # k x n
     else:
         b = _gather_conv(m, d, cfg)
         if b is None:
             return False
     result.reads += _ranges(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None],
                             m.size)
-    if d.b_mode == 0:
+    if d.b_mode == 0 and d.b_addr < m.size:
         result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :],
                                 m.size)
     else:
@@ -139,8 +172,9 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
     raw = np.ascontiguousarray(out).view(np.uint8).reshape(d.m, row_bytes)
     for i in range(d.m):
         lo = d.c_addr + i * d.c_stride
-        m.mem[lo:lo + row_bytes] = raw[i].tobytes()
-        result.writes.append((lo, row_bytes))
+        m.write(lo, raw[i].tobytes())
+        if lo < m.size:                      # local writes stay on chip
+            result.writes.append((lo, row_bytes))
     return True
 
 

@@ -72,6 +72,11 @@ class AccelConfig:
     #: On-chip post-processing parameter capacity: output channels (rows of C) whose bias,
     #: multiplier and shift a layer may use (docs/firmware.md).
     quant_entries: int = 4096
+    #: On-chip local buffer (bytes) that keeps a producer layer's int8 output for its consumer
+    #: (operator fusion, seed 003; docs/fusion.md). It is addressed at device addresses
+    #: ``[dram_bytes, dram_bytes + local_buf_bytes)``: a layer whose C lies there writes it on
+    #: chip, a layer whose B lies there reads it on chip; neither crosses a memory port.
+    local_buf_bytes: int = 512 << 10
 
     #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
     _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
@@ -96,6 +101,8 @@ class AccelConfig:
         for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
+        # rows of one B beat; the buffer lives above the DRAM in the device address space
+        self._check_pow2("local_buf_bytes", 2 * self.b_beat_bytes, self.dram_bytes)
         beats = {"a": self.a_beat_bytes, "b": self.b_beat_bytes, "c": self.c_beat_bytes}
         for port, beat in beats.items():
             self._check_range(f"{port}_port_bytes_per_cycle", 1, beat)
@@ -190,6 +197,20 @@ class AccelConfig:
         return 1 << self.dram_addr_bits
 
     @property
+    def local_base(self) -> int:
+        """Device address of the first byte of the on-chip local buffer (= ``dram_bytes``)."""
+        return self.dram_bytes
+
+    @property
+    def local_depth(self) -> int:
+        """Rows of the local buffer; one row is one B beat (``array_cols`` int8)."""
+        return self.local_buf_bytes // self.b_beat_bytes
+
+    def is_local(self, lo: int, hi: int) -> bool:
+        """``[lo, hi)`` lies inside the on-chip local buffer."""
+        return self.local_base <= lo and hi <= self.local_base + self.local_buf_bytes
+
+    @property
     def macs_per_cycle(self) -> int:
         """Peak multiply-accumulates per cycle (seed 000 ``hw_power``)."""
         return self.array_rows * self.array_cols
@@ -243,7 +264,7 @@ PRESETS: dict[str, AccelConfig] = {
         a_port_latency_cycles=8, b_port_latency_cycles=8, c_port_latency_cycles=8,
         block_m=4, block_n=4, sync_bytes=256, dram_addr_bits=22,
         conv_offset_entries=1024, conv_run_entries=1024, conv_group_entries=1024,
-        quant_entries=256),
+        quant_entries=256, local_buf_bytes=16 << 10),
     "small": AccelConfig(
         array_rows=8, array_cols=8,
         buf_a_bytes=32 << 10, buf_b_bytes=32 << 10, acc_buf_bytes=16 << 10,
@@ -251,7 +272,7 @@ PRESETS: dict[str, AccelConfig] = {
         a_port_latency_cycles=16, b_port_latency_cycles=16, c_port_latency_cycles=16,
         block_m=8, block_n=8, sync_bytes=1024, dram_addr_bits=23,
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
-        quant_entries=1024),
+        quant_entries=1024, local_buf_bytes=64 << 10),
     # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default.
     "default": AccelConfig(),
 }

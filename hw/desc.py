@@ -31,7 +31,7 @@ import enum
 from .config import AccelConfig
 
 __all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "MAX_DIM", "tensor_extents",
-           "groups_n"]
+           "groups_n", "local_problem"]
 
 #: Largest m, k, n (and partition) the 32-bit descriptor fields may carry.
 MAX_DIM = (1 << 24) - 1
@@ -50,7 +50,8 @@ class ErrorCode(enum.IntEnum):
     BUF_B_OVERFLOW = 7      # partition_k * partition_n > buf_b_half_bytes
     ACC_OVERFLOW = 8        # partition_m * partition_n * 4 > acc_buffer_needed, or
                             # acc_buffer_needed > acc_half_bytes
-    BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B
+    BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B; a B
+                            # or C in the local buffer that it cannot serve (local_problem)
     BAD_FLAGS = 10          # outer_m, need_splitk or b_mode is neither 0 nor 1
     BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
     # layer record rules (hw.record.check_record)
@@ -141,6 +142,33 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     return out
 
 
+def _local_text(cfg: AccelConfig) -> str:
+    return f"[{cfg.local_base:#x}, {cfg.local_base + cfg.local_buf_bytes:#x})"
+
+
+def local_problem(d: GemmDescriptor, cfg: AccelConfig, operand: str, *,
+                  out_bytes: int = 4) -> str | None:
+    """Why operand ``"b"`` or ``"c"`` of ``d``, lying in the on-chip local buffer, cannot be
+    served there (None when it can). The local buffer holds rows of one B beat: a local B is a
+    dense matrix (``b_mode`` 0), a local C is int8, and their address and row stride are whole
+    rows (multiples of ``b_beat_bytes``)."""
+    row = cfg.b_beat_bytes
+    where = f"lies in the local buffer {_local_text(cfg)}"
+    if operand == "b":
+        if d.b_mode != 0:
+            return f"B {where}, which serves dense operands only: b_mode must be 0, not {d.b_mode}"
+        if d.b_addr % row or d.b_stride % row:
+            return (f"B {where}: b_addr={d.b_addr:#x} and b_stride={d.b_stride} must be "
+                    f"multiples of its row of {row} bytes")
+        return None
+    if out_bytes != 1:
+        return f"C {where}, which holds int8 outputs only (out_format INT8)"
+    if d.c_addr % row or d.c_stride % row:
+        return (f"C {where}: c_addr={d.c_addr:#x} and c_stride={d.c_stride} must be multiples "
+                f"of its row of {row} bytes")
+    return None
+
+
 def check(d: GemmDescriptor, cfg: AccelConfig, *,
           out_bytes: int = 4) -> list[tuple[ErrorCode, str]]:
     """Every rule ``d`` breaks on ``cfg``, in the priority order the RTL reports them.
@@ -204,9 +232,16 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     if not errs:
         ext = tensor_extents(d, cfg, out_bytes=out_bytes)
         for name, (lo, hi) in ext.items():
-            if hi > cfg.dram_bytes:
-                bad(ErrorCode.BAD_ADDRESS, f"{name.upper()} spans [{lo:#x}, {hi:#x}) beyond "
-                                           f"dram_bytes={cfg.dram_bytes:#x}")
+            if hi <= cfg.dram_bytes:
+                continue
+            if name in ("b", "c") and cfg.is_local(lo, hi):
+                problem = local_problem(d, cfg, name, out_bytes=out_bytes)
+                if problem:
+                    bad(ErrorCode.BAD_ADDRESS, problem)
+                continue
+            bad(ErrorCode.BAD_ADDRESS, f"{name.upper()} spans [{lo:#x}, {hi:#x}) beyond "
+                                       f"dram_bytes={cfg.dram_bytes:#x} and is not inside the "
+                                       f"local buffer {_local_text(cfg)} (only B and C may be)")
         if d.c_stride < out_bytes * d.n:
             bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < {out_bytes}*n="
                                        f"{out_bytes * d.n}: C rows overlap")

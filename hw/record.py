@@ -150,8 +150,11 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
     lo, hi = rec["out_window_lo"], rec["out_window_hi"]
     if lo >= hi:
         bad(ErrorCode.BAD_WINDOW, f"out_window_lo={lo:#x} >= out_window_hi={hi:#x}: empty window")
-    if hi > mem:
-        bad(ErrorCode.BAD_WINDOW, f"out_window_hi={hi:#x} reaches past dram_bytes={mem:#x}")
+    if hi > mem and not cfg.is_local(lo, hi):
+        bad(ErrorCode.BAD_WINDOW, f"out_window_hi={hi:#x} reaches past dram_bytes={mem:#x} "
+                                  f"and the window [{lo:#x}, {hi:#x}) is not inside the local "
+                                  f"buffer [{cfg.local_base:#x}, "
+                                  f"{cfg.local_base + cfg.local_buf_bytes:#x})")
     w_lo, w_hi = written_range(rec)
     if not (lo <= w_lo and w_hi <= hi):
         bad(ErrorCode.BAD_WINDOW,

@@ -111,6 +111,15 @@ class Sequencer(wiring.Component):
         acc_w = acc.write_port()
         acc_rmw = acc.read_port(transparent_for=())
         acc_st = acc.read_port(transparent_for=())
+        # The local buffer (operator fusion, docs/fusion.md): rows of one B beat at device
+        # addresses [dram_bytes, dram_bytes + local_buf_bytes). A layer whose B lies there reads
+        # it through `loc_r` instead of the B port, one whose C lies there writes it through
+        # `loc_w` instead of the C port; both answer one cycle after a request, at one beat per
+        # cycle. A layer never reads and writes the same local rows (checked like C vs B).
+        m.submodules.local = loc = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.local_depth,
+                                          init=[])
+        loc_w = loc.write_port(granularity=8)
+        loc_r = loc.read_port(transparent_for=())
 
         # -- engines -----------------------------------------------------------------------------
         m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
@@ -141,10 +150,24 @@ class Sequencer(wiring.Component):
         m.d.comb += [se.q_bias.eq(q_read["bias"]), se.q_mult.eq(q_read["mult"]),
                      se.q_shift.eq(q_read["shift"])]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
-        wiring.connect(m, wiring.flipped(self.c_wr), se.mem)
+        b_loc, c_loc = Signal(), Signal()        # this layer's B / C lies in the local buffer
+        # C: to memory, or into the local buffer (an int8 beat's low array_cols bytes)
+        loc_ack = Signal()
+        m.d.sync += loc_ack.eq(se.mem.valid & c_loc)
+        m.d.comb += [
+            self.c_wr.addr.eq(se.mem.addr), self.c_wr.data.eq(se.mem.data),
+            self.c_wr.strb.eq(se.mem.strb), self.c_wr.valid.eq(se.mem.valid & ~c_loc),
+            se.mem.ready.eq(c_loc | self.c_wr.ready),
+            se.mem.bvalid.eq(Mux(c_loc, loc_ack, self.c_wr.bvalid)),
+            loc_w.addr.eq(se.mem.addr >> lc),
+            loc_w.data.eq(se.mem.data[:8 * cfg.b_beat_bytes]),
+            loc_w.en.eq(Mux(se.mem.valid & c_loc, se.mem.strb[:cfg.b_beat_bytes], 0)),
+        ]
         # The B port and buffer B belong to the dense load engine or, in convolution mode, to
         # the address generator.
         conv = Signal()
+        lb_loc = Signal()                         # the B load engine reads the local buffer
+        m.d.comb += lb_loc.eq(b_loc & ~q_phase)
         with m.If(conv):
             m.d.comb += [
                 self.b_rd.addr.eq(ag.mem.addr), self.b_rd.valid.eq(ag.mem.valid),
@@ -153,14 +176,18 @@ class Sequencer(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [
-                self.b_rd.addr.eq(lb.mem.addr), self.b_rd.valid.eq(lb.mem.valid),
+                self.b_rd.addr.eq(lb.mem.addr), self.b_rd.valid.eq(lb.mem.valid & ~lb_loc),
                 self.b_rd.stride.eq(1),
                 b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data),
                 b_w.en.eq(Mux(lb.w_en & ~q_phase, (1 << cfg.b_beat_bytes) - 1, 0)),
             ]
+        loc_rvalid = Signal()
+        m.d.sync += loc_rvalid.eq(lb.mem.valid & lb_loc)
         m.d.comb += [
-            lb.mem.ready.eq(self.b_rd.ready & ~conv), lb.mem.rdata.eq(self.b_rd.rdata),
-            lb.mem.rvalid.eq(self.b_rd.rvalid & ~conv),
+            loc_r.addr.eq(lb.mem.addr >> lc), loc_r.en.eq(lb.mem.valid & lb_loc),
+            lb.mem.ready.eq(lb_loc | (self.b_rd.ready & ~conv)),
+            lb.mem.rdata.eq(Mux(lb_loc, loc_r.data, self.b_rd.rdata)),
+            lb.mem.rvalid.eq(Mux(lb_loc, loc_rvalid, self.b_rd.rvalid & ~conv)),
             ag.mem.ready.eq(self.b_rd.ready & conv), ag.mem.rdata.eq(self.b_rd.rdata),
             ag.mem.rvalid.eq(self.b_rd.rvalid & conv),
         ]
@@ -205,6 +232,7 @@ class Sequencer(wiring.Component):
         b_hi = Signal(64)
         m.d.comb += b_hi.eq(Mux(is_conv, d["b_addr"] + d["b_stride"],
                                 d["b_addr"] + (K - 1) * d["b_stride"] + (gn_all << lc)))
+        dram, loc_end = cfg.dram_bytes, cfg.local_base + cfg.local_buf_bytes
         beat_b = cfg.b_beat_bytes
         tables = [(d["off_addr"], extent(d["off_addr"], K, 4, beat_b)),
                   (d["run_addr"], extent(d["run_addr"], d["run_count"], 8, 4 + beat_b)),
@@ -212,6 +240,12 @@ class Sequencer(wiring.Component):
         c_row = Mux(int8_out, gn_all << lc, gn_all << (lc + 2))
         c_hi = extent(d["c_addr"], M, d["c_stride"], c_row)
         n_bytes = Mux(int8_out, N, N << 2)
+        # B / C in the local buffer (hw.desc.local_problem): whole rows, dense B, int8 C
+        m.d.comb += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
+        b_range_bad = (b_hi > dram) & ~(b_loc & (b_hi <= loc_end) & ~is_conv &
+                                        (d["b_addr"][:lc] == 0) & (d["b_stride"][:lc] == 0))
+        c_range_bad = (c_hi > dram) & ~(c_loc & (c_hi <= loc_end) & int8_out &
+                                        (d["c_addr"][:lc] == 0) & (d["c_stride"][:lc] == 0))
 
         # layer record rules (hw.record.check_record)
         def int8_word(w):
@@ -225,7 +259,6 @@ class Sequencer(wiring.Component):
         def overlaps_image(lo, hi):
             return (lo < img_hi) & (img_lo < hi)
 
-        dram = cfg.dram_bytes
         imaged = img_hi != 0
         w_hi = Signal(64)
         m.d.comb += w_hi.eq(d["c_addr"] + (M - 1) * d["c_stride"] + n_bytes)
@@ -249,7 +282,8 @@ class Sequencer(wiring.Component):
             ((L["op_kind"] == OpKind.CONV) != is_conv) |
             (post & (M > cfg.quant_entries)))
         window_bad = (
-            (win_lo >= win_hi) | (win_hi > dram) | (d["c_addr"] < win_lo) | (w_hi > win_hi) |
+            (win_lo >= win_hi) | ((win_hi > dram) & ~((win_lo >= dram) & (win_hi <= loc_end))) |
+            (d["c_addr"] < win_lo) | (w_hi > win_hi) |
             overlaps_image(win_lo, win_hi) |
             (imaged & ((stats[:_log2(SECTION_ALIGN_BYTES)] != 0) | (stats_hi > dram) |
                        overlaps_image(stats, stats_hi))) |
@@ -271,7 +305,7 @@ class Sequencer(wiring.Component):
             (is_conv & ((K > cfg.conv_offset_entries) | (d["run_count"] == 0) |
                         (d["run_count"] > cfg.conv_run_entries) |
                         (gn_all + 1 > cfg.conv_group_entries)), ErrorCode.BAD_TABLE),
-            ((a_hi > cfg.dram_bytes) | (b_hi > cfg.dram_bytes) | (c_hi > cfg.dram_bytes) |
+            ((a_hi > cfg.dram_bytes) | b_range_bad | c_range_bad |
              (d["c_stride"] < n_bytes) |
              ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
              ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)) |
@@ -395,7 +429,9 @@ class Sequencer(wiring.Component):
             se.p_ch0.eq(st["m0"]),
             se.p_zero_point.eq(L["out_zero_point"][:8]),
             se.p_act_min.eq(L["act_min"][:8]), se.p_act_max.eq(L["act_max"][:8]),
-            se.p_win_lo.eq(win_lo), se.p_win_hi.eq(win_hi),
+            # a local window in the local buffer's own addresses, like the store's
+            se.p_win_lo.eq(Mux(c_loc, win_lo - dram, win_lo)),
+            se.p_win_hi.eq(Mux(c_loc, win_hi - dram, win_hi)),
             se.p_stride.eq(d["c_stride"]),
             se.p_rows.eq(st_pm),
             se.p_groups.eq(groups(st_pn, lc)),

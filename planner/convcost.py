@@ -27,6 +27,7 @@ from hw.desc import GemmDescriptor
 from hw.schedule import steps
 
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
+                   off_chip_bytes, on_chip,
                    post_consts, with_post)
 from .offsets import ConvTables
 
@@ -65,9 +66,16 @@ def table_load_cycles(tables: ConvTables, cfg: AccelConfig) -> int:
 
 def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
                  consts: ModelConstants = DEFAULT_CONSTANTS, *,
-                 post: PostLoad | None = None) -> CycleBreakdown:
+                 post: PostLoad | None = None, c_local: bool = False) -> CycleBreakdown:
     """Predicted RTL counters of one convolution descriptor (one group) through ``tables``;
-    ``post`` as in :func:`planner.cost.predict`."""
+    ``post`` and ``c_local`` (the output goes to the local buffer) as in
+    :func:`planner.cost.predict`."""
+    if c_local:
+        active = post is not None and post.active
+        body = off_chip_bytes(predict_conv(d, tables, on_chip(cfg, c_local=True),
+                                           post_consts(consts) if active else consts),
+                              c_local=True)
+        return with_post(body, d.m, post, cfg, consts)
     if post is not None and post.active:
         body = predict_conv(d, tables, cfg, post_consts(consts))
         return with_post(body, d.m, post, cfg, consts)

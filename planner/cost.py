@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tiling import TilingPlan
 
 __all__ = ["CycleBreakdown", "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "predict",
+           "on_chip", "off_chip_bytes",
            "predict_reference", "predict_tiling", "lower_bound_cycles", "utilisation"]
 
 
@@ -327,16 +328,49 @@ def predict_tiling(m: int, k: int, n: int, pm: int, pn: int, pk: int, outer_m: i
 
 def predict(plan: "TilingPlan", cfg: AccelConfig,
             consts: ModelConstants = DEFAULT_CONSTANTS, *,
-            post: "PostLoad | None" = None) -> CycleBreakdown:
+            post: "PostLoad | None" = None, b_local: bool = False,
+            c_local: bool = False) -> CycleBreakdown:
     """Predicted RTL counters for ``plan`` on ``cfg`` (grouped steps; equals the step walk).
     ``post`` describes a post-processed layer (bias and/or int8 output): its parameter loads
-    and the requantiser's latency on every store (:func:`with_post`)."""
+    and the requantiser's latency on every store (:func:`with_post`). ``b_local`` /
+    ``c_local``: the layer's B / C lies in the on-chip local buffer (:func:`on_chip`)."""
+    port_cfg = on_chip(cfg, b_local=b_local, c_local=c_local)
     if post is None:
-        return predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
-                              plan.partition_k, plan.outer_m, cfg, consts)
+        return off_chip_bytes(predict_tiling(plan.m, plan.k, plan.n, plan.partition_m,
+                                             plan.partition_n, plan.partition_k, plan.outer_m,
+                                             port_cfg, consts), b_local=b_local, c_local=c_local)
     body = predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
-                          plan.partition_k, plan.outer_m, cfg, post_consts(consts))
+                          plan.partition_k, plan.outer_m, port_cfg, post_consts(consts))
+    body = off_chip_bytes(body, b_local=b_local, c_local=c_local)
     return with_post(body, plan.m, post, cfg, consts)
+
+
+def on_chip(cfg: AccelConfig, *, b_local: bool = False, c_local: bool = False) -> AccelConfig:
+    """``cfg`` as the cycle model sees a layer whose B and/or C lies in the local buffer: the
+    sequencer serves that operand from the local buffer, which takes one beat per cycle and
+    answers one cycle after each request (hw/sequencer.py), so the port is modelled with the
+    beat as its bandwidth and a latency of 1. Parameter arrays still come through the B port
+    (use the real ``cfg`` for them)."""
+    changes = {}
+    if b_local:
+        changes.update(b_port_bytes_per_cycle=cfg.b_beat_bytes, b_port_latency_cycles=1)
+    if c_local:
+        changes.update(c_port_bytes_per_cycle=cfg.c_beat_bytes, c_port_latency_cycles=1)
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def off_chip_bytes(body: CycleBreakdown, *, b_local: bool = False,
+                   c_local: bool = False) -> CycleBreakdown:
+    """``body`` with the byte counters of on-chip operands zeroed: the RTL's ``rd_b_bytes`` /
+    ``wr_c_bytes`` count memory-port beats only, and a local operand crosses no port."""
+    if not (b_local or c_local):
+        return body
+    out = body.as_dict()
+    if b_local:
+        out["rd_b_bytes"] = 0
+    if c_local:
+        out["wr_c_bytes"] = 0
+    return CycleBreakdown(**out)
 
 
 @dataclasses.dataclass(frozen=True)

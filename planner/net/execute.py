@@ -47,7 +47,8 @@ class GoldenDevice:
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.mem = np.zeros(cfg.dram_bytes, np.uint8)
+        # DRAM, then the accelerator's local buffer (cfg.local_base; the host reaches DRAM only)
+        self.mem = np.zeros(cfg.dram_bytes + cfg.local_buf_bytes, np.uint8)
         self._regs: dict[int, int] = {}
         self._error = 0
         self._layer_index = 0

@@ -27,6 +27,7 @@ def configs(draw):
     rows = draw(st.sampled_from(_pow2s(2, 64)))
     cols = draw(st.sampled_from(_pow2s(4, 64)))
     a_beat, b_beat, c_beat = rows, cols, 4 * cols
+    dram_bits = draw(st.integers(16, 32))
     return AccelConfig(
         array_rows=rows, array_cols=cols,
         buf_a_bytes=draw(st.sampled_from(_pow2s(max(64, 2 * a_beat), 1 << 24))),
@@ -41,7 +42,8 @@ def configs(draw):
         block_m=rows * draw(st.integers(1, (1 << 16) // rows)),
         block_n=cols * draw(st.integers(1, (1 << 16) // cols)),
         sync_bytes=draw(st.integers(1, 1 << 24)),
-        dram_addr_bits=draw(st.integers(16, 32)),
+        dram_addr_bits=dram_bits,
+        local_buf_bytes=draw(st.sampled_from(_pow2s(2 * b_beat, 1 << dram_bits))),
     )
 
 
@@ -84,6 +86,9 @@ RANGE_CASES = [
     ("block_m", 1 << 17, "a multiple of 16 in [16, 65536]"),
     ("block_n", 0, "a multiple of 16 in [16, 65536]"),
     ("sync_bytes", 0, "in [1, 16777216]"),
+    ("local_buf_bytes", 16, "a power of two in [32, 16777216]"),
+    ("local_buf_bytes", 3 << 10, "a power of two in [32, 16777216]"),
+    ("local_buf_bytes", 1 << 25, "a power of two in [32, 16777216]"),
     ("sync_bytes", (1 << 24) + 1, "in [1, 16777216]"),
 ]
 
@@ -293,6 +298,10 @@ def test_config_default_derived_numbers():
     assert (cfg.buf_a_depth, cfg.buf_b_depth, cfg.acc_depth) == (8192, 8192, 1024)
     assert (cfg.buf_a_half_bytes, cfg.acc_half_bytes) == (64 << 10, 32 << 10)
     assert cfg.macs_per_cycle == 256
+    assert (cfg.local_base, cfg.local_buf_bytes, cfg.local_depth) == (1 << 24, 512 << 10, 32768)
+    assert cfg.is_local(1 << 24, (1 << 24) + (512 << 10))
+    assert not cfg.is_local((1 << 24) - 1, 1 << 24)
+    assert not cfg.is_local(1 << 24, (1 << 24) + (512 << 10) + 1)
 
 
 # -- presets -------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ def adversarial_descriptors(cfg, rng, count):
     D = cfg.dram_bytes
     edges = [0, 1, 2, 3, R - 1, R, R + 1, 2 * R, 64, 255, 256, 1023, 1024, MAX_DIM, MAX_DIM + 1,
              1 << 31, (1 << 32) - 1, (1 << 32) - R, D - 1, D, D - 64, D // 2]
+    L = cfg.local_buf_bytes                     # the local buffer is at [D, D + L)
+    edges += [D + C, D + 1, D + L - C, D + L, D + L // 2, 2 * D]
 
     def wild():
         if rng.random() < 0.5:
@@ -35,9 +37,16 @@ def adversarial_descriptors(cfg, rng, count):
                       c_stride=4 * n)
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = wild()
+        local_c = rng.random() < 0.25
+        if rng.random() < 0.25:              # B in the local buffer (whole rows or not)
+            values.update(b_addr=D + C * rng.randrange(0, 8) + rng.choice([0, 0, 0, 1]),
+                          b_stride=rng.choice([C * -(-n // C), n, 2 * C * -(-n // C)]))
+        if local_c:                          # C in the local buffer, its window there too
+            values.update(c_addr=D + L // 2 + rng.choice([0, 0, 0, 4]),
+                          c_stride=rng.choice([C * -(-n // C), n, 4 * n]))
         desc = GemmDescriptor(**values)
         fields = {}
-        if rng.random() < 0.3:
+        if local_c or rng.random() < 0.3:
             fields.update(out_format=1, mult_addr=D // 8, shift_addr=D // 8 + 4096)
         if rng.random() < 0.3:
             fields.update(bias_present=1, bias_addr=D // 8 + 8192)

@@ -217,6 +217,28 @@ def test_builder_buffer_fits():
         b.buffer("big", CFG.dram_bytes)
 
 
+def test_builder_local_name_unique():
+    b = builder()
+    b.buffer("x", 64)
+    with refused(ValueError, "buffer 'x' already exists"):
+        b.local("x", 64)
+
+
+@pytest.mark.parametrize("nbytes", [0, -1, 1.5, "8"])
+def test_builder_local_nbytes(nbytes):
+    with refused(ValueError, f"local buffer 'h': nbytes must be a positive int, not "
+                             f"{nbytes!r}"):
+        builder().local("h", nbytes)
+
+
+def test_builder_local_fits():
+    b = builder()
+    b.local("h0", 64)
+    with refused(ValueError, f"local buffer 'h' of {CFG.local_buf_bytes} bytes does not fit: "
+                             f"local_buf_bytes={CFG.local_buf_bytes}, 64 bytes are in use"):
+        b.local("h", CFG.local_buf_bytes)
+
+
 def _gemm(b=None, **kw):
     b = b or builder()
     x, y = b.buffer("x", 64), b.buffer("y", 256)
