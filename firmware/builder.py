@@ -64,6 +64,8 @@ class BuiltLayer:
     name: str
     layer: Layer
     predicted_cycles: int
+    #: predicted memory-port bytes (rd_a + rd_b + wr_c; on-chip operands cross no port)
+    predicted_dram_bytes: int = 0
 
 
 def _align(value: int, to: int = SECTION_ALIGN_BYTES) -> int:
@@ -99,10 +101,14 @@ class ImageBuilder:
         The image must end below it (:meth:`build` checks).
     strategy : str
         The planner strategy every layer is tiled with.
+    share_blobs : bool
+        Store identical weights / tables / parameter arrays once (the records of one layer's
+        blocks share them; docs/fusion.md). Off by default, so existing images keep their
+        layout.
     """
 
     def __init__(self, cfg: AccelConfig, *, image_addr: int = 0, data_addr: int | None = None,
-                 strategy: str = "best"):
+                 strategy: str = "best", share_blobs: bool = False):
         if image_addr % SECTION_ALIGN_BYTES or not 0 <= image_addr < cfg.dram_bytes:
             raise ValueError(f"image_addr={image_addr!r} must be {SECTION_ALIGN_BYTES}-byte "
                              f"aligned in [0, dram_bytes={cfg.dram_bytes:#x})")
@@ -123,6 +129,7 @@ class ImageBuilder:
         # (name, desc fields, layer fields, predicted cycles)
         self._pending: list[tuple] = []
         self._names: set[str] = set()
+        self._shared: dict[tuple, tuple[SectionKind, int]] | None = {} if share_blobs else None
 
     # -- memory -----------------------------------------------------------------------------------
 
@@ -168,6 +175,12 @@ class ImageBuilder:
     def _blob(self, kind: SectionKind, data: bytes, tail: int = 0) -> tuple[SectionKind, int]:
         """Append ``data`` (+ ``tail`` zero bytes a beat read may reach) to a section; return a
         reference resolved to a device address at :meth:`build`."""
+        if self._shared is not None:
+            import hashlib
+            key = (kind, tail, hashlib.blake2s(data).digest())
+            if key in self._shared:
+                return self._shared[key]
+            self._shared[key] = (kind, len(self._blobs[kind]))
         blob = self._blobs[kind]
         offset = len(blob)
         blob += data + bytes(tail)
@@ -227,13 +240,17 @@ class ImageBuilder:
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         self._add(name, desc, fields, predict(plan, self.cfg, post=post,
                                               b_local=self._is_local(b_addr),
-                                              c_local=self._is_local(out_addr)).total_cycles)
+                                              c_local=self._is_local(out_addr)))
 
     def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
              out_chan_stride: int, out_row_stride: int | None = None, bias=None,
-             requant: Requant | None = None) -> None:
+             requant: Requant | None = None, rows: tuple[int, int] | None = None) -> None:
         """One convolution (``shape``: :class:`planner.ConvShape`, batch 1, one group) over the
-        padded NCHW input at ``x_addr``; output placement as in the module docstring."""
+        padded NCHW input at ``x_addr``; output placement as in the module docstring.
+
+        ``rows = (p0, p1)`` computes output rows ``p0 .. p1-1`` only, in one record, writing
+        pixel ``(p, q)`` of channel ``c`` at ``out_addr + c * out_chan_stride + (p - p0) * out_w
+        + q`` (a block of a fused pair, docs/fusion.md)."""
         from planner import GemmShape, plan_gemm
         from planner.conv import compile_conv
         from planner.convcost import predict_conv
@@ -254,36 +271,47 @@ class ImageBuilder:
         row_stride = Q if out_row_stride is None else out_row_stride
         if row_stride < Q:
             raise ValueError(f"{name}: out_row_stride={row_stride} < out_w={Q}")
+        if rows is not None and not (isinstance(rows, tuple) and len(rows) == 2 and
+                                     0 <= rows[0] < rows[1] <= P and row_stride == Q):
+            raise ValueError(f"{name}: rows={rows!r} must be (p0, p1) with 0 <= p0 < p1 <= "
+                             f"out_h={P}, and out_row_stride left at out_w")
         gemm = shape.gemm
         a = weights_k_major(w, shape, 0)                          # (k, m) int8
         a_ref = self._blob(SectionKind.WEIGHTS, np.ascontiguousarray(a).tobytes(),
                            -(-gemm.m // self.cfg.array_rows) * self.cfg.array_rows - gemm.m)
         quant = self._quant(gemm.m, bias, requant)
-        whole = row_stride == Q
+        whole = row_stride == Q and rows is None
         program = compile_conv(shape, "NCHW", self.cfg, self.strategy) if whole else None
-        tables = program.tables if whole else compile_tables(shape, "NCHW", self.cfg, pixels=Q)
+        block = Q if rows is None else (rows[1] - rows[0]) * Q
+        tables = program.tables if whole else compile_tables(shape, "NCHW", self.cfg,
+                                                             pixels=block)
         blobs = tables.to_bytes()
         beat = self.cfg.b_beat_bytes
         refs = {key: self._blob(SectionKind.TABLES, blobs[key], beat) for key in blobs}
         hp, wp = padded_dims(shape)
         x_bytes = shape.in_channels * hp * wp
-        rows = [(0, gemm.n)] if whole else [(p, Q) for p in range(P)]
-        plan = program.plan if whole else plan_gemm(GemmShape(gemm.m, gemm.k, Q), self.cfg,
+        c_local = self._is_local(out_addr)
+        if rows is not None:
+            records = [(rows[0], block)]
+        else:
+            records = [(0, gemm.n)] if whole else [(p, Q) for p in range(P)]
+        plan = program.plan if whole else plan_gemm(GemmShape(gemm.m, gemm.k, block),
+                                                    on_chip(self.cfg, c_local=c_local),
                                                     self.strategy)
-        for p, n in rows:
+        for p, n in records:
             b_addr = x_addr + p * shape.stride_h * wp
             desc = dict(m=gemm.m, k=gemm.k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=gemm.m, b_addr=b_addr,
                         b_stride=x_bytes - (b_addr - x_addr),
-                        c_addr=out_addr + p * row_stride, c_stride=out_chan_stride,
+                        c_addr=out_addr + (0 if rows else p * row_stride),
+                        c_stride=out_chan_stride,
                         b_mode=1, off_addr=refs["off"], run_addr=refs["run"],
                         grp_addr=refs["grp"], run_count=tables.run_count)
             probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
                                       for key, v in desc.items()})
             post = PostLoad(bias=bias is not None, requant=requant is not None)
-            cycles = predict_conv(probe, tables, self.cfg, post=post,
-                                  c_local=self._is_local(out_addr)).total_cycles
-            self._add(name if whole else f"{name}[row {p}]", desc,
-                      {"op_kind": OpKind.CONV, **quant}, cycles)
+            cycles = predict_conv(probe, tables, self.cfg, post=post, c_local=c_local)
+            label = name if whole or rows else f"{name}[row {p}]"
+            self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles)
 
     def _claim(self, name: str) -> None:
         """Refuse a layer name in use before anything of the layer is added."""
@@ -293,7 +321,8 @@ class ImageBuilder:
             raise ValueError(f"layer name {name!r} is already used")
         self._names.add(name)
 
-    def _add(self, name: str, desc: dict, fields: dict, predicted: int) -> None:
+    def _add(self, name: str, desc: dict, fields: dict, predicted) -> None:
+        """``predicted``: the planner's :class:`~planner.cost.CycleBreakdown` of the record."""
         stats = self.buffer(f"{name}.stats", STATS_BYTES)
         self._pending.append((name, desc, {**fields, "stats_addr": stats}, predicted))
 
@@ -339,7 +368,10 @@ class ImageBuilder:
             errs = check_record(rec, self.cfg, image=image_range, read_words=read_words)
             problems += [f"layer {name!r}: {code.name}: {msg}" for code, msg in errs]
             layer = Layer(desc=d, out_window_lo=lo, out_window_hi=hi, **f)
-            built.append(BuiltLayer(name=name, layer=layer, predicted_cycles=predicted))
+            built.append(BuiltLayer(
+                name=name, layer=layer, predicted_cycles=predicted.total_cycles,
+                predicted_dram_bytes=(predicted.rd_a_bytes + predicted.rd_b_bytes
+                                      + predicted.wr_c_bytes)))
         if problems:
             raise ImageError("image breaks hardware rules:\n  " + "\n  ".join(problems))
         image = Image(config_id=self.cfg.config_id, layers=tuple(b.layer for b in built),

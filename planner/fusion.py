@@ -1,0 +1,469 @@
+"""Operator fusion (seed 003): keep a producer's output tiles on chip for its consumer.
+
+A *chain* is a producer layer whose output feeds exactly one consumer layer. Instead of writing
+the whole intermediate tensor to memory and reading it back, the fused schedule
+
+1. partitions the **consumer's output** first, into blocks the hardware supports: column blocks
+   of tokens (multiples of ``array_cols``) for a GEMM consumer, blocks of output rows for a
+   1x1 convolution consumer (the minimum block is one output row);
+2. derives, per consumer block, the producer output it depends on (:func:`dependencies`: all
+   producer output channels of the block's tokens; for convolutions, the output rows the
+   consumer's kernel window reaches, and through the producer's own kernel the input rows with
+   their halo);
+3. checks that one block of the intermediate fits the accelerator's on-chip local buffer
+   (``AccelConfig.local_buf_bytes``) and refuses with the reason when it does not;
+4. fixes the execution order: producer block ``j``, then consumer block ``j``, for every ``j``
+   (the dependent blocks run back to back, so one local region is reused by every block);
+5. stores the producer's blocks in the local buffer: the producer's record writes its
+   requantised int8 output there, the consumer's record reads it there as its B operand
+   (``hw/sequencer.py``); neither crosses a memory port.
+
+The "second code" of seed 003 -- the partition, the dependencies, the order and the storage rule
+-- is the firmware image itself: one layer record per block and layer, in execution order, whose
+C (producer) and B (consumer) addresses lie in the local buffer.
+
+Several candidate partitions are generated (block sizes halving from the whole tensor down to the
+minimum block); each is built as an image and costed by the cycle model (layers and image
+overheads, :func:`firmware.builder.predicted_image_cycles`), and the cheapest that fits wins
+(ties: fewer DRAM bytes). docs/fusion.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from hw.config import AccelConfig
+
+from .shapes import ConvShape
+
+__all__ = ["GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",
+           "Candidate", "FusionPlan", "ChainData", "find_chains", "fusible", "conv_input_range",
+           "dependencies", "local_bytes", "blocks_of", "plan_fusion", "build_image",
+           "golden_output", "placeholder_data", "intermediate_bytes"]
+
+
+class FusionError(ValueError):
+    """No fused schedule exists for a chain; the message gives the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmOp:
+    """``Y (m x n) = W (m x k) @ X (k x n)``: features x tokens, int8 in and out."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvOp:
+    """A convolution on an NCHW tensor (batch 1, one group); int8 in and out."""
+
+    name: str
+    shape: ConvShape
+
+
+Op = GemmOp | ConvOp
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """A layer of a network: ``op`` reads tensor ``input`` (its B operand) and writes
+    ``output``."""
+
+    op: Op
+    input: str
+    output: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    producer: Op
+    consumer: Op
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    producer: str
+    consumer: str | None
+    reason: str
+
+
+def _pointwise(shape: ConvShape) -> bool:
+    return (shape.kernel_h == shape.kernel_w == 1 and shape.stride_h == shape.stride_w == 1
+            and shape.dilation_h == shape.dilation_w == 1 and shape.groups == 1
+            and shape.pad_top == shape.pad_bottom == shape.pad_left == shape.pad_right == 0)
+
+
+def fusible(producer: Op, consumer: Op) -> str | None:
+    """Why the hardware cannot run ``producer -> consumer`` fused (None when it can).
+
+    The local buffer serves a *dense* B operand: the consumer must read the intermediate as a
+    matrix (a GEMM, or a 1x1 stride-1 unpadded convolution, which is a GEMM over pixels); a
+    consumer that gathers its B through convolution tables (a kernel wider than 1x1, a stride,
+    padding) reads memory. Both layers must be batch 1, one group."""
+    for op in (producer, consumer):
+        if isinstance(op, ConvOp) and (op.shape.batch != 1 or op.shape.groups != 1):
+            return (f"{op.name}: batch={op.shape.batch}, groups={op.shape.groups}; fusion "
+                    f"handles batch 1, one group")
+    if isinstance(producer, GemmOp) and isinstance(consumer, GemmOp):
+        if consumer.k != producer.m or consumer.n != producer.n:
+            return (f"{consumer.name} (k={consumer.k}, n={consumer.n}) does not consume "
+                    f"{producer.name}'s {producer.m}x{producer.n} output")
+        return None
+    if isinstance(producer, ConvOp) and isinstance(consumer, ConvOp):
+        p, c = producer.shape, consumer.shape
+        if (c.in_channels, c.height, c.width) != (p.out_channels, p.out_h, p.out_w):
+            return (f"{consumer.name}'s input {c.in_channels}x{c.height}x{c.width} is not "
+                    f"{producer.name}'s output {p.out_channels}x{p.out_h}x{p.out_w}")
+        if not _pointwise(c):
+            return (f"{consumer.name} is a {c.kernel_h}x{c.kernel_w} convolution (stride "
+                    f"{c.stride_h}, padding {c.pad_top}): it gathers its B through tables from "
+                    f"memory, and the local buffer serves dense B operands only (1x1, stride 1, "
+                    f"no padding)")
+        return None
+    return (f"{producer.name} ({type(producer).__name__}) -> {consumer.name} "
+            f"({type(consumer).__name__}): the layouts differ (features x tokens vs NCHW)")
+
+
+def find_chains(nodes: list[Node]) -> tuple[list[Chain], list[Refusal]]:
+    """Fusible producer -> consumer pairs of ``nodes``, and every pair that is not, with why.
+
+    A producer qualifies when its output tensor is read by exactly one layer (a tensor two
+    layers read, e.g. a residual, must reach memory anyway). Chains do not overlap: a layer is
+    fused with at most one neighbour, taken in node order."""
+    readers: dict[str, list[Node]] = {}
+    for node in nodes:
+        readers.setdefault(node.input, []).append(node)
+    chains, refused, used = [], [], set()
+    for node in nodes:
+        users = readers.get(node.output, [])
+        if not users:
+            continue
+        if len(users) > 1:
+            refused.append(Refusal(node.op.name, None,
+                                   f"its output {node.output!r} feeds {len(users)} layers "
+                                   f"({', '.join(u.op.name for u in users)}), so it must reach "
+                                   f"memory"))
+            continue
+        consumer = users[0]
+        if node.op.name in used or consumer.op.name in used:
+            refused.append(Refusal(node.op.name, consumer.op.name,
+                                   "a layer of this pair is already fused with a neighbour"))
+            continue
+        reason = fusible(node.op, consumer.op)
+        if reason:
+            refused.append(Refusal(node.op.name, consumer.op.name, reason))
+            continue
+        chains.append(Chain(node.op, consumer.op))
+        used.update((node.op.name, consumer.op.name))
+    return chains, refused
+
+
+# -- dependencies ----------------------------------------------------------------------------------
+
+def conv_input_range(shape: ConvShape, lo: int, hi: int, axis: str = "h") -> tuple[int, int]:
+    """Input rows (``axis="h"``) or columns (``"w"``) ``[first, last+1)`` of the unpadded input
+    that output rows / columns ``[lo, hi)`` of ``shape`` read, clipped to the tensor (taps in the
+    padding read the halo, not the tensor)."""
+    if axis == "h":
+        stride, pad, dil, kern, size = (shape.stride_h, shape.pad_top, shape.dilation_h,
+                                        shape.kernel_h, shape.height)
+    else:
+        stride, pad, dil, kern, size = (shape.stride_w, shape.pad_left, shape.dilation_w,
+                                        shape.kernel_w, shape.width)
+    first = lo * stride - pad
+    last = (hi - 1) * stride - pad + (kern - 1) * dil
+    return max(first, 0), min(last + 1, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """A block of the consumer's output: tokens ``[lo, hi)`` (GEMM) or output rows (conv)."""
+
+    lo: int
+    hi: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Deps:
+    """What one consumer block depends on: the producer output ``[lo, hi)`` (tokens or rows,
+    every channel) and, through the producer, its input ``[lo, hi)`` (with a convolution's
+    halo)."""
+
+    producer_out: tuple[int, int]
+    producer_in: tuple[int, int]
+
+
+def dependencies(chain: Chain, block: Block) -> Deps:
+    """Seed 003's dependency derivation for one consumer output block."""
+    p, c = chain.producer, chain.consumer
+    if isinstance(c, GemmOp):
+        out = (block.lo, block.hi)              # a token's output needs that token's column
+    else:
+        out = conv_input_range(c.shape, block.lo, block.hi)
+    if isinstance(p, GemmOp):
+        return Deps(out, out)
+    return Deps(out, conv_input_range(p.shape, *out))
+
+
+def _extent(op: Op) -> int:
+    """Size of the consumer's blockable output axis: tokens or output rows."""
+    return op.n if isinstance(op, GemmOp) else op.shape.out_h
+
+
+def _channels(op: Op) -> int:
+    return op.m if isinstance(op, GemmOp) else op.shape.out_channels
+
+
+def _pixels_per_unit(op: Op) -> int:
+    return 1 if isinstance(op, GemmOp) else op.shape.out_w
+
+
+def blocks_of(chain: Chain, size: int) -> list[Block]:
+    """The consumer's output cut into blocks of ``size`` (the last one ragged)."""
+    total = _extent(chain.consumer)
+    return [Block(lo, min(lo + size, total)) for lo in range(0, total, size)]
+
+
+def _row_bytes(chain: Chain, size: int, cfg: AccelConfig) -> int:
+    """Bytes of one channel of one intermediate block as stored on chip (whole local rows)."""
+    beat = cfg.b_beat_bytes
+    return -(-size * _pixels_per_unit(chain.producer) // beat) * beat
+
+
+def local_bytes(chain: Chain, size: int, cfg: AccelConfig) -> int:
+    """Local-buffer bytes a block of ``size`` needs: every producer channel of the block."""
+    deps = max((dependencies(chain, b) for b in blocks_of(chain, size)),
+               key=lambda d: d.producer_out[1] - d.producer_out[0])
+    rows = deps.producer_out[1] - deps.producer_out[0]
+    return _channels(chain.producer) * _row_bytes(chain, rows, cfg)
+
+
+def intermediate_bytes(chain: Chain) -> int:
+    """Bytes of the int8 intermediate tensor (producer output)."""
+    p = chain.producer
+    return p.m * p.n if isinstance(p, GemmOp) else (p.shape.out_channels * p.shape.out_h
+                                                    * p.shape.out_w)
+
+
+# -- data, golden model, images --------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ChainData:
+    """Tensors of a chain: the producer's input ``x`` (k x n, or C x H x W), both layers'
+    int8 weights (GEMM: m x k; conv: K x C x R x S) and :class:`firmware.builder.Requant`
+    parameters (every fused intermediate is requantised int8 on chip)."""
+
+    x: np.ndarray
+    w1: np.ndarray
+    w2: np.ndarray
+    r1: object
+    r2: object
+
+
+def _gemm_weights(op: Op, w: np.ndarray) -> np.ndarray:
+    return w if isinstance(op, GemmOp) else w.reshape(op.shape.out_channels, -1)
+
+
+def golden_output(chain: Chain, data: ChainData) -> np.ndarray:
+    """The consumer's int8 output (m2 x n, or K2 x P*Q) from :mod:`hw.golden`."""
+    from hw.golden import conv2d_int8, gemm_int8, requantize
+
+    def rq(acc, r):
+        return requantize(acc, multiplier=r.multiplier, shift=r.shift, zero_point=r.zero_point,
+                          act_min=r.act_min, act_max=r.act_max)
+
+    p = chain.producer
+    if isinstance(p, GemmOp):
+        h = rq(gemm_int8(data.w1, data.x), data.r1)
+    else:
+        acc = conv2d_int8(data.x[None], data.w1, stride=(p.shape.stride_h, p.shape.stride_w),
+                          pads=(p.shape.pad_top, p.shape.pad_left, p.shape.pad_bottom,
+                                p.shape.pad_right),
+                          dilation=(p.shape.dilation_h, p.shape.dilation_w))[0]
+        h = rq(acc.reshape(p.shape.out_channels, -1), data.r1)
+    return rq(gemm_int8(_gemm_weights(chain.consumer, data.w2), h), data.r2).astype(np.int8)
+
+
+def placeholder_data(chain: Chain) -> ChainData:
+    """Zero tensors of the chain's shapes (costing candidates needs shapes, not values)."""
+    from firmware.builder import Requant
+
+    def weights(op):
+        if isinstance(op, GemmOp):
+            return np.zeros((op.m, op.k), np.int8)
+        s = op.shape
+        return np.zeros((s.out_channels, s.in_channels, s.kernel_h, s.kernel_w), np.int8)
+
+    def requant(op):
+        m = _channels(op)
+        return Requant(multiplier=np.full(m, 1 << 30, np.int32), shift=np.zeros(m, np.int32))
+
+    p = chain.producer
+    x = (np.zeros((p.k, p.n), np.int8) if isinstance(p, GemmOp)
+         else np.zeros((p.shape.in_channels, p.shape.height, p.shape.width), np.int8))
+    return ChainData(x, weights(p), weights(chain.consumer), requant(p),
+                     requant(chain.consumer))
+
+
+@dataclasses.dataclass
+class BuiltChain:
+    """A chain's image and where its tensors live: load ``x_bytes`` at ``x_addr`` before the
+    run, read the output (``y_rows`` rows of ``y_cols`` int8 at ``y_stride``) at ``y_addr``."""
+
+    blob: bytes
+    layers: list
+    x_addr: int
+    x_bytes: bytes
+    y_addr: int
+    y_rows: int
+    y_cols: int
+    predicted_cycles: int
+    predicted_dram_bytes: int
+
+
+def build_image(chain: Chain, data: ChainData, cfg: AccelConfig, block: int | None, *,
+                strategy: str = "best") -> BuiltChain:
+    """The image running ``chain``: unfused (``block`` None: the producer's whole output goes
+    to memory and the consumer reads it back) or fused with consumer blocks of ``block``
+    tokens / output rows, the intermediate in the local buffer."""
+    from firmware.builder import ImageBuilder, predicted_image_cycles
+    from planner.layout import padded_bytes, to_padded
+
+    p, c = chain.producer, chain.consumer
+    b = ImageBuilder(cfg, strategy=strategy, share_blobs=True)
+    w2 = _gemm_weights(c, data.w2)
+    m2 = w2.shape[0]
+    if isinstance(p, GemmOp):
+        n, unit = p.n, 1
+        x_bytes = np.ascontiguousarray(data.x).tobytes()
+        x_addr = b.buffer("x", len(x_bytes))
+    else:
+        s = p.shape
+        n, unit = s.out_h * s.out_w, s.out_w
+        x_bytes = to_padded(data.x[None], s, "NCHW").tobytes()
+        x_addr = b.buffer("x", padded_bytes(s, "NCHW"))
+    y_addr = b.buffer("y", m2 * n)
+
+    def producer(name, out_addr, chan_stride, out):
+        if isinstance(p, GemmOp):
+            lo, hi = out
+            b.gemm(name, weights=data.w1, n=hi - lo, b_addr=x_addr + lo, b_stride=p.n,
+                   out_addr=out_addr, out_stride=chan_stride, requant=data.r1)
+        else:
+            b.conv(name, shape=p.shape, weights=data.w1, x_addr=x_addr, out_addr=out_addr,
+                   out_chan_stride=chan_stride, requant=data.r1,
+                   rows=None if out == (0, p.shape.out_h) and block is None else out)
+
+    def consumer(name, h_addr, h_stride, blk: Block):
+        lo, hi = blk.lo * unit, blk.hi * unit
+        b.gemm(name, weights=w2, n=hi - lo, b_addr=h_addr, b_stride=h_stride,
+               out_addr=y_addr + lo, out_stride=n, requant=data.r2)
+
+    if block is None:
+        h_addr = b.buffer("h", _channels(p) * n)
+        producer(p.name, h_addr, n, (0, _extent(c)))
+        consumer(c.name, h_addr, n, Block(0, _extent(c)))
+    else:
+        need = local_bytes(chain, block, cfg)
+        h_addr = b.local("h", need)
+        for j, blk in enumerate(blocks_of(chain, block)):
+            out = dependencies(chain, blk).producer_out
+            stride = _row_bytes(chain, out[1] - out[0], cfg)
+            producer(f"{p.name}[{j}]", h_addr, stride, out)
+            # the consumer's block starts at its first dependency (1x1: the same rows)
+            consumer(f"{c.name}[{j}]", h_addr + (blk.lo - out[0]) * unit, stride, blk)
+    blob, layers = b.build()
+    predicted = predicted_image_cycles(blob, layers, cfg)
+    return BuiltChain(blob=blob, layers=layers, x_addr=x_addr, x_bytes=x_bytes, y_addr=y_addr,
+                      y_rows=m2, y_cols=n, predicted_cycles=predicted,
+                      predicted_dram_bytes=sum(l.predicted_dram_bytes for l in layers))
+
+
+# -- candidates and the choice ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One consumer partition: blocks of ``block`` tokens / rows; its local-buffer need and,
+    when it fits, the predicted image cycles and memory-port bytes; else why it was refused."""
+
+    block: int
+    blocks: int
+    local_bytes: int
+    predicted_cycles: int | None = None
+    predicted_dram_bytes: int | None = None
+    refused: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionPlan:
+    chain: Chain
+    block: int                          # the chosen block size
+    candidates: tuple[Candidate, ...]   # every candidate considered, the chosen one included
+    unfused_cycles: int                 # predicted, same image conventions
+    unfused_dram_bytes: int
+
+    @property
+    def chosen(self) -> Candidate:
+        return next(c for c in self.candidates if c.block == self.block and not c.refused)
+
+
+def _sizes(chain: Chain, cfg: AccelConfig) -> list[int]:
+    """Block sizes from the whole axis down to the minimum block, halving (tokens in whole
+    lane groups of ``array_cols``; output rows down to one)."""
+    total = _extent(chain.consumer)
+    quantum = cfg.array_cols if isinstance(chain.consumer, GemmOp) else 1
+    sizes, size = [], total
+    while True:
+        size = max(quantum, -(-size // quantum) * quantum) if quantum > 1 else max(size, 1)
+        size = min(size, total)
+        if size not in sizes:
+            sizes.append(size)
+        if size <= quantum:
+            break
+        size = -(-size // 2)
+    return sizes
+
+
+def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best") -> FusionPlan:
+    """Choose the consumer partition of ``chain`` (module docstring). Raises
+    :class:`FusionError` naming the reason when the hardware cannot fuse it: a layer the local
+    buffer cannot serve (:func:`fusible`), more output channels than ``quant_entries``, or no
+    block that fits ``local_buf_bytes``."""
+    reason = fusible(chain.producer, chain.consumer)
+    if reason:
+        raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: {reason}")
+    for op in (chain.producer, chain.consumer):
+        if _channels(op) > cfg.quant_entries:
+            raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "
+                              f"{op.name} has {_channels(op)} output channels, more than "
+                              f"quant_entries={cfg.quant_entries} (its requantisation "
+                              f"parameters must fit on chip)")
+    data = placeholder_data(chain)
+    cands = []
+    for size in _sizes(chain, cfg):
+        need = local_bytes(chain, size, cfg)
+        count = len(blocks_of(chain, size))
+        if need > cfg.local_buf_bytes:
+            cands.append(Candidate(size, count, need, refused=(
+                f"a block of {size} needs {need} bytes of intermediate on chip, more than "
+                f"local_buf_bytes={cfg.local_buf_bytes}")))
+            continue
+        built = build_image(chain, data, cfg, size, strategy=strategy)
+        cands.append(Candidate(size, count, need, built.predicted_cycles,
+                               built.predicted_dram_bytes))
+    fits = [c for c in cands if not c.refused]
+    if not fits:
+        smallest = cands[-1]
+        raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: even "
+                          f"the minimum block ({smallest.block}) needs {smallest.local_bytes} "
+                          f"bytes of intermediate on chip, more than local_buf_bytes="
+                          f"{cfg.local_buf_bytes}")
+    best = min(fits, key=lambda c: (c.predicted_cycles, c.predicted_dram_bytes))
+    unfused = build_image(chain, data, cfg, None, strategy=strategy)
+    return FusionPlan(chain, best.block, tuple(cands), unfused.predicted_cycles,
+                      unfused.predicted_dram_bytes)

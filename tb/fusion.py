@@ -1,0 +1,89 @@
+"""Run a fusion chain (planner.fusion) fused and unfused on a simulator, from plain Python.
+
+Every variant of a chain is one image; all of them run in one simulation (one start/done each),
+and each result carries the consumer's output, the image's counters and every layer's
+statistics record. Used by tests/sim/test_fusion.py and bench/fusion.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from hw.config import AccelConfig
+from planner.fusion import (BuiltChain, Chain, ChainData, GemmOp, build_image,
+                            golden_output)
+from planner.requant import quantize_multiplier
+
+__all__ = ["random_data", "ChainRun", "run_chain"]
+
+
+def _requant(rng, m: int, k: int, *, relu: bool):
+    """Per-channel scales that map accumulators of ``k`` int8 products to about +-64."""
+    from firmware.builder import Requant
+    from hw.layouts import PostMode
+
+    scales = 40.0 / (np.sqrt(k) * 74.0 * 74.0) * rng.uniform(0.5, 1.5, m)
+    mult, shift = zip(*(quantize_multiplier(float(s)) for s in scales))
+    return Requant(multiplier=np.array(mult, np.int32), shift=np.array(shift, np.int32),
+                   zero_point=0, act_min=0 if relu else -128, act_max=127,
+                   post_mode=PostMode.RELU if relu else PostMode.NONE)
+
+
+def random_data(chain: Chain, rng: np.random.Generator) -> ChainData:
+    """Full-range random int8 input and weights; the producer requantised with ReLU (its
+    activation), the consumer without."""
+    def int8(shape):
+        return rng.integers(-128, 128, shape, dtype=np.int64).astype(np.int8)
+
+    p, c = chain.producer, chain.consumer
+    if isinstance(p, GemmOp):
+        x, w1, k1 = int8((p.k, p.n)), int8((p.m, p.k)), p.k
+    else:
+        s = p.shape
+        x = int8((s.in_channels, s.height, s.width))
+        w1 = int8((s.out_channels, s.in_channels, s.kernel_h, s.kernel_w))
+        k1 = s.in_channels * s.kernel_h * s.kernel_w
+    if isinstance(c, GemmOp):
+        w2, m1, m2 = int8((c.m, c.k)), c.k, c.m
+    else:
+        s = c.shape
+        w2 = int8((s.out_channels, s.in_channels, 1, 1))
+        m1, m2 = s.in_channels, s.out_channels
+    return ChainData(x, w1, w2, _requant(rng, w1.shape[0], k1, relu=True),
+                     _requant(rng, m2, m1, relu=False))
+
+
+@dataclasses.dataclass
+class ChainRun:
+    """One variant (``block`` None: unfused) as built and as run."""
+
+    block: int | None
+    built: BuiltChain
+    output: np.ndarray              # the consumer's int8 output read back
+    counters: dict[str, int]        # the image run's counters
+    layers: list[dict[str, int]]    # every record's statistics
+    error_name: str
+
+
+def run_chain(chain: Chain, data: ChainData, cfg: AccelConfig, blocks: list[int | None], *,
+              workdir: Path, sim: str = "verilator") -> tuple[np.ndarray, list[ChainRun]]:
+    """Run every variant in ``blocks`` in one simulation; returns the golden output and the
+    runs, in order."""
+    from tb.jobs import ImageRun, run_jobs
+
+    built = [build_image(chain, data, cfg, block) for block in blocks]
+    runs = []
+    for b in built:
+        size = b.y_rows * b.y_cols
+        budget = 2 * b.predicted_cycles + 2 * len(b.blob) + 10_000
+        runs.append(ImageRun(b.blob, budget_cycles=budget, load=[(b.x_addr, b.x_bytes)],
+                             read=[("y", b.y_addr, size)]))
+    results = run_jobs(runs, cfg, workdir=workdir, sim=sim)
+    out = []
+    for block, b, r in zip(blocks, built, results):
+        y = np.frombuffer(r.reads["y"], np.int8).reshape(b.y_rows, b.y_cols)
+        out.append(ChainRun(block, b, y, r.counters, r.layers, r.error_name))
+    return golden_output(chain, data), out
