@@ -175,9 +175,17 @@ def conv_input_range(shape: ConvShape, lo: int, hi: int, axis: str = "h") -> tup
     else:
         stride, pad, dil, kern, size = (shape.stride_w, shape.pad_left, shape.dilation_w,
                                         shape.kernel_w, shape.width)
-    first = lo * stride - pad
-    last = (hi - 1) * stride - pad + (kern - 1) * dil
-    return max(first, 0), min(last + 1, size)
+
+    def taps(p):                            # input positions output position p reads
+        return [t for t in range(p * stride - pad, p * stride - pad + kern * dil, dil)
+                if 0 <= t < size]
+
+    # a dilated kernel's taps may straddle the padding, and with dilation > stride a later
+    # position can reach a lower row: take the extremes over every position of the block
+    reach = [t for p in range(lo, hi) for t in taps(p)[:1] + taps(p)[-1:]]
+    if not reach:
+        return 0, 0                         # every tap of the block reads the padding
+    return min(reach), max(reach) + 1
 
 
 @dataclasses.dataclass(frozen=True)
