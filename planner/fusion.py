@@ -41,7 +41,7 @@ from .shapes import ConvShape
 __all__ = ["GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",
            "Candidate", "FusionPlan", "ChainData", "find_chains", "fusible", "conv_input_range",
            "dependencies", "local_bytes", "blocks_of", "plan_fusion", "build_image",
-           "golden_output", "placeholder_data", "intermediate_bytes"]
+           "golden_output", "placeholder_data", "intermediate_bytes", "CHAINS", "main"]
 
 
 class FusionError(ValueError):
@@ -56,6 +56,13 @@ class GemmOp:
     m: int
     k: int
     n: int
+
+    def __post_init__(self):
+        for field in ("m", "k", "n"):
+            value = getattr(self, field)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"GemmOp {self.name!r}: {field} must be a positive int, not "
+                                 f"{value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,6 +399,25 @@ def build_image(chain: Chain, data: ChainData, cfg: AccelConfig, block: int | No
                       predicted_dram_bytes=sum(l.predicted_dram_bytes for l in layers))
 
 
+def _conv(name, c, h, w, k, r=1, pad=0):
+    return ConvOp(name, ConvShape(batch=1, in_channels=c, height=h, width=w, out_channels=k,
+                                  kernel_h=r, kernel_w=r, pad_top=pad, pad_left=pad,
+                                  pad_bottom=pad, pad_right=pad))
+
+
+#: Example chains, those of the acceptance runs and the benchmark (docs/fusion.md): BERT-base's FFN block
+#: at seq 128 (768 -> 3072 -> 768; the hardware's activation is ReLU, not GELU) and the 3x3 ->
+#: 1x1 pair of ResNet-50 bottlenecks (res2: 56x56, res5: 7x7).
+CHAINS: dict[str, Chain] = {
+    "bert_base_ffn_seq128": Chain(GemmOp("ffn.up", 3072, 768, 128),
+                                  GemmOp("ffn.down", 768, 3072, 128)),
+    "resnet50_res2_3x3_1x1": Chain(_conv("res2_branch2b", 64, 56, 56, 64, r=3, pad=1),
+                                   _conv("res2_branch2c", 64, 56, 56, 256)),
+    "resnet50_res5_3x3_1x1": Chain(_conv("res5_branch2b", 512, 7, 7, 512, r=3, pad=1),
+                                   _conv("res5_branch2c", 512, 7, 7, 2048)),
+}
+
+
 # -- candidates and the choice ---------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -475,3 +501,63 @@ def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best") -> Fu
     unfused = build_image(chain, data, cfg, None, strategy=strategy)
     return FusionPlan(chain, best.block, tuple(cands), unfused.predicted_cycles,
                       unfused.predicted_dram_bytes)
+
+
+def _parse_gemm_chain(text: str) -> Chain:
+    """``m1,k1,n:m2`` -> GEMM (m1 x k1 x n) feeding GEMM (m2 x m1 x n)."""
+    try:
+        first, m2 = text.split(":")
+        m1, k1, n = (int(v) for v in first.split(","))
+        return Chain(GemmOp("producer", m1, k1, n), GemmOp("consumer", int(m2), m1, n))
+    except ValueError:
+        raise ValueError(f"--gemm-chain {text!r} must be M1,K1,N:M2 (positive integers)") \
+            from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m planner.fusion``: the fusion plan (every candidate partition, its local-buffer
+    need, predicted cycles and memory bytes, or why it was refused) of named or given chains."""
+    import argparse
+
+    from hw.config import PRESETS
+
+    ap = argparse.ArgumentParser(prog="python -m planner.fusion", description=main.__doc__)
+    ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    ap.add_argument("--chain", action="append", choices=sorted(CHAINS),
+                    help="a chain of planner.fusion.CHAINS (repeatable; default: all)")
+    ap.add_argument("--gemm-chain", action="append", metavar="M1,K1,N:M2",
+                    help="a GEMM (M1 x K1 x N) feeding a GEMM (M2 x M1 x N)")
+    args = ap.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    chains = [(name, CHAINS[name]) for name in (args.chain or [])]
+    try:
+        chains += [(text, _parse_gemm_chain(text)) for text in (args.gemm_chain or [])]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if not chains:
+        chains = list(CHAINS.items())
+    status = 0
+    for name, chain in chains:
+        print(f"{name}: {chain.producer.name} -> {chain.consumer.name} on {args.preset} "
+              f"(local_buf_bytes={cfg.local_buf_bytes})")
+        try:
+            plan = plan_fusion(chain, cfg)
+        except FusionError as exc:
+            print(f"  refused: {exc}")
+            status = 1
+            continue
+        print(f"  unfused: {plan.unfused_cycles:,} cycles, {plan.unfused_dram_bytes:,} memory "
+              f"bytes (layers)")
+        for c in plan.candidates:
+            mark = "*" if c.block == plan.block and not c.refused else " "
+            if c.refused:
+                print(f"  {mark} block {c.block:>5} x{c.blocks:<4} local {c.local_bytes:>9,} B  "
+                      f"refused: {c.refused}")
+            else:
+                print(f"  {mark} block {c.block:>5} x{c.blocks:<4} local {c.local_bytes:>9,} B  "
+                      f"{c.predicted_cycles:>12,} cycles  {c.predicted_dram_bytes:>12,} bytes")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from hw.config import AccelConfig
-from planner.fusion import (BuiltChain, Chain, ChainData, GemmOp, build_image,
+from planner.fusion import (CHAINS, BuiltChain, Chain, ChainData, GemmOp, build_image,
                             golden_output)
 from planner.requant import quantize_multiplier
 
-__all__ = ["random_data", "ChainRun", "run_chain"]
+__all__ = ["random_data", "ChainRun", "run_chain", "CHAINS"]
+
+
 
 
 def _requant(rng, m: int, k: int, *, relu: bool):
