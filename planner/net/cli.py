@@ -147,7 +147,8 @@ def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
 
 
 def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
-                  seed: int | None = None, samples: int = 4, strategy: str = "best"):
+                  seed: int | None = None, samples: int = 4, strategy: str = "best",
+                  fuse: bool = False):
     """ONNX file -> :class:`~planner.net.compile.CompiledNetwork` (``tessera compile``): load and
     fold, optionally replace the weights by seeded values, fold BatchNormalization, quantise a
     float model (onnxruntime QDQ; calibration from ``calib_dir`` or generated), lower, compile."""
@@ -168,7 +169,7 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
         graph = graph_from_model(model)
     lowered = lower(graph)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
-                           name=Path(str(model_path)).stem)
+                           name=Path(str(model_path)).stem, fuse=fuse)
 
 
 def compile_main(argv: list[str] | None = None) -> int:
@@ -189,6 +190,9 @@ def compile_main(argv: list[str] | None = None) -> int:
                         help="replace every float weight by seeded random values first (e.g. "
                              "the onnx wheel's light_* models, whose weights are constant)")
     parser.add_argument("--strategy", default="best", help="planner strategy of every layer")
+    parser.add_argument("--fuse", action="store_true",
+                        help="keep the intermediate of every fusible producer/consumer pair in "
+                             "the accelerator's local buffer (docs/fusion.md)")
     args = parser.parse_args(argv)
 
     from .compile import CompileError
@@ -199,7 +203,7 @@ def compile_main(argv: list[str] | None = None) -> int:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
         net = compile_model(args.model, shapes, cfg, calib_dir=args.calib,
-                            seed=args.seeded_weights, strategy=args.strategy)
+                            seed=args.seeded_weights, strategy=args.strategy, fuse=args.fuse)
         net.save(args.output)
     except (ModelError, CompileError, ValueError, OSError) as e:
         print(f"tessera compile: {e}", file=sys.stderr)
@@ -212,6 +216,9 @@ def compile_main(argv: list[str] | None = None) -> int:
           f"(config_id {cfg.config_id:#010x})")
     for layer, reason in s["host_layers"].items():
         print(f"  host: {layer}: {reason}")
+    for seg in net.segments:
+        for producer, consumer, tensor in seg.fused:
+            print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")
     return 0
 
 

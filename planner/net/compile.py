@@ -46,6 +46,7 @@ from .graph import Graph, ModelError, Node, Tensor
 from .quantize import AccelLayer, HostOp, Lowered
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
+           "fusible_pairs",
            "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "accel_reason",
            "budget_cycles"]
 
@@ -239,6 +240,9 @@ class Segment:
     #: Predicted cycles the image run spends outside its layers (header, CRC, check pass,
     #: record fetches, statistics: firmware.builder.image_overhead, exact on the RTL).
     overhead_cycles: int = 0
+    #: Fused pairs (producer, consumer, tensor): the tensor stays in the local buffer
+    #: (compile_network(fuse=True), docs/fusion.md).
+    fused: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def predicted_cycles(self) -> int:
@@ -351,15 +355,86 @@ class _Fit(Exception):
     """A segment's image or data do not fit device memory (split it)."""
 
 
+def _fusion_op(l: AccelLayer):
+    from planner.fusion import ConvOp, GemmOp
+
+    if l.kind == "conv":
+        return ConvOp(l.name, l.shape)
+    return GemmOp(l.name, l.shape.m, l.shape.k, l.shape.n)
+
+
+def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
+                  cfg: AccelConfig) -> tuple[list[tuple[AccelLayer, AccelLayer, int]],
+                                             list[tuple[str, str, str]]]:
+    """The pairs of a segment whose intermediate can stay in the local buffer whole (seed 003,
+    planner.fusion), as ``(producer, consumer, local row bytes)``, and every candidate pair that
+    cannot, as ``(producer, consumer, reason)``. A pair qualifies when the producer's output is
+    read by the consumer only (not by another layer, a later step or the graph output), the
+    hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
+    fit the parameter memories in one piece, the consumer's output is not padded, and the
+    intermediates of the segment fit ``local_buf_bytes`` together."""
+    from planner.fusion import fusible
+
+    readers: dict[str, list[AccelLayer]] = {}
+    for l in layers:
+        for t in l.inputs:
+            readers.setdefault(t, []).append(l)
+    inner = {l.input: _in_layout(l) for l in layers if l.input in {x.output for x in layers}}
+    pairs, refused, used, free = [], [], set(), cfg.local_buf_bytes
+    for p in layers:
+        users = readers.get(p.output, [])
+        if len(users) != 1 or p.kind not in ("conv", "fc"):
+            continue
+        c = users[0]
+        why = None
+        if p.output in reads_after:
+            why = f"{p.output!r} is also read after the segment"
+        elif c.input != p.output or c.kind not in ("conv", "fc"):
+            why = f"{c.name} does not read {p.output!r} as its activation operand"
+        elif p.name in used or c.name in used:
+            why = "a layer of this pair is already fused"
+        else:
+            why = fusible(_fusion_op(p), _fusion_op(c))
+        if why is None and max(p.shape.m if p.kind == "fc" else p.shape.out_channels,
+                               c.shape.m if c.kind == "fc" else c.shape.out_channels) \
+                > cfg.quant_entries:
+            why = f"more than quant_entries={cfg.quant_entries} output channels (split layer)"
+        if why is None and c.kind == "conv" and inner.get(c.output, _out_layout(c))[1] != \
+                (0, 0, 0, 0):
+            why = f"{c.name}'s output goes to a padded buffer (a convolution reads it)"
+        row = 0
+        if why is None:
+            pixels = p.shape.n if p.kind == "fc" else p.shape.out_h * p.shape.out_w
+            row = -(-pixels // cfg.b_beat_bytes) * cfg.b_beat_bytes
+            need = (p.shape.m if p.kind == "fc" else p.shape.out_channels) * row
+            if need > free:
+                why = (f"the intermediate needs {need} bytes on chip, {free} of "
+                       f"local_buf_bytes={cfg.local_buf_bytes} are free")
+            else:
+                free -= need
+        if why is None:
+            pairs.append((p, c, row))
+            used.update((p.name, c.name))
+        else:
+            refused.append((p.name, c.name, why))
+    return pairs, refused
+
+
 def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
-                   cfg: AccelConfig, strategy: str, data_fraction: float) -> Segment:
+                   cfg: AccelConfig, strategy: str, data_fraction: float,
+                   fuse: bool = False) -> Segment:
     """One image for ``layers``; raises :class:`_Fit` when it does not fit, ``ValueError`` /
-    ``ImageError`` naming the layer when the hardware refuses it."""
+    ``ImageError`` naming the layer when the hardware refuses it. With ``fuse``, the
+    intermediates of :func:`fusible_pairs` stay in the local buffer."""
     from firmware.builder import ImageBuilder, image_overhead
     from firmware.image import ImageError
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
+    pairs = fusible_pairs(layers, reads_after, cfg)[0] if fuse else []
+    local_out = {p.name: (p.output, row) for p, _, row in pairs}
+    local_in = {c.name: p.output for p, c, _ in pairs}
+    local_at: dict[str, tuple[int, int]] = {}
     produced = {l.output: l for l in layers}
     # layout of every tensor the segment touches: consumers inside decide, else the default
     inner: dict[str, tuple] = {}
@@ -384,12 +459,32 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
 
     inputs, fills, outputs = [], [], []
     for l in layers:
+        if l.name in local_in:              # the consumer of a fused pair: B on chip
+            x_local = local_at[local_in[l.name]]
+            yb = buffer(l.output, inner.get(l.output, _out_layout(l)), l.out_shape,
+                        l.out_offset)
+            if l.output in reads_after and yb not in outputs:
+                outputs.append(yb)
+            try:
+                _add_layer(b, l, None, yb, cfg, x_local=x_local)
+            except (ValueError, ImageError) as e:
+                raise _Refused(l.name, str(e)) from None
+            continue
         if l.input in produced:
             xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
         else:
             xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
             if xb not in inputs:
                 inputs.append(xb)
+        if l.name in local_out:             # the producer of a fused pair: C on chip
+            tensor, row = local_out[l.name]
+            channels = l.shape.m if l.kind == "fc" else l.shape.out_channels
+            local_at[tensor] = (b.local(f"{tensor}@local", channels * row), row)
+            try:
+                _add_layer(b, l, xb, None, cfg, y_local=local_at[tensor])
+            except (ValueError, ImageError) as e:
+                raise _Refused(l.name, str(e)) from None
+            continue
         layout = inner.get(l.output, _out_layout(l))
         yb = buffer(l.output, layout, l.out_shape, l.out_offset)
         if yb.needs_fill and yb not in fills:
@@ -415,7 +510,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                                    predicted_cycles=int(bl.predicted_cycles)))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records,
-                   overhead_cycles=image_overhead(blob, b.cfg))
+                   overhead_cycles=image_overhead(blob, b.cfg),
+                   fused=[(p.name, c.name, p.output) for p, c, _ in pairs])
 
 
 def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -425,15 +521,36 @@ def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
     return [(c0, min(m, c0 + step)) for c0 in range(0, m, step)]
 
 
-def _add_layer(b, l: AccelLayer, xb: TensorBuffer, yb: TensorBuffer, cfg: AccelConfig) -> None:
+def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | None,
+               cfg: AccelConfig, *, x_local: tuple[int, int] | None = None,
+               y_local: tuple[int, int] | None = None) -> None:
     """Add ``l`` to builder ``b``: input in ``xb``, output into ``yb``; split into output-channel
-    chunks when it has more than ``quant_entries`` channels."""
+    chunks when it has more than ``quant_entries`` channels. ``x_local`` / ``y_local`` =
+    ``(address, row bytes)``: the input / output is a fused intermediate in the local buffer
+    (one row per channel or feature; fusible_pairs guarantees one chunk, and a 1x1 consumer
+    runs as the GEMM it is, since the local buffer serves dense B only)."""
     from hw.layouts import OpKind
 
     rq = _requant(l)
     w = np.asarray(l.weights, np.int8)
     bias = np.asarray(l.bias, np.int32)
     m = w.shape[0]
+    if y_local is not None:
+        addr, row = y_local
+        if l.kind == "conv":
+            b.conv(l.name, shape=l.shape, weights=w, x_addr=xb.addr, out_addr=addr,
+                   out_chan_stride=row, bias=bias, requant=rq)
+        else:
+            b.gemm(l.name, weights=w, n=l.shape.n, b_addr=xb.addr, b_stride=l.shape.n,
+                   out_addr=addr, out_stride=row, bias=bias, requant=rq, op_kind=OpKind.FC)
+        return
+    if x_local is not None:
+        addr, row = x_local
+        pixels = l.shape.n if l.kind == "fc" else l.shape.out_h * l.shape.out_w
+        b.gemm(l.name, weights=w.reshape(m, -1), n=pixels, b_addr=addr, b_stride=row,
+               out_addr=yb.addr, out_stride=pixels, bias=bias, requant=rq,
+               op_kind=OpKind.FC if l.kind == "fc" else OpKind.GEMM)
+        return
     parts = _chunks(m, cfg)
     for c0, c1 in parts:
         name = l.name if len(parts) == 1 else f"{l.name}[ch {c0}:{c1}]"
@@ -459,13 +576,13 @@ class _Refused(Exception):
 
 
 def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
-                   cfg: AccelConfig, strategy: str) -> list[Segment]:
+                   cfg: AccelConfig, strategy: str, fuse: bool = False) -> list[Segment]:
     """Build ``layers`` as one image, moving the data region up when the image is large; split
     the run in two when it does not fit at all."""
     last = None
     for fraction in (0.5, 0.625, 0.75, 0.875):
         try:
-            return [_build_segment(index, layers, reads_after, cfg, strategy, fraction)]
+            return [_build_segment(index, layers, reads_after, cfg, strategy, fraction, fuse)]
         except _Fit as e:
             last = e
     if len(layers) == 1:
@@ -473,8 +590,8 @@ def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
     half = len(layers) // 2
     first, second = layers[:half], layers[half:]
     needed = reads_after | {l.input for l in second} | {l.input_b for l in second if l.input_b}
-    return (_build_fitting(index, first, needed, cfg, strategy)
-            + _build_fitting(index, second, reads_after, cfg, strategy))
+    return (_build_fitting(index, first, needed, cfg, strategy, fuse)
+            + _build_fitting(index, second, reads_after, cfg, strategy, fuse))
 
 
 # -- activation x activation GEMMs (built at run time) ---------------------------------------------
@@ -629,7 +746,8 @@ class CompiledNetwork:
                                 "fills": [b.as_dict() for b in seg.fills],
                                 "outputs": [b.as_dict() for b in seg.outputs],
                                 "records": [dataclasses.asdict(r) for r in seg.records],
-                                "overhead_cycles": seg.overhead_cycles}
+                                "overhead_cycles": seg.overhead_cycles,
+                                "fused": [list(f) for f in seg.fused]}
             else:
                 d["layer"] = s.layer
                 d["reason"] = s.reason
@@ -722,7 +840,8 @@ class CompiledNetwork:
                                   records=[LayerRecord(**r) for r in sd["records"]],
                                   overhead_cycles=int(sd["overhead_cycles"]) if
                                   "overhead_cycles" in sd else image_overhead(
-                                      z.read(sd["image"]), cfg))
+                                      z.read(sd["image"]), cfg),
+                                  fused=[tuple(f) for f in sd.get("fused", [])])
                     steps.append(Step("segment", d["name"], segment=seg))
                 else:
                     steps.append(Step(d["kind"], d["name"], layer=d["layer"],
@@ -745,11 +864,13 @@ class CompiledNetwork:
 
 
 def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best",
-                    qmodel=None, name: str | None = None) -> CompiledNetwork:
+                    qmodel=None, name: str | None = None, fuse: bool = False) -> CompiledNetwork:
     """Segments, images and host steps for ``lowered`` on ``cfg`` (module docstring).
 
     A layer the hardware refuses (static checks, or the builder refusing its record) runs on the
-    host, with the reason recorded in its ``host_layer`` step."""
+    host, with the reason recorded in its ``host_layer`` step. With ``fuse``, every pair of
+    :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
+    docs/fusion.md); each segment lists its fused pairs."""
     g = lowered.graph
     for n in g.inputs:
         if not g.tensors[n].is_static:
@@ -760,7 +881,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     while True:
         runs = _segment_runs(_schedule(lowered.steps, host_layers), host_layers)
         try:
-            steps = _compile_runs(runs, lowered, cfg, strategy)
+            steps = _compile_runs(runs, lowered, cfg, strategy, fuse)
             break
         except _Refused as e:
             if e.layer is None or e.layer in host_layers:
@@ -783,7 +904,8 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
                            strategy=strategy, name=name or g.name, qmodel=q)
 
 
-def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str) -> list[Step]:
+def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,
+                  fuse: bool = False) -> list[Step]:
     # tensors read by each position onwards (to know what a segment must hand back)
     reads_from: list[set[str]] = [set() for _ in range(len(runs) + 1)]
     reads_from[-1] = set(lowered.graph.outputs)
@@ -804,7 +926,7 @@ def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str)
         elif isinstance(r, tuple):
             steps.append(Step(r[0], r[1].name, layer=r[1].name))
         else:
-            for seg in _build_fitting(index, r, reads_from[i + 1], cfg, strategy):
+            for seg in _build_fitting(index, r, reads_from[i + 1], cfg, strategy, fuse):
                 seg.index = index
                 index += 1
                 steps.append(Step("segment", f"segment{seg.index}", segment=seg))

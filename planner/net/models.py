@@ -1,5 +1,6 @@
-"""Float ONNX models built with ``onnx.helper`` for tests and demos: a small 5-layer CNN and a
-BERT-base-shaped transformer encoder block. Weights are seeded random values.
+"""Float ONNX models built with ``onnx.helper`` for tests and demos: a small 5-layer CNN, a
+BERT-base-shaped transformer encoder block, a ResNet bottleneck block and a ReLU MLP (the last
+two have fusible producer/consumer pairs, docs/fusion.md). Weights are seeded random values.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 
 import numpy as np
 
-__all__ = ["small_cnn", "encoder_block", "BERT_BASE"]
+__all__ = ["small_cnn", "encoder_block", "bottleneck", "mlp", "BERT_BASE"]
 
 #: BERT-base encoder dimensions.
 BERT_BASE = {"hidden": 768, "heads": 12, "ffn": 3072}
@@ -160,3 +161,68 @@ def encoder_block(*, seq: int | None = 128, hidden: int = BERT_BASE["hidden"],
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)]
     return _make(nodes, inputs, outputs, inits, "encoder_block")
+
+
+def bottleneck(*, channels: int = 64, height: int = 14, width: int = 14, seed: int = 0):
+    """A ResNet-50-style bottleneck on ``1 x channels x height x width``: 1x1 conv to
+    ``channels/4``, ReLU, 3x3 conv (pad 1), ReLU, 1x1 conv back to ``channels``, the residual
+    Add of the input, ReLU. Input ``x``, output ``y``. Its 3x3 -> 1x1 pair is fusible."""
+    from onnx import TensorProto, helper
+
+    _check("channels", channels, 4, 4096)
+    _check("height", height, 1, 1024)
+    _check("width", width, 1, 1024)
+    rng = np.random.default_rng(seed)
+    mid = channels // 4
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+    x = "x"
+    for i, (cin, cout, k) in enumerate([(channels, mid, 1), (mid, mid, 3), (mid, channels, 1)]):
+        inits[f"c{i}_w"] = rng.normal(0, math.sqrt(2 / (cin * k * k)),
+                                      (cout, cin, k, k)).astype(np.float32)
+        inits[f"c{i}_b"] = rng.normal(0, 0.05, cout).astype(np.float32)
+        pad = k // 2
+        nodes.append(helper.make_node("Conv", [x, f"c{i}_w", f"c{i}_b"], [f"c{i}"], name=f"c{i}",
+                                      kernel_shape=[k, k], pads=[pad] * 4))
+        x = f"c{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"r{i}"))
+            x = f"r{i}"
+    nodes.append(helper.make_node("Add", [x, "x"], ["sum"], name="residual"))
+    nodes.append(helper.make_node("Relu", ["sum"], ["y"], name="out"))
+    shape = [1, channels, height, width]
+    return _make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits,
+                 "bottleneck")
+
+
+def mlp(*, tokens: int = 16, features: tuple[int, ...] = (64, 256, 64), seed: int = 0):
+    """``tokens x features[0]`` through fully connected layers (Gemm) with ReLU between them
+    (none after the last): a transformer-FFN-shaped MLP whose layer pairs are fusible. Input ``x``, output
+    ``y``."""
+    from onnx import TensorProto, helper
+
+    _check("tokens", tokens, 1, 65536)
+    if len(features) < 2:
+        raise ValueError(f"features must list at least 2 sizes, not {features!r}")
+    for f in features:
+        _check("features[i]", f, 1, 65536)
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+    x = "x"
+    for i, (fin, fout) in enumerate(zip(features, features[1:])):
+        inits[f"l{i}_w"] = rng.normal(0, math.sqrt(2 / fin), (fout, fin)).astype(np.float32)
+        inits[f"l{i}_b"] = rng.normal(0, 0.05, fout).astype(np.float32)
+        last = i == len(features) - 2
+        out = "y" if last else f"l{i}"
+        nodes.append(helper.make_node("Gemm", [x, f"l{i}_w", f"l{i}_b"], [out], name=f"l{i}",
+                                      transB=1))
+        x = out
+        if not last:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"r{i}"))
+            x = f"r{i}"
+    return _make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [tokens, features[0]])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                [tokens, features[-1]])], inits, "mlp")

@@ -1,0 +1,141 @@
+"""Fusion in the network compiler (compile_network(fuse=True), tessera compile --fuse): which
+pairs of a segment keep their intermediate in the local buffer, and why the others do not; fused
+networks give the same outputs as unfused ones (golden device here, the RTL in the rtl test)."""
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from firmware.runtime import Runtime  # noqa: E402
+from hw.config import PRESETS  # noqa: E402
+from planner.net.cli import compile_main  # noqa: E402
+from planner.net.compile import CompiledNetwork, compile_network, fusible_pairs  # noqa: E402
+from planner.net.execute import (GoldenDevice, compare_outputs, execute,  # noqa: E402
+                                 layer_rows, run_network)
+from planner.net.models import bottleneck, mlp, small_cnn  # noqa: E402
+from planner.net.onnx_import import import_onnx  # noqa: E402
+from planner.net.quantize import fold_batchnorm, lower, quantize_qdq  # noqa: E402
+from tb.tools import missing_tool  # noqa: E402
+
+SMALL = PRESETS["small"]
+
+
+def _lowered(model):
+    q = quantize_qdq(fold_batchnorm(model), samples=2, seed=1)
+    return q, lower(import_onnx(q))
+
+
+@pytest.fixture(scope="module")
+def block():
+    return _lowered(bottleneck(channels=64, height=14, width=14))
+
+
+@pytest.fixture(scope="module")
+def ffn():
+    return _lowered(mlp(tokens=16, features=(64, 256, 64)))
+
+
+def _outputs(net, feeds):
+    rt = Runtime(GoldenDevice(net.cfg), net.cfg)
+    env, _ = asyncio.run(execute(net, rt, feeds))
+    return {n: env[n] for n in net.outputs}
+
+
+def _x(shape, seed=5):
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("which, shape, pair", [
+    ("block", (1, 64, 14, 14), ("c1", "c2")),          # 3x3 -> 1x1 of the bottleneck
+    ("ffn", (16, 64), ("l0", "l1")),                    # 64 -> 256 -> 64 with ReLU
+])
+def test_fused_network_equals_unfused_on_the_golden_device(which, shape, pair, request):
+    q, low = request.getfixturevalue(which)
+    plain = compile_network(low, SMALL, qmodel=q)
+    fused = compile_network(low, SMALL, qmodel=q, fuse=True)
+    assert [f[:2] for s in fused.segments for f in s.fused] == [pair]
+    assert all(not s.fused for s in plain.segments)
+    feeds = _x(shape)
+    a, b = _outputs(plain, feeds), _outputs(fused, feeds)
+    assert all(np.array_equal(a[n], b[n]) for n in a)
+    # the intermediate no longer crosses the memory ports; the cycle model says no slower
+    assert fused.summary()["predicted_cycles"] <= plain.summary()["predicted_cycles"]
+
+
+def test_fusible_pairs_explain_the_bottleneck(block):
+    _, low = block
+    layers = {l.name: l for l in low.layers}
+    pairs, refused = fusible_pairs([layers[n] for n in ("c0", "c1", "c2")], set(), SMALL)
+    assert [(p.name, c.name) for p, c, _ in pairs] == [("c1", "c2")]
+    assert pairs[0][2] == 14 * 14 + 4            # 196 pixels in whole local rows of 8
+    (why,) = [r for r in refused if r[:2] == ("c0", "c1")]
+    assert "gathers its B through tables" in why[2]
+
+
+def test_fusible_pairs_refuse_a_tensor_read_later_and_a_full_local_buffer(block):
+    _, low = block
+    layers = [l for l in low.layers]
+    c1 = next(l for l in layers if l.name == "c1")
+    pairs, refused = fusible_pairs(layers, {c1.output}, SMALL)
+    assert pairs == [] and ("c1", "c2") in [r[:2] for r in refused]
+    assert "also read after the segment" in dict(((p, c), w) for p, c, w in refused)[("c1", "c2")]
+    tight = dataclasses.replace(SMALL, local_buf_bytes=1024)
+    pairs, refused = fusible_pairs(layers, set(), tight)
+    assert pairs == []
+    why = dict(((p, c), w) for p, c, w in refused)[("c1", "c2")]
+    assert why == "the intermediate needs 3200 bytes on chip, 1024 of local_buf_bytes=1024 are free"
+
+
+def test_small_cnn_has_nothing_to_fuse():
+    q, low = _lowered(small_cnn(height=16, width=16))
+    net = compile_network(low, SMALL, qmodel=q, fuse=True)
+    assert all(not s.fused for s in net.segments)
+
+
+def test_tsr_keeps_the_fused_pairs(block, tmp_path):
+    q, low = block
+    net = compile_network(low, SMALL, qmodel=q, fuse=True)
+    back = CompiledNetwork.load(net.save(tmp_path / "b.tsr"))
+    assert [s.fused for s in back.segments] == [s.fused for s in net.segments]
+    a, b = _outputs(net, _x((1, 64, 14, 14))), _outputs(back, _x((1, 64, 14, 14)))
+    assert all(np.array_equal(a[n], b[n]) for n in a)
+
+
+def test_cli_compile_fuse_lists_the_pairs(tmp_path, capsys):
+    path = tmp_path / "mlp.onnx"
+    import onnx
+
+    onnx.save(mlp(tokens=16, features=(64, 256, 64)), path)
+    assert compile_main([str(path), "-o", str(tmp_path / "mlp.tsr"), "--config", "small",
+                         "--fuse"]) == 0
+    out = capsys.readouterr().out
+    assert "fused: l0 -> l1 (" in out and "stays on chip)" in out
+
+
+@pytest.mark.rtl
+def test_fused_bottleneck_on_rtl_matches_unfused_and_saves_traffic(block, tmp_path):
+    reason = missing_tool("verilator")
+    if reason:
+        pytest.skip(reason)
+    q, low = block
+    feeds = _x((1, 64, 14, 14))
+    runs = {}
+    for fuse in (False, True):
+        net = compile_network(low, SMALL, qmodel=q, fuse=fuse)
+        runs[fuse] = (net, run_network(net, feeds, sim="verilator",
+                                       workdir=tmp_path / f"fuse{int(fuse)}"))
+    exact = compare_outputs(runs[True][1].outputs, runs[False][1].outputs)
+    assert all(c["bit_exact"] for c in exact.values()), exact
+    (net, rtl), (_, plain) = runs[True], runs[False]
+    assert rtl.total_cycles <= plain.total_cycles
+
+    def dram(run):
+        return sum(r["dram_rd_bytes"] + r["dram_wr_bytes"] for r in layer_rows(run, SMALL)
+                   if r["where"] != "host")
+
+    intermediate = 16 * 14 * 14
+    assert dram(plain) - dram(rtl) >= 2 * intermediate
