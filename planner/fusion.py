@@ -463,11 +463,14 @@ def _sizes(chain: Chain, cfg: AccelConfig) -> list[int]:
     return sizes
 
 
-def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best") -> FusionPlan:
+def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best",
+                require_gain: bool = True) -> FusionPlan:
     """Choose the consumer partition of ``chain`` (module docstring). Raises
     :class:`FusionError` naming the reason when the hardware cannot fuse it: a layer the local
     buffer cannot serve (:func:`fusible`), more output channels than ``quant_entries``, or no
-    block that fits ``local_buf_bytes``."""
+    block that fits ``local_buf_bytes``; and, with ``require_gain``, when the best partition
+    that fits is predicted slower than the unfused pair (small blocks reload the weights once
+    per block: fusion then costs more cycles and usually more memory traffic than it saves)."""
     reason = fusible(chain.producer, chain.consumer)
     if reason:
         raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: {reason}")
@@ -499,6 +502,14 @@ def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best") -> Fu
                           f"{cfg.local_buf_bytes}")
     best = min(fits, key=lambda c: (c.predicted_cycles, c.predicted_dram_bytes))
     unfused = build_image(chain, data, cfg, None, strategy=strategy)
+    if require_gain and (best.predicted_cycles, best.predicted_dram_bytes) > \
+            (unfused.predicted_cycles, unfused.predicted_dram_bytes):
+        raise FusionError(
+            f"fusing {chain.producer.name} -> {chain.consumer.name} does not pay on this "
+            f"configuration: the best partition that fits local_buf_bytes="
+            f"{cfg.local_buf_bytes} (blocks of {best.block}) is predicted at "
+            f"{best.predicted_cycles:,} cycles and {best.predicted_dram_bytes:,} memory bytes, "
+            f"unfused {unfused.predicted_cycles:,} and {unfused.predicted_dram_bytes:,}")
     return FusionPlan(chain, best.block, tuple(cands), unfused.predicted_cycles,
                       unfused.predicted_dram_bytes)
 
