@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) -m bench.simspeed
 	$(PY) bench/plan_speed.py
 	$(PY) -m bench
+	$(PY) -m bench.fusion
 
 fpga: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[fpga]'
