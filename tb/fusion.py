@@ -71,19 +71,21 @@ class ChainRun:
 
 
 def run_chain(chain: Chain, data: ChainData, cfg: AccelConfig, blocks: list[int | None], *,
-              workdir: Path, sim: str = "verilator") -> tuple[np.ndarray, list[ChainRun]]:
+              workdir: Path, sim: str = "verilator", plusargs: list[str] | tuple = (),
+              budget_scale: int = 2) -> tuple[np.ndarray, list[ChainRun]]:
     """Run every variant in ``blocks`` in one simulation; returns the golden output and the
-    runs, in order."""
+    runs, in order. ``plusargs`` go to the simulator (the memory model's stall injection);
+    ``budget_scale`` multiplies the predicted cycles into each run's cycle budget."""
     from tb.jobs import ImageRun, run_jobs
 
     built = [build_image(chain, data, cfg, block) for block in blocks]
     runs = []
     for b in built:
         size = b.y_rows * b.y_cols
-        budget = 2 * b.predicted_cycles + 2 * len(b.blob) + 10_000
+        budget = budget_scale * b.predicted_cycles + 2 * len(b.blob) + 10_000
         runs.append(ImageRun(b.blob, budget_cycles=budget, load=[(b.x_addr, b.x_bytes)],
                              read=[("y", b.y_addr, size)]))
-    results = run_jobs(runs, cfg, workdir=workdir, sim=sim)
+    results = run_jobs(runs, cfg, workdir=workdir, sim=sim, plusargs=plusargs)
     out = []
     for block, b, r in zip(blocks, built, results):
         y = np.frombuffer(r.reads["y"], np.int8).reshape(b.y_rows, b.y_cols)
