@@ -86,6 +86,14 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "per-row convolution records (padded consumer)": lambda r: r["per_row"],
         "image run under memory stalls": lambda r: r["stalls"],
     },
+    "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
+        "producer output in the local buffer": lambda r: r["local_c"] > 0,
+        "consumer B from the local buffer": lambda r: r["local_b"] > 0,
+        "GEMM -> GEMM chain": lambda r: r["local_b"] > 0 and r["chain"] == "gemm",
+        "conv -> 1x1 chain": lambda r: r["local_b"] > 0 and r["chain"] == "conv",
+        "several blocks (conv halo rows)": lambda r: r["chain"] == "conv" and r["local_b"] > 1,
+        "fused chain under memory stalls": lambda r: r["local_b"] > 0 and r["stalls"],
+    },
 }
 
 

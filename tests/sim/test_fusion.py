@@ -59,6 +59,18 @@ def check_runs(chain, cfg, golden, runs):
         assert c["total_cycles"] == run.built.predicted_cycles, run.block
 
 
+def cover(chain, runs, cfg, *, stalls=False):
+    """Functional coverage samples (tb.coverage "fusion") of the runs."""
+    from tb import coverage
+
+    kind = "gemm" if isinstance(chain.producer, GemmOp) else "conv"
+    coverage.record("fusion", [{
+        "chain": kind, "stalls": stalls,
+        "local_c": sum(b.layer.desc.c_addr >= cfg.local_base for b in r.built.layers),
+        "local_b": sum(b.layer.desc.b_addr >= cfg.local_base for b in r.built.layers)}
+        for r in runs])
+
+
 def layer_dram(run) -> int:
     return sum(layer[n] for layer in run.layers for n in DRAM)
 
@@ -85,6 +97,7 @@ def test_fused_chain_tiny_bit_exact_and_predicted(name, tmp_path):
     golden, runs = run_chain(chain, random_data(chain, np.random.default_rng(seed())), cfg,
                              blocks, workdir=tmp_path)
     check_runs(chain, cfg, golden, runs)
+    cover(chain, runs, cfg)
     unfused, chosen = runs[0], runs[1]
     # the planner's choice keeps the whole intermediate on chip here: the memory ports carry
     # at least its write and its read fewer, and it takes no more cycles
@@ -115,6 +128,7 @@ def test_fused_chain_under_memory_stalls(profile, tmp_path, request):
         assert c["total_cycles"] == sum(c[n] for n in COUNTERS
                                         if n.endswith("_cycles") and n != "total_cycles")
         assert c["total_cycles"] >= run.built.predicted_cycles
+    cover(chain, runs, cfg, stalls=True)
 
 
 def test_fused_chain_icarus(tmp_path):
