@@ -1,6 +1,7 @@
 """Fused against unfused chains on the RTL: memory traffic and cycles from the RTL counters.
 
     python -m bench.fusion [--preset default] [--chains NAME,...] [--candidates chosen|all]
+    python -m bench.fusion --network light_resnet50 [--preset default]
 
 For each chain of :data:`tb.fusion.CHAINS` (BERT-base FFN seq 128, ResNet-50 3x3 -> 1x1 pairs):
 the planner's fusion plan (:func:`planner.fusion.plan_fusion`), then one Verilator simulation
@@ -10,6 +11,12 @@ checked bit-exactly against the numpy golden model. Writes ``bench/results/fusio
 and ``.md``: per variant the blocks, records, measured and predicted cycles, and the memory-port
 bytes of the layers (A / B / C) and of the whole image run (the CRC read of the image and the
 record fetches included). docs/fusion.md has the results.
+
+``--network light_resnet50`` instead compiles the onnx wheel's light_resnet50 (seeded weights,
+BatchNormalization folded, 1x3x224x224) without and with ``fuse=True`` and runs both on
+Verilator (``planner.net.execute.run_network``, about 5 minutes each): cycles measured and
+predicted, memory bytes of the accelerator layers, and whether the outputs are bit-exactly
+equal. Writes ``bench/results/fusion-<network>-<preset>.json``.
 """
 
 from __future__ import annotations
@@ -80,6 +87,37 @@ def run(name: str, preset: str, candidates: str, work: Path, seed: int = 1) -> d
     }
 
 
+def run_network_pair(network: str, preset: str, work: Path) -> dict:
+    """The network compiled unfused and fused, both run on Verilator (module docstring)."""
+    import onnx
+
+    from planner.net.cli import compile_model
+    from planner.net.execute import compare_outputs, layer_rows, run_network
+
+    model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{network}.onnx"
+    if not model.exists():
+        raise SystemExit(f"python -m bench.fusion: no model {model}")
+    cfg = PRESETS[preset]
+    out, runs = {"network": network, "preset": preset, "config_id": f"{cfg.config_id:08x}"}, {}
+    for fuse in (False, True):
+        net = compile_model(model, {}, cfg, seed=0, fuse=fuse)
+        feeds = {n: np.random.default_rng(9).standard_normal(v["shape"]).astype(np.float32)
+                 for n, v in net.inputs.items()}
+        start = time.monotonic()
+        run = run_network(net, feeds, sim="verilator", workdir=work / f"fuse{int(fuse)}")
+        rows = [r for r in layer_rows(run, cfg) if r["where"] != "host"]
+        runs[fuse] = run
+        out["fused" if fuse else "unfused"] = {
+            "fused_pairs": [list(f) for seg in net.segments for f in seg.fused],
+            "cycles": run.total_cycles, "predicted_cycles": run.predicted_cycles,
+            "dram_rd_bytes": sum(r["dram_rd_bytes"] for r in rows),
+            "dram_wr_bytes": sum(r["dram_wr_bytes"] for r in rows),
+            "wall_s": round(time.monotonic() - start, 1)}
+    same = compare_outputs(runs[True].outputs, runs[False].outputs)
+    out["bit_exact_fused_vs_unfused"] = all(c["bit_exact"] for c in same.values())
+    return out
+
+
 def markdown(results: list[dict]) -> str:
     out = []
     for r in results:
@@ -112,7 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", choices=("chosen", "all"), default="all",
                     help="run only the planned partition, or every one that fits")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--network", choices=("light_resnet50",),
+                    help="run a whole network unfused and fused instead of the chains")
     args = ap.parse_args(argv)
+    if args.network:
+        with tempfile.TemporaryDirectory(prefix="tessera-fusion-") as tmp:
+            result = run_network_pair(args.network, args.preset, Path(tmp))
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"fusion-{args.network}-{args.preset}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result, indent=1))
+        return 0 if result["bit_exact_fused_vs_unfused"] else 1
     names = [n for n in args.chains.split(",") if n]
     unknown = [n for n in names if n not in CHAINS]
     if unknown:
