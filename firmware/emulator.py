@@ -149,9 +149,10 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
             return False
     result.reads += _ranges(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None],
                             m.size)
-    if d.b_mode == 0 and d.b_addr < m.size:
-        result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride + np.arange(d.n)[None, :],
-                                m.size)
+    if d.b_mode == 0:
+        if d.b_addr < m.size:                # a local B is on chip, not in memory
+            result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride
+                                    + np.arange(d.n)[None, :], m.size)
     else:
         result.reads += _ranges(d.b_addr + np.arange(d.b_stride, dtype=np.int64), m.size)
     for name in ("bias_addr", "mult_addr", "shift_addr"):

@@ -101,8 +101,14 @@ class AccelConfig:
         for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
-        # rows of one B beat; the buffer lives above the DRAM in the device address space
-        self._check_pow2("local_buf_bytes", 2 * self.b_beat_bytes, self.dram_bytes)
+        # rows of one B beat; the buffer lives above the DRAM in the device address space, and
+        # its offsets must fit the engines' dram_addr_bits-wide addresses
+        if not (_is_pow2(self.local_buf_bytes) and
+                2 * self.b_beat_bytes <= self.local_buf_bytes <= self.dram_bytes):
+            raise ConfigError(
+                f"AccelConfig.local_buf_bytes must be a power of two in [{2 * self.b_beat_bytes}, "
+                f"{self.dram_bytes}], not {self.local_buf_bytes!r} (at most dram_bytes: with "
+                f"dram_addr_bits={self.dram_addr_bits}, set it to {self.dram_bytes} or less)")
         beats = {"a": self.a_beat_bytes, "b": self.b_beat_bytes, "c": self.c_beat_bytes}
         for port, beat in beats.items():
             self._check_range(f"{port}_port_bytes_per_cycle", 1, beat)

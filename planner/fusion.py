@@ -305,24 +305,28 @@ def golden_output(chain: Chain, data: ChainData) -> np.ndarray:
 
 
 def placeholder_data(chain: Chain) -> ChainData:
-    """Zero tensors of the chain's shapes (costing candidates needs shapes, not values)."""
+    """Constant tensors of the chain's shapes: costing candidates needs shapes, not values. Every
+    array differs from the other layer's (1 vs 2), so the image stores as many blobs as with
+    real data (the builder shares identical ones) and the predicted image overhead is the
+    real image's."""
     from firmware.builder import Requant
 
-    def weights(op):
+    def weights(op, value):
         if isinstance(op, GemmOp):
-            return np.zeros((op.m, op.k), np.int8)
+            return np.full((op.m, op.k), value, np.int8)
         s = op.shape
-        return np.zeros((s.out_channels, s.in_channels, s.kernel_h, s.kernel_w), np.int8)
+        return np.full((s.out_channels, s.in_channels, s.kernel_h, s.kernel_w), value, np.int8)
 
-    def requant(op):
+    def requant(op, value):
         m = _channels(op)
-        return Requant(multiplier=np.full(m, 1 << 30, np.int32), shift=np.zeros(m, np.int32))
+        return Requant(multiplier=np.full(m, (1 << 30) + value, np.int32),
+                       shift=np.full(m, value, np.int32))
 
     p = chain.producer
     x = (np.zeros((p.k, p.n), np.int8) if isinstance(p, GemmOp)
          else np.zeros((p.shape.in_channels, p.shape.height, p.shape.width), np.int8))
-    return ChainData(x, weights(p), weights(chain.consumer), requant(p),
-                     requant(chain.consumer))
+    return ChainData(x, weights(p, 1), weights(chain.consumer, 2), requant(p, 1),
+                     requant(chain.consumer, 2))
 
 
 @dataclasses.dataclass
@@ -474,6 +478,11 @@ def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best",
     reason = fusible(chain.producer, chain.consumer)
     if reason:
         raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: {reason}")
+    if cfg.local_base + cfg.local_buf_bytes > 1 << 32:
+        raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: the "
+                          f"local buffer at {cfg.local_base:#x} is past the 32-bit addresses "
+                          f"descriptors hold (dram_addr_bits={cfg.dram_addr_bits}; fusion "
+                          f"needs at most 31)")
     for op in (chain.producer, chain.consumer):
         if _channels(op) > cfg.quant_entries:
             raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "

@@ -407,7 +407,11 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
             pixels = p.shape.n if p.kind == "fc" else p.shape.out_h * p.shape.out_w
             row = -(-pixels // cfg.b_beat_bytes) * cfg.b_beat_bytes
             need = (p.shape.m if p.kind == "fc" else p.shape.out_channels) * row
-            if need > free:
+            need = -(-need // 64) * 64              # ImageBuilder.local's 64-byte alignment
+            if cfg.local_base + cfg.local_buf_bytes > 1 << 32:
+                why = (f"the local buffer at {cfg.local_base:#x} is past the 32-bit addresses "
+                       f"descriptors hold (dram_addr_bits={cfg.dram_addr_bits})")
+            elif need > free:
                 why = (f"the intermediate needs {need} bytes on chip, {free} of "
                        f"local_buf_bytes={cfg.local_buf_bytes} are free")
             else:
@@ -479,8 +483,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
         if l.name in local_out:             # the producer of a fused pair: C on chip
             tensor, row = local_out[l.name]
             channels = l.shape.m if l.kind == "fc" else l.shape.out_channels
-            local_at[tensor] = (b.local(f"{tensor}@local", channels * row), row)
             try:
+                local_at[tensor] = (b.local(f"{tensor}@local", channels * row), row)
                 _add_layer(b, l, xb, None, cfg, y_local=local_at[tensor])
             except (ValueError, ImageError) as e:
                 raise _Refused(l.name, str(e)) from None

@@ -323,3 +323,12 @@ def test_config_from_json_refuses_malformed_text(text):
     # json.JSONDecodeError, a ValueError like ConfigError (not a ConfigError itself)
     with pytest.raises(ValueError):
         AccelConfig.from_json(text)
+
+
+def test_config_local_buffer_must_fit_below_a_small_dram():
+    # the 512 KiB default is more than a 256 KiB DRAM's worth: the message says what to set
+    with pytest.raises(ConfigError, match=re.escape(
+            "AccelConfig.local_buf_bytes must be a power of two in [32, 262144], not 524288 "
+            "(at most dram_bytes: with dram_addr_bits=18, set it to 262144 or less)")):
+        AccelConfig(dram_addr_bits=18)
+    assert AccelConfig(dram_addr_bits=18, local_buf_bytes=1 << 18).local_base == 1 << 18

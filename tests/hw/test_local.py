@@ -87,3 +87,25 @@ def test_emulator_memory_routes_local_addresses_and_tracks_written_bytes():
     assert mem.local_defined(idx)
     assert not mem.local_defined(np.array([L0 + 6]))                # never written this run
     assert mem.local_defined(np.array([0, 1, 2]))                   # DRAM bytes always are
+
+
+def test_emulator_lists_no_memory_read_for_a_local_b():
+    from firmware.builder import ImageBuilder, Requant
+    from firmware.emulator import run_image
+
+    b = ImageBuilder(CFG)
+    x, y = b.buffer("x", 64), b.buffer("y", 64)
+    h = b.local("h", 64)
+    rq = Requant(multiplier=np.full(8, 1 << 30, np.int32), shift=np.zeros(8, np.int32))
+    b.gemm("p", weights=np.ones((8, 8), np.int8), n=8, b_addr=x, b_stride=8, out_addr=h,
+           out_stride=8, requant=rq)
+    b.gemm("c", weights=np.ones((8, 8), np.int8), n=8, b_addr=h, b_stride=8, out_addr=y,
+           out_stride=8, requant=rq)
+    blob, _ = b.build()
+    mem = bytearray(CFG.dram_bytes)
+    mem[:len(blob)] = blob
+    result = run_image(mem, 0, CFG)
+    assert result.error == ErrorCode.NONE and result.defined
+    # the consumer's local B is on chip: the only data-region reads are x's
+    data = [(lo, size) for lo, size in result.reads if lo >= b.data_addr]
+    assert data == [(x, 64)]

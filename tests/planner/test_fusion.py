@@ -229,3 +229,28 @@ def test_block_sizes_halve_down_to_the_minimum_block():
     assert [x.block for x in plan.candidates] == [56, 28, 14, 7, 4, 2, 1]
     assert all(x.refused and "local_buf_bytes=16384" in x.refused for x in plan.candidates
                if x.local_bytes > TINY.local_buf_bytes)
+
+
+def test_plan_predictions_equal_the_real_images_even_when_layers_look_alike():
+    """Placeholder data must not make blobs identical that real data keeps apart (equal channel
+    counts give equal-sized parameter arrays): the plan's numbers are the real image's."""
+    from planner.fusion import build_image
+    from tb.fusion import random_data
+
+    chain = Chain(GemmOp("up", 40, 24, 20), GemmOp("down", 40, 40, 20))
+    plan = plan_fusion(chain, TINY)
+    data = random_data(chain, np.random.default_rng(0))
+    assert build_image(chain, data, TINY, None).predicted_cycles == plan.unfused_cycles
+    assert build_image(chain, data, TINY, plan.block).predicted_cycles == \
+        plan.chosen.predicted_cycles
+
+
+def test_plan_refuses_a_local_buffer_past_32_bit_addresses():
+    cfg = dataclasses.replace(TINY, dram_addr_bits=32)
+    with pytest.raises(FusionError, match=r"the local buffer at 0x100000000 is past the 32-bit "
+                                          r"addresses descriptors hold \(dram_addr_bits=32; "
+                                          r"fusion needs at most 31\)"):
+        plan_fusion(FFN_TINY, cfg)
+
+
+FFN_TINY = Chain(GemmOp("up", 45, 37, 29), GemmOp("down", 23, 45, 29))

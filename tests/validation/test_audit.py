@@ -17,10 +17,10 @@ another function without this table following; line moves inside a function do n
 | firmware/builder.py | ImageBuilder.__init__ | ValueError | 2 | image: test_builder_image_addr, test_builder_data_addr |
 | firmware/builder.py | ImageBuilder._claim | ValueError | 2 | image: test_builder_layer_name, test_builder_layer_name_unique |
 | firmware/builder.py | ImageBuilder.buffer | ValueError | 3 | image: test_builder_buffer_name_unique, test_builder_buffer_nbytes, test_builder_buffer_fits |
-| firmware/builder.py | ImageBuilder.local | ValueError | 3 | image: test_builder_local_name_unique, test_builder_local_nbytes, test_builder_local_fits |
+| firmware/builder.py | ImageBuilder.local | ValueError | 4 | image: test_builder_local_name_unique, test_builder_local_nbytes, test_builder_local_fits, test_builder_local_past_32_bit_addresses |
 | firmware/builder.py | ImageBuilder.build | ImageError | 3 | image: test_builder_needs_layers, test_builder_image_overlaps_data, test_builder_hardware_rules |
 | firmware/builder.py | ImageBuilder.build.read_words | ImageError | 1 | internal: read_words only sees the builder's own QUANT references; no public input reaches it |
-| firmware/builder.py | ImageBuilder.conv | ValueError | 3 | image: test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride |
+| firmware/builder.py | ImageBuilder.conv | ValueError | 4 | image: test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride, test_builder_conv_rows |
 | firmware/builder.py | ImageBuilder.gemm | ValueError | 2 | image: test_builder_gemm_weights, test_builder_gemm_op_kind |
 | firmware/builder.py | _int_array | ValueError | 2 | image: test_builder_quant_shapes, test_builder_quant_values |
 | firmware/image.py | Image.__post_init__ | ImageError | 3 | image: test_image_header_fields, test_image_layers_type, test_image_sections_blob_kinds |
@@ -33,7 +33,7 @@ another function without this table following; line moves inside a function do n
 | firmware/runtime.py | Runtime.open | DeviceError | 1 | image: test_runtime_open_config_id |
 | firmware/runtime.py | Runtime.run_image | DeviceError | 1 | image: test_runtime_stats_layer_index |
 | firmware/runtime.py | Runtime.run_layer | ValueError | 1 | image: test_runtime_run_layer_missing_word |
-| hw/config.py | AccelConfig.__post_init__ | ConfigError | 3 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves |
+| hw/config.py | AccelConfig.__post_init__ | ConfigError | 4 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range |
 | hw/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
 | hw/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
 | hw/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |

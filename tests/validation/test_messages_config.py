@@ -90,6 +90,15 @@ def test_config_buffers_hold_two_halves(name, changes, need, half):
         cfg(**changes)
 
 
+@pytest.mark.parametrize("bits, local", [(18, 512 << 10), (20, 3 << 10), (20, 16)])
+def test_config_local_buffer_range(bits, local):
+    dram = 1 << bits
+    with refused(ConfigError, f"AccelConfig.local_buf_bytes must be a power of two in [32, "
+                              f"{dram}], not {local} (at most dram_bytes: with dram_addr_bits="
+                              f"{bits}, set it to {dram} or less)"):
+        AccelConfig(dram_addr_bits=bits, local_buf_bytes=local)
+
+
 @pytest.mark.parametrize("unknown", [["bogus"], ["zzz", "aaa"]])
 def test_config_from_dict_unknown_fields(unknown):
     with refused(ConfigError, f"unknown AccelConfig field(s) {', '.join(sorted(unknown))}; "

@@ -239,6 +239,16 @@ def test_builder_local_fits():
         b.local("h", CFG.local_buf_bytes)
 
 
+def test_builder_local_past_32_bit_addresses():
+    import dataclasses
+
+    cfg = dataclasses.replace(CFG, dram_addr_bits=32)
+    with refused(ValueError, "local buffer 'h': the local buffer at 0x100000000 is past the "
+                             "32-bit addresses descriptors hold (dram_addr_bits=32; fusion needs "
+                             "at most 31)"):
+        ImageBuilder(cfg).local("h", 64)
+
+
 def _gemm(b=None, **kw):
     b = b or builder()
     x, y = b.buffer("x", 64), b.buffer("y", 256)
@@ -335,6 +345,14 @@ def test_builder_conv_weights(w):
 def test_builder_conv_row_stride(stride):
     with refused(ValueError, f"c: out_row_stride={stride} < out_w=4"):
         _conv(out_row_stride=stride)
+
+
+@pytest.mark.parametrize("rows, extra", [((2, 2), {}), ((0, 5), {}), ((-1, 2), {}), ([0, 2], {}),
+                                         ((0, 2), {"out_row_stride": 8})])
+def test_builder_conv_rows(rows, extra):
+    with refused(ValueError, f"c: rows={rows!r} must be (p0, p1) with 0 <= p0 < p1 <= "
+                             f"out_h=4, and out_row_stride left at out_w"):
+        _conv(rows=rows, **extra)
 
 
 def test_builder_needs_layers():
