@@ -257,12 +257,21 @@ class Comparison:
 
 
 def onnxruntime_outputs(qmodel, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of onnxruntime (CPU, default optimisations) on the quantised model."""
+    """Outputs of onnxruntime (CPU, default optimisations, exact integer kernels) on the
+    quantised model.
+
+    ``session.x64quantprecision`` selects onnxruntime's exact uint8 x int8 kernels: on x86 CPUs
+    without VNNI (AVX2 only) its default kernel adds neighbouring products in saturating int16
+    pairs, which is not the ONNX arithmetic (measured here with onnxruntime 1.32: an h256
+    encoder block differed from the int8 reference by 8 LSB with the default kernel, 3 LSB with
+    the exact one; tests/net/test_quantize.py reproduces the saturation). It changes nothing on
+    CPUs with VNNI."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.x64quantprecision", "1")
     sess = ort.InferenceSession(qmodel.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
