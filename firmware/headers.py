@@ -57,7 +57,7 @@ def regs_header(cfg: AccelConfig) -> str:
     """Text of ``accel_regs.h``: configuration, register offsets, status bits, error codes.
 
     Macros: ``ACCEL_CONFIG_ID``, ``ACCEL_FORMAT_VERSION``, ``ACCEL_CFG_<FIELD>`` for every
-    :class:`~hw.config.AccelConfig` field, ``ACCEL_REG_<NAME>`` (byte offset) and
+    :class:`~hw.config.AccelConfig` field, ``ACCEL_LOCAL_BASE``, ``ACCEL_REG_<NAME>`` (byte offset) and
     ``ACCEL_REG_<NAME>_WORD`` (word offset) for every register, ``ACCEL_CTRL_<BIT>``,
     ``ACCEL_STATUS_<BIT>`` masks, ``ACCEL_ERR_<NAME>`` for every :class:`~hw.desc.ErrorCode`,
     ``ACCEL_DESC_WORDS``, ``ACCEL_COUNTER_COUNT``, ``ACCEL_REG_COUNT``, ``ACCEL_CSR_ADDR_BITS``,
@@ -73,6 +73,8 @@ def regs_header(cfg: AccelConfig) -> str:
     lines += ["/* AccelConfig fields */"]
     for field in dataclasses.fields(cfg):
         lines.append(_define(f"ACCEL_CFG_{field.name.upper()}", getattr(cfg, field.name)))
+    lines.append(_define("ACCEL_LOCAL_BASE", f"0x{cfg.local_base:x}u",
+                         "device address of the local buffer (fused intermediates)"))
     lines += ["", "/* Registers: ACCEL_REG_<NAME> is a byte offset, ACCEL_REG_<NAME>_WORD a word "
               "offset. */"]
     for reg in REGISTERS:

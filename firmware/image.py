@@ -446,12 +446,20 @@ def _enum_name(enum_cls, value: int) -> str:
         return f"?({value})"
 
 
-def inspect(blob: bytes) -> str:
-    """A readable dump: header fields in hex, the section table, every layer field by name."""
+def inspect(blob: bytes, cfg: AccelConfig | None = None) -> str:
+    """A readable dump: header fields in hex, the section table, every layer field by name.
+    B / C addresses and windows in the local buffer (a fused intermediate, docs/fusion.md) are
+    marked; ``cfg`` gives its address, by default the preset whose ``config_id`` the image
+    carries (none: not marked)."""
+    from hw.config import PRESETS
+
     blob = bytes(blob)
     if len(blob) < HEADER_BYTES:
         return f"image is {len(blob)} bytes, truncated: the header alone is {HEADER_BYTES} bytes"
     h = _header(blob)
+    if cfg is None:
+        cfg = next((p for p in PRESETS.values() if p.config_id == h["config_id"]), None)
+    local_base = cfg.local_base if cfg is not None else None
     lines = [f"Tessera firmware image, {len(blob)} bytes", "header:"]
     for name, index in HEADER_WORDS.items():
         if name.startswith("section_") and name != "section_count":
@@ -484,6 +492,9 @@ def inspect(blob: bytes) -> str:
                 text = str(value)
             elif name.endswith(("_addr", "_lo", "_hi")):
                 text = f"{value:#010x}"
+                if local_base is not None and value >= local_base and \
+                        name in ("desc_b_addr", "desc_c_addr", "out_window_lo", "out_window_hi"):
+                    text += f"  (local buffer +{value - local_base:#x})"
             else:
                 text = str(value)
             lines.append(f"  {name:<24} {text}")

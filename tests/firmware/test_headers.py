@@ -37,6 +37,7 @@ def _expected(cfg) -> dict[str, int]:
         want[f"offsetof(accel_layer_stats_t, {name})"] = 4 * word
     for field in dataclasses.fields(cfg):
         want[f"ACCEL_CFG_{field.name.upper()}"] = getattr(cfg, field.name)
+    want["ACCEL_LOCAL_BASE"] = cfg.local_base
     for reg in REGISTERS:
         want[f"ACCEL_REG_{reg.name}"] = 4 * reg.offset
         want[f"ACCEL_REG_{reg.name}_WORD"] = reg.offset

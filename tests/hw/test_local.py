@@ -109,3 +109,20 @@ def test_emulator_lists_no_memory_read_for_a_local_b():
     # the consumer's local B is on chip: the only data-region reads are x's
     data = [(lo, size) for lo, size in result.reads if lo >= b.data_addr]
     assert data == [(x, 64)]
+
+
+def test_inspect_marks_local_buffer_addresses():
+    from firmware.builder import ImageBuilder, Requant
+    from firmware.image import inspect
+
+    b = ImageBuilder(CFG)
+    x, y = b.buffer("x", 64), b.buffer("y", 64)
+    h = b.local("h", 64)
+    rq = Requant(multiplier=np.full(8, 1 << 30, np.int32), shift=np.zeros(8, np.int32))
+    b.gemm("p", weights=np.ones((8, 8), np.int8), n=8, b_addr=x, b_stride=8, out_addr=h,
+           out_stride=8, requant=rq)
+    b.gemm("c", weights=np.ones((8, 8), np.int8), n=8, b_addr=h, b_stride=8, out_addr=y,
+           out_stride=8, requant=rq)
+    text = inspect(b.build()[0])
+    assert text.count("(local buffer +0x0)") == 3       # C and window of p, B of c
+    assert f"desc_b_addr              {h:#010x}  (local buffer +0x0)" in text
