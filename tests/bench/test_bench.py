@@ -6,7 +6,9 @@ import json
 import pytest
 
 from bench.__main__ import _peer_greedy, _peer_scalesim, headline, write_report
-from bench.fpga import parse_nextpnr_report, parse_ports, parse_yosys_stat, wrapper_verilog
+from bench.fpga import (auto_dsp_rows, nextpnr_args, parse_nextpnr_log, parse_nextpnr_report,
+                        parse_ports, parse_yosys_stat, synth_script, variant_name,
+                        wrapper_verilog)
 from bench.network import BenchLayer, distinct_layers, layer_record, network_totals
 from bench.peer_scalesim import scalesim_config, stall_free_cycles, topology_row
 from bench.report import markdown, peer_rows
@@ -205,3 +207,27 @@ def test_fpga_log_parsers():
     got = parse_nextpnr_report(report)
     assert got["comb"] == 9000 and got["mult18"] == 64 and got["dp16kd"] is None
     assert got["fmax_mhz"] == 104.5
+
+
+def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
+    plain = synth_script(8, 8)
+    assert "booth" not in plain and "synth_ecp5 -top fpga_top -json fpga_top.json" in plain
+    assert "-nodsp" in synth_script(8, 8, nodsp=True)
+    assert "booth" not in synth_script(8, 8, dsp_rows=8)     # every row on DSPs: no rewrite
+    script = synth_script(4, 3, dsp_rows=1)
+    lines = script.splitlines()
+    sel = next(line for line in lines if line.startswith("select -set lutmul"))
+    assert sel == ("select -set lutmul w:pe1_*_prod w:pe2_*_prod w:pe3_*_prod %u %u %ci1 "
+                   "t:$mul %i")
+    assert "select -assert-count 9 @lutmul" in lines
+    assert lines.index("booth @lutmul") < lines.index(
+        "synth_ecp5 -top fpga_top -json fpga_top.json")
+    assert variant_name() == "dsp" and variant_name(nodsp=True) == "nodsp"
+    assert variant_name(dsp_rows=2) == "dsprows2"
+    with pytest.raises(ValueError):
+        variant_name(nodsp=True, dsp_rows=2)
+    assert auto_dsp_rows("small") is None        # 64 + 69 <= 156: all on MULT18X18D
+    assert auto_dsp_rows("default") is not None  # 256 array multipliers alone exceed 156
+    args = nextpnr_args(route=False)
+    assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
+    assert "--no-route" not in nextpnr_args()
