@@ -144,7 +144,8 @@ _CP_SPLIT = re.compile(r"([\d.]+) ns logic, ([\d.]+) ns routing")
 
 
 def parse_nextpnr_log(log: str) -> dict:
-    """Fmax after placement and after routing, and the last critical path, from a nextpnr log.
+    """Utilisation, Fmax after placement and after routing, and the last critical path, from a
+    nextpnr log (what is there when nextpnr was stopped before writing ``--report``).
 
     nextpnr prints ``Max frequency for clock '...': F MHz`` after placement (an estimate from
     its delay model) and again after routing (from the routed nets); the critical-path report
@@ -152,6 +153,12 @@ def parse_nextpnr_log(log: str) -> dict:
     routing, or after placement with ``--no-route``.
     """
     out: dict = {}
+    util = log[log.find("Device utilisation:"):] if "Device utilisation:" in log else ""
+    for name, key in (("TRELLIS_COMB", "comb"), ("TRELLIS_FF", "ff"), ("MULT18X18D", "mult18"),
+                      ("DP16KD", "dp16kd")):
+        m = re.search(rf"{name}:\s+(\d+)/\s*(\d+)", util)
+        if m:
+            out[key] = int(m[1])
     routed_at = max(log.rfind("Routing complete"), log.rfind("Router2 time"),
                     log.rfind("router2 time"))
     for m in re.finditer(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log):
@@ -176,6 +183,34 @@ def parse_nextpnr_log(log: str) -> dict:
             path.update(logic_ns=float(split[1]), routing_ns=float(split[2]))
         out["critical_path"] = path
     return out
+
+
+_BREAKDOWN_CELLS = {"LUT4": "lut4", "CCU2C": "ccu2c", "TRELLIS_FF": "ff",
+                    "MULT18X18D": "mult18", "DP16KD": "dp16kd"}
+
+
+def module_breakdown(netlist: dict, depth: int = 3) -> dict[str, dict[str, int]]:
+    """Cells of yosys's flattened ``fpga_top`` JSON netlist per ``accel_top`` submodule.
+
+    After ``flatten`` and ABC, a cell is named after the net it drives (``u_accel.seq.store.
+    post.<net>_LUT4_Z``...), so the hierarchical prefix of its name, cut to ``depth`` levels,
+    says which submodule it came from (``accel_top`` for the top level, ``wrapper`` for the
+    narrow-I/O shift registers). Approximate at module boundaries, exact in total.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for name, cell in netlist["modules"]["fpga_top"]["cells"].items():
+        key = _BREAKDOWN_CELLS.get(cell["type"])
+        if key is None:
+            continue
+        m = re.match(r"\\?u_accel\.((?:[A-Za-z_][\w$]*\.)*)", name)
+        if m:
+            where = ".".join(m[1].rstrip(".").split(".")[:depth]) or "accel_top"
+        else:
+            where = "wrapper" if name.startswith(("in_sr", "out_sr")) else "other"
+        counts = out.setdefault(where, {})
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1].get("lut4", 0)
+                       - 2 * kv[1].get("ccu2c", 0)))
 
 
 def _tool(name: str) -> str | None:
@@ -293,11 +328,23 @@ def collect(preset: str, variant: str = "dsp") -> dict:
         row["error"] = "yosys: " + ("; ".join(_errors(ylog)) or "did not finish"
                                     if ylog.exists() else "not run")
         return row
+    cached = work / "breakdown.json"
+    if not cached.exists():
+        cached.write_text(json.dumps(module_breakdown(json.loads(
+            (work / "fpga_top.json").read_text())), indent=1))
+    row["breakdown"] = json.loads(cached.read_text())
     nlog = work / "nextpnr.log"
     if nlog.exists():
         row.update(parse_nextpnr_log(nlog.read_text(errors="replace")))
+    over = [f"{name} {row[key]:,}/{DEVICE[cap]:,} ({100 * row[key] / DEVICE[cap]:.0f}%)"
+            for name, key, cap in (("TRELLIS_COMB", "comb", "luts"), ("TRELLIS_FF", "ff", "ffs"),
+                                   ("MULT18X18D", "mult18", "mult18"),
+                                   ("DP16KD", "dp16kd", "dp16kd"))
+            if row.get(key) is not None and row[key] > DEVICE[cap]]
+    if over:
+        row["does_not_fit"] = over
     if not (work / "report.json").exists():
-        row["error"] = "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
+        row["error"] = ("does not fit: " + ", ".join(over) + "; " if over else "") + "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
                                       if nlog.exists() else "not run")
         return row
     row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
@@ -340,7 +387,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 #: MULT18X18D that ``synth_ecp5`` uses outside the array (requantiser, sequencer and address
-#: arithmetic), measured: 69 for the 8x8 (``small``); NONARRAY_PER_COL more per extra column.
+#: arithmetic), measured: 69 for the 8x8 (``small``), 101 for the 16x16 (``default``): the
+#: requantiser's 33x32-bit multiply takes 4 per column, the rest (37) does not scale.
 NONARRAY_MULT18 = 69
 NONARRAY_PER_COL = 4
 

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from bench.__main__ import _peer_greedy, _peer_scalesim, headline, write_report
-from bench.fpga import (auto_dsp_rows, nextpnr_args, parse_nextpnr_log, parse_nextpnr_report,
-                        parse_ports, parse_yosys_stat, synth_script, variant_name,
-                        wrapper_verilog)
+from bench.fpga import (auto_dsp_rows, module_breakdown, nextpnr_args, parse_nextpnr_log,
+                        parse_nextpnr_report, parse_ports, parse_yosys_stat, synth_script,
+                        variant_name, wrapper_verilog)
 from bench.network import BenchLayer, distinct_layers, layer_record, network_totals
 from bench.peer_scalesim import scalesim_config, stall_free_cycles, topology_row
 from bench.report import markdown, peer_rows
@@ -231,3 +231,54 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     args = nextpnr_args(route=False)
     assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
     assert "--no-route" not in nextpnr_args()
+
+
+def test_fpga_nextpnr_log_parser_splits_placement_and_routing():
+    log = "\n".join([
+        "Info: Device utilisation:",
+        "Info: \t          DP16KD:      75/    208    36%",
+        "Info: \t      MULT18X18D:     133/    156    85%",
+        "Info: \t      TRELLIS_FF:   18042/  83640    21%",
+        "Info: \t    TRELLIS_COMB:   36985/  83640    44%",
+        "Info: SA placement time 905.48s",
+        "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 21.33 MHz (FAIL at 100.00 MHz)",
+        "Info: Running main router loop...",
+        "Info: Routing complete.",
+        "Info: Critical path report for clock '$glbnet$clk$TRELLIS_IO_IN' (posedge -> posedge):",
+        "Info:       type curr  total name",
+        "Info:   clk-to-q  0.52   0.52 Source u_accel.seq.d_TRELLIS_FF_Q.Q",
+        "Info:    routing  1.21   1.73 Net u_accel.seq.d (10,11) -> (12,13)",
+        "Info:                         Sink u_accel.seq.m_MULT18X18D_P.A0",
+        "Info:      logic  4.00   5.73 Source u_accel.seq.m_MULT18X18D_P.P0",
+        "Info:    routing  0.90   6.63 Net u_accel.seq.p (12,13) -> (12,14)",
+        "Info:                         Sink u_accel.seq.q_TRELLIS_FF_Q.DI",
+        "Info:      setup  0.10   6.73 Sink u_accel.seq.q_TRELLIS_FF_Q.DI",
+        "Info: 4.62 ns logic, 2.11 ns routing",
+        "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 23.90 MHz (FAIL at 100.00 MHz)",
+    ])
+    got = parse_nextpnr_log(log)
+    assert got["comb"] == 36985 and got["ff"] == 18042 and got["mult18"] == 133
+    assert got["dp16kd"] == 75
+    assert got["fmax_placed_mhz"] == 21.33 and got["fmax_routed_mhz"] == 23.9
+    cp = got["critical_path"]
+    assert cp["after"] == "routing" and cp["logic_ns"] == 4.62 and cp["routing_ns"] == 2.11
+    assert cp["from"] == "u_accel.seq.d_TRELLIS_FF_Q.Q"
+    assert cp["to"] == "u_accel.seq.q_TRELLIS_FF_Q.DI"
+    assert cp["cells"] == 3 and cp["nets"] == 2
+    placed_only = parse_nextpnr_log(log[:log.index("Info: Running main router")])
+    assert "fmax_routed_mhz" not in placed_only and "critical_path" not in placed_only
+
+
+def test_fpga_module_breakdown_groups_cells_by_hierarchical_name():
+    cells = {"u_accel.seq.compute.array.pe0_0_acc_LUT4_Z": "LUT4",
+             "u_accel.seq.compute.array.pe0_0_acc_CCU2C_S0": "CCU2C",
+             "u_accel.seq.store.post.s1_TRELLIS_FF_Q": "TRELLIS_FF",
+             "u_accel.busy_LUT4_Z": "LUT4", "out_sr_TRELLIS_FF_Q_3": "TRELLIS_FF",
+             "$abc$123$lut": "LUT4", "u_accel.seq.acc.0.1": "DP16KD", "x_PFUMX_Z": "PFUMX"}
+    netlist = {"modules": {"fpga_top": {"cells": {n: {"type": t} for n, t in cells.items()}}}}
+    got = module_breakdown(netlist)
+    assert got["seq.compute.array"] == {"lut4": 1, "ccu2c": 1}
+    assert got["seq.store.post"] == {"ff": 1} and got["accel_top"] == {"lut4": 1}
+    assert got["wrapper"] == {"ff": 1} and got["other"] == {"lut4": 1}
+    assert got["seq.acc"] == {"dp16kd": 1}
+    assert list(got)[0] == "seq.compute.array"          # most LUT sites first
