@@ -344,8 +344,9 @@ def collect(preset: str, variant: str = "dsp") -> dict:
     if over:
         row["does_not_fit"] = over
     if not (work / "report.json").exists():
-        row["error"] = ("does not fit: " + ", ".join(over) + "; " if over else "") + "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
-                                      if nlog.exists() else "not run")
+        row["error"] = (("does not fit: " + ", ".join(over) + "; " if over else "")
+                        + "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
+                                         if nlog.exists() else "not run"))
         return row
     row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
     if row.get("fmax_routed_mhz") is None:
