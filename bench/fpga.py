@@ -173,8 +173,12 @@ def parse_nextpnr_log(log: str) -> dict:
         if split:
             block = block[:split.end()]
         rows = [line.split("Info:", 1)[-1].strip() for line in block.splitlines()[1:]]
-        logic = [r for r in rows if re.match(r"(logic|clk-to-q|setup)\s", r)]
-        nets = [r for r in rows if re.match(r"routing\s", r)]
+        # a CCU2C appears as two halves ($CCU2_COMB0/1) joined by a zero-delay carry net:
+        # count distinct cells, and nets that leave a cell (the ones that cost routing time)
+        logic = {re.sub(r"(\$CCU2_COMB\d)?\.\w+$", "", r.split("Source ", 1)[-1])
+                 for r in rows if re.match(r"logic\s", r) and "Source " in r}
+        nets = [r for r in rows if re.match(r"routing\s", r) and "_FCI_INT " not in r
+                and not re.match(r"routing\s+0\.00\s", r)]
         names = re.findall(r"(?:Source|Sink) (\S+)", block)
         path = {"clock": starts[-1][1], "cells": len(logic), "nets": len(nets),
                 "from": names[0] if names else None, "to": names[-1] if names else None,
