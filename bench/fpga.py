@@ -134,9 +134,25 @@ def parse_nextpnr_report(report: dict) -> dict:
     fmax = report.get("fmax", {})
     clocks = {name: v.get("achieved") for name, v in fmax.items()}
     achieved = min((v for v in clocks.values() if v is not None), default=None)
-    return {"comb": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"),
-            "mult18": used("MULT18X18D"), "dp16kd": used("DP16KD"),
-            "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
+    out = {"comb": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"),
+           "mult18": used("MULT18X18D"), "dp16kd": used("DP16KD"),
+           "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
+    paths = [p for p in report.get("critical_paths", []) if p.get("path")]
+    if paths:
+        worst = max(paths, key=lambda p: sum(seg.get("delay", 0) for seg in p["path"]))
+        segs = worst["path"]
+        routing = sum(seg.get("delay", 0) for seg in segs if seg.get("type") == "routing")
+        logic = sum(seg.get("delay", 0) for seg in segs if seg.get("type") != "routing")
+        cells = {re.sub(r"\$CCU2_COMB\d$", "", seg["from"]["cell"]) for seg in segs
+                 if seg.get("type") == "logic"}
+        out["report_critical_path"] = {
+            "clock": f"{worst.get('from')} -> {worst.get('to')}", "cells": len(cells),
+            "nets": sum(1 for seg in segs if seg.get("type") == "routing"
+                        and seg.get("delay", 0) > 0),
+            "from": f"{segs[0]['from']['cell']}.{segs[0]['from']['port']}",
+            "to": f"{segs[-1]['to']['cell']}.{segs[-1]['to']['port']}",
+            "logic_ns": round(logic, 2), "routing_ns": round(routing, 2)}
+    return out
 
 
 _CP_START = re.compile(r"Critical path report for clock '([^']*)'")
@@ -352,9 +368,14 @@ def collect(preset: str, variant: str = "dsp") -> dict:
                         + "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
                                          if nlog.exists() else "not run"))
         return row
-    row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
+    report = parse_nextpnr_report(json.loads((work / "report.json").read_text()))
+    path = report.pop("report_critical_path", None)
+    row.update(report)
     if row.get("fmax_routed_mhz") is None:
         row["fmax_mhz"] = None          # --no-route: the report's Fmax is the placement estimate
+    if path and "critical_path" not in row:
+        path["after"] = "routing" if row.get("fmax_routed_mhz") is not None else "placement"
+        row["critical_path"] = path
     return row
 
 

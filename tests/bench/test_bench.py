@@ -206,7 +206,30 @@ def test_fpga_log_parsers():
               "fmax": {"$glbnet$clk": {"achieved": 104.5, "constraint": 100.0}}}
     got = parse_nextpnr_report(report)
     assert got["comb"] == 9000 and got["mult18"] == 64 and got["dp16kd"] is None
-    assert got["fmax_mhz"] == 104.5
+    assert got["fmax_mhz"] == 104.5 and "report_critical_path" not in got
+    ff = {"cell": "a_TRELLIS_FF_Q", "port": "Q", "loc": [1, 1]}
+    mul = {"cell": "m_MULT18X18D", "port": "A0", "loc": [9, 1]}
+    mul_out = {"cell": "m_MULT18X18D", "port": "P3", "loc": [9, 1]}
+    cin = {"cell": "s_CCU2C$CCU2_COMB0", "port": "A", "loc": [5, 1]}
+    half = {"cell": "s_CCU2C$CCU2_COMB1", "port": "F", "loc": [5, 1]}
+    end = {"cell": "q_TRELLIS_FF_Q", "port": "DI", "loc": [5, 1]}
+    report["critical_paths"] = [
+        {"from": "posedge clk", "to": "posedge clk", "path": [
+            {"type": "clk-to-q", "delay": 0.5, "from": ff, "to": ff},
+            {"type": "routing", "delay": 5.0, "from": ff, "to": mul},
+            {"type": "logic", "delay": 4.0, "from": mul_out, "to": mul_out},
+            {"type": "routing", "delay": 3.0, "from": mul_out, "to": cin},
+            {"type": "logic", "delay": 0.5, "from": cin, "to": cin},
+            {"type": "routing", "delay": 0.0, "from": cin, "to": half},
+            {"type": "logic", "delay": 0.0, "from": half, "to": half},
+            {"type": "routing", "delay": 0.5, "from": half, "to": end},
+            {"type": "setup", "delay": 0.1, "from": end, "to": end}]},
+        {"from": "posedge clk", "to": "<async>", "path": [
+            {"type": "clk-to-q", "delay": 0.5, "from": ff, "to": ff}]}]
+    cp = parse_nextpnr_report(report)["report_critical_path"]
+    assert cp["cells"] == 2 and cp["nets"] == 3               # the MULT18X18D and one CCU2C
+    assert cp["logic_ns"] == 5.1 and cp["routing_ns"] == 8.5
+    assert cp["from"] == "a_TRELLIS_FF_Q.Q" and cp["to"] == "q_TRELLIS_FF_Q.DI"
 
 
 def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
