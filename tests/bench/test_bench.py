@@ -305,3 +305,13 @@ def test_fpga_module_breakdown_groups_cells_by_hierarchical_name():
     assert got["wrapper"] == {"ff": 1} and got["other"] == {"lut4": 1}
     assert got["seq.acc"] == {"dp16kd": 1}
     assert list(got)[0] == "seq.compute.array"          # most LUT sites first
+
+
+def test_fpga_wrapper_of_an_escaped_submodule():
+    verilog = ("module \\accel_top.seq.store.post (clk, rst, d, q);\n  input [3:0] d;\n"
+               "  input clk;\n  input rst;\n  output [1:0] q;\nendmodule\n")
+    ports = parse_ports(verilog, "\\accel_top.seq.store.post")
+    assert ports == [("input", "d", 4), ("input", "clk", 1), ("input", "rst", 1),
+                     ("output", "q", 2)]
+    top = wrapper_verilog(ports, "\\accel_top.seq.store.post")
+    assert "  \\accel_top.seq.store.post u_accel (" in top     # escaped name, space before (
