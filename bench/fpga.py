@@ -343,7 +343,7 @@ def collect(preset: str, variant: str = "dsp") -> dict:
            "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ,
            "array_multipliers": cfg.array_rows * cfg.array_cols,
            "work_dir": str(work.relative_to(ROOT))}
-    if (work / "times.json").exists():
+    if (work / "times.json").exists():        # tool times, and a "note" written by hand
         row.update(json.loads((work / "times.json").read_text()))
     ylog = work / "yosys.log"
     text = ylog.read_text(errors="replace") if ylog.exists() else ""
@@ -415,7 +415,7 @@ def markdown(rows: list[dict]) -> str:
             f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
             f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
             f"{path} | {r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | "
-            f"{r.get('error', '')} |")
+            f"{'; '.join(x for x in (r.get('error'), r.get('note')) if x)} |")
     return "\n".join(lines) + "\n"
 
 
