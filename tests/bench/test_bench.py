@@ -2,11 +2,14 @@
 SCALE-Sim inputs and its stall-free fold model, the FPGA wrapper and log parsers."""
 
 import json
+import sys
 
 import pytest
 
 from bench.__main__ import _peer_greedy, _peer_scalesim, headline, write_report
-from bench.fpga import parse_nextpnr_report, parse_ports, parse_yosys_stat, wrapper_verilog
+from bench.fpga import (auto_dsp_rows, module_breakdown, nextpnr_args, parse_nextpnr_log,
+                        parse_nextpnr_report, parse_ports, parse_yosys_stat, synth_script,
+                        variant_name, wrapper_verilog)
 from bench.network import BenchLayer, distinct_layers, layer_record, network_totals
 from bench.peer_scalesim import scalesim_config, stall_free_cycles, topology_row
 from bench.report import markdown, peer_rows
@@ -204,4 +207,120 @@ def test_fpga_log_parsers():
               "fmax": {"$glbnet$clk": {"achieved": 104.5, "constraint": 100.0}}}
     got = parse_nextpnr_report(report)
     assert got["comb"] == 9000 and got["mult18"] == 64 and got["dp16kd"] is None
-    assert got["fmax_mhz"] == 104.5
+    assert got["fmax_mhz"] == 104.5 and "report_critical_path" not in got
+    ff = {"cell": "a_TRELLIS_FF_Q", "port": "Q", "loc": [1, 1]}
+    mul = {"cell": "m_MULT18X18D", "port": "A0", "loc": [9, 1]}
+    mul_out = {"cell": "m_MULT18X18D", "port": "P3", "loc": [9, 1]}
+    cin = {"cell": "s_CCU2C$CCU2_COMB0", "port": "A", "loc": [5, 1]}
+    half = {"cell": "s_CCU2C$CCU2_COMB1", "port": "F", "loc": [5, 1]}
+    end = {"cell": "q_TRELLIS_FF_Q", "port": "DI", "loc": [5, 1]}
+    report["critical_paths"] = [
+        {"from": "posedge clk", "to": "posedge clk", "path": [
+            {"type": "clk-to-q", "delay": 0.5, "from": ff, "to": ff},
+            {"type": "routing", "delay": 5.0, "from": ff, "to": mul},
+            {"type": "logic", "delay": 4.0, "from": mul_out, "to": mul_out},
+            {"type": "routing", "delay": 3.0, "from": mul_out, "to": cin},
+            {"type": "logic", "delay": 0.5, "from": cin, "to": cin},
+            {"type": "routing", "delay": 0.0, "from": cin, "to": half},
+            {"type": "logic", "delay": 0.0, "from": half, "to": half},
+            {"type": "routing", "delay": 0.5, "from": half, "to": end},
+            {"type": "setup", "delay": 0.1, "from": end, "to": end}]},
+        {"from": "posedge clk", "to": "<async>", "path": [
+            {"type": "clk-to-q", "delay": 0.5, "from": ff, "to": ff}]}]
+    cp = parse_nextpnr_report(report)["report_critical_path"]
+    assert cp["cells"] == 2 and cp["nets"] == 3               # the MULT18X18D and one CCU2C
+    assert cp["logic_ns"] == 5.1 and cp["routing_ns"] == 8.5
+    assert cp["from"] == "a_TRELLIS_FF_Q.Q" and cp["to"] == "q_TRELLIS_FF_Q.DI"
+
+
+def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
+    plain = synth_script(8, 8)
+    assert "booth" not in plain and "synth_ecp5 -top fpga_top -json fpga_top.json" in plain
+    assert "-nodsp" in synth_script(8, 8, nodsp=True)
+    assert "booth" not in synth_script(8, 8, dsp_rows=8)     # every row on DSPs: no rewrite
+    script = synth_script(4, 3, dsp_rows=1)
+    lines = script.splitlines()
+    sel = next(line for line in lines if line.startswith("select -set lutmul"))
+    assert sel == ("select -set lutmul w:pe1_*_prod w:pe2_*_prod w:pe3_*_prod %u %u %ci1 "
+                   "t:$mul %i")
+    assert "select -assert-count 9 @lutmul" in lines
+    assert lines.index("booth @lutmul") < lines.index(
+        "synth_ecp5 -top fpga_top -json fpga_top.json")
+    assert variant_name() == "dsp" and variant_name(nodsp=True) == "nodsp"
+    assert variant_name(dsp_rows=2) == "dsprows2"
+    with pytest.raises(ValueError):
+        variant_name(nodsp=True, dsp_rows=2)
+    assert auto_dsp_rows("small") is None        # 64 + 69 <= 156: all on MULT18X18D
+    assert auto_dsp_rows("default") is not None  # 256 array multipliers alone exceed 156
+    args = nextpnr_args(route=False)
+    assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
+    assert "--no-route" not in nextpnr_args()
+
+
+def test_fpga_nextpnr_log_parser_splits_placement_and_routing():
+    log = "\n".join([
+        "Info: Device utilisation:",
+        "Info: \t          DP16KD:      75/    208    36%",
+        "Info: \t      MULT18X18D:     133/    156    85%",
+        "Info: \t      TRELLIS_FF:   18042/  83640    21%",
+        "Info: \t    TRELLIS_COMB:   36985/  83640    44%",
+        "Info: SA placement time 905.48s",
+        "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 21.33 MHz (FAIL at 100.00 MHz)",
+        "Info: Running main router loop...",
+        "Info: Routing complete.",
+        "Info: Critical path report for clock '$glbnet$clk$TRELLIS_IO_IN' (posedge -> posedge):",
+        "Info:       type curr  total name",
+        "Info:   clk-to-q  0.52   0.52 Source u_accel.seq.d_TRELLIS_FF_Q.Q",
+        "Info:    routing  1.21   1.73 Net u_accel.seq.d (10,11) -> (12,13)",
+        "Info:                         Sink u_accel.seq.m_MULT18X18D_P.A0",
+        "Info:      logic  4.00   5.73 Source u_accel.seq.m_MULT18X18D_P.P0",
+        "Info:    routing  0.90   6.63 Net u_accel.seq.p (12,13) -> (12,14)",
+        "Info:                         Sink u_accel.seq.q_TRELLIS_FF_Q.DI",
+        "Info:      setup  0.10   6.73 Sink u_accel.seq.q_TRELLIS_FF_Q.DI",
+        "Info: 4.62 ns logic, 2.11 ns routing",
+        "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 23.90 MHz (FAIL at 100.00 MHz)",
+    ])
+    got = parse_nextpnr_log(log)
+    assert got["comb"] == 36985 and got["ff"] == 18042 and got["mult18"] == 133
+    assert got["dp16kd"] == 75
+    assert got["fmax_placed_mhz"] == 21.33 and got["fmax_routed_mhz"] == 23.9
+    cp = got["critical_path"]
+    assert cp["after"] == "routing" and cp["logic_ns"] == 4.62 and cp["routing_ns"] == 2.11
+    assert cp["from"] == "u_accel.seq.d_TRELLIS_FF_Q.Q"
+    assert cp["to"] == "u_accel.seq.q_TRELLIS_FF_Q.DI"
+    assert cp["cells"] == 1 and cp["nets"] == 2       # the MULT18X18D between two flip-flops
+    placed_only = parse_nextpnr_log(log[:log.index("Info: Running main router")])
+    assert "fmax_routed_mhz" not in placed_only and "critical_path" not in placed_only
+
+
+def test_fpga_module_breakdown_groups_cells_by_hierarchical_name():
+    cells = {"u_accel.seq.compute.array.pe0_0_acc_LUT4_Z": "LUT4",
+             "u_accel.seq.compute.array.pe0_0_acc_CCU2C_S0": "CCU2C",
+             "u_accel.seq.store.post.s1_TRELLIS_FF_Q": "TRELLIS_FF",
+             "u_accel.busy_LUT4_Z": "LUT4", "out_sr_TRELLIS_FF_Q_3": "TRELLIS_FF",
+             "$abc$123$lut": "LUT4", "u_accel.seq.acc.0.1": "DP16KD", "x_PFUMX_Z": "PFUMX"}
+    netlist = {"modules": {"fpga_top": {"cells": {n: {"type": t} for n, t in cells.items()}}}}
+    got = module_breakdown(netlist)
+    assert got["seq.compute.array"] == {"lut4": 1, "ccu2c": 1}
+    assert got["seq.store.post"] == {"ff": 1} and got["accel_top"] == {"lut4": 1}
+    assert got["wrapper"] == {"ff": 1} and got["other"] == {"lut4": 1}
+    assert got["seq.acc"] == {"dp16kd": 1}
+    assert list(got)[0] == "seq.compute.array"          # most LUT sites first
+
+
+def test_fpga_wrapper_of_an_escaped_submodule():
+    verilog = ("module \\accel_top.seq.store.post (clk, rst, d, q);\n  input [3:0] d;\n"
+               "  input clk;\n  input rst;\n  output [1:0] q;\nendmodule\n")
+    ports = parse_ports(verilog, "\\accel_top.seq.store.post")
+    assert ports == [("input", "d", 4), ("input", "clk", 1), ("input", "rst", 1),
+                     ("output", "q", 2)]
+    top = wrapper_verilog(ports, "\\accel_top.seq.store.post")
+    assert "  \\accel_top.seq.store.post u_accel (" in top     # escaped name, space before (
+
+
+def test_fpga_tool_run_stops_at_the_timeout(tmp_path):
+    from bench.fpga import TIMED_OUT, _run
+    rc, secs = _run([sys.executable, "-c", "print('placed', flush=True); import time; "
+                     "time.sleep(30)"], tmp_path, tmp_path / "log", timeout=2)
+    assert rc == TIMED_OUT and secs < 20
+    assert "placed" in (tmp_path / "log").read_text()
