@@ -89,9 +89,10 @@ def test_emulator_memory_routes_local_addresses_and_tracks_written_bytes():
     assert mem.local_defined(np.array([0, 1, 2]))                   # DRAM bytes always are
 
 
-def test_emulator_lists_no_memory_read_for_a_local_b():
+def fused_pair_image():
+    """An 8x8 GEMM writing its int8 output into the local buffer and a second one reading it:
+    (builder, image, x address, local address)."""
     from firmware.builder import ImageBuilder, Requant
-    from firmware.emulator import run_image
 
     b = ImageBuilder(CFG)
     x, y = b.buffer("x", 64), b.buffer("y", 64)
@@ -101,7 +102,13 @@ def test_emulator_lists_no_memory_read_for_a_local_b():
            out_stride=8, requant=rq)
     b.gemm("c", weights=np.ones((8, 8), np.int8), n=8, b_addr=h, b_stride=8, out_addr=y,
            out_stride=8, requant=rq)
-    blob, _ = b.build()
+    return b, b.build()[0], x, h
+
+
+def test_emulator_lists_no_memory_read_for_a_local_b():
+    from firmware.emulator import run_image
+
+    b, blob, x, _ = fused_pair_image()
     mem = bytearray(CFG.dram_bytes)
     mem[:len(blob)] = blob
     result = run_image(mem, 0, CFG)
@@ -112,17 +119,9 @@ def test_emulator_lists_no_memory_read_for_a_local_b():
 
 
 def test_inspect_marks_local_buffer_addresses():
-    from firmware.builder import ImageBuilder, Requant
     from firmware.image import inspect
 
-    b = ImageBuilder(CFG)
-    x, y = b.buffer("x", 64), b.buffer("y", 64)
-    h = b.local("h", 64)
-    rq = Requant(multiplier=np.full(8, 1 << 30, np.int32), shift=np.zeros(8, np.int32))
-    b.gemm("p", weights=np.ones((8, 8), np.int8), n=8, b_addr=x, b_stride=8, out_addr=h,
-           out_stride=8, requant=rq)
-    b.gemm("c", weights=np.ones((8, 8), np.int8), n=8, b_addr=h, b_stride=8, out_addr=y,
-           out_stride=8, requant=rq)
-    text = inspect(b.build()[0])
+    _, blob, _, h = fused_pair_image()
+    text = inspect(blob)
     assert text.count("(local buffer +0x0)") == 3       # C and window of p, B of c
     assert f"desc_b_addr              {h:#010x}  (local buffer +0x0)" in text
