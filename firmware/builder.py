@@ -161,11 +161,9 @@ class ImageBuilder:
                              f"{nbytes!r}")
         addr = self._local_top
         end = self.cfg.local_base + self.cfg.local_buf_bytes
-        if end > 1 << 32:
-            raise ValueError(f"local buffer {name!r}: the local buffer at "
-                             f"{self.cfg.local_base:#x} is past the 32-bit addresses descriptors "
-                             f"hold (dram_addr_bits={self.cfg.dram_addr_bits}; fusion needs at "
-                             f"most 31)")
+        unreachable = self.cfg.local_unreachable()
+        if unreachable:
+            raise ValueError(f"local buffer {name!r}: {unreachable}")
         if addr + nbytes > end:
             raise ValueError(f"local buffer {name!r} of {nbytes} bytes does not fit: "
                              f"local_buf_bytes={self.cfg.local_buf_bytes}, "

@@ -212,6 +212,14 @@ class AccelConfig:
         """Rows of the local buffer; one row is one B beat (``array_cols`` int8)."""
         return self.local_buf_bytes // self.b_beat_bytes
 
+    def local_unreachable(self) -> str | None:
+        """Why descriptors cannot address the local buffer (None when they can): its addresses
+        must fit the 32-bit descriptor words, which ``dram_addr_bits = 32`` leaves no room for."""
+        if self.local_base + self.local_buf_bytes <= 1 << 32:
+            return None
+        return (f"the local buffer at {self.local_base:#x} is past the 32-bit addresses "
+                f"descriptors hold (dram_addr_bits={self.dram_addr_bits}; fusion needs at most 31)")
+
     def is_local(self, lo: int, hi: int) -> bool:
         """``[lo, hi)`` lies inside the on-chip local buffer."""
         return self.local_base <= lo and hi <= self.local_base + self.local_buf_bytes

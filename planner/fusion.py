@@ -41,7 +41,8 @@ from .shapes import ConvShape
 __all__ = ["GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",
            "Candidate", "FusionPlan", "ChainData", "find_chains", "fusible", "conv_input_range",
            "dependencies", "local_bytes", "blocks_of", "plan_fusion", "build_image",
-           "golden_output", "placeholder_data", "intermediate_bytes", "CHAINS", "main"]
+           "golden_output", "placeholder_data", "intermediate_bytes", "CHAINS", "main",
+           "extent", "channels", "row_bytes", "conv_op"]
 
 
 class FusionError(ValueError):
@@ -225,12 +226,13 @@ def dependencies(chain: Chain, block: Block) -> Deps:
     return Deps(out, conv_input_range(p.shape, *out))
 
 
-def _extent(op: Op) -> int:
+def extent(op: Op) -> int:
     """Size of the consumer's blockable output axis: tokens or output rows."""
     return op.n if isinstance(op, GemmOp) else op.shape.out_h
 
 
-def _channels(op: Op) -> int:
+def channels(op: Op) -> int:
+    """Output channels (rows of the output) of ``op``."""
     return op.m if isinstance(op, GemmOp) else op.shape.out_channels
 
 
@@ -240,11 +242,11 @@ def _pixels_per_unit(op: Op) -> int:
 
 def blocks_of(chain: Chain, size: int) -> list[Block]:
     """The consumer's output cut into blocks of ``size`` (the last one ragged)."""
-    total = _extent(chain.consumer)
+    total = extent(chain.consumer)
     return [Block(lo, min(lo + size, total)) for lo in range(0, total, size)]
 
 
-def _row_bytes(chain: Chain, size: int, cfg: AccelConfig) -> int:
+def row_bytes(chain: Chain, size: int, cfg: AccelConfig) -> int:
     """Bytes of one channel of one intermediate block as stored on chip (whole local rows)."""
     beat = cfg.b_beat_bytes
     return -(-size * _pixels_per_unit(chain.producer) // beat) * beat
@@ -255,7 +257,7 @@ def local_bytes(chain: Chain, size: int, cfg: AccelConfig) -> int:
     deps = max((dependencies(chain, b) for b in blocks_of(chain, size)),
                key=lambda d: d.producer_out[1] - d.producer_out[0])
     rows = deps.producer_out[1] - deps.producer_out[0]
-    return _channels(chain.producer) * _row_bytes(chain, rows, cfg)
+    return channels(chain.producer) * row_bytes(chain, rows, cfg)
 
 
 def intermediate_bytes(chain: Chain) -> int:
@@ -318,7 +320,7 @@ def placeholder_data(chain: Chain) -> ChainData:
         return np.full((s.out_channels, s.in_channels, s.kernel_h, s.kernel_w), value, np.int8)
 
     def requant(op, value):
-        m = _channels(op)
+        m = channels(op)
         return Requant(multiplier=np.full(m, (1 << 30) + value, np.int32),
                        shift=np.full(m, value, np.int32))
 
@@ -384,15 +386,15 @@ def build_image(chain: Chain, data: ChainData, cfg: AccelConfig, block: int | No
                out_addr=y_addr + lo, out_stride=n, requant=data.r2)
 
     if block is None:
-        h_addr = b.buffer("h", _channels(p) * n)
-        producer(p.name, h_addr, n, (0, _extent(c)))
-        consumer(c.name, h_addr, n, Block(0, _extent(c)))
+        h_addr = b.buffer("h", channels(p) * n)
+        producer(p.name, h_addr, n, (0, extent(c)))
+        consumer(c.name, h_addr, n, Block(0, extent(c)))
     else:
         need = local_bytes(chain, block, cfg)
         h_addr = b.local("h", need)
         for j, blk in enumerate(blocks_of(chain, block)):
             out = dependencies(chain, blk).producer_out
-            stride = _row_bytes(chain, out[1] - out[0], cfg)
+            stride = row_bytes(chain, out[1] - out[0], cfg)
             producer(f"{p.name}[{j}]", h_addr, stride, out)
             # the consumer's block starts at its first dependency (1x1: the same rows)
             consumer(f"{c.name}[{j}]", h_addr + (blk.lo - out[0]) * unit, stride, blk)
@@ -403,7 +405,9 @@ def build_image(chain: Chain, data: ChainData, cfg: AccelConfig, block: int | No
                       predicted_dram_bytes=sum(l.predicted_dram_bytes for l in layers))
 
 
-def _conv(name, c, h, w, k, r=1, pad=0):
+def conv_op(name: str, c: int, h: int, w: int, k: int, r: int = 1, pad: int = 0) -> ConvOp:
+    """A batch-1 ``r`` x ``r`` convolution ``c`` -> ``k`` channels on ``h`` x ``w``, padding
+    ``pad`` on every side."""
     return ConvOp(name, ConvShape(batch=1, in_channels=c, height=h, width=w, out_channels=k,
                                   kernel_h=r, kernel_w=r, pad_top=pad, pad_left=pad,
                                   pad_bottom=pad, pad_right=pad))
@@ -415,10 +419,10 @@ def _conv(name, c, h, w, k, r=1, pad=0):
 CHAINS: dict[str, Chain] = {
     "bert_base_ffn_seq128": Chain(GemmOp("ffn.up", 3072, 768, 128),
                                   GemmOp("ffn.down", 768, 3072, 128)),
-    "resnet50_res2_3x3_1x1": Chain(_conv("res2_branch2b", 64, 56, 56, 64, r=3, pad=1),
-                                   _conv("res2_branch2c", 64, 56, 56, 256)),
-    "resnet50_res5_3x3_1x1": Chain(_conv("res5_branch2b", 512, 7, 7, 512, r=3, pad=1),
-                                   _conv("res5_branch2c", 512, 7, 7, 2048)),
+    "resnet50_res2_3x3_1x1": Chain(conv_op("res2_branch2b", 64, 56, 56, 64, r=3, pad=1),
+                                   conv_op("res2_branch2c", 64, 56, 56, 256)),
+    "resnet50_res5_3x3_1x1": Chain(conv_op("res5_branch2b", 512, 7, 7, 512, r=3, pad=1),
+                                   conv_op("res5_branch2c", 512, 7, 7, 2048)),
 }
 
 
@@ -453,7 +457,7 @@ class FusionPlan:
 def _sizes(chain: Chain, cfg: AccelConfig) -> list[int]:
     """Block sizes from the whole axis down to the minimum block, halving (tokens in whole
     lane groups of ``array_cols``; output rows down to one)."""
-    total = _extent(chain.consumer)
+    total = extent(chain.consumer)
     quantum = cfg.array_cols if isinstance(chain.consumer, GemmOp) else 1
     sizes, size = [], total
     while True:
@@ -478,15 +482,14 @@ def plan_fusion(chain: Chain, cfg: AccelConfig, *, strategy: str = "best",
     reason = fusible(chain.producer, chain.consumer)
     if reason:
         raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: {reason}")
-    if cfg.local_base + cfg.local_buf_bytes > 1 << 32:
-        raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: the "
-                          f"local buffer at {cfg.local_base:#x} is past the 32-bit addresses "
-                          f"descriptors hold (dram_addr_bits={cfg.dram_addr_bits}; fusion "
-                          f"needs at most 31)")
+    unreachable = cfg.local_unreachable()
+    if unreachable:
+        raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "
+                          f"{unreachable}")
     for op in (chain.producer, chain.consumer):
-        if _channels(op) > cfg.quant_entries:
+        if channels(op) > cfg.quant_entries:
             raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "
-                              f"{op.name} has {_channels(op)} output channels, more than "
+                              f"{op.name} has {channels(op)} output channels, more than "
                               f"quant_entries={cfg.quant_entries} (its requantisation "
                               f"parameters must fit on chip)")
     data = placeholder_data(chain)

@@ -15,30 +15,18 @@ import numpy as np
 from hw.config import AccelConfig
 from planner.fusion import (CHAINS, BuiltChain, Chain, ChainData, GemmOp, build_image,
                             golden_output)
-from planner.requant import quantize_multiplier
+from examples.networks import _rand_int8, _requant
 
 __all__ = ["random_data", "ChainRun", "run_chain", "CHAINS"]
 
 
 
 
-def _requant(rng, m: int, k: int, *, relu: bool):
-    """Per-channel scales that map accumulators of ``k`` int8 products to about +-64."""
-    from firmware.builder import Requant
-    from hw.layouts import PostMode
-
-    scales = 40.0 / (np.sqrt(k) * 74.0 * 74.0) * rng.uniform(0.5, 1.5, m)
-    mult, shift = zip(*(quantize_multiplier(float(s)) for s in scales))
-    return Requant(multiplier=np.array(mult, np.int32), shift=np.array(shift, np.int32),
-                   zero_point=0, act_min=0 if relu else -128, act_max=127,
-                   post_mode=PostMode.RELU if relu else PostMode.NONE)
-
-
 def random_data(chain: Chain, rng: np.random.Generator) -> ChainData:
     """Full-range random int8 input and weights; the producer requantised with ReLU (its
     activation), the consumer without."""
     def int8(shape):
-        return rng.integers(-128, 128, shape, dtype=np.int64).astype(np.int8)
+        return _rand_int8(rng, shape)
 
     p, c = chain.producer, chain.consumer
     if isinstance(p, GemmOp):

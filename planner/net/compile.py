@@ -373,7 +373,8 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
     hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
     fit the parameter memories in one piece, the consumer's output is not padded, and the
     intermediates of the segment fit ``local_buf_bytes`` together."""
-    from planner.fusion import fusible
+    from hw.record import SECTION_ALIGN_BYTES
+    from planner.fusion import Chain, channels, extent, fusible, local_bytes, row_bytes
 
     readers: dict[str, list[AccelLayer]] = {}
     for l in layers:
@@ -386,6 +387,7 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
         if len(users) != 1 or p.kind not in ("conv", "fc"):
             continue
         c = users[0]
+        pop, cop = _fusion_op(p), _fusion_op(c)
         why = None
         if p.output in reads_after:
             why = f"{p.output!r} is also read after the segment"
@@ -394,23 +396,20 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
         elif p.name in used or c.name in used:
             why = "a layer of this pair is already fused"
         else:
-            why = fusible(_fusion_op(p), _fusion_op(c))
-        if why is None and max(p.shape.m if p.kind == "fc" else p.shape.out_channels,
-                               c.shape.m if c.kind == "fc" else c.shape.out_channels) \
-                > cfg.quant_entries:
+            why = fusible(pop, cop)
+        if why is None and max(channels(pop), channels(cop)) > cfg.quant_entries:
             why = f"more than quant_entries={cfg.quant_entries} output channels (split layer)"
         if why is None and c.kind == "conv" and inner.get(c.output, _out_layout(c))[1] != \
                 (0, 0, 0, 0):
             why = f"{c.name}'s output goes to a padded buffer (a convolution reads it)"
         row = 0
-        if why is None:
-            pixels = p.shape.n if p.kind == "fc" else p.shape.out_h * p.shape.out_w
-            row = -(-pixels // cfg.b_beat_bytes) * cfg.b_beat_bytes
-            need = (p.shape.m if p.kind == "fc" else p.shape.out_channels) * row
-            need = -(-need // 64) * 64              # ImageBuilder.local's 64-byte alignment
-            if cfg.local_base + cfg.local_buf_bytes > 1 << 32:
-                why = (f"the local buffer at {cfg.local_base:#x} is past the 32-bit addresses "
-                       f"descriptors hold (dram_addr_bits={cfg.dram_addr_bits})")
+        if why is None:                     # the whole intermediate, one block
+            chain, whole = Chain(pop, cop), extent(cop)
+            row = row_bytes(chain, whole, cfg)
+            # ImageBuilder.local allocates whole sections
+            need = -(-local_bytes(chain, whole, cfg) // SECTION_ALIGN_BYTES) * SECTION_ALIGN_BYTES
+            if cfg.local_unreachable():
+                why = cfg.local_unreachable()
             elif need > free:
                 why = (f"the intermediate needs {need} bytes on chip, {free} of "
                        f"local_buf_bytes={cfg.local_buf_bytes} are free")
@@ -435,6 +434,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
+    from planner.fusion import channels
+
     pairs = fusible_pairs(layers, reads_after, cfg)[0] if fuse else []
     local_out = {p.name: (p.output, row) for p, _, row in pairs}
     local_in = {c.name: p.output for p, c, _ in pairs}
@@ -482,9 +483,9 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                 inputs.append(xb)
         if l.name in local_out:             # the producer of a fused pair: C on chip
             tensor, row = local_out[l.name]
-            channels = l.shape.m if l.kind == "fc" else l.shape.out_channels
             try:
-                local_at[tensor] = (b.local(f"{tensor}@local", channels * row), row)
+                local_at[tensor] = (b.local(f"{tensor}@local",
+                                            channels(_fusion_op(l)) * row), row)
                 _add_layer(b, l, xb, None, cfg, y_local=local_at[tensor])
             except (ValueError, ImageError) as e:
                 raise _Refused(l.name, str(e)) from None

@@ -16,8 +16,7 @@ import pytest
 
 from hw.config import PRESETS
 from hw.layouts import COUNTERS
-from planner.fusion import (Chain, ConvOp, GemmOp, intermediate_bytes, plan_fusion)
-from planner.shapes import ConvShape
+from planner.fusion import Chain, GemmOp, conv_op, intermediate_bytes, plan_fusion
 from tb.fusion import CHAINS, random_data, run_chain
 from tb.tools import missing_tool
 
@@ -30,12 +29,6 @@ def needs(sim: str):
     reason = missing_tool(sim)
     if reason:
         pytest.skip(reason)
-
-
-def conv(name, c, h, w, k, r=1, pad=0):
-    return ConvOp(name, ConvShape(batch=1, in_channels=c, height=h, width=w, out_channels=k,
-                                  kernel_h=r, kernel_w=r, pad_top=pad, pad_left=pad,
-                                  pad_bottom=pad, pad_right=pad))
 
 
 def seed() -> int:
@@ -79,9 +72,9 @@ TINY_CHAINS = {
     # an MLP / FFN pair with ragged sizes (nothing a multiple of the 4x4 array)
     "gemm": Chain(GemmOp("up", 45, 37, 29), GemmOp("down", 23, 45, 29)),
     # a 3x3 (pad 1) producer into a 1x1 consumer: row blocks with the producer's halo
-    "conv3x3-1x1": Chain(conv("c3", 6, 9, 11, 10, r=3, pad=1), conv("c1", 10, 9, 11, 7)),
+    "conv3x3-1x1": Chain(conv_op("c3", 6, 9, 11, 10, r=3, pad=1), conv_op("c1", 10, 9, 11, 7)),
     # 1x1 -> 1x1
-    "conv1x1-1x1": Chain(conv("p1", 13, 7, 6, 9), conv("p2", 9, 7, 6, 5)),
+    "conv1x1-1x1": Chain(conv_op("p1", 13, 7, 6, 9), conv_op("p2", 9, 7, 6, 5)),
 }
 
 
