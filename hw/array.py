@@ -24,8 +24,11 @@ class SystolicArray(wiring.Component):
     cycle, bottom row first (``o_r = array_rows - 1 - s``), with ``o_tag`` = the tile's
     ``i_tag`` (sampled with the last beat). :attr:`latency` is that ``array_rows + array_cols``.
 
-    Each PE holds three int32 registers: the running sum, a capture of the finished sum, and a
-    stage of a per-column shift chain that drains finished sums downwards.
+    Each PE registers its int8 x int8 product (a multiplier's output register, for the FPGA's
+    sake) and holds three int32 registers: the running sum, a capture of the finished sum, and a
+    stage of a per-column shift chain that drains finished sums downwards (the bottom row's
+    stage is its capture, read directly, which keeps the latency at ``R + C`` despite the
+    product register).
 
     Parameters
     ----------
@@ -98,41 +101,49 @@ class SystolicArray(wiring.Component):
         f_out = [[Signal(3, name=f"pe{i}_{j}_f") for j in range(C)] for i in range(R)]
         acc = [[Signal(signed(ab), name=f"pe{i}_{j}_acc") for j in range(C)] for i in range(R)]
         cap = [[Signal(signed(ab), name=f"pe{i}_{j}_cap") for j in range(C)] for i in range(R)]
-        sh = [[Signal(signed(ab), name=f"pe{i}_{j}_sh") for j in range(C)] for i in range(R)]
+        # (row 0 has no shift stage: see the drain below)
+        sh = [[Signal(signed(ab), name=f"pe{i}_{j}_sh") for j in range(C)] if i else None
+              for i in range(R)]
 
         for i in range(R):
             for j in range(C):
                 a_in = a_west[i].as_signed() if j == 0 else a_out[i][j - 1]
                 b_in = b_north[j].as_signed() if i == 0 else b_out[i - 1][j]
                 f_in = f_west[i] if j == 0 else f_out[i][j - 1]
-                valid, first, last = f_in[0], f_in[1], f_in[2]
                 m.d.sync += [a_out[i][j].eq(a_in), b_out[i][j].eq(b_in), f_out[i][j].eq(f_in)]
+                # The product is registered (FPGA multipliers are slow), so the accumulation
+                # happens one cycle after the operands pass: with the flags the PE forwards.
                 prod = Signal(signed(2 * ob), name=f"pe{i}_{j}_prod")
+                prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p")
+                m.d.comb += prod.eq(a_in * b_in)
+                m.d.sync += prod_q.eq(prod)
+                valid, first, last = f_out[i][j][0], f_out[i][j][1], f_out[i][j][2]
                 total = Signal(signed(ab), name=f"pe{i}_{j}_sum")
-                m.d.comb += [
-                    prod.eq(a_in * b_in),
-                    total.eq(Mux(first, 0, acc[i][j]) + prod),
-                ]
+                m.d.comb += total.eq(Mux(first, 0, acc[i][j]) + prod_q)
                 with m.If(valid):
                     m.d.sync += acc[i][j].eq(total)
                     with m.If(last):
                         m.d.sync += cap[i][j].eq(total)
 
-        # -- drain: when the last beat's flag leaves the bottom PE of column j, every PE of that
-        # column holds its finished sum in `cap`; load the column's shift chain from `cap` and
-        # shift it down one row per cycle. The bottom of the chain is the column output.
+        # -- drain: the cycle after the last beat's flag leaves the bottom PE of column j, every
+        # PE of that column holds its finished sum in `cap`. The bottom row leaves straight from
+        # its `cap`; rows above are loaded into the column's shift chain (`sh[i]` takes
+        # `cap[i - 1]`), which moves down one row per cycle. The registered product's cycle is
+        # thereby won back: the array's latency stays `R + C`.
         col_out = []
         for j in range(C):
             f_bottom = f_out[R - 1][j]
             load = Signal(name=f"drain_load{j}")
-            m.d.comb += load.eq(f_bottom[0] & f_bottom[2])
-            for i in range(R):
+            m.d.sync += load.eq(f_bottom[0] & f_bottom[2])
+            for i in range(1, R):
                 with m.If(load):
-                    m.d.sync += sh[i][j].eq(cap[i][j])
+                    m.d.sync += sh[i][j].eq(cap[i - 1][j])
                 with m.Else():
-                    m.d.sync += sh[i][j].eq(sh[i - 1][j] if i > 0 else 0)
+                    m.d.sync += sh[i][j].eq(sh[i - 1][j] if i > 1 else 0)
+            bottom = Signal(signed(ab), name=f"drain_out{j}")
+            m.d.comb += bottom.eq(Mux(load, cap[R - 1][j], sh[R - 1][j] if R > 1 else 0))
             # Deskew: column j leaves j cycles after column 0; delay it to align the row.
-            col_out.append(delayed(sh[R - 1][j], C - 1 - j, f"deskew{j}"))
+            col_out.append(delayed(bottom, C - 1 - j, f"deskew{j}"))
 
         # -- tag and row index: the tile's tag enters with its last beat and comes out with its
         # first result row, `latency` cycles later; rows then follow on consecutive cycles.
