@@ -23,6 +23,23 @@ class PostProc(wiring.Component):
     4. a positive ``shift`` is a rounding right shift (ties away from zero);
     5. ``+ zero_point``, clamped to ``[act_min, act_max]``, as int8.
 
+    It is pipelined for FPGA clock rates, one adder or one multiplier deep per stage:
+
+    ====== =====================================================================================
+    stage  per lane (per-row parameter work rides along: thresholds and masks are wiring)
+    ====== =====================================================================================
+    1      ``x = acc + bias``
+    2      saturating ``x << left``: compare against ``(2**31 - 1) >> left``, shift, select
+    3      four 18 x 18 partial products of ``x * mult`` (one MULT18X18D each on ECP5)
+    4      two partial sums
+    5      the 64-bit product
+    6      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
+           ``floor((p + 2**30) / 2**31)`` (the same as gemmlowp's nudge and truncation), and
+           adding the right shift's offset ``h * 2**31`` before the division adds ``h`` after it
+    7      ``>> right``
+    8      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
+    ====== =====================================================================================
+
     Latency: :attr:`latency` cycles from ``i_valid`` to ``o_valid``. The pipeline advances only
     in cycles where ``en`` is high (a stalled memory port holds it); parameters are sampled
     with the row. :class:`hw.dma.StoreEngine` runs every post-processed store through it.
@@ -41,7 +58,7 @@ class PostProc(wiring.Component):
     step 1's ``acc + bias`` per lane (the int32 output with a bias), aligned with ``o_data``
     """
 
-    latency = 3
+    latency = 8
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
@@ -65,62 +82,85 @@ class PostProc(wiring.Component):
         m = Module()
         cols = self._cfg.array_cols
 
-        def stage(name, value):
-            reg = Signal.like(value, name=name)
+        def reg(name, value):
+            """``value`` one pipeline stage later."""
+            r = Signal.like(value, name=name) if isinstance(value, Signal) else \
+                Signal(value.shape(), name=name)
             with m.If(self.en):
-                m.d.sync += reg.eq(value)
-            return reg
+                m.d.sync += r.eq(value)
+            return r
 
-        # parameters travel with their row
-        right = Signal(5)
+        def delay(name, value, stages):
+            """``value`` registered ``stages`` times: ``[value, stage 1, .., stage n]``."""
+            chain = [value]
+            for s in range(stages):
+                chain.append(reg(f"{name}_s{s + 1}", chain[-1]))
+            return chain
+
+        # ---- per-row parameters (stage 0 inputs, then carried along)
+        valid = delay("valid", self.i_valid, self.latency)
+        m.d.comb += self.o_valid.eq(valid[-1])
         left = Signal(5)
-        m.d.comb += [right.eq(Mux(self.i_shift > 0, self.i_shift, 0)),
-                     left.eq(Mux(self.i_shift < 0, -self.i_shift, 0))]
-        v1 = stage("v1", self.i_valid)
-        mult1, right1, left1 = stage("mult1", self.i_mult), stage("right1", right), \
-            stage("left1", left)
-        zp1, lo1, hi1 = (stage(f"{n}1", s) for n, s in (("zp", self.i_zero_point),
-                                                        ("lo", self.i_act_min),
-                                                        ("hi", self.i_act_max)))
-        v2 = stage("v2", v1)
-        right2, zp2, lo2, hi2 = (stage(f"{n}2", s) for n, s in (("right", right1), ("zp", zp1),
-                                                               ("lo", lo1), ("hi", hi1)))
-        v3 = stage("v3", v2)
-        m.d.comb += self.o_valid.eq(v3)
+        right = Signal(5)
+        m.d.comb += [left.eq(Mux(self.i_shift < 0, -self.i_shift, 0)),
+                     right.eq(Mux(self.i_shift > 0, self.i_shift, 0))]
+        # (2**31 - 1) >> left: the largest x whose left shift does not saturate (a thermometer
+        # code of `left`, so no shifter); the smallest is its complement.
+        x_max = Signal(signed(32))
+        m.d.comb += x_max.eq(Cat(*(left < 31 - b for b in range(31)), Const(0, 1)))
+        # the right shift's rounding offsets: 2**(right-1) for x >= 0 and 2**(right-1) - 1 for
+        # x < 0 (ties away from zero), both 0 without a right shift
+        half = Signal(32)
+        half_neg = Signal(32)
+        m.d.comb += [half.eq(Cat(*(right == b + 1 for b in range(31)), Const(0, 1))),
+                     half_neg.eq(Cat(*(right > b + 1 for b in range(30)), Const(0, 2)))]
+        # clamp bounds relative to the zero point
+        lo_rel = Signal(signed(9))
+        hi_rel = Signal(signed(9))
+        m.d.comb += [lo_rel.eq(self.i_act_min - self.i_zero_point),
+                     hi_rel.eq(self.i_act_max - self.i_zero_point)]
+        left_d = delay("left", left, 1)
+        x_max_d = delay("x_max", x_max, 1)
+        mult_d = delay("mult", self.i_mult, 2)
+        half_d = delay("half", half, 5)
+        half_neg_d = delay("half_neg", half_neg, 5)
+        right_d = delay("right", right, 6)
+        zp_d = delay("zp", self.i_zero_point, 7)
+        lo_d = delay("lo_rel", lo_rel, 7)
+        hi_d = delay("hi_rel", hi_rel, 7)
 
         out_lanes, sum_lanes = [], []
         for j in range(cols):
             acc = self.i_data[32 * j:32 * (j + 1)].as_signed()
-            # stage 1: bias (wrapping), saturating left shift
-            x = Signal(signed(32), name=f"x{j}")
-            m.d.comb += x.eq((acc + self.i_bias)[:32].as_signed())
-            wide = Signal(signed(64), name=f"xl{j}")
-            m.d.comb += wide.eq(x << left)
-            sat = Signal(signed(32), name=f"sat{j}")
-            m.d.comb += sat.eq(Mux(wide > _I32_MAX, _I32_MAX, Mux(wide < _I32_MIN, _I32_MIN, wide)))
-            x1 = stage(f"x1_{j}", sat)
-            sum_lanes.append(stage(f"s3_{j}", stage(f"s2_{j}", stage(f"s1_{j}", x))))
-            # stage 2: rounding doubling high multiply, truncating division by 2**31
-            prod = Signal(signed(64), name=f"prod{j}")
-            m.d.comb += prod.eq(x1 * mult1)
-            nudged = Signal(signed(65), name=f"nudged{j}")
-            m.d.comb += nudged.eq(prod + Mux(prod >= 0, 1 << 30, 1 - (1 << 30)))
-            floor = Signal(signed(34), name=f"floor{j}")
-            m.d.comb += floor.eq(nudged >> 31)
-            high = Signal(signed(33), name=f"high{j}")
-            m.d.comb += high.eq(floor + ((nudged < 0) & (nudged[:31] != 0)))
-            h2 = stage(f"h2_{j}", high)
-            # stage 3: rounding right shift, zero point, clamp
-            mask = Signal(32, name=f"mask{j}")
-            m.d.comb += mask.eq((Const(1, 33) << right2) - 1)
-            rem = Signal(32, name=f"rem{j}")
-            m.d.comb += rem.eq(h2[:32] & mask)
-            thr = Signal(32, name=f"thr{j}")
-            m.d.comb += thr.eq((mask >> 1) + (h2 < 0))
-            y = Signal(signed(34), name=f"y{j}")
-            m.d.comb += y.eq((h2 >> right2) + (rem > thr) + zp2)
-            clamped = Signal(signed(8), name=f"q{j}")
-            m.d.comb += clamped.eq(Mux(y < lo2, lo2, Mux(y > hi2, hi2, y)))
-            out_lanes.append(stage(f"out{j}", clamped))
+            # 1: bias (wrapping)
+            x1 = reg(f"x1_{j}", (acc + self.i_bias)[:32].as_signed())
+            sum_lanes.append(delay(f"sum{j}", x1, self.latency - 1)[-1])
+            # 2: saturating left shift
+            x_min = ~x_max_d[1]
+            x2 = reg(f"x2_{j}", Mux(x1 > x_max_d[1], _I32_MAX,
+                                    Mux(x1 < x_min, _I32_MIN, (x1 << left_d[1])[:32].as_signed())))
+            # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
+            # unsigned, zero-extended to 18 signed bits)
+            xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
+            ml, mh = Cat(mult_d[2][:17], Const(0, 1)).as_signed(), \
+                Cat(mult_d[2][17:], Const(0, 1)).as_signed()
+            ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
+            hl, hh = reg(f"hl{j}", xh * ml), reg(f"hh{j}", xh * mh)
+            # 4, 5: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34
+            lo4 = reg(f"lo4_{j}", ll + (lh << 17))
+            hi4 = reg(f"hi4_{j}", hl + (hh << 17))
+            p5 = Signal(signed(64), name=f"p5_{j}")
+            with m.If(self.en):
+                m.d.sync += p5.eq(lo4 + (hi4 << 17))
+            # 6: SRDHM and the right shift's offset in one add (bit 30 and bits 31 up don't
+            # overlap); high = floor((p + 2**30) / 2**31) < 0 exactly when p < -2**30
+            high_neg = p5[63] & ~p5[30:64].all()
+            offset = Cat(Const(0, 30), Const(1, 1), Mux(high_neg, half_neg_d[5], half_d[5]))
+            t6 = reg(f"t6_{j}", (p5 + offset.as_signed()) >> 31)
+            # 7: right shift
+            s7 = reg(f"s7_{j}", t6 >> right_d[6])
+            # 8: clamp, zero point
+            q = Mux(s7 < lo_d[7], lo_d[7], Mux(s7 > hi_d[7], hi_d[7], s7[:9].as_signed()))
+            out_lanes.append(reg(f"out{j}", (q + zp_d[7])[:8]))
         m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
         return m

@@ -48,16 +48,26 @@ def test_postproc_matches_golden_with_stalls(preset, tmp_path):
         mult[r], shift[r], bias[r], zp[r], lo[r], hi[r] = 1 << 30, (r - 8) % 4, 0, 0, -128, 127
         acc[r] = np.resize(np.array([-7, -6, -5, -3, -2, -1, 1, 3, 5, 6, 7, 9], np.int32)
                            * (1 << ((r - 8) % 4)), C)
+    _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, stall=[1, 1, 0, 1, 0, 0, 1, 1, 1])
+
+
+def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
+    """Runs the rows through PostProc with the ``en`` pattern ``stall`` (repeated); compares the
+    int8 output and the int32 ``acc + bias`` with the golden model, and, in a stall-free run,
+    the latency."""
+    C = cfg.array_cols
+    rows = len(acc)
     want = np.stack([requantize(acc[i:i + 1], multiplier=int(mult[i]), shift=int(shift[i]),
                                 bias=int(bias[i]), zero_point=int(zp[i]), act_min=int(lo[i]),
                                 act_max=int(hi[i]))[0] for i in range(rows)])
+    want_sum = (acc.astype(np.int64) + np.asarray(bias, dtype=np.int64)[:, None]
+                + (1 << 31)) % (1 << 32) - (1 << 31)
     dut = PostProc(cfg)
-    got = []
-    stall = [1, 1, 0, 1, 0, 0, 1, 1, 1]
+    got, got_sum, first_out = [], [], []
 
     async def bench(ctx):
         i = cycle = 0
-        while len(got) < rows and cycle < 10 * rows:
+        while len(got) < rows and cycle < 10 * rows + 2 * dut.latency:
             en = stall[cycle % len(stall)]
             ctx.set(dut.en, en)
             if i < rows:
@@ -71,6 +81,10 @@ def test_postproc_matches_golden_with_stalls(preset, tmp_path):
                 ctx.set(dut.i_valid, 0)
             if en and ctx.get(dut.o_valid):
                 got.append(_unpack_int8(ctx.get(dut.o_data), C))
+                word = ctx.get(dut.o_sum)
+                got_sum.append([((word >> (32 * k)) + (1 << 31)) % (1 << 32) - (1 << 31)
+                                for k in range(C)])
+                first_out.append(cycle)
             await ctx.tick()
             if en and i < rows:
                 i += 1
@@ -79,3 +93,36 @@ def test_postproc_matches_golden_with_stalls(preset, tmp_path):
     run_sim(dut, bench, tmp_path=tmp_path, name="postproc")
     assert len(got) == rows
     assert np.array_equal(np.array(got, dtype=np.int64), want.astype(np.int64))
+    assert np.array_equal(np.array(got_sum, dtype=np.int64), want_sum)
+    if all(stall):
+        assert first_out[0] == dut.latency
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_postproc_every_shift_and_extreme_multiplier(preset, tmp_path):
+    """Every shift -31..31 with the multiplier's extremes and a tie (2**30), on accumulators
+    at the int32 limits and at the saturation edges of each left shift, without stalls
+    (latency checked)."""
+    cfg = PRESETS[preset]
+    C = cfg.array_cols
+    rng = np.random.default_rng(11)
+    cases = [(s, mu) for s in range(-31, 32)
+             for mu in (1, 2, 1 << 30, (1 << 30) + 1, (1 << 31) - 1, int(rng.integers(1, 1 << 31)))]
+    rows = len(cases)
+    shift = np.array([s for s, _ in cases])
+    mult = np.array([mu for _, mu in cases])
+    acc = np.empty((rows, C), dtype=np.int64)
+    for r, (s, _) in enumerate(cases):
+        edge = (1 << (31 - max(-s, 0))) - 1          # largest x whose left shift fits
+        vals = [I32_MIN, I32_MAX, edge, edge + 1, -edge - 1, -edge - 2, 0, -1,
+                *rng.integers(I32_MIN, I32_MAX, size=8, endpoint=True)]
+        acc[r] = np.clip(np.array(vals[:C] if C <= len(vals) else np.resize(vals, C)),
+                         I32_MIN, I32_MAX)
+    acc = acc.astype(np.int32)
+    bias = np.zeros(rows, dtype=np.int64)
+    bias[::7] = rng.integers(I32_MIN, I32_MAX, size=len(bias[::7]), endpoint=True)
+    zp = rng.integers(-128, 128, size=rows)
+    lo = rng.integers(-128, 0, size=rows)
+    hi = rng.integers(0, 128, size=rows)
+    lo[::5], hi[::5] = -128, 127
+    _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, stall=[1])
