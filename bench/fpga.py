@@ -1,6 +1,6 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
-    python -m bench.fpga [--presets small,default] [--dsp-rows auto|all|N] [--nodsp]
+    python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
                          [--no-route] [--nextpnr-timeout S] [--submodule post|array]
                          [--collect] [--out bench/results]
 
@@ -454,7 +454,7 @@ def auto_dsp_rows(preset: str) -> int | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fpga", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--presets", default="small,default")
+    parser.add_argument("--presets", default="small,fpga")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dsp-rows", default="auto",
                         help="array rows whose multipliers use MULT18X18D: auto (all when they "

@@ -289,4 +289,11 @@ PRESETS: dict[str, AccelConfig] = {
         quant_entries=1024, local_buf_bytes=64 << 10),
     # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default.
     "default": AccelConfig(),
+    # default's array and ports with on-chip memories an ECP5-85k's 208 block RAMs can hold
+    # (default's 832 KiB cannot; docs/bench.md "FPGA"): 128 KiB scratchpad, 32 KiB accumulator,
+    # 64 KiB local buffer, small's table and parameter capacities.
+    "fpga": AccelConfig(
+        buf_a_bytes=64 << 10, buf_b_bytes=64 << 10, acc_buf_bytes=32 << 10,
+        conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
+        quant_entries=1024, local_buf_bytes=64 << 10),
 }

@@ -318,6 +318,19 @@ def test_config_presets_sizes():
         assert (cfg.operand_bits, cfg.acc_bits) == (8, 32)
 
 
+def test_config_fpga_preset_is_default_with_smaller_memories():
+    """`fpga` keeps default's array, ports and latencies (same cycle model shape) and shrinks
+    only the on-chip memories, to a total an ECP5-85k's block RAM can hold."""
+    d, f = PRESETS["default"], PRESETS["fpga"]
+    memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
+                "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
+    for field in FIELDS:
+        if field not in memories:
+            assert getattr(f, field) == getattr(d, field), field
+    assert all(getattr(f, m) < getattr(d, m) for m in memories)
+    assert f.buf_a_bytes + f.buf_b_bytes + f.acc_buf_bytes + f.local_buf_bytes == 224 << 10
+
+
 @pytest.mark.parametrize("text", ["", "{", '{"array_rows": }', "{'array_rows': 16}"])
 def test_config_from_json_refuses_malformed_text(text):
     # json.JSONDecodeError, a ValueError like ConfigError (not a ConfigError itself)
