@@ -36,6 +36,7 @@ class PostProc(wiring.Component):
     6      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
            ``floor((p + 2**30) / 2**31)`` (the same as gemmlowp's nudge and truncation), and
            adding the right shift's offset ``h * 2**31`` before the division adds ``h`` after it
+           (``h`` chosen by the sign of ``x``, known since stage 2)
     7      ``>> right``
     8      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
     ====== =====================================================================================
@@ -139,6 +140,9 @@ class PostProc(wiring.Component):
             x_min = ~x_max_d[1]
             x2 = reg(f"x2_{j}", Mux(x1 > x_max_d[1], _I32_MAX,
                                     Mux(x1 < x_min, _I32_MIN, (x1 << left_d[1])[:32].as_signed())))
+            # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
+            # sign, not high's, can select the offset of stage 6
+            neg = delay(f"neg{j}", x2[31], 3)
             # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
             # unsigned, zero-extended to 18 signed bits)
             xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
@@ -147,16 +151,14 @@ class PostProc(wiring.Component):
             ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
             hl, hh = reg(f"hl{j}", xh * ml), reg(f"hh{j}", xh * mh)
             # 4, 5: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34
-            lo4 = reg(f"lo4_{j}", ll + (lh << 17))
-            hi4 = reg(f"hi4_{j}", hl + (hh << 17))
-            p5 = Signal(signed(64), name=f"p5_{j}")
-            with m.If(self.en):
-                m.d.sync += p5.eq(lo4 + (hi4 << 17))
-            # 6: SRDHM and the right shift's offset in one add (bit 30 and bits 31 up don't
-            # overlap); high = floor((p + 2**30) / 2**31) < 0 exactly when p < -2**30
-            high_neg = p5[63] & ~p5[30:64].all()
-            offset = Cat(Const(0, 30), Const(1, 1), Mux(high_neg, half_neg_d[5], half_d[5]))
-            t6 = reg(f"t6_{j}", (p5 + offset.as_signed()) >> 31)
+            # (the low 17 bits of each partial sum pass through: no carry chain for them)
+            lo4 = reg(f"lo4_{j}", Cat(ll[:17], ll[17:] + lh).as_signed())
+            hi4 = reg(f"hi4_{j}", Cat(hl[:17], (hl[17:].as_signed() + hh)[:30]).as_signed())
+            p5 = reg(f"p5_{j}", Cat(lo4[:17], (lo4[17:] + hi4)[:47]).as_signed())
+            # 6: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
+            # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
+            offset = Cat(Const(1, 1), Mux(neg[3], half_neg_d[5], half_d[5]), Const(0, 1))
+            t6 = reg(f"t6_{j}", (p5[30:].as_signed() + offset.as_signed()) >> 1)
             # 7: right shift
             s7 = reg(f"s7_{j}", t6 >> right_d[6])
             # 8: clamp, zero point
