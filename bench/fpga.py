@@ -282,14 +282,22 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
     RTL, its cycle timing and its results are unchanged (``booth`` is an exact rewrite; the
     8x8 signed case is proven equivalent with ``sat``, see docs/bench.md). The script asserts
     that exactly ``(rows - K) * cols`` multipliers were selected.
+
+    Flip-flops whose wire has the ``keep`` attribute (duplicates the RTL makes on purpose, e.g.
+    :class:`hw.postproc.PostProc`'s per-lane multiplier copies) get ``keep`` on the cell too,
+    so that ``opt_merge`` does not fold them back into one register.
     """
-    lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v"]
+    lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v",
+             "hierarchy -top fpga_top", "proc",
+             # registers the RTL duplicates on purpose carry `keep` on their wire, which
+             # opt_merge ignores; the same attribute on the flip-flop cell stops the merge
+             "setattr -set keep 1 a:keep %ci1 t:$dff %i"]
     if dsp_rows is not None and dsp_rows < rows:
         if dsp_rows < 0:
             raise ValueError(f"dsp_rows must be >= 0, not {dsp_rows}")
         wires = " ".join(f"w:pe{i}_*_prod" for i in range(dsp_rows, rows))
         unions = " %u" * (rows - dsp_rows - 1)
-        lines += ["hierarchy -top fpga_top", "proc", "opt_clean",
+        lines += ["opt_clean",
                   f"select -set lutmul {wires}{unions} %ci1 t:$mul %i",
                   f"select -assert-count {(rows - dsp_rows) * cols} @lutmul",
                   "booth @lutmul"]

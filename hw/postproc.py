@@ -122,7 +122,7 @@ class PostProc(wiring.Component):
                      hi_rel.eq(self.i_act_max - self.i_zero_point)]
         left_d = delay("left", left, 1)
         x_max_d = delay("x_max", x_max, 1)
-        mult_d = delay("mult", self.i_mult, 2)
+        mult_d = delay("mult", self.i_mult, 1)
         half_d = delay("half", half, 5)
         half_neg_d = delay("half_neg", half_neg, 5)
         right_d = delay("right", right, 6)
@@ -146,8 +146,14 @@ class PostProc(wiring.Component):
             # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
             # unsigned, zero-extended to 18 signed bits)
             xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
-            ml, mh = Cat(mult_d[2][:17], Const(0, 1)).as_signed(), \
-                Cat(mult_d[2][17:], Const(0, 1)).as_signed()
+            # each lane's four multipliers get their own copy of the row's multiplier: one
+            # register feeding every lane's MULT18X18Ds was the slowest net on an ECP5
+            # (`keep`: a deliberate duplicate; bench.fpga's script keeps such registers apart)
+            mult2 = Signal.like(mult_d[1], name=f"mult2_{j}", attrs={"keep": 1})
+            with m.If(self.en):
+                m.d.sync += mult2.eq(mult_d[1])
+            ml, mh = Cat(mult2[:17], Const(0, 1)).as_signed(), \
+                Cat(mult2[17:], Const(0, 1)).as_signed()
             ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
             hl, hh = reg(f"hl{j}", xh * ml), reg(f"hh{j}", xh * mh)
             # 4, 5: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34

@@ -246,6 +246,11 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert "select -assert-count 9 @lutmul" in lines
     assert lines.index("booth @lutmul") < lines.index(
         "synth_ecp5 -top fpga_top -json fpga_top.json")
+    keep = "setattr -set keep 1 a:keep %ci1 t:$dff %i"
+    for script in (plain, synth_script(4, 3, dsp_rows=1)):
+        lines = script.splitlines()
+        assert lines.index("proc") < lines.index(keep) < lines.index(
+            "synth_ecp5 -top fpga_top -json fpga_top.json")
     assert variant_name() == "dsp" and variant_name(nodsp=True) == "nodsp"
     assert variant_name(dsp_rows=2) == "dsprows2"
     with pytest.raises(ValueError):
