@@ -120,15 +120,23 @@ class PostProc(wiring.Component):
         hi_rel = Signal(signed(9))
         m.d.comb += [lo_rel.eq(self.i_act_min - self.i_zero_point),
                      hi_rel.eq(self.i_act_max - self.i_zero_point)]
-        left_d = delay("left", left, 1)
-        x_max_d = delay("x_max", x_max, 1)
+        # Per-row values are delayed once per row, and each lane takes its own copy in the
+        # stage before the one that uses it: a single register driving every lane's shifters or
+        # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
+        # bench.fpga's synthesis script keeps them apart).
+        def lane_copy(name, value):
+            r = Signal(value.shape(), name=name, attrs={"keep": 1})
+            with m.If(self.en):
+                m.d.sync += r.eq(value)
+            return r
+
         mult_d = delay("mult", self.i_mult, 1)
-        half_d = delay("half", half, 5)
-        half_neg_d = delay("half_neg", half_neg, 5)
-        right_d = delay("right", right, 6)
-        zp_d = delay("zp", self.i_zero_point, 7)
-        lo_d = delay("lo_rel", lo_rel, 7)
-        hi_d = delay("hi_rel", hi_rel, 7)
+        half_d = delay("half", half, 4)
+        half_neg_d = delay("half_neg", half_neg, 4)
+        right_d = delay("right", right, 5)
+        zp_d = delay("zp", self.i_zero_point, 6)
+        lo_d = delay("lo_rel", lo_rel, 6)
+        hi_d = delay("hi_rel", hi_rel, 6)
 
         out_lanes, sum_lanes = [], []
         for j in range(cols):
@@ -136,22 +144,17 @@ class PostProc(wiring.Component):
             # 1: bias (wrapping)
             x1 = reg(f"x1_{j}", (acc + self.i_bias)[:32].as_signed())
             sum_lanes.append(delay(f"sum{j}", x1, self.latency - 1)[-1])
+            left1, x_max1 = lane_copy(f"left1_{j}", left), lane_copy(f"x_max1_{j}", x_max)
             # 2: saturating left shift
-            x_min = ~x_max_d[1]
-            x2 = reg(f"x2_{j}", Mux(x1 > x_max_d[1], _I32_MAX,
-                                    Mux(x1 < x_min, _I32_MIN, (x1 << left_d[1])[:32].as_signed())))
+            x2 = reg(f"x2_{j}", Mux(x1 > x_max1, _I32_MAX,
+                                    Mux(x1 < ~x_max1, _I32_MIN, (x1 << left1)[:32].as_signed())))
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
             # sign, not high's, can select the offset of stage 6
             neg = delay(f"neg{j}", x2[31], 3)
             # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
             # unsigned, zero-extended to 18 signed bits)
             xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
-            # each lane's four multipliers get their own copy of the row's multiplier: one
-            # register feeding every lane's MULT18X18Ds was the slowest net on an ECP5
-            # (`keep`: a deliberate duplicate; bench.fpga's script keeps such registers apart)
-            mult2 = Signal.like(mult_d[1], name=f"mult2_{j}", attrs={"keep": 1})
-            with m.If(self.en):
-                m.d.sync += mult2.eq(mult_d[1])
+            mult2 = lane_copy(f"mult2_{j}", mult_d[1])
             ml, mh = Cat(mult2[:17], Const(0, 1)).as_signed(), \
                 Cat(mult2[17:], Const(0, 1)).as_signed()
             ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
@@ -163,12 +166,17 @@ class PostProc(wiring.Component):
             p5 = reg(f"p5_{j}", Cat(lo4[:17], (lo4[17:] + hi4)[:47]).as_signed())
             # 6: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            offset = Cat(Const(1, 1), Mux(neg[3], half_neg_d[5], half_d[5]), Const(0, 1))
+            half5 = lane_copy(f"half5_{j}", half_d[4])
+            half_neg5 = lane_copy(f"half_neg5_{j}", half_neg_d[4])
+            offset = Cat(Const(1, 1), Mux(neg[3], half_neg5, half5), Const(0, 1))
             t6 = reg(f"t6_{j}", (p5[30:].as_signed() + offset.as_signed()) >> 1)
             # 7: right shift
-            s7 = reg(f"s7_{j}", t6 >> right_d[6])
+            right6 = lane_copy(f"right6_{j}", right_d[5])
+            s7 = reg(f"s7_{j}", t6 >> right6)
             # 8: clamp, zero point
-            q = Mux(s7 < lo_d[7], lo_d[7], Mux(s7 > hi_d[7], hi_d[7], s7[:9].as_signed()))
-            out_lanes.append(reg(f"out{j}", (q + zp_d[7])[:8]))
+            lo7, hi7 = lane_copy(f"lo7_{j}", lo_d[6]), lane_copy(f"hi7_{j}", hi_d[6])
+            zp7 = lane_copy(f"zp7_{j}", zp_d[6])
+            q = Mux(s7 < lo7, lo7, Mux(s7 > hi7, hi7, s7[:9].as_signed()))
+            out_lanes.append(reg(f"out{j}", (q + zp7)[:8]))
         m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
         return m
