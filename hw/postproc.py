@@ -83,10 +83,9 @@ class PostProc(wiring.Component):
         m = Module()
         cols = self._cfg.array_cols
 
-        def reg(name, value):
-            """``value`` one pipeline stage later."""
-            r = Signal.like(value, name=name) if isinstance(value, Signal) else \
-                Signal(value.shape(), name=name)
+        def reg(name, value, *, keep=False):
+            """``value`` one pipeline stage later (``keep``: a deliberate duplicate, below)."""
+            r = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {})
             with m.If(self.en):
                 m.d.sync += r.eq(value)
             return r
@@ -124,12 +123,6 @@ class PostProc(wiring.Component):
         # stage before the one that uses it: a single register driving every lane's shifters or
         # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
         # bench.fpga's synthesis script keeps them apart).
-        def lane_copy(name, value):
-            r = Signal(value.shape(), name=name, attrs={"keep": 1})
-            with m.If(self.en):
-                m.d.sync += r.eq(value)
-            return r
-
         mult_d = delay("mult", self.i_mult, 1)
         half_d = delay("half", half, 4)
         half_neg_d = delay("half_neg", half_neg, 4)
@@ -144,7 +137,8 @@ class PostProc(wiring.Component):
             # 1: bias (wrapping)
             x1 = reg(f"x1_{j}", (acc + self.i_bias)[:32].as_signed())
             sum_lanes.append(delay(f"sum{j}", x1, self.latency - 1)[-1])
-            left1, x_max1 = lane_copy(f"left1_{j}", left), lane_copy(f"x_max1_{j}", x_max)
+            left1 = reg(f"left1_{j}", left, keep=True)
+            x_max1 = reg(f"x_max1_{j}", x_max, keep=True)
             # 2: saturating left shift
             x2 = reg(f"x2_{j}", Mux(x1 > x_max1, _I32_MAX,
                                     Mux(x1 < ~x_max1, _I32_MIN, (x1 << left1)[:32].as_signed())))
@@ -154,7 +148,7 @@ class PostProc(wiring.Component):
             # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
             # unsigned, zero-extended to 18 signed bits)
             xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
-            mult2 = lane_copy(f"mult2_{j}", mult_d[1])
+            mult2 = reg(f"mult2_{j}", mult_d[1], keep=True)
             ml, mh = Cat(mult2[:17], Const(0, 1)).as_signed(), \
                 Cat(mult2[17:], Const(0, 1)).as_signed()
             ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
@@ -166,16 +160,17 @@ class PostProc(wiring.Component):
             p5 = reg(f"p5_{j}", Cat(lo4[:17], (lo4[17:] + hi4)[:47]).as_signed())
             # 6: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            half5 = lane_copy(f"half5_{j}", half_d[4])
-            half_neg5 = lane_copy(f"half_neg5_{j}", half_neg_d[4])
+            half5 = reg(f"half5_{j}", half_d[4], keep=True)
+            half_neg5 = reg(f"half_neg5_{j}", half_neg_d[4], keep=True)
             offset = Cat(Const(1, 1), Mux(neg[3], half_neg5, half5), Const(0, 1))
             t6 = reg(f"t6_{j}", (p5[30:].as_signed() + offset.as_signed()) >> 1)
             # 7: right shift
-            right6 = lane_copy(f"right6_{j}", right_d[5])
+            right6 = reg(f"right6_{j}", right_d[5], keep=True)
             s7 = reg(f"s7_{j}", t6 >> right6)
             # 8: clamp, zero point
-            lo7, hi7 = lane_copy(f"lo7_{j}", lo_d[6]), lane_copy(f"hi7_{j}", hi_d[6])
-            zp7 = lane_copy(f"zp7_{j}", zp_d[6])
+            lo7 = reg(f"lo7_{j}", lo_d[6], keep=True)
+            hi7 = reg(f"hi7_{j}", hi_d[6], keep=True)
+            zp7 = reg(f"zp7_{j}", zp_d[6], keep=True)
             q = Mux(s7 < lo7, lo7, Mux(s7 > hi7, hi7, s7[:9].as_signed()))
             out_lanes.append(reg(f"out{j}", (q + zp7)[:8]))
         m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
