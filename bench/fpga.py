@@ -1,7 +1,7 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
     python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
-                         [--no-route] [--nextpnr-timeout S] [--submodule post|array]
+                         [--no-route] [--nextpnr-timeout S] [--submodule NAME]
                          [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
@@ -353,7 +353,9 @@ def nextpnr_args(*, route: bool = True) -> list[str]:
 
 #: ``--submodule`` short names: one ``accel_top`` submodule alone in the same wrapper, to
 #: time it without the rest (its own placement and routing; no competition for DSP columns).
-SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array"}
+SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array",
+              "store": "seq.store", "load_a": "seq.load_a", "load_b": "seq.load_b",
+              "addrgen": "seq.addrgen", "compute": "seq.compute", "runner": "runner"}
 
 
 def work_dir(preset: str, variant: str = "dsp") -> Path:

@@ -361,3 +361,12 @@ def test_fpga_overflow_reads_nextpnr_utilisation_lines():
     assert overflow("Info: \t              DP16KD:     156/    208    75%") is None
     assert overflow("Info: \t          MULT18X18D:     156/    156   100%") is None
     assert overflow("Info: Placed 0 cells based on constraints.") is None
+
+
+def test_fpga_every_submodule_name_is_a_module_of_the_generated_verilog():
+    from bench.fpga import SUBMODULES
+    from hw.build import emit
+    verilog = (emit(PRESETS["tiny"]) / "accel_top.v").read_text()
+    for short, path in SUBMODULES.items():
+        assert f"module \\accel_top.{path} " in verilog or \
+            f"module \\accel_top.{path}(" in verilog, short
