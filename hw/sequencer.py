@@ -6,21 +6,16 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .addrgen import AddrGen
+from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker
 from .compute import ComputeEngine
 from .config import AccelConfig
-from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from .desc import DESC_FIELDS, ErrorCode
 from .dma import DIM_BITS, LoadEngine, StoreEngine
-from .layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
+from .layouts import OutFormat
 from .ports import ReadPort, WritePort
-from .record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 from .regmap import COUNTERS
 
-#: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
-LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
-#: The post-processing parameter arrays, in load order.
-PARAM_ARRAYS: tuple[str, ...] = ("bias", "mult", "shift")
-
-__all__ = ["Sequencer"]
+__all__ = ["Sequencer", "LAYER_FIELDS"]
 
 
 def _log2(value: int) -> int:
@@ -217,106 +212,16 @@ class Sequencer(wiring.Component):
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
 
-        # -- descriptor checks (same rules and priority as hw.desc.check) -------------------------
-        def in_dim(v):
-            return (v >= 1) & (v <= MAX_DIM)
-
-        def extent(addr, rows, stride, row_bytes):
-            hi = Signal(64)
-            m.d.comb += hi.eq(addr + (rows - 1) * stride + row_bytes)
-            return hi
-
-        a_hi = extent(d["a_addr"], K, d["a_stride"], ((M + R - 1) >> lr) << lr)
+        # -- record checks (hw.record.check_record), pipelined in their own component ----------
+        m.submodules.checker = chk = RecordChecker(cfg)
+        m.d.comb += [getattr(chk, f"d_{name}").eq(d[name]) for name in DESC_FIELDS]
+        m.d.comb += [getattr(chk, f"l_{name}").eq(L[name]) for name in LAYER_FIELDS]
+        m.d.comb += [chk.img_lo.eq(img_lo), chk.img_hi.eq(img_hi)]
         is_conv = d["b_mode"] == 1
         gn_all = (N + C - 1) >> lc
-        b_hi = Signal(64)
-        m.d.comb += b_hi.eq(Mux(is_conv, d["b_addr"] + d["b_stride"],
-                                d["b_addr"] + (K - 1) * d["b_stride"] + (gn_all << lc)))
-        dram, loc_end = cfg.dram_bytes, cfg.local_base + cfg.local_buf_bytes
-        beat_b = cfg.b_beat_bytes
-        tables = [(d["off_addr"], extent(d["off_addr"], K, 4, beat_b)),
-                  (d["run_addr"], extent(d["run_addr"], d["run_count"], 8, 4 + beat_b)),
-                  (d["grp_addr"], extent(d["grp_addr"], gn_all + 1, 4, beat_b))]
-        c_row = Mux(int8_out, gn_all << lc, gn_all << (lc + 2))
-        c_hi = extent(d["c_addr"], M, d["c_stride"], c_row)
-        n_bytes = Mux(int8_out, N, N << 2)
-        # B / C in the local buffer (hw.desc.local_problem): whole rows, dense B, int8 C
+        dram = cfg.dram_bytes
         m.d.comb += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
-        b_range_bad = (b_hi > dram) & ~(b_loc & (b_hi <= loc_end) & ~is_conv &
-                                        (d["b_addr"][:lc] == 0) & (d["b_stride"][:lc] == 0))
-        c_range_bad = (c_hi > dram) & ~(c_loc & (c_hi <= loc_end) & int8_out &
-                                        (d["c_addr"][:lc] == 0) & (d["c_stride"][:lc] == 0))
-
-        # layer record rules (hw.record.check_record)
-        def int8_word(w):
-            return (w[7:] == 0) | (w[7:] == (1 << 25) - 1)
-
-        def in_image(lo, size):
-            hi = Signal(64)
-            m.d.comb += hi.eq(lo + size)
-            return (img_lo <= lo) & (hi <= img_hi)
-
-        def overlaps_image(lo, hi):
-            return (lo < img_hi) & (img_lo < hi)
-
-        imaged = img_hi != 0
-        w_hi = Signal(64)
-        m.d.comb += w_hi.eq(d["c_addr"] + (M - 1) * d["c_stride"] + n_bytes)
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
-        stats = L["stats_addr"]
-        stats_hi = Signal(64)
-        m.d.comb += stats_hi.eq(stats + STATS_BYTES)
-        bad_params = []
-        for i, name in enumerate(PARAM_ARRAYS):
-            lo = L[f"{name}_addr"]
-            hi = Signal(64, name=f"{name}_hi")
-            m.d.comb += hi.eq(lo + (M << 2))
-            bad_params.append(q_need[i] & ((lo[:_log2(PARAM_ALIGN)] != 0) | (hi > dram) |
-                                           (imaged & ~in_image(lo, M << 2))))
-        layer_bad = (
-            (L["op_kind"] >= len(OpKind)) | (L["out_format"] >= len(OutFormat)) |
-            (L["post_mode"] >= len(PostMode)) | (L["bias_present"] > 1) |
-            ~int8_word(L["out_zero_point"]) | ~int8_word(L["act_min"]) |
-            ~int8_word(L["act_max"]) |
-            (L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed()) |
-            ((L["op_kind"] == OpKind.CONV) != is_conv) |
-            (post & (M > cfg.quant_entries)))
-        window_bad = (
-            (win_lo >= win_hi) | ((win_hi > dram) & ~((win_lo >= dram) & (win_hi <= loc_end))) |
-            (d["c_addr"] < win_lo) | (w_hi > win_hi) |
-            overlaps_image(win_lo, win_hi) |
-            (imaged & ((stats[:_log2(SECTION_ALIGN_BYTES)] != 0) | (stats_hi > dram) |
-                       overlaps_image(stats, stats_hi))) |
-            Cat(*bad_params).any())
-        checks = [
-            (~(in_dim(M) & in_dim(K) & in_dim(N)), ErrorCode.BAD_SHAPE),
-            (~(in_dim(pm) & (pm[:lr] == 0)), ErrorCode.BAD_PARTITION_M),
-            (~(in_dim(pn) & (pn[:lc] == 0)), ErrorCode.BAD_PARTITION_N),
-            (~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K)), ErrorCode.BAD_PARTITION_K),
-            ((d["tile_m"] < R) | (d["tile_m"] > Mux(pm > R, pm, R)) | (d["tile_m"][:lr] != 0) |
-             (d["tile_n"] < C) | (d["tile_n"] > Mux(pn > C, pn, C)) | (d["tile_n"][:lc] != 0),
-             ErrorCode.BAD_TILE),
-            (pm * pk > cfg.buf_a_half_bytes, ErrorCode.BUF_A_OVERFLOW),
-            (pk * pn > cfg.buf_b_half_bytes, ErrorCode.BUF_B_OVERFLOW),
-            ((pm * pn * cfg.acc_bytes > d["acc_buffer_needed"]) |
-             (d["acc_buffer_needed"] > cfg.acc_half_bytes), ErrorCode.ACC_OVERFLOW),
-            ((d["outer_m"] > 1) | (d["need_splitk"] > 1) | (d["b_mode"] > 1),
-             ErrorCode.BAD_FLAGS),
-            (is_conv & ((K > cfg.conv_offset_entries) | (d["run_count"] == 0) |
-                        (d["run_count"] > cfg.conv_run_entries) |
-                        (gn_all + 1 > cfg.conv_group_entries)), ErrorCode.BAD_TABLE),
-            ((a_hi > cfg.dram_bytes) | b_range_bad | c_range_bad |
-             (d["c_stride"] < n_bytes) |
-             ((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)) |
-             ((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)) |
-             (is_conv & Cat(*((hi > cfg.dram_bytes) | ((lo < c_hi) & (d["c_addr"] < hi))
-                             for lo, hi in tables)).any()), ErrorCode.BAD_ADDRESS),
-            (layer_bad, ErrorCode.BAD_LAYER),
-            (window_bad, ErrorCode.BAD_WINDOW),
-        ]
-        check_code = Const(0, 8)
-        for cond, code in reversed(checks):
-            check_code = Mux(cond, code.value, check_code)
 
         # -- step state: current step, next step, pending store ----------------------------------
         ab = cfg.dram_addr_bits
@@ -338,7 +243,7 @@ class Sequencer(wiring.Component):
         st_valid = Signal()
         a_slot, b_slot, acc_slot = Signal(), Signal(), Signal()
         need_a, need_b = Signal(), Signal()
-        a_kstep, b_kstep, c_mstep = Signal(ab), Signal(ab), Signal(ab)
+        a_kstep, b_kstep, c_mstep = chk.a_kstep, chk.b_kstep, chk.c_mstep
         gn_max = Signal(DIM_BITS)
 
         def eff(x0, part, total):
@@ -479,29 +384,30 @@ class Sequencer(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0), conv.eq(0)]
-                    m.next = "CHECK"
+                    m.next = "CHECK_START"
+            with m.State("CHECK_START"):            # the record is latched: check it
+                m.d.comb += chk.start.eq(1)
+                m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [
-                    a_kstep.eq(pk * d["a_stride"]),
-                    b_kstep.eq(pk * d["b_stride"]),
-                    c_mstep.eq(pm * d["c_stride"]),
-                    gn_max.eq(pn >> lc),
-                    cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
-                    a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
-                    nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
-                    nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
-                    nxt["c_mptr"].eq(d["c_addr"]),
-                    q_bad.eq(0),
-                ]
-                with m.If(check_code != 0):
-                    m.d.sync += error.eq(check_code)
-                    m.next = "FINISH"
-                with m.Elif(post):
-                    m.next = f"Q_{PARAM_ARRAYS[0].upper()}"
-                with m.Elif(dry):
-                    m.next = "FINISH"
-                with m.Else():
-                    launch()
+                with m.If(chk.done):
+                    m.d.sync += [
+                        gn_max.eq(pn >> lc),
+                        cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
+                        a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
+                        nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
+                        nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
+                        nxt["c_mptr"].eq(d["c_addr"]),
+                        q_bad.eq(0),
+                    ]
+                    with m.If(chk.code != 0):
+                        m.d.sync += error.eq(chk.code)
+                        m.next = "FINISH"
+                    with m.Elif(post):
+                        m.next = f"Q_{PARAM_ARRAYS[0].upper()}"
+                    with m.Elif(dry):
+                        m.next = "FINISH"
+                    with m.Else():
+                        launch()
             # post-processing parameters: one B-port load per array the layer uses
             for i, name in enumerate(PARAM_ARRAYS):
                 after = (f"Q_{PARAM_ARRAYS[i + 1].upper()}" if i + 1 < len(PARAM_ARRAYS)

@@ -62,8 +62,9 @@ class ModelConstants:
     drain_extra_cycles: int = 1
     #: Control cycles at the end of every step (handshake of the three engines).
     step_ctrl_cycles: int = 2
-    #: Descriptor validation / start-up cycles before the prologue loads.
-    start_cycles: int = 4
+    #: Descriptor validation / start-up cycles before the prologue loads: 4 control cycles
+    #: plus the record checker's pipeline (hw.checker.RecordChecker.latency, 16).
+    start_cycles: int = 20
     #: Cycles after the last store before ``done``.
     finish_cycles: int = 2
     #: Extra cycles per load / store burst on top of issue time and latency.
@@ -80,10 +81,10 @@ class ModelConstants:
     param_ctrl_cycles: int = 2
     param_skip_cycles: int = 1
     param_end_cycles: int = 1
-    #: Image runs (hw.runner): the sequencer's dry run of a record without parameters (CHECK,
-    #: FINISH), the runner's control cycles per record (state hand-overs of both passes), and
-    #: per image (start, header check, finish).
-    dry_run_cycles: int = 2
+    #: Image runs (hw.runner): the sequencer's dry run of a record without parameters
+    #: (CHECK_START, the checker's pipeline, CHECK, FINISH), the runner's control cycles per
+    #: record (state hand-overs of both passes), and per image (start, header check, finish).
+    dry_run_cycles: int = 18
     record_ctrl_cycles: int = 7
     image_ctrl_cycles: int = 3
 

@@ -19,3 +19,11 @@ def test_model_post_latency_equals_postproc_latency():
     from hw.postproc import PostProc
 
     assert K.post_store_extra_cycles == PostProc.latency
+
+
+def test_model_start_and_dry_run_follow_the_checker_latency():
+    from hw.checker import RecordChecker
+
+    # one control cycle replaced the checks before they had a pipeline of their own
+    assert K.start_cycles == 4 + RecordChecker.latency
+    assert K.dry_run_cycles == 2 + RecordChecker.latency

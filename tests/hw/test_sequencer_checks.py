@@ -11,7 +11,8 @@ from amaranth.sim import Simulator
 from hw.config import PRESETS
 from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor
 from hw.record import check_record, layer_record
-from hw.sequencer import LAYER_FIELDS, Sequencer
+from hw.checker import LAYER_FIELDS, RecordChecker
+from hw.sequencer import Sequencer
 
 
 def adversarial_descriptors(cfg, rng, count):
@@ -91,7 +92,8 @@ def test_sequencer_checks_match_python_rules():
             errs = check_record(d, cfg, image=image)
             want = int(errs[0][0]) if errs else 0
             seen.add(want)
-            for _ in range(3):            # CHECK, then FINISH for a refused record
+            # CHECK_START, the checker's pipeline, CHECK, then FINISH for a refused record
+            for _ in range(RecordChecker.latency + 3):
                 if want and (ctx.get(seq.a_rd.valid) or ctx.get(seq.b_rd.valid) or
                              ctx.get(seq.c_wr.valid)):
                     port_activity.append(d)

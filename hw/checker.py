@@ -1,0 +1,268 @@
+"""RecordChecker: the sequencer's descriptor and layer-record checks, pipelined for the clock."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import AccelConfig
+from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from .layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
+from .record import PARAM_ALIGN, SECTION_ALIGN_BYTES
+
+#: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
+LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
+#: The post-processing parameter arrays, in load order.
+PARAM_ARRAYS: tuple[str, ...] = ("bias", "mult", "shift")
+#: Width of the multiplier operand of every product the checks need: the descriptor dimensions
+#: (``m - 1``, ``k - 1``, partitions). A larger value fails ``BAD_SHAPE`` or ``BAD_PARTITION_*``
+#: first, which outranks every check that uses a product.
+FACTOR_BITS = MAX_DIM.bit_length()
+#: Radix-4 digits of a factor: cycles of the bit-serial multiply.
+DIGITS = (FACTOR_BITS + 1) // 2
+
+__all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS"]
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+class RecordChecker(wiring.Component):
+    """Checks a latched layer record with the rules of :func:`hw.record.check_record`.
+
+    One ``start`` pulse, with ``d_*``, ``l_*``, ``img_lo``, ``img_hi`` already holding the
+    record (they must hold still until ``done``), runs the checks in :attr:`latency` cycles:
+    ``done`` is high for one cycle ``latency`` cycles after ``start``, with ``code`` the first
+    failing rule's :class:`hw.desc.ErrorCode` in the priority order of :func:`hw.desc.check`
+    (0 when the record is legal) and ``a_kstep``, ``b_kstep``, ``c_mstep`` the sequencer's
+    per-partition address steps.
+
+    Pipeline (no multiplier cells: the checks would otherwise take about 30 MULT18X18D, and
+    one cycle of multiply, 64-bit sums, compares and a 13-way priority was the full design's
+    slowest path):
+
+    ========================  ========================================================
+    cycles 1 .. DIGITS         nine products ``factor x value`` (24 x 32 bits), radix 4,
+                               one 56-bit add per cycle each (most significant digit first)
+    DIGITS + 1                 extents: ``base + product``, the bases registered meanwhile
+    DIGITS + 2                 every rule's compares, each in its own register
+    DIGITS + 3                 one bit per error code (the OR of its compares)
+    DIGITS + 4 (``done``)      ``code``: the priority of the registered bits
+    ========================  ========================================================
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Array size, buffer sizes, memory size, table capacities.
+
+    Members
+    -------
+    start : ``In(1)``; done : ``Out(1)``; code : ``Out(8)``
+    d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for every
+    :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``
+    a_kstep, b_kstep, c_mstep : ``Out(dram_addr_bits)``
+    """
+
+    #: Cycles from ``start`` to ``done``.
+    latency = DIGITS + 4
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        ab = cfg.dram_addr_bits
+        members = {"start": In(1), "done": Out(1), "code": Out(8)}
+        for name in DESC_FIELDS:
+            members[f"d_{name}"] = In(32)
+        for name in LAYER_FIELDS:
+            members[f"l_{name}"] = In(32)
+        members["img_lo"] = In(ab + 1)
+        members["img_hi"] = In(ab + 1)
+        for name in ("a_kstep", "b_kstep", "c_mstep"):
+            members[name] = Out(ab)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        R, C = cfg.array_rows, cfg.array_cols
+        lr, lc = _log2(R), _log2(C)
+        d = {name: getattr(self, f"d_{name}") for name in DESC_FIELDS}
+        L = {name: getattr(self, f"l_{name}") for name in LAYER_FIELDS}
+        img_lo, img_hi = self.img_lo, self.img_hi
+        M, K, N = d["m"], d["k"], d["n"]
+        pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
+
+        def reg(expr, width=64, name=None):
+            """``expr`` registered every cycle: valid from the second cycle after ``start``,
+            long before the products (the inputs hold still)."""
+            sig = Signal(width, name=name)
+            m.d.sync += sig.eq(expr)
+            return sig
+
+        # -- phase counter -------------------------------------------------------------------
+        phase = Signal(range(self.latency + 1))
+        with m.If(self.start):
+            m.d.sync += phase.eq(1)
+        with m.Elif(phase == self.latency):
+            m.d.sync += phase.eq(0)
+        with m.Elif(phase != 0):
+            m.d.sync += phase.eq(phase + 1)
+        m.d.comb += self.done.eq(phase == self.latency)
+
+        # -- products: radix 4, most significant digit first -----------------------------------
+        def product(factor, value, name):
+            mr = Signal(2 * DIGITS, name=f"{name}_mr")
+            acc = Signal(2 * DIGITS + 32, name=name)
+            x3 = reg(value + (value << 1), 34, name=f"{name}_x3")
+            digit = mr[-2:]
+            pick = Mux(digit[1], Mux(digit[0], x3, value << 1), Mux(digit[0], value, 0))
+            with m.If(self.start):
+                m.d.sync += [mr.eq(factor[:FACTOR_BITS]), acc.eq(0)]
+            with m.Elif((phase >= 1) & (phase <= DIGITS)):
+                m.d.sync += [mr.eq(mr << 2), acc.eq((acc << 2) + pick)]
+            return acc
+
+        p_a = product(K - 1, d["a_stride"], "p_a")
+        p_b = product(K - 1, d["b_stride"], "p_b")
+        p_c = product(M - 1, d["c_stride"], "p_c")
+        p_ak = product(pk, d["a_stride"], "p_ak")
+        p_bk = product(pk, d["b_stride"], "p_bk")
+        p_cm = product(pm, d["c_stride"], "p_cm")
+        p_mk = product(pm, pk, "p_mk")
+        p_kn = product(pk, pn, "p_kn")
+        p_mn = product(pm, pn, "p_mn")
+        ab = cfg.dram_addr_bits
+        m.d.comb += [self.a_kstep.eq(p_ak[:ab]), self.b_kstep.eq(p_bk[:ab]),
+                     self.c_mstep.eq(p_cm[:ab])]
+
+        # -- bases (registered while the products run) ----------------------------------------
+        is_conv = reg(d["b_mode"] == 1, 1)
+        int8_out = reg(L["out_format"] == OutFormat.INT8, 1)
+        bias_on = reg(L["bias_present"] == 1, 1)
+        post = bias_on | int8_out
+        q_need = (bias_on, int8_out, int8_out)      # PARAM_ARRAYS order
+        gn_all = reg((N + C - 1) >> lc, 32)
+        round_m = reg(((M + R - 1) >> lr) << lr, 32)
+        n_bytes = reg(Mux(L["out_format"] == OutFormat.INT8, N, N << 2), 34)
+        c_row = Mux(int8_out, gn_all << lc, gn_all << (lc + 2))
+        a_base = reg(d["a_addr"] + round_m)
+        b_base = reg(d["b_addr"] + (gn_all << lc))
+        b_conv_hi = reg(d["b_addr"] + d["b_stride"])
+        c_base = reg(d["c_addr"] + c_row)
+        w_base = reg(d["c_addr"] + n_bytes)
+        beat_b = cfg.b_beat_bytes
+        tables = [(d["off_addr"], reg(d["off_addr"] + ((K - 1) << 2) + beat_b)),
+                  (d["run_addr"], reg(d["run_addr"] + ((d["run_count"] - 1) << 3) + 4 + beat_b)),
+                  (d["grp_addr"], reg(d["grp_addr"] + (gn_all << 2) + beat_b))]
+        stats = L["stats_addr"]
+        stats_hi = reg(stats + STATS_BYTES)
+        param_hi = [reg(L[f"{name}_addr"] + (M << 2), name=f"{name}_hi") for name in PARAM_ARRAYS]
+
+        # -- extents -------------------------------------------------------------------------
+        extents = phase == DIGITS + 1
+        a_hi, b_hi, c_hi, w_hi = (Signal(64, name=n) for n in ("a_hi", "b_hi", "c_hi", "w_hi"))
+        acc_need = Signal(64)
+        with m.If(extents):
+            m.d.sync += [a_hi.eq(a_base + p_a), b_hi.eq(Mux(is_conv, b_conv_hi, b_base + p_b)),
+                         c_hi.eq(c_base + p_c), w_hi.eq(w_base + p_c)]
+            if cfg.acc_bytes & (cfg.acc_bytes - 1) == 0:
+                m.d.sync += acc_need.eq(p_mn << _log2(cfg.acc_bytes))
+            else:
+                m.d.sync += acc_need.eq(p_mn * cfg.acc_bytes)
+
+        # -- rules: every compare registered on its own ---------------------------------------
+        compares = phase == DIGITS + 2
+        bits = {code: [] for code in ErrorCode}
+
+        def rule(code, cond):
+            bit = Signal(name=f"bad_{code.name.lower()}_{len(bits[code])}")
+            with m.If(compares):
+                m.d.sync += bit.eq(cond)
+            bits[code].append(bit)
+
+        def in_dim(v):
+            return (v >= 1) & (v <= MAX_DIM)
+
+        def int8_word(w):
+            return (w[7:] == 0) | (w[7:] == (1 << 25) - 1)
+
+        def in_image(lo, hi):
+            return (img_lo <= lo) & (hi <= img_hi)
+
+        def overlaps_image(lo, hi):
+            return (lo < img_hi) & (img_lo < hi)
+
+        dram, loc_end = cfg.dram_bytes, cfg.local_base + cfg.local_buf_bytes
+        b_loc, c_loc = d["b_addr"] >= dram, d["c_addr"] >= dram
+        imaged = img_hi != 0
+        win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
+
+        rule(ErrorCode.BAD_SHAPE, ~(in_dim(M) & in_dim(K) & in_dim(N)))
+        rule(ErrorCode.BAD_PARTITION_M, ~(in_dim(pm) & (pm[:lr] == 0)))
+        rule(ErrorCode.BAD_PARTITION_N, ~(in_dim(pn) & (pn[:lc] == 0)))
+        rule(ErrorCode.BAD_PARTITION_K, ~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K)))
+        rule(ErrorCode.BAD_TILE, (d["tile_m"] < R) | (d["tile_m"] > Mux(pm > R, pm, R)) |
+             (d["tile_m"][:lr] != 0))
+        rule(ErrorCode.BAD_TILE, (d["tile_n"] < C) | (d["tile_n"] > Mux(pn > C, pn, C)) |
+             (d["tile_n"][:lc] != 0))
+        rule(ErrorCode.BUF_A_OVERFLOW, p_mk > cfg.buf_a_half_bytes)
+        rule(ErrorCode.BUF_B_OVERFLOW, p_kn > cfg.buf_b_half_bytes)
+        rule(ErrorCode.ACC_OVERFLOW, acc_need > d["acc_buffer_needed"])
+        rule(ErrorCode.ACC_OVERFLOW, d["acc_buffer_needed"] > cfg.acc_half_bytes)
+        rule(ErrorCode.BAD_FLAGS, (d["outer_m"] > 1) | (d["need_splitk"] > 1) |
+             (d["b_mode"] > 1))
+        rule(ErrorCode.BAD_TABLE, is_conv & ((K > cfg.conv_offset_entries) |
+                                             (d["run_count"] == 0) |
+                                             (d["run_count"] > cfg.conv_run_entries) |
+                                             (gn_all + 1 > cfg.conv_group_entries)))
+        # B / C in the local buffer (hw.desc.local_problem): whole rows, dense B, int8 C
+        rule(ErrorCode.BAD_ADDRESS, a_hi > dram)
+        rule(ErrorCode.BAD_ADDRESS, (b_hi > dram) & ~(
+            b_loc & (b_hi <= loc_end) & ~is_conv & (d["b_addr"][:lc] == 0) &
+            (d["b_stride"][:lc] == 0)))
+        rule(ErrorCode.BAD_ADDRESS, (c_hi > dram) & ~(
+            c_loc & (c_hi <= loc_end) & int8_out & (d["c_addr"][:lc] == 0) &
+            (d["c_stride"][:lc] == 0)))
+        rule(ErrorCode.BAD_ADDRESS, d["c_stride"] < n_bytes)
+        rule(ErrorCode.BAD_ADDRESS, (d["a_addr"] < c_hi) & (d["c_addr"] < a_hi))
+        rule(ErrorCode.BAD_ADDRESS, (d["b_addr"] < c_hi) & (d["c_addr"] < b_hi))
+        for lo, hi in tables:
+            rule(ErrorCode.BAD_ADDRESS, is_conv & ((hi > dram) |
+                                                   ((lo < c_hi) & (d["c_addr"] < hi))))
+        # layer record rules (hw.record.check_record)
+        rule(ErrorCode.BAD_LAYER, (L["op_kind"] >= len(OpKind)) |
+             (L["out_format"] >= len(OutFormat)) | (L["post_mode"] >= len(PostMode)) |
+             (L["bias_present"] > 1))
+        rule(ErrorCode.BAD_LAYER, ~int8_word(L["out_zero_point"]) | ~int8_word(L["act_min"]) |
+             ~int8_word(L["act_max"]))
+        rule(ErrorCode.BAD_LAYER,
+             L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed())
+        rule(ErrorCode.BAD_LAYER, ((L["op_kind"] == OpKind.CONV) != is_conv) |
+             (post & (M > cfg.quant_entries)))
+        rule(ErrorCode.BAD_WINDOW, win_lo >= win_hi)
+        rule(ErrorCode.BAD_WINDOW, (win_hi > dram) & ~((win_lo >= dram) & (win_hi <= loc_end)))
+        rule(ErrorCode.BAD_WINDOW, d["c_addr"] < win_lo)
+        rule(ErrorCode.BAD_WINDOW, w_hi > win_hi)
+        rule(ErrorCode.BAD_WINDOW, overlaps_image(win_lo, win_hi))
+        rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:_log2(SECTION_ALIGN_BYTES)] != 0) |
+                                             (stats_hi > dram)))
+        rule(ErrorCode.BAD_WINDOW, imaged & overlaps_image(stats, stats_hi))
+        for i, name in enumerate(PARAM_ARRAYS):
+            lo, hi = L[f"{name}_addr"], param_hi[i]
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:_log2(PARAM_ALIGN)] != 0) | (hi > dram)))
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~in_image(lo, hi))
+
+        # -- one bit per code, then the priority of hw.desc.check -----------------------------
+        order = [ErrorCode.BAD_SHAPE, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_PARTITION_N,
+                 ErrorCode.BAD_PARTITION_K, ErrorCode.BAD_TILE, ErrorCode.BUF_A_OVERFLOW,
+                 ErrorCode.BUF_B_OVERFLOW, ErrorCode.ACC_OVERFLOW, ErrorCode.BAD_FLAGS,
+                 ErrorCode.BAD_TABLE, ErrorCode.BAD_ADDRESS, ErrorCode.BAD_LAYER,
+                 ErrorCode.BAD_WINDOW]
+        assert set(order) == {code for code, got in bits.items() if got}, "a rule has no order"
+        failing = Signal(len(order))
+        with m.If(phase == DIGITS + 3):
+            m.d.sync += failing.eq(Cat(*(Cat(*bits[code]).any() for code in order)))
+        code = Const(0, 8)
+        for i, err in reversed(list(enumerate(order))):
+            code = Mux(failing[i], err.value, code)
+        m.d.comb += self.code.eq(code)
+        return m
