@@ -10,14 +10,15 @@ from .desc import ErrorCode
 from .layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
 from .ports import ReadPort, WritePort
 from .record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
+from .sequencer import CATEGORIES
 
 __all__ = ["ImageRunner", "RECORD_BEATS"]
 
 #: The CRC the image header carries: CRC-32 as zlib computes it (ISO-HDLC / IEEE 802.3).
 CRC_ALGORITHM = catalog.CRC32_ISO_HDLC
-#: Counters an image run accumulates from its layers (the rest are counted directly).
-_LAYER_SUMMED = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
-                 "stall_load_b_cycles", "stall_store_cycles")
+#: Counters an image run accumulates from its run-pass layers (the rest count the image's
+#: own cycles and beats).
+_LAYER_SUMMED = CATEGORIES
 
 
 #: B-port beats of one layer record fetch (the named words only).
@@ -54,7 +55,9 @@ class ImageRunner(wiring.Component):
     seq_start, seq_dry : ``Out(1)``; seq_busy : ``In(1)``; seq_error : ``In(8)``
     stats_addr : ``In(32)`` the current record's ``stats_addr`` word
     img_lo, img_hi : ``Out(dram_addr_bits + 1)``
-    s_<counter> : ``In(32)`` the sequencer's counters; c_<counter> : ``Out(32)`` the image's
+    s_<counter> : ``In(32)`` the sequencer's counters (for the statistics records);
+    s_cat_<counter> : ``In(1)`` for the MAC and stall categories: the sequencer counts this
+    cycle in that counter; c_<counter> : ``Out(32)`` the image's
     a_fire, b_fire, c_fire : ``In(1)`` accepted beats on the three ports
     """
 
@@ -88,6 +91,8 @@ class ImageRunner(wiring.Component):
         for name in COUNTERS:
             members[f"s_{name}"] = In(32)
             members[f"c_{name}"] = Out(32)
+        for name in _LAYER_SUMMED:
+            members[f"s_cat_{name}"] = In(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -124,6 +129,7 @@ class ImageRunner(wiring.Component):
         hdr_beats = HEADER_BYTES // bb
         hdr = [Signal(32, name=f"hdr_{i}") for i in range(HEADER_BYTES // 4)]
         to_hdr, to_rec, to_crc = Signal(), Signal(), Signal()
+        hdr_sum, hdr_cmp = Signal(), Signal()         # the header-check states (below)
         with m.If(beat_in & to_hdr):
             with m.Switch(rs_idx):
                 for b in range(hdr_beats):
@@ -145,6 +151,8 @@ class ImageRunner(wiring.Component):
         m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc)]
 
         # -- header checks (same rules and priority as hw.record.check_header) ---------------------
+        # Registered in two steps (HEADER_SUM: the sums; HEADER_CMP: every compare), so the
+        # decision in HEADER_CHECK is a priority over registered bits.
         img = Signal(ab)
         total, count = H["total_bytes"], H["layer_count"]
         l_off = H[f"section_{SectionKind.LAYERS.name.lower()}_offset"]
@@ -152,17 +160,27 @@ class ImageRunner(wiring.Component):
         img_end = Signal(64)
         l_need = Signal(64)
         l_end = Signal(64)
-        m.d.comb += [img_end.eq(img + total), l_need.eq(count * LAYER_RECORD_BYTES),
-                     l_end.eq(l_off + l_size)]
+        rec_base = Signal(ab)                        # the first layer record's address
+        with m.If(hdr_sum):
+            m.d.sync += [img_end.eq(img + total), l_need.eq(count * LAYER_RECORD_BYTES),
+                         l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
         align = SECTION_ALIGN_BYTES.bit_length() - 1
-        structure_bad = (
-            (H["base_addr"] != img) | (img[:align] != 0) | (total[:align] != 0) |
-            (total < HEADER_BYTES) | (img_end > cfg.dram_bytes) | (count == 0) |
-            (l_size != l_need) | (l_off[:align] != 0) | (l_off < HEADER_BYTES) | (l_end > total))
-        hdr_code = Mux((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION),
-                       ErrorCode.BAD_IMAGE,
-                       Mux(H["config_id"] != cfg.config_id, ErrorCode.CONFIG_MISMATCH,
-                           Mux(structure_bad, ErrorCode.BAD_IMAGE, 0)))
+        structure = [
+            (H["base_addr"] != img), (img[:align] != 0), (total[:align] != 0),
+            (total < HEADER_BYTES), (img_end > cfg.dram_bytes), (count == 0),
+            (l_size != l_need), (l_off[:align] != 0), (l_off < HEADER_BYTES), (l_end > total)]
+        bad_format, bad_config = Signal(), Signal()
+        bad_structure = Signal(len(structure))
+        with m.If(hdr_cmp):
+            m.d.sync += [
+                bad_format.eq((H["magic"] != IMAGE_MAGIC) |
+                              (H["format_version"] != FORMAT_VERSION)),
+                bad_config.eq(H["config_id"] != cfg.config_id),
+                bad_structure.eq(Cat(*structure)),
+            ]
+        hdr_code = Mux(bad_format, ErrorCode.BAD_IMAGE,
+                       Mux(bad_config, ErrorCode.CONFIG_MISMATCH,
+                           Mux(bad_structure.any(), ErrorCode.BAD_IMAGE, 0)))
         m.d.comb += [self.img_lo.eq(Mux(self.busy, img, 0)),
                      self.img_hi.eq(Mux(self.busy, img_end, 0))]
 
@@ -192,15 +210,22 @@ class ImageRunner(wiring.Component):
             m.d.sync += st_ack.eq(st_ack + 1)
 
         # -- image counters --------------------------------------------------------------------------
+        # Each category counts the run-pass cycles the sequencer spends in it (the sum of the
+        # run-pass layers' own counters); stall_ctrl_cycles counts every other busy cycle.
         ctr = {name: Signal(32, name=f"img_{name}") for name in COUNTERS}
-        summed = sum(ctr[name] for name in _LAYER_SUMMED)
         for name in COUNTERS:
-            value = ctr[name]
-            if name == "stall_ctrl_cycles":
-                value = (ctr["total_cycles"] - summed)[:32]
-            m.d.comb += getattr(self, f"c_{name}").eq(value)
+            m.d.comb += getattr(self, f"c_{name}").eq(ctr[name])
+        run_pass = Signal()
+        layer_cycle = Signal()                       # a run-pass cycle the sequencer counts
+        m.d.comb += layer_cycle.eq(run_pass & self.seq_busy)
         with m.If(self.busy):
             m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
+            in_layer = Cat(*(getattr(self, f"s_cat_{name}") for name in _LAYER_SUMMED)).any()
+            with m.If(~(layer_cycle & in_layer)):
+                m.d.sync += ctr["stall_ctrl_cycles"].eq(ctr["stall_ctrl_cycles"] + 1)
+            for name in _LAYER_SUMMED:
+                with m.If(layer_cycle & getattr(self, f"s_cat_{name}")):
+                    m.d.sync += ctr[name].eq(ctr[name] + 1)
             for port, beat in (("a", cfg.a_beat_bytes), ("b", bb), ("c", W)):
                 name = f"{'wr' if port == 'c' else 'rd'}_{port}_bytes"
                 with m.If(getattr(self, f"{port}_fire")):
@@ -208,11 +233,10 @@ class ImageRunner(wiring.Component):
 
         # -- control -------------------------------------------------------------------------------
         layer = self.layer_index
-        run_pass = Signal()
 
         def fetch_record():
             m.d.comb += [f_start.eq(1),
-                         f_addr_in.eq(img + l_off + (layer << (LAYER_RECORD_BYTES.bit_length() - 1))),
+                         f_addr_in.eq(rec_base + (layer << (LAYER_RECORD_BYTES.bit_length() - 1))),
                          f_beats_in.eq(RECORD_BEATS(cfg))]
             m.d.sync += [to_hdr.eq(0), to_rec.eq(1), to_crc.eq(0)]
             m.next = "RECORD"
@@ -229,7 +253,13 @@ class ImageRunner(wiring.Component):
                     m.next = "HEADER"
             with m.State("HEADER"):
                 with m.If(~fetching):
-                    m.next = "HEADER_CHECK"
+                    m.next = "HEADER_SUM"
+            with m.State("HEADER_SUM"):
+                m.d.comb += hdr_sum.eq(1)
+                m.next = "HEADER_CMP"
+            with m.State("HEADER_CMP"):
+                m.d.comb += hdr_cmp.eq(1)
+                m.next = "HEADER_CHECK"
             with m.State("HEADER_CHECK"):
                 with m.If(hdr_code != 0):
                     m.d.sync += self.error.eq(hdr_code)
@@ -258,8 +288,6 @@ class ImageRunner(wiring.Component):
                     with m.Elif(run_pass):
                         m.d.sync += [st_active.eq(1), st_issue.eq(0), st_ack.eq(0),
                                      stats_addr.eq(self.stats_addr)]
-                        m.d.sync += [ctr[name].eq(ctr[name] + getattr(self, f"s_{name}"))
-                                     for name in _LAYER_SUMMED]
                         m.next = "STATS"
                     with m.Elif(layer + 1 == count):
                         m.d.sync += [layer.eq(0), run_pass.eq(1)]

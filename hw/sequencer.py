@@ -15,7 +15,12 @@ from .layouts import OutFormat
 from .ports import ReadPort, WritePort
 from .regmap import COUNTERS
 
-__all__ = ["Sequencer", "LAYER_FIELDS"]
+__all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
+
+#: The counters of the MAC and stall categories a busy cycle can land in, in priority order;
+#: a busy cycle in none of them is a control cycle (``stall_ctrl_cycles``).
+CATEGORIES: tuple[str, ...] = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
+                               "stall_load_b_cycles", "stall_store_cycles")
 
 
 def _log2(value: int) -> int:
@@ -59,6 +64,7 @@ class Sequencer(wiring.Component):
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for
     every :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``; dry : ``In(1)``
     c_<counter> : ``Out(32)`` for every :data:`hw.regmap.COUNTERS` name
+    cat_<counter> : ``Out(1)`` for every :data:`CATEGORIES` name: this cycle counts there
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
     """
 
@@ -84,6 +90,8 @@ class Sequencer(wiring.Component):
         members["dry"] = In(1)
         for name in COUNTERS:
             members[f"c_{name}"] = Out(32)
+        for name in CATEGORIES:
+            members[f"cat_{name}"] = Out(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -472,22 +480,24 @@ class Sequencer(wiring.Component):
                 m.next = "IDLE"
 
         # -- performance counters ----------------------------------------------------------------
+        # Every busy cycle lands in exactly one category (cat_<name>, also an output: the image
+        # runner counts its run-pass layers' categories from them).
         ctr = {name: getattr(self, f"c_{name}") for name in COUNTERS}
+        cats = [("mac_active_cycles", ce.beat_real), ("stall_drain_cycles", ce.busy),
+                ("stall_load_a_cycles", la.busy), ("stall_load_b_cycles", b_busy),
+                ("stall_store_cycles", se.busy)]
+        taken = Const(0)
+        for name, cond in cats:
+            m.d.comb += getattr(self, f"cat_{name}").eq(self.busy & cond & ~taken)
+            taken = taken | cond
         with m.If(self.start & ~self.busy):
             m.d.sync += [sig.eq(0) for sig in ctr.values()]
         with m.Elif(self.busy):
             m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
-            with m.If(ce.beat_real):
-                m.d.sync += ctr["mac_active_cycles"].eq(ctr["mac_active_cycles"] + 1)
-            with m.Elif(ce.busy):
-                m.d.sync += ctr["stall_drain_cycles"].eq(ctr["stall_drain_cycles"] + 1)
-            with m.Elif(la.busy):
-                m.d.sync += ctr["stall_load_a_cycles"].eq(ctr["stall_load_a_cycles"] + 1)
-            with m.Elif(b_busy):
-                m.d.sync += ctr["stall_load_b_cycles"].eq(ctr["stall_load_b_cycles"] + 1)
-            with m.Elif(se.busy):
-                m.d.sync += ctr["stall_store_cycles"].eq(ctr["stall_store_cycles"] + 1)
-            with m.Else():
+            for name, _ in cats:
+                with m.If(getattr(self, f"cat_{name}")):
+                    m.d.sync += ctr[name].eq(ctr[name] + 1)
+            with m.If(~taken):
                 m.d.sync += ctr["stall_ctrl_cycles"].eq(ctr["stall_ctrl_cycles"] + 1)
             with m.If(self.a_rd.valid & self.a_rd.ready):
                 m.d.sync += ctr["rd_a_bytes"].eq(ctr["rd_a_bytes"] + cfg.a_beat_bytes)

@@ -9,7 +9,7 @@ from .layouts import LAYER_WORDS
 from .ports import CsrBus, ReadPort, WritePort
 from .regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
 from .runner import ImageRunner
-from .sequencer import Sequencer
+from .sequencer import CATEGORIES, Sequencer
 
 __all__ = ["AccelTop"]
 
@@ -97,6 +97,8 @@ class AccelTop(wiring.Component):
         ]
         for name in COUNTERS:
             m.d.comb += getattr(run, f"s_{name}").eq(getattr(seq, f"c_{name}"))
+        for name in CATEGORIES:
+            m.d.comb += getattr(run, f"s_cat_{name}").eq(getattr(seq, f"cat_{name}"))
 
         busy = seq.busy | run.busy
         done = Mux(image_mode, run.done, seq.done)

@@ -83,10 +83,11 @@ class ModelConstants:
     param_end_cycles: int = 1
     #: Image runs (hw.runner): the sequencer's dry run of a record without parameters
     #: (CHECK_START, the checker's pipeline, CHECK, FINISH), the runner's control cycles per
-    #: record (state hand-overs of both passes), and per image (start, header check, finish).
+    #: record (state hand-overs of both passes), and per image (start, the header check's three
+    #: states, finish).
     dry_run_cycles: int = 18
     record_ctrl_cycles: int = 7
-    image_ctrl_cycles: int = 3
+    image_ctrl_cycles: int = 5
 
 
 DEFAULT_CONSTANTS = ModelConstants()
