@@ -24,7 +24,8 @@ class AddrGen(wiring.Component):
     ``gather_start`` loads one B block: for tap ``kk`` in ``0 .. p_rows-1`` (table index
     ``p_k0 + kk``) and each lane group ``g`` in ``0 .. p_gn-1`` (table group ``p_g0 + g``), one
     memory request per run of that group: ``array_cols`` bytes at element stride ``stride`` from
-    ``p_b_addr + base + off[p_k0 + kk]``, written to lanes ``lane_lo .. lane_lo+lane_cnt-1`` of
+    ``p_b_addr + base + off[p_k0 + kk]`` (``p_b_addr`` as sampled on ``tables_start``: the
+    offsets are stored with it added), written to lanes ``lane_lo .. lane_lo+lane_cnt-1`` of
     buffer row ``p_buf_base + g*p_buf_gstride + kk``. Requests issue at up to one per cycle, with
     two bubble cycles per tap; ``gather_busy`` falls in the cycle after the last response was
     written.
@@ -42,7 +43,8 @@ class AddrGen(wiring.Component):
     Members
     -------
     tables_start, gather_start : ``In(1)``; tables_busy, gather_busy : ``Out(1)``
-    p_* : ``In(...)`` parameters, sampled on the start pulses
+    p_* : ``In(...)`` parameters, sampled on the start pulses (``p_b_addr`` on
+    ``tables_start``)
     mem : ``Out(ReadPort.Signature(strided=True))``
     w_addr, w_data, w_en : ``Out(...)`` buffer B write port (``w_en`` one bit per byte)
     """
@@ -103,6 +105,7 @@ class AddrGen(wiring.Component):
         k_words, run_words, grp_words = (Signal(DIM_BITS + 1, name=n)
                                          for n in ("k_words", "run_words", "grp_words"))
         run_addr, grp_addr = Signal(ab), Signal(ab)
+        b_addr = Signal(ab)
         with m.If(self.tables_start):
             m.d.sync += [
                 self.tables_busy.eq(1), t_issue.eq(1),
@@ -111,6 +114,7 @@ class AddrGen(wiring.Component):
                 k_words.eq(self.p_k), run_words.eq(self.p_runs << 1),
                 grp_words.eq(self.p_groups),
                 run_addr.eq(self.p_run_addr), grp_addr.eq(self.p_grp_addr),
+                b_addr.eq(self.p_b_addr),
             ]
         t_accept = Signal()
         m.d.comb += t_accept.eq(t_issue & self.mem.ready)
@@ -129,7 +133,10 @@ class AddrGen(wiring.Component):
         t_resp = Signal()
         m.d.comb += [
             t_resp.eq(self.tables_busy & self.mem.rvalid),
-            off_w.addr.eq(r_idx), off_w.data.eq(word), off_w.en.eq(t_resp & (r_phase == 0)),
+            # offsets are stored with the layer's b_addr added: one adder less on the gather's
+            # address path (table memory -> port)
+            off_w.addr.eq(r_idx), off_w.data.eq(word + b_addr),
+            off_w.en.eq(t_resp & (r_phase == 0)),
             run_w.addr.eq(r_idx >> 1), run_w.data.eq(Cat(word, word)),
             run_w.en.eq(Mux(t_resp & (r_phase == 1), Mux(r_idx[0], 0b10, 0b01), 0)),
             grp_w.addr.eq(r_idx), grp_w.data.eq(word), grp_w.en.eq(t_resp & (r_phase == 2)),
@@ -148,7 +155,6 @@ class AddrGen(wiring.Component):
                 m.d.sync += [r_left.eq(r_left - 1), r_idx.eq(r_idx + 1)]
 
         # -- gather: request side ----------------------------------------------------------------
-        b_addr = Signal(ab)
         k0, rows, g0, gn = (Signal(DIM_BITS, name=n) for n in ("g_k0", "g_rows", "g_g0", "g_gn"))
         buf_base = Signal.like(self.p_buf_base)
         gstride = Signal(DIM_BITS)
@@ -186,7 +192,7 @@ class AddrGen(wiring.Component):
                 with m.If(self.gather_start):
                     m.d.sync += [
                         self.gather_busy.eq(1), issuing.eq(1),
-                        b_addr.eq(self.p_b_addr), k0.eq(self.p_k0), rows.eq(self.p_rows),
+                        k0.eq(self.p_k0), rows.eq(self.p_rows),
                         g0.eq(self.p_g0), gn.eq(self.p_gn), buf_base.eq(self.p_buf_base),
                         gstride.eq(self.p_buf_gstride), kk.eq(0),
                     ]
@@ -237,7 +243,7 @@ class AddrGen(wiring.Component):
                          self.mem.stride.eq(1)]
         with m.Else():
             m.d.comb += [
-                self.mem.addr.eq(b_addr + run_base + off_val),
+                self.mem.addr.eq(off_val + run_base),
                 self.mem.stride.eq(run_stride),
             ]
         m.d.comb += [

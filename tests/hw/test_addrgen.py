@@ -10,13 +10,13 @@ from hw.config import PRESETS
 from planner.offsets import base_offsets, compile_tables
 from planner.shapes import ConvShape
 
-OFF, RUN, GRP, MEM = 1024, 2048, 3072, 4096
+OFF, RUN, GRP, XB, MEM = 1024, 2048, 3072, 4096, 8192
 
 
 def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7, latency=5):
     img = tables.to_bytes()
     mem = bytearray(MEM)
-    mem[:len(x_img)] = x_img
+    mem[XB:XB + len(x_img)] = x_img
     for addr, blob in ((OFF, img["off"]), (RUN, img["run"]), (GRP, img["grp"])):
         mem[addr:addr + len(blob)] = blob
     dut = AddrGen(cfg)
@@ -30,6 +30,7 @@ def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7,
         ctx.set(dut.p_k, tables.k)
         ctx.set(dut.p_runs, tables.run_count)
         ctx.set(dut.p_groups, len(tables.groups))
+        ctx.set(dut.p_b_addr, XB)           # sampled with the tables (added to the offsets)
         ctx.set(dut.mem.ready, 1)
         pending = []
         for phase in ("tables", "gather"):
