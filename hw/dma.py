@@ -146,8 +146,9 @@ class StoreEngine(wiring.Component):
 
     Every byte strobe outside ``[win_lo, win_hi)`` is cleared at the port (the output window the
     layer declared; the sequencer's checks already keep the written range inside it, so this is
-    a second, independent guard). The accumulator read port is synchronous; a stalled port holds
-    the pipeline (``acc_ren`` low). ``busy`` falls in the cycle after the last beat was
+    a second, independent guard). The accumulator read port is synchronous; a beat the port
+    refuses waits in a one-beat skid register and the pipeline holds from the next cycle
+    (``acc_ren`` low), so no pipeline enable depends on the port's ``ready``. ``busy`` falls in the cycle after the last beat was
     acknowledged (``mem.bvalid``).
 
     Parameters
@@ -251,7 +252,13 @@ class StoreEngine(wiring.Component):
         # Nothing left to issue, nothing waiting for the port, and the last acknowledgement
         # arrives now (or none is outstanding): done. A start in the same cycle takes precedence.
         all_acked = (pending == 0) | ((pending == 1) & self.mem.bvalid)
-        in_flight = Cat(out_valid, *d_valid).any()
+        # One-beat skid register at the port: when the port refuses the last stage's beat, the
+        # beat waits here and the pipeline stops the cycle after. So `advance` (the enable of
+        # every pipeline register, the accumulator and parameter reads) is a register, not a
+        # function of the port's `ready`. The port still sees a beat every cycle one is there.
+        skid_valid = Signal()
+        skid_addr, skid_data, skid_strb = Signal(ab), Signal(8 * W), Signal(W)
+        in_flight = Cat(out_valid, *d_valid, skid_valid).any()
         with m.If(self.busy & ~issuing & ~in_flight & all_acked):
             m.d.sync += self.busy.eq(0)
         with m.If(self.start):
@@ -270,9 +277,13 @@ class StoreEngine(wiring.Component):
 
         m.submodules.post = pp = PostProc(cfg)
         advance = Signal()
+        fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
         m.d.comb += [
             fin_valid.eq(Mux(post, d_valid[-1], out_valid)),
-            advance.eq(~fin_valid | (self.mem.ready & can_send)),
+            fin_addr.eq(Mux(post, d_addr[-1], out_addr)),
+            fin_data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), self.acc_rdata)),
+            fin_strb.eq(Mux(post, d_strb[-1], out_strb)),
+            advance.eq(~skid_valid),
             self.acc_ren.eq(advance),
             self.acc_raddr.eq(acc_addr),
             self.q_ren.eq(advance),
@@ -286,11 +297,17 @@ class StoreEngine(wiring.Component):
             pp.i_zero_point.eq(zp),
             pp.i_act_min.eq(act_min),
             pp.i_act_max.eq(act_max),
-            self.mem.valid.eq(fin_valid & can_send),
-            self.mem.addr.eq(Mux(post, d_addr[-1], out_addr)),
-            self.mem.data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), self.acc_rdata)),
-            self.mem.strb.eq(Mux(post, d_strb[-1], out_strb)),
+            self.mem.valid.eq((skid_valid | fin_valid) & can_send),
+            self.mem.addr.eq(Mux(skid_valid, skid_addr, fin_addr)),
+            self.mem.data.eq(Mux(skid_valid, skid_data, fin_data)),
+            self.mem.strb.eq(Mux(skid_valid, skid_strb, fin_strb)),
         ]
+        with m.If(skid_valid):
+            with m.If(accepted):
+                m.d.sync += skid_valid.eq(0)
+        with m.Elif(fin_valid & ~accepted):
+            m.d.sync += [skid_valid.eq(1), skid_addr.eq(fin_addr), skid_data.eq(fin_data),
+                         skid_strb.eq(fin_strb)]
         with m.If(advance):
             prev = (out_valid & post, out_addr, out_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):

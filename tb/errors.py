@@ -11,6 +11,7 @@ import numpy as np
 
 from hw.desc import ErrorCode
 from hw.record import check_record, layer_record
+from planner.cost import DEFAULT_CONSTANTS
 
 from .harness import Harness
 from .tiling import descriptor, place, random_tiling
@@ -67,8 +68,11 @@ async def errors_refused_without_memory_writes(dut):
     for bad in cases:
         errs = check_record(bad, cfg, read_words=lambda addr, count: [0x5A5A5A5A] * count)
         assert errs, f"not an illegal record: {bad}"
-        # parameter checks read m words per array first
-        budget = 16 if errs[0][0] != ErrorCode.BAD_QUANT else 16 + 8 * d.m
+        # a refused record costs what a dry run does (the checks, then FINISH); parameter
+        # checks read m words per array first
+        budget = 4 * DEFAULT_CONSTANTS.dry_run_cycles
+        if errs[0][0] == ErrorCode.BAD_QUANT:
+            budget += 8 * d.m
         result = await h.run(bad, budget_cycles=budget)
         assert result.error == errs[0][0], (
             f"{bad}: RTL error {result.error}, check() says {errs[0][0]!r}")
