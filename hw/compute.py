@@ -94,49 +94,75 @@ class ComputeEngine(wiring.Component):
         # parameters, sampled on start
         a_base = Signal.like(self.p_a_base)
         b_base = Signal.like(self.p_b_base)
-        acc_base = Signal.like(self.p_acc_base)
         rstride = Signal.like(self.p_acc_rstride)
         gm, gn = Signal(DIM_BITS), Signal(DIM_BITS)
         tmg, tng = Signal(DIM_BITS), Signal(DIM_BITS)
-        pk, keff, span = Signal(DIM_BITS), Signal(DIM_BITS), Signal(DIM_BITS)
+        pk, keff, last_k = Signal(DIM_BITS), Signal(DIM_BITS), Signal(DIM_BITS)
         accum = Signal()
         # loop counters: inner-tile origin (im, in_), array tile (tm, tn), beat k
         im, in_, tm, tn, k = (Signal(DIM_BITS, name=n) for n in ("im", "in_", "tm", "tn", "k"))
         running = Signal()
         drain = Signal(range(self.drain_cycles + 1))
+        # Addresses kept as running sums instead of products (no multiplier, one add deep):
+        # a_row = a_base + tm*pk, a_im = a_base + im*pk, b_row = b_base + tn*pk,
+        # b_in = b_base + in_*pk, acc_row = acc_base + (R-1)*rstride + tm*R*rstride, acc_im
+        # likewise for im. The accumulator tag carries the tile's *last* row's address: rows
+        # leave the array bottom row first (below).
+        a_row, a_im = Signal.like(self.a_raddr), Signal.like(self.a_raddr)
+        b_row, b_in = Signal.like(self.b_raddr), Signal.like(self.b_raddr)
+        acc_row, acc_im = Signal.like(self.acc_raddr), Signal.like(self.acc_raddr)
+        tile_rows = Signal.like(self.acc_raddr)        # R * rstride
+        lr = R.bit_length() - 1
 
         with m.If(self.start):
+            acc0 = self.p_acc_base + (self.p_acc_rstride << lr) - self.p_acc_rstride
             m.d.sync += [
                 a_base.eq(self.p_a_base), b_base.eq(self.p_b_base),
-                acc_base.eq(self.p_acc_base), rstride.eq(self.p_acc_rstride),
+                rstride.eq(self.p_acc_rstride), tile_rows.eq(self.p_acc_rstride << lr),
                 gm.eq(self.p_gm), gn.eq(self.p_gn), tmg.eq(self.p_tile_mg),
                 tng.eq(self.p_tile_ng), pk.eq(self.p_pk), keff.eq(self.p_keff),
-                span.eq(Mux(self.p_keff > R, self.p_keff, R)), accum.eq(self.p_accum),
+                last_k.eq(Mux(self.p_keff > R, self.p_keff, R) - 1), accum.eq(self.p_accum),
                 im.eq(0), in_.eq(0), tm.eq(0), tn.eq(0), k.eq(0),
+                a_row.eq(self.p_a_base), a_im.eq(self.p_a_base),
+                b_row.eq(self.p_b_base), b_in.eq(self.p_b_base),
+                acc_row.eq(acc0), acc_im.eq(acc0),
                 running.eq(1), self.busy.eq(1),
             ]
 
-        tm_end = Signal(DIM_BITS)
-        tn_end = Signal(DIM_BITS)
-        m.d.comb += [
-            tm_end.eq(Mux(im + tmg < gm, im + tmg, gm)),
-            tn_end.eq(Mux(in_ + tng < gn, in_ + tng, gn)),
+        # The loop conditions, registered every cycle from the counters: they change only at a
+        # tile's last beat, and the next last beat is at least array_rows >= 2 cycles later.
+        more_tn, more_tm, more_in, more_im = (Signal(name=n) for n in
+                                              ("more_tn", "more_tm", "more_in", "more_im"))
+        m.d.sync += [
+            more_tn.eq((tn + 1 < in_ + tng) & (tn + 1 < gn)),    # tn + 1 < min(in_ + tng, gn)
+            more_tm.eq((tm + 1 < im + tmg) & (tm + 1 < gm)),
+            more_in.eq(in_ + tng < gn),
+            more_im.eq(im + tmg < gm),
         ]
         last_beat = Signal()
-        m.d.comb += last_beat.eq(k + 1 == span)
+        m.d.comb += last_beat.eq(k == last_k)
         with m.If(running):
             with m.If(~last_beat):
                 m.d.sync += k.eq(k + 1)
             with m.Else():
                 m.d.sync += k.eq(0)
-                with m.If(tn + 1 < tn_end):
-                    m.d.sync += tn.eq(tn + 1)
-                with m.Elif(tm + 1 < tm_end):
-                    m.d.sync += [tn.eq(in_), tm.eq(tm + 1)]
-                with m.Elif(in_ + tng < gn):                  # next inner tile along n
-                    m.d.sync += [in_.eq(in_ + tng), tn.eq(in_ + tng), tm.eq(im)]
-                with m.Elif(im + tmg < gm):                   # next inner-tile row along m
-                    m.d.sync += [in_.eq(0), tn.eq(0), im.eq(im + tmg), tm.eq(im + tmg)]
+                with m.If(more_tn):
+                    m.d.sync += [tn.eq(tn + 1), b_row.eq(b_row + pk)]
+                with m.Elif(more_tm):
+                    m.d.sync += [tn.eq(in_), tm.eq(tm + 1), b_row.eq(b_in),
+                                 a_row.eq(a_row + pk), acc_row.eq(acc_row + tile_rows)]
+                with m.Elif(more_in):                  # next inner tile along n; here
+                    # tn = in_ + tng - 1, so b_row + pk is the new inner tile's first B row
+                    m.d.sync += [in_.eq(in_ + tng), tn.eq(in_ + tng), tm.eq(im),
+                                 b_in.eq(b_row + pk), b_row.eq(b_row + pk),
+                                 a_row.eq(a_im), acc_row.eq(acc_im)]
+                with m.Elif(more_im):                  # next inner-tile row along m; here
+                    # tm = im + tmg - 1, so a_row + pk / acc_row + R*rstride are its first
+                    m.d.sync += [in_.eq(0), tn.eq(0), im.eq(im + tmg), tm.eq(im + tmg),
+                                 b_in.eq(b_base), b_row.eq(b_base),
+                                 a_im.eq(a_row + pk), a_row.eq(a_row + pk),
+                                 acc_im.eq(acc_row + tile_rows),
+                                 acc_row.eq(acc_row + tile_rows)]
                 with m.Else():
                     m.d.sync += [running.eq(0), drain.eq(self.drain_cycles - 1)]
         with m.If(~running & self.busy & ~self.start):
@@ -151,11 +177,11 @@ class ComputeEngine(wiring.Component):
             real.eq(running & (k < keff)),
             self.beat_real.eq(real),
             self.rd_en.eq(real),
-            self.a_raddr.eq(a_base + tm * pk + k),
-            self.b_raddr.eq(b_base + tn * pk + k),
+            self.a_raddr.eq(a_row + k),
+            self.b_raddr.eq(b_row + k),
         ]
-        tile_addr = Signal(range(cfg.acc_depth))
-        m.d.comb += tile_addr.eq(acc_base + tm * (R * rstride) + tn)
+        tile_addr = Signal(range(cfg.acc_depth))       # the tile's last row in the accumulator
+        m.d.comb += tile_addr.eq(acc_row + tn)
         d_valid, d_real, d_first, d_last = Signal(), Signal(), Signal(), Signal()
         d_tag = Signal(len(arr.i_tag))
         m.d.sync += [
@@ -171,13 +197,18 @@ class ComputeEngine(wiring.Component):
             arr.i_tag.eq(d_tag),
         ]
 
-        # accumulator read-modify-write: read in the result cycle, write one cycle later
+        # accumulator read-modify-write: read in the result cycle, write one cycle later. A
+        # tile's rows leave bottom first on consecutive cycles: the first (o_r = R - 1) at the
+        # tag's address, each next one rstride below the previous.
         ab = len(tile_addr)
         row_addr = Signal(range(cfg.acc_depth))
+        next_row = Signal(range(cfg.acc_depth))
         m.d.comb += [
-            row_addr.eq(arr.o_tag[:ab] + arr.o_r * rstride),
+            row_addr.eq(Mux(arr.o_r == R - 1, arr.o_tag[:ab], next_row)),
             self.acc_raddr.eq(row_addr),
         ]
+        with m.If(arr.o_valid):
+            m.d.sync += next_row.eq(row_addr - rstride)
         w_valid, w_accum = Signal(), Signal()
         w_addr = Signal(range(cfg.acc_depth))
         w_row = Signal(len(arr.o_row))
