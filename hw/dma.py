@@ -89,6 +89,11 @@ class LoadEngine(wiring.Component):
         elems = Signal(DIM_BITS)
         buf_base = Signal(range(self._depth))
 
+        # "last group of the row" / "last row" flags, registered with the counters they describe
+        # (so the counters' compares are not on the path to the address registers)
+        one_group = Signal()
+        rq_glast, rq_rlast, rs_glast, rs_rlast = (Signal(name=n) for n in
+                                                  ("rq_glast", "rq_rlast", "rs_glast", "rs_rlast"))
         with m.If(self.start):
             m.d.sync += [
                 self.busy.eq(1), issuing.eq(1),
@@ -98,18 +103,23 @@ class LoadEngine(wiring.Component):
                 rq_row.eq(0), rq_g.eq(0), rq_row_addr.eq(self.p_addr), rq_addr.eq(self.p_addr),
                 rs_row.eq(0), rs_g.eq(0), rs_gbase.eq(self.p_buf_base),
                 rs_left.eq(self.p_elems),
+                one_group.eq(self.p_groups == 1),
+                rq_glast.eq(self.p_groups == 1), rs_glast.eq(self.p_groups == 1),
+                rq_rlast.eq(self.p_rows == 1), rs_rlast.eq(self.p_rows == 1),
             ]
 
         m.d.comb += [self.mem.addr.eq(rq_addr), self.mem.valid.eq(issuing)]
         with m.If(issuing & self.mem.ready):
-            with m.If(rq_g + 1 == groups):
-                m.d.sync += [rq_g.eq(0), rq_row.eq(rq_row + 1),
+            with m.If(rq_glast):
+                m.d.sync += [rq_g.eq(0), rq_row.eq(rq_row + 1), rq_glast.eq(one_group),
+                             rq_rlast.eq(rq_row + 2 == rows),
                              rq_row_addr.eq(rq_row_addr + stride),
                              rq_addr.eq(rq_row_addr + stride)]
-                with m.If(rq_row + 1 == rows):
+                with m.If(rq_rlast):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [rq_g.eq(rq_g + 1), rq_addr.eq(rq_addr + W)]
+                m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g + 2 == groups),
+                             rq_addr.eq(rq_addr + W)]
 
         mask = _byte_mask(rs_left, W)
         m.d.comb += [
@@ -118,14 +128,15 @@ class LoadEngine(wiring.Component):
             self.w_en.eq(self.mem.rvalid & self.busy),
         ]
         with m.If(self.mem.rvalid & self.busy):
-            with m.If(rs_g + 1 == groups):
+            with m.If(rs_glast):
                 m.d.sync += [rs_g.eq(0), rs_row.eq(rs_row + 1), rs_gbase.eq(buf_base),
-                             rs_left.eq(elems)]
-                with m.If(rs_row + 1 == rows):
+                             rs_left.eq(elems), rs_glast.eq(one_group),
+                             rs_rlast.eq(rs_row + 2 == rows)]
+                with m.If(rs_rlast):
                     m.d.sync += self.busy.eq(0)
             with m.Else():
                 m.d.sync += [rs_g.eq(rs_g + 1), rs_gbase.eq(rs_gbase + gstride),
-                             rs_left.eq(rs_left - W)]
+                             rs_left.eq(rs_left - W), rs_glast.eq(rs_g + 2 == groups)]
         return m
 
 
