@@ -379,14 +379,21 @@ class Sequencer(wiring.Component):
                 lb.p_groups.eq((M + wpb - 1) >> lw), lb.p_elems.eq(M << 2),
                 lb.p_buf_base.eq(0), lb.p_buf_gstride.eq(1),
             ]
-            word0 = lb.w_addr << lw
-            for j in range(wpb):
-                word = lb.w_data[32 * j:32 * (j + 1)]
-                live = lb.w_en & (word0 + j < M)
-                bad_mult = (q_sel == 1) & ((word == 0) | word[31])
-                bad_shift = (q_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
-                with m.If(live & (bad_mult | bad_shift)):
-                    m.d.sync += q_bad.eq(1)
+        # The words are checked one cycle after they are written (registered first); the last
+        # one's verdict is in q_bad before Q_END reads it (the load's busy falls a cycle after
+        # its last word, and the state machine needs another to reach Q_END).
+        qc_en, qc_sel = Signal(), Signal.like(q_sel)
+        qc_addr, qc_data = Signal.like(lb.w_addr), Signal.like(lb.w_data)
+        m.d.sync += [qc_en.eq(lb.w_en & q_phase), qc_sel.eq(q_sel), qc_addr.eq(lb.w_addr),
+                     qc_data.eq(lb.w_data)]
+        word0 = qc_addr << lw
+        for j in range(wpb):
+            word = qc_data[32 * j:32 * (j + 1)]
+            live = qc_en & (word0 + j < M)
+            bad_mult = (qc_sel == 1) & ((word == 0) | word[31])
+            bad_shift = (qc_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
+            with m.If(live & (bad_mult | bad_shift)):
+                m.d.sync += q_bad.eq(1)
 
         with m.FSM():
             with m.State("IDLE"):
