@@ -226,7 +226,8 @@ class Sequencer(wiring.Component):
         m.d.comb += [getattr(chk, f"l_{name}").eq(L[name]) for name in LAYER_FIELDS]
         m.d.comb += [chk.img_lo.eq(img_lo), chk.img_hi.eq(img_hi)]
         is_conv = d["b_mode"] == 1
-        gn_all = (N + C - 1) >> lc
+        gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
+        m.d.sync += gn_all.eq((N + C - 1) >> lc)     # (registered: read after the checks)
         dram = cfg.dram_bytes
         m.d.comb += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
@@ -234,11 +235,20 @@ class Sequencer(wiring.Component):
         # -- step state: current step, next step, pending store ----------------------------------
         ab = cfg.dram_addr_bits
 
+        # Each step's registers carry, besides its origin, what is left of the matrix from it
+        # (`ml = M - m0`, and `gml = ceil(ml / R)` array-tile groups; likewise for n and k), so
+        # every engine parameter is one compare and a select from a register, and the walk's
+        # wrap tests are compares: no subtract-compare-add chain in front of an engine.
         def step_regs(prefix):
             return {
                 "m0": Signal(DIM_BITS, name=f"{prefix}_m0"),
                 "n0": Signal(DIM_BITS, name=f"{prefix}_n0"),
                 "k0": Signal(DIM_BITS, name=f"{prefix}_k0"),
+                "ml": Signal(DIM_BITS, name=f"{prefix}_ml"),     # M - m0
+                "nl": Signal(DIM_BITS, name=f"{prefix}_nl"),     # N - n0
+                "kl": Signal(DIM_BITS, name=f"{prefix}_kl"),     # K - k0
+                "gml": Signal(DIM_BITS, name=f"{prefix}_gml"),   # ceil((M - m0) / R)
+                "gnl": Signal(DIM_BITS, name=f"{prefix}_gnl"),   # ceil((N - n0) / C)
                 "a_kptr": Signal(ab, name=f"{prefix}_a_kptr"),   # a_addr + k0 * a_stride
                 "b_kptr": Signal(ab, name=f"{prefix}_b_kptr"),   # b_addr + k0 * b_stride
                 "c_mptr": Signal(ab, name=f"{prefix}_c_mptr"),   # c_addr + m0 * c_stride
@@ -247,73 +257,96 @@ class Sequencer(wiring.Component):
         cur, nxt = step_regs("cur"), step_regs("nxt")
         cur_valid, nxt_valid = Signal(), Signal()
         st = {"m0": Signal(DIM_BITS, name="st_m0"), "n0": Signal(DIM_BITS, name="st_n0"),
+              "ml": Signal(DIM_BITS, name="st_ml"), "nl": Signal(DIM_BITS, name="st_nl"),
+              "gnl": Signal(DIM_BITS, name="st_gnl"),
               "c_mptr": Signal(ab, name="st_c_mptr"), "slot": Signal(name="st_slot")}
         st_valid = Signal()
         a_slot, b_slot, acc_slot = Signal(), Signal(), Signal()
         need_a, need_b = Signal(), Signal()
         a_kstep, b_kstep, c_mstep = chk.a_kstep, chk.b_kstep, chk.c_mstep
         gn_max = Signal(DIM_BITS)
+        # partition sizes in array tiles, and the whole matrix's (registered with the record)
+        pmg, png, gm_all = Signal(DIM_BITS), Signal(DIM_BITS), Signal(DIM_BITS)
+        m.d.sync += [pmg.eq(pm >> lr), png.eq(pn >> lc), gm_all.eq((M + R - 1) >> lr)]
 
-        def eff(x0, part, total):
-            left = total - x0
+        def eff(left, part):
+            """Rows (or columns, or k) of a partition starting `left` before the edge."""
             return Mux(left < part, left, part)
 
-        def groups(count, log):
-            return (count + (1 << log) - 1) >> log
+        def eff_groups(left, groups_left, part, part_groups):
+            """Its array tiles: ceil(eff / R) = min(ceil(left / R), part / R), part a multiple
+            of R."""
+            return Mux(left < part, groups_left, part_groups)
 
         # advance(nxt): the step after `nxt` in loop order, and whether `nxt` is the last step
         adv = step_regs("adv")
         nxt_last = Signal()
-        k_wrap = nxt["k0"] + pk >= K
-        m_wrap = nxt["m0"] + pm >= M
-        n_wrap = nxt["n0"] + pn >= N
+        k_wrap = nxt["kl"] <= pk
+        m_wrap = nxt["ml"] <= pm
+        n_wrap = nxt["nl"] <= pn
+
+        def step_m(fresh):
+            if fresh:
+                return [adv["m0"].eq(0), adv["ml"].eq(M), adv["gml"].eq(gm_all),
+                        adv["c_mptr"].eq(d["c_addr"])]
+            return [adv["m0"].eq(nxt["m0"] + pm), adv["ml"].eq(nxt["ml"] - pm),
+                    adv["gml"].eq(nxt["gml"] - pmg), adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
+
+        def step_n(fresh):
+            if fresh:
+                return [adv["n0"].eq(0), adv["nl"].eq(N), adv["gnl"].eq(gn_all)]
+            return [adv["n0"].eq(nxt["n0"] + pn), adv["nl"].eq(nxt["nl"] - pn),
+                    adv["gnl"].eq(nxt["gnl"] - png)]
+
         m.d.comb += [adv[key].eq(nxt[key]) for key in adv]
         with m.If(~k_wrap):
-            m.d.comb += [adv["k0"].eq(nxt["k0"] + pk), adv["a_kptr"].eq(nxt["a_kptr"] + a_kstep),
+            m.d.comb += [adv["k0"].eq(nxt["k0"] + pk), adv["kl"].eq(nxt["kl"] - pk),
+                         adv["a_kptr"].eq(nxt["a_kptr"] + a_kstep),
                          adv["b_kptr"].eq(nxt["b_kptr"] + b_kstep)]
         with m.Else():
-            m.d.comb += [adv["k0"].eq(0), adv["a_kptr"].eq(d["a_addr"]),
+            m.d.comb += [adv["k0"].eq(0), adv["kl"].eq(K), adv["a_kptr"].eq(d["a_addr"]),
                          adv["b_kptr"].eq(d["b_addr"])]
             with m.If(d["outer_m"] != 0):           # m outside, n inside
                 with m.If(~n_wrap):
-                    m.d.comb += adv["n0"].eq(nxt["n0"] + pn)
+                    m.d.comb += step_n(fresh=False)
                 with m.Else():
-                    m.d.comb += [adv["n0"].eq(0), adv["m0"].eq(nxt["m0"] + pm),
-                                 adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
+                    m.d.comb += step_n(fresh=True) + step_m(fresh=False)
                 m.d.comb += nxt_last.eq(n_wrap & m_wrap)
             with m.Else():                          # n outside, m inside
                 with m.If(~m_wrap):
-                    m.d.comb += [adv["m0"].eq(nxt["m0"] + pm),
-                                 adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
+                    m.d.comb += step_m(fresh=False)
                 with m.Else():
-                    m.d.comb += [adv["m0"].eq(0), adv["c_mptr"].eq(d["c_addr"]),
-                                 adv["n0"].eq(nxt["n0"] + pn)]
+                    m.d.comb += step_m(fresh=True) + step_n(fresh=False)
                 m.d.comb += nxt_last.eq(m_wrap & n_wrap)
         adv_last = Signal()
         m.d.comb += adv_last.eq(k_wrap & nxt_last)
 
         # -- engine commands (parameters from the step registers; engines sample them on start) --
-        cur_pm, cur_pn = eff(cur["m0"], pm, M), eff(cur["n0"], pn, N)
-        nxt_pm, nxt_pn = eff(nxt["m0"], pm, M), eff(nxt["n0"], pn, N)
-        st_pm, st_pn = eff(st["m0"], pm, M), eff(st["n0"], pn, N)
-        nxt_keff = eff(nxt["k0"], pk, K)
+        nxt_pm, nxt_pn = eff(nxt["ml"], pm), eff(nxt["nl"], pn)
+        st_pm, st_pn = eff(st["ml"], pm), eff(st["nl"], pn)
+        nxt_keff = eff(nxt["kl"], pk)
+        cur_gm = eff_groups(cur["ml"], cur["gml"], pm, pmg)
+        cur_gn = eff_groups(cur["nl"], cur["gnl"], pn, png)
+        nxt_gm = eff_groups(nxt["ml"], nxt["gml"], pm, pmg)
+        nxt_gn = eff_groups(nxt["nl"], nxt["gnl"], pn, png)
+        st_gn = eff_groups(st["nl"], st["gnl"], pn, png)
         m.d.comb += [
             ce.p_a_base.eq(Mux(a_slot, half_a, 0)),
             ce.p_b_base.eq(Mux(b_slot, half_b, 0)),
             ce.p_acc_base.eq(Mux(acc_slot, half_acc, 0)),
             ce.p_acc_rstride.eq(gn_max),
-            ce.p_gm.eq(groups(cur_pm, lr)),
-            ce.p_gn.eq(groups(cur_pn, lc)),
+            ce.p_gm.eq(cur_gm),
+            ce.p_gn.eq(cur_gn),
             ce.p_tile_mg.eq(d["tile_m"] >> lr),
             ce.p_tile_ng.eq(d["tile_n"] >> lc),
             ce.p_pk.eq(pk),
-            ce.p_keff.eq(eff(cur["k0"], pk, K)),
+            ce.p_keff.eq(eff(cur["kl"], pk)),
             ce.p_accum.eq(cur["k0"] != 0),
 
             la.p_addr.eq(nxt["a_kptr"] + nxt["m0"]),
             la.p_stride.eq(d["a_stride"]),
             la.p_rows.eq(nxt_keff),
-            la.p_groups.eq(groups(nxt_pm, lr)),
+            la.p_groups.eq(nxt_gm),
             la.p_elems.eq(nxt_pm),
             la.p_buf_base.eq(Mux(a_slot, 0, half_a)),
             la.p_buf_gstride.eq(pk),
@@ -321,7 +354,7 @@ class Sequencer(wiring.Component):
             lb.p_addr.eq(nxt["b_kptr"] + nxt["n0"]),
             lb.p_stride.eq(d["b_stride"]),
             lb.p_rows.eq(nxt_keff),
-            lb.p_groups.eq(groups(nxt_pn, lc)),
+            lb.p_groups.eq(nxt_gn),
             lb.p_elems.eq(nxt_pn),
             lb.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             lb.p_buf_gstride.eq(pk),
@@ -333,7 +366,7 @@ class Sequencer(wiring.Component):
             ag.p_k0.eq(nxt["k0"]),
             ag.p_rows.eq(nxt_keff),
             ag.p_g0.eq(nxt["n0"] >> lc),
-            ag.p_gn.eq(groups(nxt_pn, lc)),
+            ag.p_gn.eq(nxt_gn),
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
@@ -347,7 +380,7 @@ class Sequencer(wiring.Component):
             se.p_win_hi.eq(Mux(c_loc, win_hi - dram, win_hi)),
             se.p_stride.eq(d["c_stride"]),
             se.p_rows.eq(st_pm),
-            se.p_groups.eq(groups(st_pn, lc)),
+            se.p_groups.eq(st_gn),
             se.p_elems.eq(st_pn),
             se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)),
             se.p_acc_rstride.eq(gn_max),
@@ -410,6 +443,8 @@ class Sequencer(wiring.Component):
                         cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
                         a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
                         nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
+                        nxt["ml"].eq(M), nxt["nl"].eq(N), nxt["kl"].eq(K),
+                        nxt["gml"].eq(gm_all), nxt["gnl"].eq(gn_all),
                         nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
                         nxt["c_mptr"].eq(d["c_addr"]),
                         q_bad.eq(0),
@@ -463,7 +498,7 @@ class Sequencer(wiring.Component):
                 m.next = "WAIT"
             with m.State("WAIT"):
                 with m.If(~engines_busy):
-                    cur_klast = cur["k0"] + pk >= K
+                    cur_klast = cur["kl"] <= pk
                     new_st = cur_valid & cur_klast
                     m.d.sync += [
                         st_valid.eq(new_st),
@@ -476,6 +511,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += [nxt[key].eq(adv[key]) for key in nxt]
                     with m.If(new_st):
                         m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
+                                     st["ml"].eq(cur["ml"]), st["nl"].eq(cur["nl"]),
+                                     st["gnl"].eq(cur["gnl"]),
                                      st["c_mptr"].eq(cur["c_mptr"]), st["slot"].eq(acc_slot),
                                      acc_slot.eq(~acc_slot)]
                     with m.If(nxt_valid | new_st):
