@@ -238,6 +238,10 @@ class StoreEngine(wiring.Component):
         acc_row = Signal(range(cfg.acc_depth))
         acc_addr = Signal(range(cfg.acc_depth))
         left = Signal(signed(DIM_BITS + 1))          # valid elements from this beat's first one
+        # win_lo - addr, win_hi - addr, and the same for the row's first beat
+        below, above = Signal(signed(ab + 2)), Signal(signed(ab + 2))
+        below_row, above_row = Signal(signed(ab + 2)), Signal(signed(ab + 2))
+        one_group, glast, rlast = Signal(), Signal(), Signal()
         # stage 1: the accumulator (and parameter) read is in flight; data valid in this stage
         out_valid = Signal()
         out_addr = Signal(ab)
@@ -284,6 +288,10 @@ class StoreEngine(wiring.Component):
                 ch.eq(self.p_ch0),
                 acc_row.eq(self.p_acc_base), acc_addr.eq(self.p_acc_base),
                 left.eq(self.p_elems),
+                below.eq(self.p_win_lo - self.p_addr), below_row.eq(self.p_win_lo - self.p_addr),
+                above.eq(self.p_win_hi - self.p_addr), above_row.eq(self.p_win_hi - self.p_addr),
+                one_group.eq(self.p_groups == 1), glast.eq(self.p_groups == 1),
+                rlast.eq(self.p_rows == 1),
             ]
 
         m.submodules.post = pp = PostProc(cfg)
@@ -326,14 +334,14 @@ class StoreEngine(wiring.Component):
                 prev = (v, a, st)
 
         # Byte strobes of the beat at `addr`: the row's valid elements, then the window guard
-        # (byte b is in the window when win_lo - addr <= b < win_hi - addr).
+        # (byte b is in the window when win_lo - addr <= b < win_hi - addr). The differences
+        # are kept as running registers beside `addr` (and `row_addr`), so the guard is compares
+        # of registers, not a subtract first.
         elem_mask = _byte_mask(left, cols)
         strb32 = Cat(*(b.replicate(E) for b in elem_mask))
         strb8 = Cat(elem_mask, Const(0, W - cols))
-        below = Signal(signed(ab + 2))
-        above = Signal(signed(ab + 2))
-        m.d.comb += [below.eq(win_lo - addr), above.eq(win_hi - addr)]
         guard = ~_byte_mask(below, W) & _byte_mask(above, W)
+        step = Mux(int8 & post, cols, W)
         with m.If(advance):
             m.d.sync += out_valid.eq(issuing)
             with m.If(issuing):
@@ -341,13 +349,18 @@ class StoreEngine(wiring.Component):
                     out_addr.eq(addr),
                     out_strb.eq(Mux(int8 & post, strb8, strb32) & guard),
                 ]
-                with m.If(g + 1 == groups):
+                with m.If(glast):
                     m.d.sync += [g.eq(0), row.eq(row + 1), row_addr.eq(row_addr + stride),
                                  addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
-                                 acc_addr.eq(acc_row + rstride), left.eq(elems), ch.eq(ch + 1)]
-                    with m.If(row + 1 == rows):
+                                 acc_addr.eq(acc_row + rstride), left.eq(elems), ch.eq(ch + 1),
+                                 below_row.eq(below_row - stride), below.eq(below_row - stride),
+                                 above_row.eq(above_row - stride), above.eq(above_row - stride),
+                                 glast.eq(one_group), rlast.eq(row + 2 == rows)]
+                    with m.If(rlast):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
-                    m.d.sync += [g.eq(g + 1), addr.eq(addr + Mux(int8 & post, cols, W)),
-                                 acc_addr.eq(acc_addr + 1), left.eq(left - cols)]
+                    m.d.sync += [g.eq(g + 1), addr.eq(addr + step),
+                                 acc_addr.eq(acc_addr + 1), left.eq(left - cols),
+                                 below.eq(below - step), above.eq(above - step),
+                                 glast.eq(g + 2 == groups)]
         return m
