@@ -152,8 +152,8 @@ class StoreEngine(wiring.Component):
 
     With ``p_post`` the rows go through the post-processor (bias, requantisation, zero point,
     clamp): row ``r`` is output channel ``ch0 + r``, whose bias / multiplier / shift the engine
-    reads from the parameter memory (``q_ch``/``q_ren``; data on ``q_*`` one cycle later, like
-    the accumulator). The post-processed path is :attr:`PostProc.latency` cycles longer.
+    reads from the parameter memory (``q_ch``/``q_ren``; data on ``q_*`` one cycle later): one
+    beat ahead of the accumulator read, so that they enter the requantiser from a register. The post-processed path is :attr:`PostProc.latency` cycles longer.
 
     Every byte strobe outside ``[win_lo, win_hi)`` is cleared at the port (the output window the
     layer declared; the sequencer's checks already keep the written range inside it, so this is
@@ -296,6 +296,10 @@ class StoreEngine(wiring.Component):
 
         m.submodules.post = pp = PostProc(cfg)
         advance = Signal()
+        q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
+        with m.If(advance):
+            m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
+                         q_shift.eq(self.q_shift[:6])]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
         m.d.comb += [
             fin_valid.eq(Mux(post, d_valid[-1], out_valid)),
@@ -305,14 +309,17 @@ class StoreEngine(wiring.Component):
             advance.eq(~skid_valid),
             self.acc_ren.eq(advance),
             self.acc_raddr.eq(acc_addr),
+            # The parameter memories are read one beat ahead (the start cycle reads the first
+            # beat's channel; each beat's read cycle reads the next beat's) and their words are
+            # registered on the way in, so the requantiser's per-row inputs are registers.
             self.q_ren.eq(advance),
-            self.q_ch.eq(ch),
+            self.q_ch.eq(Mux(self.start, self.p_ch0, ch + (issuing & glast))),
             pp.en.eq(advance),
             pp.i_valid.eq(out_valid & post),
             pp.i_data.eq(self.acc_rdata),
-            pp.i_bias.eq(Mux(bias, self.q_bias, 0)),
-            pp.i_mult.eq(self.q_mult[:31]),
-            pp.i_shift.eq(self.q_shift[:6]),
+            pp.i_bias.eq(Mux(bias, q_bias, 0)),
+            pp.i_mult.eq(q_mult),
+            pp.i_shift.eq(q_shift),
             pp.i_zero_point.eq(zp),
             pp.i_act_min.eq(act_min),
             pp.i_act_max.eq(act_max),
