@@ -102,6 +102,7 @@ class ComputeEngine(wiring.Component):
         # loop counters: inner-tile origin (im, in_), array tile (tm, tn), beat k
         im, in_, tm, tn, k = (Signal(DIM_BITS, name=n) for n in ("im", "in_", "tm", "tn", "k"))
         running = Signal()
+        last_beat = Signal()
         drain = Signal(range(self.drain_cycles + 1))
         # Addresses kept as running sums instead of products (no multiplier, one add deep):
         # a_row = a_base + tm*pk, a_im = a_base + im*pk, b_row = b_base + tn*pk,
@@ -122,7 +123,7 @@ class ComputeEngine(wiring.Component):
                 gm.eq(self.p_gm), gn.eq(self.p_gn), tmg.eq(self.p_tile_mg),
                 tng.eq(self.p_tile_ng), pk.eq(self.p_pk), keff.eq(self.p_keff),
                 last_k.eq(Mux(self.p_keff > R, self.p_keff, R) - 1), accum.eq(self.p_accum),
-                im.eq(0), in_.eq(0), tm.eq(0), tn.eq(0), k.eq(0),
+                im.eq(0), in_.eq(0), tm.eq(0), tn.eq(0), k.eq(0), last_beat.eq(0),
                 a_row.eq(self.p_a_base), a_im.eq(self.p_a_base),
                 b_row.eq(self.p_b_base), b_in.eq(self.p_b_base),
                 acc_row.eq(acc0), acc_im.eq(acc0),
@@ -139,13 +140,13 @@ class ComputeEngine(wiring.Component):
             more_in.eq(in_ + tng < gn),
             more_im.eq(im + tmg < gm),
         ]
-        last_beat = Signal()
-        m.d.comb += last_beat.eq(k == last_k)
+        # last beat of the array tile (k == last_k), a register: it enables every loop and
+        # address register, so no compare sits in front of that fan-out (last_k >= 1)
         with m.If(running):
             with m.If(~last_beat):
-                m.d.sync += k.eq(k + 1)
+                m.d.sync += [k.eq(k + 1), last_beat.eq(k + 1 == last_k)]
             with m.Else():
-                m.d.sync += k.eq(0)
+                m.d.sync += [k.eq(0), last_beat.eq(0)]
                 with m.If(more_tn):
                     m.d.sync += [tn.eq(tn + 1), b_row.eq(b_row + pk)]
                 with m.Elif(more_tm):
