@@ -149,6 +149,8 @@ class ImageRunner(wiring.Component):
             lane = (crc_byte % bb) // 4
             m.d.comb += crc_data[32 * lane:32 * (lane + 1)].eq(0)
         m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc)]
+        crc_bad = Signal()
+        m.d.sync += crc_bad.eq(crc.crc != H["crc32"])
 
         # -- header checks (same rules and priority as hw.record.check_header) ---------------------
         # Registered in two steps (HEADER_SUM: the sums; HEADER_CMP: every compare), so the
@@ -271,11 +273,13 @@ class ImageRunner(wiring.Component):
                     m.next = "CRC"
             with m.State("CRC"):
                 with m.If(~fetching):
-                    with m.If(crc.crc != H["crc32"]):
-                        m.d.sync += self.error.eq(ErrorCode.BAD_CRC)
-                        m.next = "FINISH"
-                    with m.Else():
-                        fetch_record()
+                    m.next = "CRC_CHECK"
+            with m.State("CRC_CHECK"):             # the compare, registered in CRC's last cycle
+                with m.If(crc_bad):
+                    m.d.sync += self.error.eq(ErrorCode.BAD_CRC)
+                    m.next = "FINISH"
+                with m.Else():
+                    fetch_record()
             with m.State("RECORD"):
                 with m.If(~fetching):
                     m.d.comb += [self.seq_start.eq(1), self.seq_dry.eq(~run_pass)]

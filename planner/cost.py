@@ -84,10 +84,10 @@ class ModelConstants:
     #: Image runs (hw.runner): the sequencer's dry run of a record without parameters
     #: (CHECK_START, the checker's pipeline, CHECK, FINISH), the runner's control cycles per
     #: record (state hand-overs of both passes), and per image (start, the header check's three
-    #: states, finish).
+    #: states, the CRC compare, finish).
     dry_run_cycles: int = 18
     record_ctrl_cycles: int = 7
-    image_ctrl_cycles: int = 5
+    image_ctrl_cycles: int = 6
 
 
 DEFAULT_CONSTANTS = ModelConstants()
