@@ -30,15 +30,18 @@ class PostProc(wiring.Component):
     ====== =====================================================================================
     1      ``x = acc + bias``
     2      saturating ``x << left``: compare against ``(2**31 - 1) >> left``, shift, select
-    3      four 18 x 18 partial products of ``x * mult`` (one MULT18X18D each on ECP5)
-    4      two partial sums
-    5      the 64-bit product
-    6      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
+    3      each multiplier's own copy of its two operands (no logic: on an FPGA the copies sit
+           beside the multiplier, so neither the lane's logic nor the product's sums have to
+           reach a DSP block within one cycle of work)
+    4      four 18 x 18 partial products of ``x * mult`` (one MULT18X18D each on ECP5)
+    5      two partial sums
+    6      the 64-bit product
+    7      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
            ``floor((p + 2**30) / 2**31)`` (the same as gemmlowp's nudge and truncation), and
            adding the right shift's offset ``h * 2**31`` before the division adds ``h`` after it
            (``h`` chosen by the sign of ``x``, known since stage 2)
-    7      ``>> right``
-    8      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
+    8      ``>> right``
+    9      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
     ====== =====================================================================================
 
     Latency: :attr:`latency` cycles from ``i_valid`` to ``o_valid``. The pipeline advances only
@@ -59,7 +62,7 @@ class PostProc(wiring.Component):
     step 1's ``acc + bias`` per lane (the int32 output with a bias), aligned with ``o_data``
     """
 
-    latency = 8
+    latency = 9
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
@@ -124,12 +127,12 @@ class PostProc(wiring.Component):
         # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
         # bench.fpga's synthesis script keeps them apart).
         mult_d = delay("mult", self.i_mult, 1)
-        half_d = delay("half", half, 4)
-        half_neg_d = delay("half_neg", half_neg, 4)
-        right_d = delay("right", right, 5)
-        zp_d = delay("zp", self.i_zero_point, 6)
-        lo_d = delay("lo_rel", lo_rel, 6)
-        hi_d = delay("hi_rel", hi_rel, 6)
+        half_d = delay("half", half, 5)
+        half_neg_d = delay("half_neg", half_neg, 5)
+        right_d = delay("right", right, 6)
+        zp_d = delay("zp", self.i_zero_point, 7)
+        lo_d = delay("lo_rel", lo_rel, 7)
+        hi_d = delay("hi_rel", hi_rel, 7)
 
         out_lanes, sum_lanes = [], []
         for j in range(cols):
@@ -143,35 +146,38 @@ class PostProc(wiring.Component):
             x2 = reg(f"x2_{j}", Mux(x1 > x_max1, _I32_MAX,
                                     Mux(x1 < ~x_max1, _I32_MIN, (x1 << left1)[:32].as_signed())))
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
-            # sign, not high's, can select the offset of stage 6
-            neg = delay(f"neg{j}", x2[31], 3)
-            # 3: partial products, x = xh * 2**17 + xl, mult = mh * 2**17 + ml (the low halves
-            # unsigned, zero-extended to 18 signed bits)
+            # sign, not high's, can select the offset of stage 7
+            neg = delay(f"neg{j}", x2[31], 4)
+            # 3: operand copies, one pair per partial product, x = xh * 2**17 + xl, mult = mh *
+            # 2**17 + ml (the low halves unsigned, zero-extended to 18 signed bits)
             xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
             mult2 = reg(f"mult2_{j}", mult_d[1], keep=True)
             ml, mh = Cat(mult2[:17], Const(0, 1)).as_signed(), \
                 Cat(mult2[17:], Const(0, 1)).as_signed()
-            ll, lh = reg(f"ll{j}", xl * ml), reg(f"lh{j}", xl * mh)
-            hl, hh = reg(f"hl{j}", xh * ml), reg(f"hh{j}", xh * mh)
-            # 4, 5: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34
+            ops = {name: (reg(f"{name}_x{j}", a, keep=True), reg(f"{name}_m{j}", b, keep=True))
+                   for name, a, b in (("ll", xl, ml), ("lh", xl, mh), ("hl", xh, ml),
+                                      ("hh", xh, mh))}
+            # 4: partial products
+            ll, lh, hl, hh = (reg(f"{name}{j}", a * b) for name, (a, b) in ops.items())
+            # 5, 6: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34
             # (the low 17 bits of each partial sum pass through: no carry chain for them)
-            lo4 = reg(f"lo4_{j}", Cat(ll[:17], ll[17:] + lh).as_signed())
-            hi4 = reg(f"hi4_{j}", Cat(hl[:17], (hl[17:].as_signed() + hh)[:30]).as_signed())
-            p5 = reg(f"p5_{j}", Cat(lo4[:17], (lo4[17:] + hi4)[:47]).as_signed())
-            # 6: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
+            lo5 = reg(f"lo5_{j}", Cat(ll[:17], ll[17:] + lh).as_signed())
+            hi5 = reg(f"hi5_{j}", Cat(hl[:17], (hl[17:].as_signed() + hh)[:30]).as_signed())
+            p6 = reg(f"p6_{j}", Cat(lo5[:17], (lo5[17:] + hi5)[:47]).as_signed())
+            # 7: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            half5 = reg(f"half5_{j}", half_d[4], keep=True)
-            half_neg5 = reg(f"half_neg5_{j}", half_neg_d[4], keep=True)
-            offset = Cat(Const(1, 1), Mux(neg[3], half_neg5, half5), Const(0, 1))
-            t6 = reg(f"t6_{j}", (p5[30:].as_signed() + offset.as_signed()) >> 1)
-            # 7: right shift
-            right6 = reg(f"right6_{j}", right_d[5], keep=True)
-            s7 = reg(f"s7_{j}", t6 >> right6)
-            # 8: clamp, zero point
-            lo7 = reg(f"lo7_{j}", lo_d[6], keep=True)
-            hi7 = reg(f"hi7_{j}", hi_d[6], keep=True)
-            zp7 = reg(f"zp7_{j}", zp_d[6], keep=True)
-            q = Mux(s7 < lo7, lo7, Mux(s7 > hi7, hi7, s7[:9].as_signed()))
-            out_lanes.append(reg(f"out{j}", (q + zp7)[:8]))
+            half6 = reg(f"half6_{j}", half_d[5], keep=True)
+            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[5], keep=True)
+            offset = Cat(Const(1, 1), Mux(neg[4], half_neg6, half6), Const(0, 1))
+            t7 = reg(f"t7_{j}", (p6[30:].as_signed() + offset.as_signed()) >> 1)
+            # 8: right shift
+            right7 = reg(f"right7_{j}", right_d[6], keep=True)
+            s8 = reg(f"s8_{j}", t7 >> right7)
+            # 9: clamp, zero point
+            lo8 = reg(f"lo8_{j}", lo_d[7], keep=True)
+            hi8 = reg(f"hi8_{j}", hi_d[7], keep=True)
+            zp8 = reg(f"zp8_{j}", zp_d[7], keep=True)
+            q = Mux(s8 < lo8, lo8, Mux(s8 > hi8, hi8, s8[:9].as_signed()))
+            out_lanes.append(reg(f"out{j}", (q + zp8)[:8]))
         m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
         return m

@@ -75,7 +75,7 @@ class ModelConstants:
     store_waits_latency: int = 1
     #: Extra store latency of a post-processed layer (bias / int8 output): the requantiser's
     #: pipeline depth (hw.postproc.PostProc.latency).
-    post_store_extra_cycles: int = 8
+    post_store_extra_cycles: int = 9
     #: Control cycles per parameter array slot (issue + hand-over; one for a skipped array) and
     #: for leaving the parameter load, before the layer starts.
     param_ctrl_cycles: int = 2
