@@ -161,7 +161,6 @@ class AddrGen(wiring.Component):
         kk = Signal(DIM_BITS)
         g = Signal(DIM_BITS)
         run_idx, run_hi, run_lo = Signal(32), Signal(32), Signal(32)
-        off_val = Signal(32)
         row_base = Signal(range(cfg.buf_b_depth))      # buf_base + g * gstride
         issuing = Signal()
 
@@ -175,9 +174,22 @@ class AddrGen(wiring.Component):
             depth=cfg.b_port_latency_cycles + 4)
         outstanding = Signal(range(cfg.b_port_latency_cycles + 6))
 
+        # The request in flight comes from registers (its address already summed); the run
+        # table's read port always holds the *next* run entry, and the offset and a tap's first
+        # run are read the cycle before the tap starts. So the port address is a register.
         run = run_r.data
-        run_base, run_lane_lo, run_lane_cnt = run[0:32], run[32:40], run[40:48]
-        run_stride, run_last = run[48:63], run[63]
+        cur_addr = Signal(ab)
+        cur_stride = Signal(15)
+        cur_lane_lo, cur_lane_cnt = Signal(8), Signal(8)
+        cur_last = Signal()
+        tap_off = Signal(32)
+
+        def take_run(base_off):
+            """The request registers from the run entry on the read port."""
+            return [cur_addr.eq(base_off + run[0:32]), cur_lane_lo.eq(run[32:40]),
+                    cur_lane_cnt.eq(run[40:48]), cur_stride.eq(run[48:63]),
+                    cur_last.eq(run[63])]
+
         g_accept = Signal()
         g_resp = Signal()
         with m.If(g_accept & ~g_resp):
@@ -200,13 +212,16 @@ class AddrGen(wiring.Component):
             with m.State("GROUPS"):            # read the run range of the block's groups
                 m.d.comb += [grp_lo_r.addr.eq(g0), grp_hi_r.addr.eq(g0 + gn)]
                 m.next = "RANGE"
-            with m.State("RANGE"):
+            with m.State("RANGE"):             # and the first tap's offset and first run
+                m.d.comb += [off_r.addr.eq(k0), off_r.en.eq(1),
+                             run_r.addr.eq(grp_lo_r.data), run_r.en.eq(1)]
                 m.d.sync += [run_lo.eq(grp_lo_r.data), run_hi.eq(grp_hi_r.data)]
                 m.next = "TAP"
-            with m.State("TAP"):               # read off[k0 + kk] and the block's first run
-                m.d.comb += [off_r.addr.eq(k0 + kk), off_r.en.eq(1),
-                             run_r.addr.eq(run_lo), run_r.en.eq(1)]
-                m.d.sync += [run_idx.eq(run_lo), g.eq(0), row_base.eq(buf_base)]
+            with m.State("TAP"):               # off[k0 + kk] and the first run are on the ports
+                m.d.comb += [run_r.addr.eq(run_lo + 1), run_r.en.eq(1)]
+                m.d.sync += [run_idx.eq(run_lo), g.eq(0), row_base.eq(buf_base),
+                             tap_off.eq(off_r.data)]
+                m.d.sync += take_run(off_r.data)
                 with m.If(run_lo == run_hi):   # no runs (corrupt or empty table): skip the tap
                     m.next = "NEXT"
                 with m.Else():
@@ -215,12 +230,13 @@ class AddrGen(wiring.Component):
                 m.d.comb += [
                     self.mem.valid.eq(meta.w_rdy),
                     g_accept.eq(meta.w_rdy & self.mem.ready),
-                    run_r.addr.eq(run_idx + 1),
+                    run_r.addr.eq(run_idx + 2),
                     run_r.en.eq(g_accept),
                 ]
                 with m.If(g_accept):
                     m.d.sync += run_idx.eq(run_idx + 1)
-                    with m.If(run_last):
+                    m.d.sync += take_run(tap_off)
+                    with m.If(cur_last):
                         m.d.sync += [g.eq(g + 1), row_base.eq(row_base + gstride)]
                     with m.If(run_idx + 1 == run_hi):
                         m.next = "NEXT"
@@ -229,26 +245,25 @@ class AddrGen(wiring.Component):
                     m.d.sync += issuing.eq(0)
                     m.next = "DRAIN"
                 with m.Else():
+                    # the next tap's offset and first run, for TAP
+                    m.d.comb += [off_r.addr.eq(k0 + kk + 1), off_r.en.eq(1),
+                                 run_r.addr.eq(run_lo), run_r.en.eq(1)]
                     m.d.sync += kk.eq(kk + 1)
                     m.next = "TAP"
             with m.State("DRAIN"):
                 with m.If((outstanding == 0) | ((outstanding == 1) & g_resp)):
                     m.d.sync += self.gather_busy.eq(0)
                     m.next = "IDLE"
-        m.d.comb += off_val.eq(off_r.data)
 
         # -- the B port: the table loader and the gather never run at the same time -------------
         with m.If(self.tables_busy):
             m.d.comb += [self.mem.addr.eq(t_addr), self.mem.valid.eq(t_issue),
                          self.mem.stride.eq(1)]
         with m.Else():
-            m.d.comb += [
-                self.mem.addr.eq(off_val + run_base),
-                self.mem.stride.eq(run_stride),
-            ]
+            m.d.comb += [self.mem.addr.eq(cur_addr), self.mem.stride.eq(cur_stride)]
         m.d.comb += [
-            meta.w_data.eq(Cat((row_base + kk)[:len(meta_row)], run_lane_lo[:lanes_bits],
-                               run_lane_cnt[:lanes_bits + 1])),
+            meta.w_data.eq(Cat((row_base + kk)[:len(meta_row)], cur_lane_lo[:lanes_bits],
+                               cur_lane_cnt[:lanes_bits + 1])),
             meta.w_en.eq(g_accept),
         ]
 
