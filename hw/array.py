@@ -47,6 +47,8 @@ class SystolicArray(wiring.Component):
     o_row : ``Out(array_cols * 32)`` (column ``j`` in bits ``32j .. 32j+31``)
     o_r : ``Out(range(array_rows))``
     o_tag : ``Out(tag_bits)``
+    e_valid, e_r, e_tag : the values ``o_valid``, ``o_r``, ``o_tag`` take in the next cycle
+    (for a memory read that must be issued a cycle before its row arrives)
     """
 
     def __init__(self, cfg: AccelConfig, *, tag_bits: int):
@@ -66,6 +68,9 @@ class SystolicArray(wiring.Component):
             "o_row": Out(cols * cfg.acc_bits),
             "o_r": Out(range(rows)),
             "o_tag": Out(tag_bits),
+            "e_valid": Out(1),
+            "e_r": Out(range(rows)),
+            "e_tag": Out(tag_bits),
         })
 
     @property
@@ -149,7 +154,17 @@ class SystolicArray(wiring.Component):
         # first result row, `latency` cycles later; rows then follow on consecutive cycles.
         tag_in = Signal(self._tag_bits + 1)
         m.d.comb += tag_in.eq(Cat(self.i_tag, self.i_valid & self.i_last))
-        tag_d = delayed(tag_in, self.latency, "tag")
+        tag_e = delayed(tag_in, self.latency - 1, "tag")
+        tag_d = delayed(tag_e, 1, "tag_o")
+        # the same rows one cycle ahead (e_*: what o_* will be in the next cycle)
+        row_tag_e = Signal(self._tag_bits)
+        s_e = Signal(range(R + 1))
+        with m.If(tag_e[-1]):
+            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(tag_e[:-1]), self.e_r.eq(R - 1)]
+            m.d.sync += [row_tag_e.eq(tag_e[:-1]), s_e.eq(R - 1)]
+        with m.Elif(s_e != 0):
+            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(row_tag_e), self.e_r.eq(s_e - 1)]
+            m.d.sync += s_e.eq(s_e - 1)
         row_tag = Signal(self._tag_bits)
         s = Signal(range(R + 1))      # rows still to emit of the current tile
         with m.If(tag_d[-1]):

@@ -198,26 +198,30 @@ class ComputeEngine(wiring.Component):
             arr.i_tag.eq(d_tag),
         ]
 
-        # accumulator read-modify-write: read in the result cycle, write one cycle later. A
-        # tile's rows leave bottom first on consecutive cycles: the first (o_r = R - 1) at the
-        # tag's address, each next one rstride below the previous.
+        # accumulator read-modify-write: read the cycle before a row leaves the array (the
+        # array's e_* outputs), register the old value with the row, write one cycle after the
+        # row. A tile's rows leave bottom first on consecutive cycles: the first (o_r = R - 1)
+        # at the tag's address, each next one rstride below the previous.
         ab = len(tile_addr)
         row_addr = Signal(range(cfg.acc_depth))
         next_row = Signal(range(cfg.acc_depth))
+        read_addr = Signal(range(cfg.acc_depth))      # the address read in the previous cycle
         m.d.comb += [
-            row_addr.eq(Mux(arr.o_r == R - 1, arr.o_tag[:ab], next_row)),
+            row_addr.eq(Mux(arr.e_r == R - 1, arr.e_tag[:ab], next_row)),
             self.acc_raddr.eq(row_addr),
         ]
-        with m.If(arr.o_valid):
+        with m.If(arr.e_valid):
             m.d.sync += next_row.eq(row_addr - rstride)
+        m.d.sync += read_addr.eq(row_addr)
         w_valid, w_accum = Signal(), Signal()
         w_addr = Signal(range(cfg.acc_depth))
         w_row = Signal(len(arr.o_row))
-        m.d.sync += [w_valid.eq(arr.o_valid), w_addr.eq(row_addr), w_row.eq(arr.o_row),
-                     w_accum.eq(arr.o_tag[ab])]
+        w_old = Signal(len(self.acc_rdata))
+        m.d.sync += [w_valid.eq(arr.o_valid), w_addr.eq(read_addr), w_row.eq(arr.o_row),
+                     w_accum.eq(arr.o_tag[ab]), w_old.eq(self.acc_rdata)]
         lanes = []
         for j in range(C):
-            old = self.acc_rdata[32 * j:32 * (j + 1)]
+            old = w_old[32 * j:32 * (j + 1)]
             new = w_row[32 * j:32 * (j + 1)]
             lanes.append((Mux(w_accum, old, 0) + new)[:32])
         m.d.comb += [

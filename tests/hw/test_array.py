@@ -54,14 +54,17 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
         ctx.set(dut.i_valid, 0)
 
     first_row_cycle = {}
+    early, late = [], []                  # (valid, r, tag) per cycle of e_* and of o_*
 
     async def monitor(ctx):
         cycle = 0
-        async for clk_edge, rst, valid, row, r, tag in ctx.tick().sample(
-                dut.o_valid, dut.o_row, dut.o_r, dut.o_tag):
+        async for clk_edge, rst, valid, row, r, tag, e_valid, e_r, e_tag in ctx.tick().sample(
+                dut.o_valid, dut.o_row, dut.o_r, dut.o_tag, dut.e_valid, dut.e_r, dut.e_tag):
             if valid:
                 got[(tag, r)] = unpack_signed(row, 32, C)
                 first_row_cycle.setdefault(tag, cycle)
+            late.append((valid, r, tag) if valid else (0,))
+            early.append((e_valid, e_r, e_tag) if e_valid else (0,))
             cycle += 1
 
     async def waiter(ctx):
@@ -74,3 +77,6 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
         want = a.astype(np.int64) @ b.astype(np.int64)
         for r in range(R):
             assert got.get((t, r)) == list(want[r]), f"tile {t} row {r}"
+    # e_* announces every result row one cycle before o_* carries it
+    assert early[:-1] == late[1:]
+    assert sum(v[0] for v in late) == len(tiles) * R
