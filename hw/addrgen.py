@@ -155,7 +155,7 @@ class AddrGen(wiring.Component):
                 m.d.sync += [r_left.eq(r_left - 1), r_idx.eq(r_idx + 1)]
 
         # -- gather: request side ----------------------------------------------------------------
-        k0, rows, g0, gn = (Signal(DIM_BITS, name=n) for n in ("g_k0", "g_rows", "g_g0", "g_gn"))
+        k0, rows = Signal(DIM_BITS, name="g_k0"), Signal(DIM_BITS, name="g_rows")
         buf_base = Signal.like(self.p_buf_base)
         gstride = Signal(DIM_BITS)
         kk = Signal(DIM_BITS)
@@ -201,21 +201,23 @@ class AddrGen(wiring.Component):
 
         with m.FSM(name="gather"):
             with m.State("IDLE"):
+                # the run range of the block's groups is read in the start cycle
+                m.d.comb += [grp_lo_r.addr.eq(self.p_g0),
+                             grp_hi_r.addr.eq(self.p_g0 + self.p_gn)]
                 with m.If(self.gather_start):
                     m.d.sync += [
                         self.gather_busy.eq(1), issuing.eq(1),
                         k0.eq(self.p_k0), rows.eq(self.p_rows),
-                        g0.eq(self.p_g0), gn.eq(self.p_gn), buf_base.eq(self.p_buf_base),
+                        buf_base.eq(self.p_buf_base),
                         gstride.eq(self.p_buf_gstride), kk.eq(0),
                     ]
                     m.next = "GROUPS"
-            with m.State("GROUPS"):            # read the run range of the block's groups
-                m.d.comb += [grp_lo_r.addr.eq(g0), grp_hi_r.addr.eq(g0 + gn)]
-                m.next = "RANGE"
-            with m.State("RANGE"):             # and the first tap's offset and first run
-                m.d.comb += [off_r.addr.eq(k0), off_r.en.eq(1),
-                             run_r.addr.eq(grp_lo_r.data), run_r.en.eq(1)]
+            with m.State("GROUPS"):            # the run range, registered
                 m.d.sync += [run_lo.eq(grp_lo_r.data), run_hi.eq(grp_hi_r.data)]
+                m.next = "RANGE"
+            with m.State("RANGE"):             # read the first tap's offset and first run
+                m.d.comb += [off_r.addr.eq(k0), off_r.en.eq(1),
+                             run_r.addr.eq(run_lo), run_r.en.eq(1)]
                 m.next = "TAP"
             with m.State("TAP"):               # off[k0 + kk] and the first run are on the ports
                 m.d.comb += [run_r.addr.eq(run_lo + 1), run_r.en.eq(1)]
