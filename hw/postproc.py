@@ -29,7 +29,8 @@ class PostProc(wiring.Component):
     stage  per lane (per-row parameter work rides along: thresholds and masks are wiring)
     ====== =====================================================================================
     1      ``x = acc + bias``
-    2      saturating ``x << left``: compare against ``(2**31 - 1) >> left``, shift, select
+    2      saturating ``x << left``: the bits at and above ``31 - left`` against ``x``'s sign
+           (the compare with ``(2**31 - 1) >> left`` as an AND-OR tree), shift, select
     3      each multiplier's own copy of its two operands (no logic: on an FPGA the copies sit
            beside the multiplier, so neither the lane's logic nor the product's sums have to
            reach a DSP block within one cycle of work)
@@ -142,9 +143,15 @@ class PostProc(wiring.Component):
             sum_lanes.append(delay(f"sum{j}", x1, self.latency - 1)[-1])
             left1 = reg(f"left1_{j}", left, keep=True)
             x_max1 = reg(f"x_max1_{j}", x_max, keep=True)
-            # 2: saturating left shift
-            x2 = reg(f"x2_{j}", Mux(x1 > x_max1, _I32_MAX,
-                                    Mux(x1 < ~x_max1, _I32_MIN, (x1 << left1)[:32].as_signed())))
+            # 2: saturating left shift. x_max = 2**(31 - left) - 1, so a non-negative x exceeds
+            # it iff one of its bits 31 - left .. 30 is set, and a negative x is below ~x_max
+            # = -2**(31 - left) iff one of those bits is clear: AND-OR trees, no compare chain.
+            high = ~x_max1[:31]                       # bits 31 - left .. 30
+            sign = x1[31]
+            over = (x1[:31] & high).any()
+            under = (~x1[:31] & high).any()
+            x2 = reg(f"x2_{j}", Mux(~sign & over, _I32_MAX,
+                                    Mux(sign & under, _I32_MIN, (x1 << left1)[:32].as_signed())))
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
             # sign, not high's, can select the offset of stage 7
             neg = delay(f"neg{j}", x2[31], 4)
