@@ -155,23 +155,16 @@ class SystolicArray(wiring.Component):
         tag_in = Signal(self._tag_bits + 1)
         m.d.comb += tag_in.eq(Cat(self.i_tag, self.i_valid & self.i_last))
         tag_e = delayed(tag_in, self.latency - 1, "tag")
-        tag_d = delayed(tag_e, 1, "tag_o")
-        # the same rows one cycle ahead (e_*: what o_* will be in the next cycle)
-        row_tag_e = Signal(self._tag_bits)
-        s_e = Signal(range(R + 1))
+        # e_*: the rows one cycle ahead of o_* (o_* is e_* registered)
+        row_tag = Signal(self._tag_bits)
+        s = Signal(range(R + 1))      # rows still to announce of the current tile
         with m.If(tag_e[-1]):
             m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(tag_e[:-1]), self.e_r.eq(R - 1)]
-            m.d.sync += [row_tag_e.eq(tag_e[:-1]), s_e.eq(R - 1)]
-        with m.Elif(s_e != 0):
-            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(row_tag_e), self.e_r.eq(s_e - 1)]
-            m.d.sync += s_e.eq(s_e - 1)
-        row_tag = Signal(self._tag_bits)
-        s = Signal(range(R + 1))      # rows still to emit of the current tile
-        with m.If(tag_d[-1]):
-            m.d.comb += [self.o_valid.eq(1), self.o_tag.eq(tag_d[:-1]), self.o_r.eq(R - 1)]
-            m.d.sync += [row_tag.eq(tag_d[:-1]), s.eq(R - 1)]
+            m.d.sync += [row_tag.eq(tag_e[:-1]), s.eq(R - 1)]
         with m.Elif(s != 0):
-            m.d.comb += [self.o_valid.eq(1), self.o_tag.eq(row_tag), self.o_r.eq(s - 1)]
+            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(row_tag), self.e_r.eq(s - 1)]
             m.d.sync += s.eq(s - 1)
+        m.d.sync += [self.o_valid.eq(self.e_valid), self.o_tag.eq(self.e_tag),
+                     self.o_r.eq(self.e_r)]
         m.d.comb += self.o_row.eq(Cat(*col_out))
         return m

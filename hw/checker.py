@@ -20,11 +20,22 @@ FACTOR_BITS = MAX_DIM.bit_length()
 #: Radix-4 digits of a factor: cycles of the bit-serial multiply.
 DIGITS = (FACTOR_BITS + 1) // 2
 
-__all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS"]
+__all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members"]
 
 
 def _log2(value: int) -> int:
     return value.bit_length() - 1
+
+
+def record_members(cfg: AccelConfig) -> dict:
+    """The signature members of a layer record: ``d_<field>`` (``In(32)``) for every descriptor
+    field, ``l_<field>`` (``In(32)``) for every :data:`LAYER_FIELDS` name, and ``img_lo``,
+    ``img_hi`` (``In(dram_addr_bits + 1)``: the image an image run executes, 0 otherwise)."""
+    members = {f"d_{name}": In(32) for name in DESC_FIELDS}
+    members.update({f"l_{name}": In(32) for name in LAYER_FIELDS})
+    members["img_lo"] = In(cfg.dram_addr_bits + 1)
+    members["img_hi"] = In(cfg.dram_addr_bits + 1)
+    return members
 
 
 class RecordChecker(wiring.Component):
@@ -69,13 +80,7 @@ class RecordChecker(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
         ab = cfg.dram_addr_bits
-        members = {"start": In(1), "done": Out(1), "code": Out(8)}
-        for name in DESC_FIELDS:
-            members[f"d_{name}"] = In(32)
-        for name in LAYER_FIELDS:
-            members[f"l_{name}"] = In(32)
-        members["img_lo"] = In(ab + 1)
-        members["img_hi"] = In(ab + 1)
+        members = {"start": In(1), "done": Out(1), "code": Out(8), **record_members(cfg)}
         for name in ("a_kstep", "b_kstep", "c_mstep"):
             members[name] = Out(ab)
         super().__init__(members)

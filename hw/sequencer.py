@@ -6,7 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .addrgen import AddrGen
-from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker
+from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
 from .config import AccelConfig
 from .desc import DESC_FIELDS, ErrorCode
@@ -81,12 +81,7 @@ class Sequencer(wiring.Component):
                                            strided=True)),
             "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         }
-        for name in DESC_FIELDS:
-            members[f"d_{name}"] = In(32)
-        for name in LAYER_FIELDS:
-            members[f"l_{name}"] = In(32)
-        members["img_lo"] = In(ab + 1)
-        members["img_hi"] = In(ab + 1)
+        members.update(record_members(cfg))
         members["dry"] = In(1)
         for name in COUNTERS:
             members[f"c_{name}"] = Out(32)
