@@ -85,9 +85,10 @@ class SystolicArray(wiring.Component):
         ob, ab = cfg.operand_bits, cfg.acc_bits
 
         # -- input skew: row i of A (with the beat flags) is delayed i cycles, column j of B j.
-        def delayed(sig, n, name):
+        def delayed(sig, n, name, *, data=False):
+            """``sig`` ``n`` cycles later; ``data``: no reset (only flags and tags need one)."""
             for stage in range(n):
-                nxt = Signal.like(sig, name=f"{name}_d{stage + 1}")
+                nxt = Signal.like(sig, name=f"{name}_d{stage + 1}", reset_less=data)
                 m.d.sync += nxt.eq(sig)
                 sig = nxt
             return sig
@@ -95,20 +96,23 @@ class SystolicArray(wiring.Component):
         a_west, f_west, b_north = [], [], []
         flags_in = Cat(self.i_valid, self.i_first, self.i_last)
         for i in range(R):
-            a_west.append(delayed(self.i_a[ob * i:ob * (i + 1)], i, f"skew_a{i}"))
+            a_west.append(delayed(self.i_a[ob * i:ob * (i + 1)], i, f"skew_a{i}", data=True))
             f_west.append(delayed(flags_in, i, f"skew_f{i}"))
         for j in range(C):
-            b_north.append(delayed(self.i_b[ob * j:ob * (j + 1)], j, f"skew_b{j}"))
+            b_north.append(delayed(self.i_b[ob * j:ob * (j + 1)], j, f"skew_b{j}", data=True))
 
-        # -- PE grid
-        a_out = [[Signal(signed(ob), name=f"pe{i}_{j}_a") for j in range(C)] for i in range(R)]
-        b_out = [[Signal(signed(ob), name=f"pe{i}_{j}_b") for j in range(C)] for i in range(R)]
+        # -- PE grid. Operands, products and sums have no reset: every one is written before it
+        # is read (a tile's first beat restarts `acc`), and on an FPGA the reset net would
+        # otherwise reach every one of these flip-flops. The flags do reset.
+        def grid(shape, what):
+            return [[Signal(shape, name=f"pe{i}_{j}_{what}", reset_less=True) for j in range(C)]
+                    for i in range(R)]
+
+        a_out, b_out = grid(signed(ob), "a"), grid(signed(ob), "b")
         f_out = [[Signal(3, name=f"pe{i}_{j}_f") for j in range(C)] for i in range(R)]
-        acc = [[Signal(signed(ab), name=f"pe{i}_{j}_acc") for j in range(C)] for i in range(R)]
-        cap = [[Signal(signed(ab), name=f"pe{i}_{j}_cap") for j in range(C)] for i in range(R)]
+        acc, cap = grid(signed(ab), "acc"), grid(signed(ab), "cap")
         # (row 0 has no shift stage: see the drain below)
-        sh = [[Signal(signed(ab), name=f"pe{i}_{j}_sh") for j in range(C)] if i else None
-              for i in range(R)]
+        sh = [row if i else None for i, row in enumerate(grid(signed(ab), "sh"))]
 
         for i in range(R):
             for j in range(C):
@@ -119,7 +123,7 @@ class SystolicArray(wiring.Component):
                 # The product is registered (FPGA multipliers are slow), so the accumulation
                 # happens one cycle after the operands pass: with the flags the PE forwards.
                 prod = Signal(signed(2 * ob), name=f"pe{i}_{j}_prod")
-                prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p")
+                prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p", reset_less=True)
                 m.d.comb += prod.eq(a_in * b_in)
                 m.d.sync += prod_q.eq(prod)
                 valid, first, last = f_out[i][j][0], f_out[i][j][1], f_out[i][j][2]
@@ -148,7 +152,7 @@ class SystolicArray(wiring.Component):
             bottom = Signal(signed(ab), name=f"drain_out{j}")
             m.d.comb += bottom.eq(Mux(load, cap[R - 1][j], sh[R - 1][j] if R > 1 else 0))
             # Deskew: column j leaves j cycles after column 0; delay it to align the row.
-            col_out.append(delayed(bottom, C - 1 - j, f"deskew{j}"))
+            col_out.append(delayed(bottom, C - 1 - j, f"deskew{j}", data=True))
 
         # -- tag and row index: the tile's tag enters with its last beat and comes out with its
         # first result row, `latency` cycles later; rows then follow on consecutive cycles.

@@ -215,8 +215,8 @@ class ComputeEngine(wiring.Component):
         m.d.sync += read_addr.eq(row_addr)
         w_valid, w_accum = Signal(), Signal()
         w_addr = Signal(range(cfg.acc_depth))
-        w_row = Signal(len(arr.o_row))
-        w_old = Signal(len(self.acc_rdata))
+        w_row = Signal(len(arr.o_row), reset_less=True)
+        w_old = Signal(len(self.acc_rdata), reset_less=True)
         m.d.sync += [w_valid.eq(arr.o_valid), w_addr.eq(read_addr), w_row.eq(arr.o_row),
                      w_accum.eq(arr.o_tag[ab]), w_old.eq(self.acc_rdata)]
         lanes = []

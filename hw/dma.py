@@ -272,7 +272,8 @@ class StoreEngine(wiring.Component):
         # every pipeline register, the accumulator and parameter reads) is a register, not a
         # function of the port's `ready`. The port still sees a beat every cycle one is there.
         skid_valid = Signal()
-        skid_addr, skid_data, skid_strb = Signal(ab), Signal(8 * W), Signal(W)
+        skid_addr, skid_data = Signal(ab, reset_less=True), Signal(8 * W, reset_less=True)
+        skid_strb = Signal(W, reset_less=True)
         in_flight = Cat(out_valid, *d_valid, skid_valid).any()
         with m.If(self.busy & ~issuing & ~in_flight & all_acked):
             m.d.sync += self.busy.eq(0)

@@ -87,22 +87,25 @@ class PostProc(wiring.Component):
         m = Module()
         cols = self._cfg.array_cols
 
-        def reg(name, value, *, keep=False):
-            """``value`` one pipeline stage later (``keep``: a deliberate duplicate, below)."""
-            r = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {})
+        def reg(name, value, *, keep=False, data=True):
+            """``value`` one pipeline stage later (``keep``: a deliberate duplicate, below;
+            ``data``: no reset, as every stage but the valid bits: each is written before the
+            row it carries is used)."""
+            r = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {},
+                       reset_less=data)
             with m.If(self.en):
                 m.d.sync += r.eq(value)
             return r
 
-        def delay(name, value, stages):
+        def delay(name, value, stages, *, data=True):
             """``value`` registered ``stages`` times: ``[value, stage 1, .., stage n]``."""
             chain = [value]
             for s in range(stages):
-                chain.append(reg(f"{name}_s{s + 1}", chain[-1]))
+                chain.append(reg(f"{name}_s{s + 1}", chain[-1], data=data))
             return chain
 
         # ---- per-row parameters (stage 0 inputs, then carried along)
-        valid = delay("valid", self.i_valid, self.latency)
+        valid = delay("valid", self.i_valid, self.latency, data=False)
         m.d.comb += self.o_valid.eq(valid[-1])
         left = Signal(5)
         right = Signal(5)
