@@ -262,6 +262,11 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
     assert "--no-route" not in nextpnr_args()
     assert args[args.index("--lpf") + 1] == "fpga_top.lpf"
+    assert args[args.index("--freq") + 1] == "100"
+    relaxed = nextpnr_args(freq_mhz=62.5)
+    assert relaxed[relaxed.index("--freq") + 1] == "62.5"
+    with pytest.raises(ValueError, match="freq_mhz=0"):
+        nextpnr_args(freq_mhz=0)
 
 
 def test_fpga_lpf_puts_the_clock_on_a_clock_pin():
