@@ -511,10 +511,11 @@ def markdown(rows: list[dict]) -> str:
 
 
 #: MULT18X18D the design needs outside the array: the requantiser's 32 x 31-bit multiply takes
-#: four per column (measured: 96 in all on the 8x8, 64 of them the array's). The record checks
-#: and the compute engine's addresses used about 37 more until they became bit-serial products
-#: and running sums (docs/bench.md).
-NONARRAY_PER_COL = 4
+#: four per lane, and it has ``AccelConfig.post_lanes`` lanes (one per column unless
+#: ``requant_lanes`` shares fewer; measured: 96 in all on the 8x8, 64 of them the array's).
+#: The record checks and the compute engine's addresses used about 37 more until they became
+#: bit-serial products and running sums (docs/bench.md).
+NONARRAY_PER_LANE = 4
 
 
 def auto_dsp_rows(preset: str) -> int | None:
@@ -522,7 +523,7 @@ def auto_dsp_rows(preset: str) -> int | None:
     of array rows that still fit beside the non-array multipliers (the rest go to LUTs)."""
     cfg = PRESETS[preset]
     rows, cols = cfg.array_rows, cfg.array_cols
-    rest = NONARRAY_PER_COL * cols
+    rest = NONARRAY_PER_LANE * cfg.post_lanes
     if rows * cols + rest <= DEVICE["mult18"]:
         return None
     return max(0, (DEVICE["mult18"] - rest) // cols)

@@ -77,6 +77,12 @@ class AccelConfig:
     #: ``[dram_bytes, dram_bytes + local_buf_bytes)``: a layer whose C lies there writes it on
     #: chip, a layer whose B lies there reads it on chip; neither crosses a memory port.
     local_buf_bytes: int = 512 << 10
+    #: Requantiser lanes (hw.postproc.PostProc; four MULT18X18D each on an ECP5). 0: one lane
+    #: per array column, a post-processed row per cycle. Fewer lanes share their multipliers
+    #: over the row: a post-processed store then moves one accumulator row every
+    #: ``array_cols / requant_lanes`` cycles (:attr:`post_row_cycles`), which the cycle model
+    #: charges; a layer's compute usually hides it (docs/bench.md "FPGA").
+    requant_lanes: int = 0
 
     #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
     _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
@@ -101,6 +107,11 @@ class AccelConfig:
         for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
+        if self.requant_lanes != 0 and not (_is_pow2(self.requant_lanes)
+                                            and self.requant_lanes <= self.array_cols):
+            raise ConfigError(f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "
+                              f"power of two in [1, array_cols={self.array_cols}], not "
+                              f"{self.requant_lanes!r}")
         # rows of one B beat; the buffer lives above the DRAM in the device address space, and
         # its offsets must fit the engines' dram_addr_bits-wide addresses
         if not (_is_pow2(self.local_buf_bytes) and
@@ -225,6 +236,16 @@ class AccelConfig:
         return self.local_base <= lo and hi <= self.local_base + self.local_buf_bytes
 
     @property
+    def post_lanes(self) -> int:
+        """Requantiser lanes actually built: ``requant_lanes``, or ``array_cols`` for 0."""
+        return self.requant_lanes or self.array_cols
+
+    @property
+    def post_row_cycles(self) -> int:
+        """Cycles the requantiser spends on one accumulator row: ``array_cols / post_lanes``."""
+        return self.array_cols // self.post_lanes
+
+    @property
     def macs_per_cycle(self) -> int:
         """Peak multiply-accumulates per cycle (seed 000 ``hw_power``)."""
         return self.array_rows * self.array_cols
@@ -291,9 +312,12 @@ PRESETS: dict[str, AccelConfig] = {
     "default": AccelConfig(),
     # default's array and ports with on-chip memories an ECP5-85k's 208 block RAMs can hold
     # (default's 832 KiB cannot; docs/bench.md "FPGA"): 128 KiB scratchpad, 32 KiB accumulator,
-    # 64 KiB local buffer, small's table and parameter capacities.
+    # 64 KiB local buffer, small's table and parameter capacities, and a requantiser of 4
+    # shared lanes.
     "fpga": AccelConfig(
         buf_a_bytes=64 << 10, buf_b_bytes=64 << 10, acc_buf_bytes=32 << 10,
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
-        quant_entries=1024, local_buf_bytes=64 << 10),
+        quant_entries=1024, local_buf_bytes=64 << 10,
+        # 4 requantiser lanes (16 MULT18X18D, a row every 4 cycles) leave the DSPs to the array
+        requant_lanes=4),
 }

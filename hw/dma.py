@@ -153,7 +153,10 @@ class StoreEngine(wiring.Component):
     With ``p_post`` the rows go through the post-processor (bias, requantisation, zero point,
     clamp): row ``r`` is output channel ``ch0 + r``, whose bias / multiplier / shift the engine
     reads from the parameter memory (``q_ch``/``q_ren``; data on ``q_*`` one cycle later): one
-    beat ahead of the accumulator read, so that they enter the requantiser from a register. The post-processed path is :attr:`PostProc.latency` cycles longer.
+    beat ahead of the accumulator read, so that they enter the requantiser from a register. The
+    post-processed path is :meth:`PostProc.row_latency_of` cycles longer, and with shared
+    requantiser lanes (``AccelConfig.post_row_cycles`` > 1) its beats issue that many cycles
+    apart.
 
     Every byte strobe outside ``[win_lo, win_hi)`` is cleared at the port (the output window the
     layer declared; the sequencer's checks already keep the written range inside it, so this is
@@ -166,7 +169,7 @@ class StoreEngine(wiring.Component):
     ----------
     cfg : AccelConfig
         Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``,
-        ``quant_entries``.
+        ``quant_entries``, ``post_row_cycles``.
 
     Members
     -------
@@ -247,7 +250,13 @@ class StoreEngine(wiring.Component):
         out_addr = Signal(ab)
         out_strb = Signal(W)
         # stages 2..1+latency: the post-processor (only used with `post`)
-        lat = PostProc.latency
+        lat = PostProc.row_latency_of(cfg)
+        # With shared requantiser lanes a post-processed beat occupies the requantiser for
+        # `row_cycles` cycles: after each, `gap` holds the next one back that many cycles - 1.
+        P = cfg.post_row_cycles
+        gap = Signal(range(P), name="post_gap")
+        go = Signal()
+        m.d.comb += go.eq(issuing & ((gap == 0) | ~post) if P > 1 else issuing)
         d_valid = [Signal(name=f"pp_valid{i}") for i in range(lat)]
         d_addr = [Signal(ab, name=f"pp_addr{i}") for i in range(lat)]
         d_strb = [Signal(W, name=f"pp_strb{i}") for i in range(lat)]
@@ -314,7 +323,7 @@ class StoreEngine(wiring.Component):
             # beat's channel; each beat's read cycle reads the next beat's) and their words are
             # registered on the way in, so the requantiser's per-row inputs are registers.
             self.q_ren.eq(advance),
-            self.q_ch.eq(Mux(self.start, self.p_ch0, ch + (issuing & glast))),
+            self.q_ch.eq(Mux(self.start, self.p_ch0, ch + (go & glast))),
             pp.en.eq(advance),
             pp.i_valid.eq(out_valid & post),
             pp.i_data.eq(self.acc_rdata),
@@ -351,8 +360,10 @@ class StoreEngine(wiring.Component):
         guard = ~_byte_mask(below, W) & _byte_mask(above, W)
         step = Mux(int8 & post, cols, W)
         with m.If(advance):
-            m.d.sync += out_valid.eq(issuing)
-            with m.If(issuing):
+            m.d.sync += out_valid.eq(go)
+            if P > 1:
+                m.d.sync += gap.eq(Mux(go & post, P - 1, Mux(gap != 0, gap - 1, 0)))
+            with m.If(go):
                 m.d.sync += [
                     out_addr.eq(addr),
                     out_strb.eq(Mux(int8 & post, strb8, strb32) & guard),

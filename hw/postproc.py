@@ -12,7 +12,9 @@ _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 class PostProc(wiring.Component):
-    """Requantises one accumulator row (``array_cols`` int32 lanes) per cycle.
+    """Requantises accumulator rows (``array_cols`` int32 values each) in ``post_lanes`` lanes:
+    one row per cycle with a lane per column (the default), one row per ``post_row_cycles``
+    cycles when ``AccelConfig.requant_lanes`` shares fewer lanes over the row.
 
     Per lane, exactly :func:`hw.golden.requantize` (the parameters are the row's output
     channel's):
@@ -45,14 +47,19 @@ class PostProc(wiring.Component):
     9      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
     ====== =====================================================================================
 
-    Latency: :attr:`latency` cycles from ``i_valid`` to ``o_valid``. The pipeline advances only
-    in cycles where ``en`` is high (a stalled memory port holds it); parameters are sampled
-    with the row. :class:`hw.dma.StoreEngine` runs every post-processed store through it.
+    Latency: :attr:`row_latency` cycles from ``i_valid`` to ``o_valid``: :attr:`latency` with a
+    lane per column. With shared lanes (``row_cycles = array_cols / lanes > 1``) a row stays in
+    stage 1 for ``row_cycles`` cycles while its lane groups enter stage 2 one per cycle, and
+    stage 9 collects the groups into the output row, so the row leaves ``row_cycles - 1``
+    cycles later; rows must then arrive at least ``row_cycles`` ``en`` cycles apart. The
+    pipeline advances only in cycles where ``en`` is high (a stalled memory port holds it);
+    parameters are sampled with the row. :class:`hw.dma.StoreEngine` runs every post-processed
+    store through it.
 
     Parameters
     ----------
     cfg : AccelConfig
-        Uses ``array_cols``, ``acc_bits``.
+        Uses ``array_cols``, ``acc_bits``, ``post_lanes``.
 
     Members
     -------
@@ -63,11 +70,18 @@ class PostProc(wiring.Component):
     step 1's ``acc + bias`` per lane (the int32 output with a bias), aligned with ``o_data``
     """
 
+    #: Pipeline depth: cycles (with ``en``) from a row's first lane group at the input to its
+    #: output, with one lane per column; :attr:`row_latency` is a row's whole latency.
     latency = 9
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
         cols = cfg.array_cols
+        #: lanes built, and the cycles one row occupies them (``AccelConfig.post_row_cycles``)
+        self.lanes = cfg.post_lanes
+        self.row_cycles = cfg.post_row_cycles
+        #: ``en`` cycles from a row's ``i_valid`` to its ``o_valid``
+        self.row_latency = self.row_latency_of(cfg)
         super().__init__({
             "en": In(1),
             "i_valid": In(1),
@@ -83,29 +97,43 @@ class PostProc(wiring.Component):
             "o_sum": Out(cols * cfg.acc_bits),
         })
 
+    @classmethod
+    def row_latency_of(cls, cfg: AccelConfig) -> int:
+        """``en`` cycles from a row in to its output: :attr:`latency`, plus one per further
+        lane group when the lanes are shared (``row_cycles - 1``)."""
+        return cls.latency + cfg.post_row_cycles - 1
+
     def elaborate(self, platform):
         m = Module()
-        cols = self._cfg.array_cols
+        cols, lanes, P = self._cfg.array_cols, self.lanes, self.row_cycles
+        shared = P > 1
 
-        def reg(name, value, *, keep=False, data=True):
+        def reg(name, value, *, keep=False, data=True, load=None):
             """``value`` one pipeline stage later (``keep``: a deliberate duplicate, below;
             ``data``: no reset, as every stage but the valid bits: each is written before the
-            row it carries is used)."""
+            row it carries is used; ``load``: loaded only then, otherwise held)."""
             r = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {},
                        reset_less=data)
-            with m.If(self.en):
+            with m.If(self.en & (1 if load is None else load)):
                 m.d.sync += r.eq(value)
             return r
 
-        def delay(name, value, stages, *, data=True):
-            """``value`` registered ``stages`` times: ``[value, stage 1, .., stage n]``."""
+        def delay(name, value, stages, *, data=True, load=None):
+            """``value`` registered ``stages`` times: ``[value, stage 1, .., stage n]`` (the
+            first stage loaded only with ``load``)."""
             chain = [value]
             for s in range(stages):
-                chain.append(reg(f"{name}_s{s + 1}", chain[-1], data=data))
+                chain.append(reg(f"{name}_s{s + 1}", chain[-1], data=data,
+                                 load=load if s == 0 else None))
             return chain
 
+        # With shared lanes a row stays in stage 1 for its P cycles: the row's values and
+        # parameters are loaded with `i_valid` and held; the row register shifts one lane group
+        # down per cycle, so stage 2 always reads its lowest group (no multiplexer).
+        row_load = self.i_valid if shared else None
+
         # ---- per-row parameters (stage 0 inputs, then carried along)
-        valid = delay("valid", self.i_valid, self.latency, data=False)
+        valid = delay("valid", self.i_valid, self.row_latency, data=False)
         m.d.comb += self.o_valid.eq(valid[-1])
         left = Signal(5)
         right = Signal(5)
@@ -130,31 +158,43 @@ class PostProc(wiring.Component):
         # stage before the one that uses it: a single register driving every lane's shifters or
         # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
         # bench.fpga's synthesis script keeps them apart).
-        mult_d = delay("mult", self.i_mult, 1)
-        half_d = delay("half", half, 5)
-        half_neg_d = delay("half_neg", half_neg, 5)
-        right_d = delay("right", right, 6)
-        zp_d = delay("zp", self.i_zero_point, 7)
-        lo_d = delay("lo_rel", lo_rel, 7)
-        hi_d = delay("hi_rel", hi_rel, 7)
+        mult_d = delay("mult", self.i_mult, 1, load=row_load)
+        half_d = delay("half", half, 5, load=row_load)
+        half_neg_d = delay("half_neg", half_neg, 5, load=row_load)
+        right_d = delay("right", right, 6, load=row_load)
+        zp_d = delay("zp", self.i_zero_point, 7, load=row_load)
+        lo_d = delay("lo_rel", lo_rel, 7, load=row_load)
+        hi_d = delay("hi_rel", hi_rel, 7, load=row_load)
+
+        # 1: bias (wrapping), the row's lanes in positions 0 .. cols - 1
+        x1 = [Signal(signed(32), name=f"x1_{p}", reset_less=True) for p in range(cols)]
+        for p in range(cols):
+            acc = self.i_data[32 * p:32 * (p + 1)].as_signed()
+            with m.If(self.en):
+                if not shared:
+                    m.d.sync += x1[p].eq((acc + self.i_bias)[:32])
+                else:
+                    with m.If(self.i_valid):
+                        m.d.sync += x1[p].eq((acc + self.i_bias)[:32])
+                    if p + lanes < cols:
+                        with m.Else():
+                            m.d.sync += x1[p].eq(x1[p + lanes])
 
         out_lanes, sum_lanes = [], []
-        for j in range(cols):
-            acc = self.i_data[32 * j:32 * (j + 1)].as_signed()
-            # 1: bias (wrapping)
-            x1 = reg(f"x1_{j}", (acc + self.i_bias)[:32].as_signed())
-            sum_lanes.append(delay(f"sum{j}", x1, self.latency - 1)[-1])
-            left1 = reg(f"left1_{j}", left, keep=True)
-            x_max1 = reg(f"x_max1_{j}", x_max, keep=True)
+        for j in range(lanes):
+            x1j = x1[j]
+            sum_lanes.append(delay(f"sum{j}", x1j, self.latency - 1 - shared)[-1])
+            left1 = reg(f"left1_{j}", left, keep=True, load=row_load)
+            x_max1 = reg(f"x_max1_{j}", x_max, keep=True, load=row_load)
             # 2: saturating left shift. x_max = 2**(31 - left) - 1, so a non-negative x exceeds
             # it iff one of its bits 31 - left .. 30 is set, and a negative x is below ~x_max
             # = -2**(31 - left) iff one of those bits is clear: AND-OR trees, no compare chain.
             high = ~x_max1[:31]                       # bits 31 - left .. 30
-            sign = x1[31]
-            over = (x1[:31] & high).any()
-            under = (~x1[:31] & high).any()
+            sign = x1j[31]
+            over = (x1j[:31] & high).any()
+            under = (~x1j[:31] & high).any()
             x2 = reg(f"x2_{j}", Mux(~sign & over, _I32_MAX,
-                                    Mux(sign & under, _I32_MIN, (x1 << left1)[:32].as_signed())))
+                                    Mux(sign & under, _I32_MIN, (x1j << left1)[:32].as_signed())))
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
             # sign, not high's, can select the offset of stage 7
             neg = delay(f"neg{j}", x2[31], 4)
@@ -188,6 +228,17 @@ class PostProc(wiring.Component):
             hi8 = reg(f"hi8_{j}", hi_d[7], keep=True)
             zp8 = reg(f"zp8_{j}", zp_d[7], keep=True)
             q = Mux(s8 < lo8, lo8, Mux(s8 > hi8, hi8, s8[:9].as_signed()))
-            out_lanes.append(reg(f"out{j}", (q + zp8)[:8]))
+            out_lanes.append((q + zp8)[:8] if shared else reg(f"out{j}", (q + zp8)[:8]))
+        if shared:
+            # 9 (shared lanes): each lane group's results enter the top of the output row and
+            # move down one group per cycle: after the row's P groups it is whole, in order
+            out = [Signal(8, name=f"out{p}", reset_less=True) for p in range(cols)]
+            total = [Signal(32, name=f"sum{p}", reset_less=True) for p in range(cols)]
+            for p in range(cols):
+                src = p - (cols - lanes)
+                with m.If(self.en):
+                    m.d.sync += [out[p].eq(out_lanes[src] if src >= 0 else out[p + lanes]),
+                                 total[p].eq(sum_lanes[src] if src >= 0 else total[p + lanes])]
+            out_lanes, sum_lanes = out, total
         m.d.comb += [self.o_data.eq(Cat(*out_lanes)), self.o_sum.eq(Cat(*sum_lanes))]
         return m

@@ -73,11 +73,11 @@ def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
     if c_local:
         active = post is not None and post.active
         body = off_chip_bytes(predict_conv(d, tables, on_chip(cfg, c_local=True),
-                                           post_consts(consts) if active else consts),
+                                           post_consts(consts, cfg) if active else consts),
                               c_local=True)
         return with_post(body, d.m, post, cfg, consts)
     if post is not None and post.active:
-        body = predict_conv(d, tables, cfg, post_consts(consts))
+        body = predict_conv(d, tables, cfg, post_consts(consts, cfg))
         return with_post(body, d.m, post, cfg, consts)
     if d.b_mode != 1:
         raise ValueError(f"predict_conv needs a convolution descriptor (b_mode=1), not "

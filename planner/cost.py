@@ -76,6 +76,10 @@ class ModelConstants:
     #: Extra store latency of a post-processed layer (bias / int8 output): the requantiser's
     #: pipeline depth (hw.postproc.PostProc.latency).
     post_store_extra_cycles: int = 9
+    #: Cycles between store beats when nothing else limits them: 1, or on a post-processed
+    #: layer with shared requantiser lanes ``AccelConfig.post_row_cycles`` (:func:`post_consts`
+    #: sets it; not an RTL constant but the config's, carried here with the store's other terms).
+    store_beat_cycles: int = 1
     #: Control cycles per parameter array slot (issue + hand-over; one for a skipped array) and
     #: for leaving the parameter load, before the layer starts.
     param_ctrl_cycles: int = 2
@@ -122,10 +126,11 @@ def utilisation(m: int, k: int, n: int, cfg: AccelConfig, total_cycles: int) -> 
 
 
 def _port_cycles(beats: int, beat_bytes: int, bytes_per_cycle: int, latency: int,
-                 extra: int) -> int:
+                 extra: int, spacing: int = 1) -> int:
     if beats == 0:
         return 0
-    return -(-(beats - 1) * beat_bytes // bytes_per_cycle) + 1 + latency + extra
+    return (max(-(-(beats - 1) * beat_bytes // bytes_per_cycle), (beats - 1) * spacing)
+            + 1 + latency + extra)
 
 
 class _Timing:
@@ -144,7 +149,8 @@ class _Timing:
         self.b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle,
                   cfg.b_port_latency_cycles, k.load_extra_cycles)
         self.c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle,
-                  cfg.c_port_latency_cycles * k.store_waits_latency, k.store_extra_cycles)
+                  cfg.c_port_latency_cycles * k.store_waits_latency, k.store_extra_cycles,
+                  k.store_beat_cycles)
 
     def load_a(self, beats: int) -> int:
         return _port_cycles(beats, *self.a)
@@ -342,7 +348,7 @@ def predict(plan: "TilingPlan", cfg: AccelConfig,
                                              plan.partition_n, plan.partition_k, plan.outer_m,
                                              port_cfg, consts), b_local=b_local, c_local=c_local)
     body = predict_tiling(plan.m, plan.k, plan.n, plan.partition_m, plan.partition_n,
-                          plan.partition_k, plan.outer_m, port_cfg, post_consts(consts))
+                          plan.partition_k, plan.outer_m, port_cfg, post_consts(consts, cfg))
     body = off_chip_bytes(body, b_local=b_local, c_local=c_local)
     return with_post(body, plan.m, post, cfg, consts)
 
@@ -392,10 +398,13 @@ class PostLoad:
         return self.bias or self.requant
 
 
-def post_consts(consts: ModelConstants) -> ModelConstants:
-    """``consts`` with the requantiser's latency added to every store."""
+def post_consts(consts: ModelConstants, cfg: AccelConfig) -> ModelConstants:
+    """``consts`` with the requantiser on every store: its latency (one cycle more per further
+    lane group of a row, ``post_row_cycles - 1``) and its row rate (``store_beat_cycles``)."""
+    rows = cfg.post_row_cycles
     return dataclasses.replace(consts, store_extra_cycles=consts.store_extra_cycles
-                               + consts.post_store_extra_cycles)
+                               + consts.post_store_extra_cycles + rows - 1,
+                               store_beat_cycles=rows)
 
 
 def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,

@@ -4,7 +4,8 @@ shifts (left and right, the full ranges), zero point and clamp (NONE / RELU / RE
 a random legal tiling and ragged shapes; accumulators come from full-range int8 operands, with
 some cases scaled to saturate the left shift.
 
-Results (case parameters and counters) go to ``post_results.json`` for the launcher.
+Results (case parameters, counters and the cycle model's prediction) go to
+``post_results.json`` for the launcher.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hw.desc import ErrorCode
 from hw.golden import gemm_int8, requantize
 from hw.layouts import OutFormat, PostMode
 from hw.record import layer_record
+from planner.cost import DEFAULT_CONSTANTS, PostLoad, post_consts, predict_tiling, with_post
 
 from .cases import budget_cycles
 from .harness import Harness, a_image, b_image
@@ -120,7 +122,12 @@ async def post_processed_gemms_match_golden(dut):
         for r in range(m):
             written[64 + r * c_stride:64 + r * c_stride + elem * n] = True
         assert np.all(raw[~written] == FILL), f"{ctx}: bytes outside C written"
+        post = PostLoad(bias=c["bias"] is not None, requant=c["int8"])
+        consts = post_consts(DEFAULT_CONSTANTS, cfg) if post.active else DEFAULT_CONSTANTS
+        predicted = with_post(predict_tiling(m, k, n, d.partition_m, d.partition_n,
+                                             d.partition_k, d.outer_m, cfg, consts), m, post, cfg)
         records.append({"m": m, "k": k, "n": n, "int8": c["int8"],
+                        "predicted_cycles": predicted.total_cycles,
                         "bias": c["bias"] is not None, "mode": c["mode"].name,
                         "shift_min": int(c["shift"].min()), "shift_max": int(c["shift"].max()),
                         "outer_m": d.outer_m, "need_splitk": d.need_splitk,

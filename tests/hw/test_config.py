@@ -87,6 +87,9 @@ RANGE_CASES = [
     ("block_n", 0, "a multiple of 16 in [16, 65536]"),
     ("sync_bytes", 0, "in [1, 16777216]"),
     ("local_buf_bytes", 16, "a power of two in [32, 16777216]"),
+    ("requant_lanes", 3, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
+    ("requant_lanes", 32, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
+    ("requant_lanes", -1, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
     ("local_buf_bytes", 3 << 10, "a power of two in [32, 16777216]"),
     ("local_buf_bytes", 1 << 25, "a power of two in [32, 16777216]"),
     ("sync_bytes", (1 << 24) + 1, "in [1, 16777216]"),
@@ -319,14 +322,15 @@ def test_config_presets_sizes():
 
 
 def test_config_fpga_preset_is_default_with_smaller_memories():
-    """`fpga` keeps default's array, ports and latencies (same cycle model shape) and shrinks
-    only the on-chip memories, to a total an ECP5-85k's block RAM can hold."""
+    """`fpga` keeps default's array, ports and latencies and shrinks the on-chip memories, to a
+    total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (16 MULT18X18D)."""
     d, f = PRESETS["default"], PRESETS["fpga"]
     memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
                 "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
     for field in FIELDS:
-        if field not in memories:
+        if field not in (*memories, "requant_lanes"):
             assert getattr(f, field) == getattr(d, field), field
+    assert (d.post_lanes, f.post_lanes, f.post_row_cycles) == (16, 4, 4)
     assert all(getattr(f, m) < getattr(d, m) for m in memories)
     assert f.buf_a_bytes + f.buf_b_bytes + f.acc_buf_bytes + f.local_buf_bytes == 224 << 10
 

@@ -21,6 +21,25 @@ def test_model_post_latency_equals_postproc_latency():
     assert K.post_store_extra_cycles == PostProc.latency
 
 
+@pytest.mark.parametrize("preset, lanes", [("tiny", 0), ("tiny", 1), ("small", 2),
+                                           ("default", 4), ("fpga", 0)])
+def test_model_post_store_follows_the_requantiser_lanes(preset, lanes):
+    """post_consts charges the requantiser's whole row latency and its row rate."""
+    import dataclasses
+
+    from hw.postproc import PostProc
+    from planner.cost import _port_cycles, post_consts
+
+    cfg = dataclasses.replace(PRESETS[preset], requant_lanes=lanes)
+    post = post_consts(K, cfg)
+    assert post.store_extra_cycles - K.store_extra_cycles == PostProc.row_latency_of(cfg)
+    assert post.store_beat_cycles == cfg.post_row_cycles == PostProc(cfg).row_cycles
+    # beats a requantiser row apart unless the port is slower
+    beat, bw = cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle
+    assert _port_cycles(5, beat, bw, 0, 0, post.store_beat_cycles) == \
+        max(4 * cfg.post_row_cycles, -(-4 * beat // bw)) + 1
+
+
 def test_model_start_and_dry_run_follow_the_checker_latency():
     from hw.checker import RecordChecker
 

@@ -1,5 +1,7 @@
 """PostProc (Amaranth simulator) against hw.golden.requantize, row by row, with stalls."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,9 +26,17 @@ def _unpack_int8(word, count):
             for i in range(count)]
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small"])
-def test_postproc_matches_golden_with_stalls(preset, tmp_path):
-    cfg = PRESETS[preset]
+#: (preset, requant_lanes): a lane per column (0), and lanes shared over the row
+CONFIGS = [("tiny", 0), ("small", 0), ("tiny", 1), ("small", 2), ("small", 4)]
+
+
+def _cfg(preset, lanes):
+    return dataclasses.replace(PRESETS[preset], requant_lanes=lanes)
+
+
+@pytest.mark.parametrize("preset, lanes", CONFIGS)
+def test_postproc_matches_golden_with_stalls(preset, lanes, tmp_path):
+    cfg = _cfg(preset, lanes)
     C = cfg.array_cols
     rng = np.random.default_rng(7)
     rows = 64
@@ -52,9 +62,9 @@ def test_postproc_matches_golden_with_stalls(preset, tmp_path):
 
 
 def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
-    """Runs the rows through PostProc with the ``en`` pattern ``stall`` (repeated); compares the
-    int8 output and the int32 ``acc + bias`` with the golden model, and, in a stall-free run,
-    the latency."""
+    """Runs the rows through PostProc with the ``en`` pattern ``stall`` (repeated), a row every
+    ``row_cycles`` enabled cycles (the fastest it takes them); compares the int8 output and the
+    int32 ``acc + bias`` with the golden model, and, in a stall-free run, the latency."""
     C = cfg.array_cols
     rows = len(acc)
     want = np.stack([requantize(acc[i:i + 1], multiplier=int(mult[i]), shift=int(shift[i]),
@@ -63,14 +73,17 @@ def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
     want_sum = (acc.astype(np.int64) + np.asarray(bias, dtype=np.int64)[:, None]
                 + (1 << 31)) % (1 << 32) - (1 << 31)
     dut = PostProc(cfg)
+    P = dut.row_cycles
+    assert P == cfg.array_cols // (cfg.requant_lanes or cfg.array_cols)
+    assert dut.row_latency == PostProc.latency + P - 1
     got, got_sum, first_out = [], [], []
 
     async def bench(ctx):
-        i = cycle = 0
-        while len(got) < rows and cycle < 10 * rows + 2 * dut.latency:
+        i = cycle = phase = 0
+        while len(got) < rows and cycle < 10 * P * rows + 2 * dut.row_latency:
             en = stall[cycle % len(stall)]
             ctx.set(dut.en, en)
-            if i < rows:
+            if i < rows and phase == 0:
                 for port, value in ((dut.i_valid, 1), (dut.i_data, _pack(acc[i], 32)),
                                     (dut.i_bias, int(bias[i])), (dut.i_mult, int(mult[i])),
                                     (dut.i_shift, int(shift[i])),
@@ -87,7 +100,8 @@ def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
                 first_out.append(cycle)
             await ctx.tick()
             if en and i < rows:
-                i += 1
+                phase = (phase + 1) % P
+                i += phase == 0
             cycle += 1
 
     run_sim(dut, bench, tmp_path=tmp_path, name="postproc")
@@ -95,15 +109,16 @@ def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
     assert np.array_equal(np.array(got, dtype=np.int64), want.astype(np.int64))
     assert np.array_equal(np.array(got_sum, dtype=np.int64), want_sum)
     if all(stall):
-        assert first_out[0] == dut.latency
+        assert first_out[0] == dut.row_latency
+        assert np.array_equal(np.diff(first_out), np.full(rows - 1, P))
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small"])
-def test_postproc_every_shift_and_extreme_multiplier(preset, tmp_path):
+@pytest.mark.parametrize("preset, lanes", CONFIGS)
+def test_postproc_every_shift_and_extreme_multiplier(preset, lanes, tmp_path):
     """Every shift -31..31 with the multiplier's extremes and a tie (2**30), on accumulators
     at the int32 limits and at the saturation edges of each left shift, without stalls
     (latency checked)."""
-    cfg = PRESETS[preset]
+    cfg = _cfg(preset, lanes)
     C = cfg.array_cols
     rng = np.random.default_rng(11)
     cases = [(s, mu) for s in range(-31, 32)

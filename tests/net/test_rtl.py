@@ -1,6 +1,8 @@
 """Whole networks on the RTL, one simulation per network (planner.net.execute -> tb.net_run):
 bit-exact against the golden device, close to onnxruntime on the same quantised model."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,9 @@ def needs(sim: str):
 
 
 def _run_both(q, preset, feeds, tmp_path):
-    net = compile_network(lower(import_onnx(q)), PRESETS[preset], qmodel=q)
+    """``preset``: a preset name or an AccelConfig."""
+    cfg = PRESETS[preset] if isinstance(preset, str) else preset
+    net = compile_network(lower(import_onnx(q)), cfg, qmodel=q)
     rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path)
     gold = run_network(net, feeds, sim="golden")
     exact = compare_outputs(rtl.outputs, gold.outputs)
@@ -60,6 +64,29 @@ def test_small_cnn_on_rtl_bit_exact_and_close_to_onnxruntime(tmp_path):
     # one image run per segment; the network's cycles are the sum of the image runs
     assert rtl.total_cycles == sum(s["run_counters"]["total_cycles"] for s in rtl.steps
                                    if "run_counters" in s)
+
+
+@pytest.mark.rtl
+def test_small_cnn_with_shared_requantiser_lanes_on_rtl(tmp_path):
+    """``requant_lanes=2`` on ``small``: each post-processed row takes 4 cycles in 2 lanes.
+    Bit-exact; every layer costs the RTL exactly as many cycles more than with a lane per
+    column as the model says, and the FC layer's cycles equal the model's."""
+    needs("verilator")
+    model = fold_batchnorm(load_model(small_cnn()))
+    q = quantize_qdq(model, samples=4, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    runs = {}
+    for lanes in (0, 2):
+        cfg = dataclasses.replace(PRESETS["small"], requant_lanes=lanes)
+        net, rtl, _ = _run_both(q, cfg, feeds, tmp_path / f"lanes{lanes}")
+        runs[lanes] = {r["layer"]: r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"}
+    assert net.cfg.post_row_cycles == 4
+    for name, shared in runs[2].items():
+        full = runs[0][name]
+        assert shared["cycles"] > full["cycles"], name
+        assert (shared["cycles"] - full["cycles"]
+                == shared["predicted_cycles"] - full["predicted_cycles"]), name
+    assert runs[2]["fc"]["cycles"] == runs[2]["fc"]["predicted_cycles"]
 
 
 @pytest.mark.rtl
