@@ -511,11 +511,11 @@ def markdown(rows: list[dict]) -> str:
 
 
 #: MULT18X18D the design needs outside the array: the requantiser's 32 x 31-bit multiply takes
-#: four per lane, and it has ``AccelConfig.post_lanes`` lanes (one per column unless
-#: ``requant_lanes`` shares fewer; measured: 96 in all on the 8x8, 64 of them the array's).
-#: The record checks and the compute engine's addresses used about 37 more until they became
-#: bit-serial products and running sums (docs/bench.md).
-NONARRAY_PER_LANE = 4
+#: three per lane (Karatsuba; four before), and it has ``AccelConfig.post_lanes`` lanes (one per
+#: column unless ``requant_lanes`` shares fewer). The record checks and the compute engine's
+#: addresses used about 37 more until they became bit-serial products and running sums
+#: (docs/bench.md).
+NONARRAY_PER_LANE = 3
 
 
 def auto_dsp_rows(preset: str) -> int | None:

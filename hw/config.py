@@ -77,7 +77,7 @@ class AccelConfig:
     #: ``[dram_bytes, dram_bytes + local_buf_bytes)``: a layer whose C lies there writes it on
     #: chip, a layer whose B lies there reads it on chip; neither crosses a memory port.
     local_buf_bytes: int = 512 << 10
-    #: Requantiser lanes (hw.postproc.PostProc; four MULT18X18D each on an ECP5). 0: one lane
+    #: Requantiser lanes (hw.postproc.PostProc; three MULT18X18D each on an ECP5). 0: one lane
     #: per array column, a post-processed row per cycle. Fewer lanes share their multipliers
     #: over the row: a post-processed store then moves one accumulator row every
     #: ``array_cols / requant_lanes`` cycles (:attr:`post_row_cycles`), which the cycle model
@@ -318,6 +318,6 @@ PRESETS: dict[str, AccelConfig] = {
         buf_a_bytes=64 << 10, buf_b_bytes=64 << 10, acc_buf_bytes=32 << 10,
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
         quant_entries=1024, local_buf_bytes=64 << 10,
-        # 4 requantiser lanes (16 MULT18X18D, a row every 4 cycles) leave the DSPs to the array
+        # 4 requantiser lanes (12 MULT18X18D, a row every 4 cycles) leave the DSPs to the array
         requant_lanes=4),
 }

@@ -33,11 +33,12 @@ class PostProc(wiring.Component):
     1      ``x = acc + bias``
     2      saturating ``x << left``: the bits at and above ``31 - left`` against ``x``'s sign
            (the compare with ``(2**31 - 1) >> left`` as an AND-OR tree), shift, select
-    3      each multiplier's own copy of its two operands (no logic: on an FPGA the copies sit
-           beside the multiplier, so neither the lane's logic nor the product's sums have to
-           reach a DSP block within one cycle of work)
-    4      four 18 x 18 partial products of ``x * mult`` (one MULT18X18D each on ECP5)
-    5      two partial sums
+    3      each multiplier's own copy of its two operands (on an FPGA the copies sit beside the
+           multiplier, so neither the lane's logic nor the product's sums have to reach a DSP
+           block within one cycle of work), one of them ``xl - xh``
+    4      three 18 x 18 products of ``x * mult`` in Karatsuba's form (one MULT18X18D each on
+           ECP5): ``xl*ml``, ``xh*mh`` and ``(xl - xh)*(mh - ml)`` of the 16-bit halves
+    5      the cross term ``xl*mh + xh*ml``, the three products' sum (carry-save, one chain)
     6      the 64-bit product
     7      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
            ``floor((p + 2**30) / 2**31)`` (the same as gemmlowp's nudge and truncation), and
@@ -159,6 +160,9 @@ class PostProc(wiring.Component):
         # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
         # bench.fpga's synthesis script keeps them apart).
         mult_d = delay("mult", self.i_mult, 1, load=row_load)
+        md = Signal(signed(18))                 # mh - ml of the multiplier's 16-bit halves
+        m.d.comb += md.eq(self.i_mult[16:] - self.i_mult[:16])
+        md_d = delay("md", md, 1, load=row_load)
         half_d = delay("half", half, 5, load=row_load)
         half_neg_d = delay("half_neg", half_neg, 5, load=row_load)
         right_d = delay("right", right, 6, load=row_load)
@@ -198,22 +202,33 @@ class PostProc(wiring.Component):
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
             # sign, not high's, can select the offset of stage 7
             neg = delay(f"neg{j}", x2[31], 4)
-            # 3: operand copies, one pair per partial product, x = xh * 2**17 + xl, mult = mh *
-            # 2**17 + ml (the low halves unsigned, zero-extended to 18 signed bits)
-            xl, xh = Cat(x2[:17], Const(0, 1)).as_signed(), x2[17:].as_signed()
+            # 3: operand copies, one pair per product (Karatsuba's three): x = xh * 2**16 + xl,
+            # mult = mh * 2**16 + ml (the low halves unsigned); xl - xh and mh - ml (per row,
+            # from stage 0) fit 18 signed bits, so each product is one 18 x 18 multiplier
+            xl = Cat(x2[:16], Const(0, 2)).as_signed()
+            xh = x2[16:].as_signed()
             mult2 = reg(f"mult2_{j}", mult_d[1], keep=True)
-            ml, mh = Cat(mult2[:17], Const(0, 1)).as_signed(), \
-                Cat(mult2[17:], Const(0, 1)).as_signed()
+            md2 = reg(f"md2_{j}", md_d[1], keep=True)
+            ml = Cat(mult2[:16], Const(0, 2)).as_signed()
+            mh = Cat(mult2[16:], Const(0, 3)).as_signed()
             ops = {name: (reg(f"{name}_x{j}", a, keep=True), reg(f"{name}_m{j}", b, keep=True))
-                   for name, a, b in (("ll", xl, ml), ("lh", xl, mh), ("hl", xh, ml),
-                                      ("hh", xh, mh))}
-            # 4: partial products
-            ll, lh, hl, hh = (reg(f"{name}{j}", a * b) for name, (a, b) in ops.items())
-            # 5, 6: the product p = x * mult = ll + (lh + hl) * 2**17 + hh * 2**34
-            # (the low 17 bits of each partial sum pass through: no carry chain for them)
-            lo5 = reg(f"lo5_{j}", Cat(ll[:17], ll[17:] + lh).as_signed())
-            hi5 = reg(f"hi5_{j}", Cat(hl[:17], (hl[17:].as_signed() + hh)[:30]).as_signed())
-            p6 = reg(f"p6_{j}", Cat(lo5[:17], (lo5[17:] + hi5)[:47]).as_signed())
+                   for name, a, b in (("ll", xl, ml), ("hh", xh, mh),
+                                      ("dd", (xl - xh)[:18].as_signed(), md2))}
+            # 4: products ll = xl*ml, hh = xh*mh, dd = (xl - xh)*(mh - ml)
+            ll, hh, dd = (reg(f"{name}{j}", a * b) for name, (a, b) in ops.items())
+            # 5: the cross term xl*mh + xh*ml = dd + ll + hh, as a carry-save add (one LUT
+            # level) into one carry chain
+            terms = [Signal(signed(36), name=f"{name}e{j}") for name in ("ll", "hh", "dd")]
+            m.d.comb += [t.eq(v) for t, v in zip(terms, (ll, hh, dd))]
+            ta, tb, tc = terms
+            carries = Cat(Const(0, 1), ((ta & tb) | (ta & tc) | (tb & tc))[:35]).as_signed()
+            cross5 = reg(f"cross5_{j}", ((ta ^ tb ^ tc).as_signed() + carries)[:36].as_signed())
+            ll5 = reg(f"ll5_{j}", ll[:32])
+            hh5 = reg(f"hh5_{j}", hh[:32].as_signed())
+            # 6: the product p = x * mult = ll + cross * 2**16 + hh * 2**32: ll (unsigned, 32
+            # bits) and hh * 2**32 do not overlap, so one add (ll's low 16 bits pass through)
+            p6 = reg(f"p6_{j}", Cat(ll5[:16], (Cat(ll5[16:], hh5).as_signed()
+                                               + cross5)[:48]).as_signed())
             # 7: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
             half6 = reg(f"half6_{j}", half_d[5], keep=True)

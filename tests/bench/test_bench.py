@@ -255,9 +255,9 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert variant_name(dsp_rows=2) == "dsprows2"
     with pytest.raises(ValueError):
         variant_name(nodsp=True, dsp_rows=2)
-    assert auto_dsp_rows("small") is None        # 64 + 4 * 8 <= 156: all on MULT18X18D
+    assert auto_dsp_rows("small") is None        # 64 + 3 * 8 <= 156: all on MULT18X18D
     assert auto_dsp_rows("default") is not None  # 256 array multipliers alone exceed 156
-    assert auto_dsp_rows("fpga") == 8            # (156 - 4 * 4 lanes) // 16 rows on MULT18X18D
+    assert auto_dsp_rows("fpga") == 9            # (156 - 3 * 4 lanes) // 16 rows on MULT18X18D
     args = nextpnr_args(route=False)
     assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
     assert "--no-route" not in nextpnr_args()

@@ -323,7 +323,7 @@ def test_config_presets_sizes():
 
 def test_config_fpga_preset_is_default_with_smaller_memories():
     """`fpga` keeps default's array, ports and latencies and shrinks the on-chip memories, to a
-    total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (16 MULT18X18D)."""
+    total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (12 MULT18X18D)."""
     d, f = PRESETS["default"], PRESETS["fpga"]
     memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
                 "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
