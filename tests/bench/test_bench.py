@@ -274,6 +274,8 @@ def test_fpga_lpf_puts_the_clock_on_a_clock_pin():
     text = lpf()
     assert f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";' in text
     assert f'FREQUENCY PORT "clk" {FREQ_MHZ} MHZ;' in text
+    # nextpnr takes the LPF's frequency over --freq: a relaxed target must reach the file
+    assert 'FREQUENCY PORT "clk" 62.5 MHZ;' in lpf(62.5)
 
 
 def test_fpga_nextpnr_log_parser_splits_placement_and_routing():
