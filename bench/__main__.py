@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.shapes import ConvShape, GemmShape
 from planner.workload import load_workload
 

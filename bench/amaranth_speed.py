@@ -22,10 +22,10 @@ def measure_amaranth(preset: str, gemm: str, max_cycles: int) -> dict:
     from amaranth.sim import Simulator
 
     import planner
-    from hw.config import PRESETS
-    from hw.record import layer_record
-    from hw.layouts import LAYER_WORDS
-    from hw.regmap import CTRL_BITS, REG, record_register
+    from spec.config import PRESETS
+    from spec.record import layer_record
+    from spec.layouts import LAYER_WORDS
+    from spec.regmap import CTRL_BITS, REG, record_register
     from hw.top import AccelTop
     from planner.shapes import GemmShape
     from planner.tiling import TILING_FIELDS

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from hw.build import emit
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.shapes import ConvShape
 from planner.workload import load_workload
 from tb.tools import build, missing_tool

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hw.config import PRESETS  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 from planner.offsets import compile_tables  # noqa: E402
 from planner.shapes import ConvShape  # noqa: E402
 from planner.workload import load_workload  # noqa: E402

@@ -41,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
            "DEVICE", "run_preset", "collect", "overflow"]

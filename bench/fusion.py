@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.fusion import intermediate_bytes, plan_fusion
 from tb.fusion import CHAINS, random_data, run_chain
 

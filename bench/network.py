@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from hw.config import AccelConfig
-from hw.regmap import COUNTERS
+from spec.config import AccelConfig
+from spec.regmap import COUNTERS
 from planner.shapes import ConvShape, GemmShape
 from planner.workload import Workload
 
@@ -22,7 +22,7 @@ from .roofline import roofline
 __all__ = ["BenchLayer", "distinct_layers", "run_on_rtl", "layer_record", "network_totals",
            "STALLS"]
 
-#: Stall categories of the RTL counters (``hw.layouts.COUNTERS``), in report order.
+#: Stall categories of the RTL counters (``spec.layouts.COUNTERS``), in report order.
 STALLS = ("stall_load_a_cycles", "stall_load_b_cycles", "stall_store_cycles",
           "stall_drain_cycles", "stall_ctrl_cycles")
 

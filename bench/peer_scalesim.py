@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.shapes import ConvShape, GemmShape
 
 __all__ = ["VENV", "CACHE", "SCALESIM_REQUIREMENTS", "MODES", "DATAFLOWS", "ensure_venv",

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hw.config import PRESETS  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 import planner  # noqa: E402
 from planner import cost  # noqa: E402
 from planner.workload import layer_gemm  # noqa: E402

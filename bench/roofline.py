@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.shapes import ConvShape, GemmShape
 
 __all__ = ["PORTS", "Bound", "compulsory_bytes", "bound", "roofline"]

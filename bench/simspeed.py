@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from hw.build import emit
-from hw.config import PRESETS
+from spec.config import PRESETS
 from tb.tools import build, missing_tool
 
 RESULTS = Path(__file__).resolve().parent / "results"

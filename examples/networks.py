@@ -2,7 +2,7 @@
 
 Weights, biases and inputs are seeded random int8 / int32; the requantisation scales are chosen
 so activations use the int8 range. :class:`Network` carries the image, what to load into device
-memory, what to read back and the golden (numpy, :mod:`hw.golden`) value of every buffer read.
+memory, what to read back and the golden (numpy, :mod:`spec.golden`) value of every buffer read.
 
 * **CNN** (``build_cnn``): input 3x16x16; four 3x3 convolutions with padding 1 and strides 1, 2,
   1, 2 (3->8->16->16->32 channels), each requantised with ReLU; a fully connected head
@@ -20,9 +20,9 @@ import dataclasses
 import numpy as np
 
 from firmware.builder import BuiltLayer, ImageBuilder, Requant
-from hw.config import AccelConfig
-from hw.golden import conv2d_int8, gemm_int8, requantize
-from hw.layouts import OpKind, PostMode
+from spec.config import AccelConfig
+from spec.golden import conv2d_int8, gemm_int8, requantize
+from spec.layouts import OpKind, PostMode
 from planner.layout import padded_bytes, padded_dims, to_padded
 from planner.requant import quantize_multiplier
 from planner.shapes import ConvShape

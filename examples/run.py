@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import PRESETS, AccelConfig
+from spec.config import PRESETS, AccelConfig
 
 from .networks import NETWORKS, Network, budget_cycles
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hw.config import PRESETS, AccelConfig, ConfigError
+from spec.config import PRESETS, AccelConfig, ConfigError
 
 from .image import inspect, validate
 

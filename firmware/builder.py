@@ -20,7 +20,7 @@ Tensor layouts (what the layers read and write):
   re-layout either.
 
 Every layer is planned by :mod:`planner` (``strategy``), and every record passes
-:func:`hw.record.check_record` before the image is sealed.
+:func:`spec.record.check_record` before the image is sealed.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import dataclasses
 
 import numpy as np
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor
-from hw.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
-from hw.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor
+from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
+from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
 from planner.cost import PostLoad, on_chip
 
@@ -136,7 +136,7 @@ class ImageBuilder:
     def buffer(self, name: str, nbytes: int) -> int:
         """Allocate ``nbytes`` in the data region (64-byte aligned) and return the address.
         Buffers are a C beat apart: the beat-rounded ranges the ports may address around a
-        tensor (``hw.desc.tensor_extents``) never reach the next buffer."""
+        tensor (``spec.desc.tensor_extents``) never reach the next buffer."""
         if name in self.buffers:
             raise ValueError(f"buffer {name!r} already exists")
         if type(nbytes) is not int or nbytes <= 0:

@@ -2,9 +2,9 @@
 
 :func:`run_image` takes device memory (a bytearray) and an image address and does what an image
 run does, in the same order, from the same rules: the header checks
-(:func:`hw.record.check_header`), the CRC, the check pass (:func:`hw.record.check_record` on
+(:func:`spec.record.check_header`), the CRC, the check pass (:func:`spec.record.check_record` on
 every record, parameters included), then each layer: A and B read from memory (B through the
-convolution tables for CONV layers), ``hw.golden`` arithmetic (int32 wrapping accumulation,
+convolution tables for CONV layers), ``spec.golden`` arithmetic (int32 wrapping accumulation,
 bias, requantisation), C written row by row, and the statistics record (its ``layer_index``
 word; the counter words are cycle counts this model does not know, written as 0 and listed in
 :attr:`EmulationResult.counter_words` so comparisons can skip them).
@@ -23,12 +23,12 @@ import zlib
 
 import numpy as np
 
-from hw.config import AccelConfig
-from hw.desc import DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
-from hw.golden import gemm_int8, requantize
-from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
+from spec.config import AccelConfig
+from spec.desc import DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
+from spec.golden import gemm_int8, requantize
+from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
                         OutFormat)
-from hw.record import (LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32)
+from spec.record import (LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32)
 
 __all__ = ["EmulationResult", "run_image"]
 

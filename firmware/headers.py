@@ -5,7 +5,7 @@ codes) and :func:`image_header` gives ``accel_image.h`` (firmware image constant
 record and image header structs, the enums a record carries). Both are pure functions of the
 config: the text is deterministic, so emitting twice is byte-identical. ``hw.build.emit`` writes
 them next to ``regs.json``; no number in them is typed here except the CTRL/STATUS bit positions
-below, which mirror the register docs of :data:`hw.regmap.REGISTERS`.
+below, which mirror the register docs of :data:`spec.regmap.REGISTERS`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from hw.config import FORMAT_VERSION, AccelConfig
-from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode
-from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+from spec.config import FORMAT_VERSION, AccelConfig
+from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, STATS_BYTES, STATS_WORDS, OpKind, OutFormat, PostMode,
                         SectionKind)
-from hw.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REGISTERS, STATUS_BITS
+from spec.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REGISTERS, STATUS_BITS
 
-# CTRL_BITS / STATUS_BITS are re-exported from hw.regmap, their one source (hw.top reads them).
+# CTRL_BITS / STATUS_BITS are re-exported from spec.regmap, their one source (hw.top reads them).
 __all__ = ["regs_header", "image_header", "HEADERS", "CTRL_BITS", "STATUS_BITS"]
 
 
@@ -57,9 +57,9 @@ def regs_header(cfg: AccelConfig) -> str:
     """Text of ``accel_regs.h``: configuration, register offsets, status bits, error codes.
 
     Macros: ``ACCEL_CONFIG_ID``, ``ACCEL_FORMAT_VERSION``, ``ACCEL_CFG_<FIELD>`` for every
-    :class:`~hw.config.AccelConfig` field, ``ACCEL_LOCAL_BASE``, ``ACCEL_REG_<NAME>`` (byte offset) and
+    :class:`~spec.config.AccelConfig` field, ``ACCEL_LOCAL_BASE``, ``ACCEL_REG_<NAME>`` (byte offset) and
     ``ACCEL_REG_<NAME>_WORD`` (word offset) for every register, ``ACCEL_CTRL_<BIT>``,
-    ``ACCEL_STATUS_<BIT>`` masks, ``ACCEL_ERR_<NAME>`` for every :class:`~hw.desc.ErrorCode`,
+    ``ACCEL_STATUS_<BIT>`` masks, ``ACCEL_ERR_<NAME>`` for every :class:`~spec.desc.ErrorCode`,
     ``ACCEL_DESC_WORDS``, ``ACCEL_COUNTER_COUNT``, ``ACCEL_REG_COUNT``, ``ACCEL_CSR_ADDR_BITS``,
     ``ACCEL_MAX_DIM``; inline ``accel_write`` / ``accel_read`` on a ``volatile uint32_t *`` base.
     """
@@ -142,9 +142,9 @@ def image_header(cfg: AccelConfig) -> str:
     Macros: ``ACCEL_IMAGE_MAGIC``, ``ACCEL_IMAGE_FORMAT_VERSION``, ``ACCEL_IMAGE_CONFIG_ID``,
     ``ACCEL_IMAGE_HEADER_WORDS``, ``ACCEL_LAYER_RECORD_WORDS``, ``ACCEL_LAYER_DESC_WORDS``,
     ``ACCEL_OP_*``, ``ACCEL_POST_*``, ``ACCEL_OUT_*``, ``ACCEL_SECTION_*``. Types:
-    ``accel_image_header_t`` (members in :data:`~hw.layouts.HEADER_WORDS` order) and
-    ``accel_layer_t`` (members in :data:`~hw.layouts.LAYER_WORDS` order) and
-    ``accel_layer_stats_t`` (:data:`~hw.layouts.STATS_WORDS`), each padded to its
+    ``accel_image_header_t`` (members in :data:`~spec.layouts.HEADER_WORDS` order) and
+    ``accel_layer_t`` (members in :data:`~spec.layouts.LAYER_WORDS` order) and
+    ``accel_layer_stats_t`` (:data:`~spec.layouts.STATS_WORDS`), each padded to its
     word count with a reserved array, with ``_Static_assert`` on size and every offset.
     """
     guard = "TESSERA_ACCEL_IMAGE_H"

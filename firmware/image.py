@@ -1,11 +1,11 @@
 """Firmware image format v1: encoder, decoder, validator and a readable dump.
 
 An image is what the host places in device memory at ``base_addr`` and points the sequencer at:
-a 16-word header (:data:`hw.layouts.HEADER_WORDS`), then the sections in :class:`SectionKind`
+a 16-word header (:data:`spec.layouts.HEADER_WORDS`), then the sections in :class:`SectionKind`
 order, each starting on a :data:`SECTION_ALIGN_BYTES` boundary:
 
 * ``LAYERS``: ``layer_count`` records of :data:`LAYER_RECORD_WORDS` words
-  (:data:`hw.layouts.LAYER_WORDS`), generated from :attr:`Image.layers`;
+  (:data:`spec.layouts.LAYER_WORDS`), generated from :attr:`Image.layers`;
 * ``TABLES``, ``QUANT``, ``WEIGHTS``: opaque blobs (convolution tables; bias, multiplier and
   shift arrays; k-major weights). Their device address is ``base_addr + section offset``; layer
   records hold absolute device addresses into them.
@@ -22,11 +22,11 @@ import dataclasses
 import struct
 import zlib
 
-from hw.config import FORMAT_VERSION, AccelConfig
-from hw.desc import DESC_FIELDS, GemmDescriptor, check, groups_n
-from hw.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record,
+from spec.config import FORMAT_VERSION, AccelConfig
+from spec.desc import DESC_FIELDS, GemmDescriptor, check, groups_n
+from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record,
                        written_range)
-from hw.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 
 __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "inspect", "reseal",
@@ -60,7 +60,7 @@ class Layer:
 
     Addresses are absolute device byte addresses. ``out_window_lo``/``out_window_hi`` bound the
     only bytes the layer may write: ``[lo, hi)``; an image run also writes the layer's
-    statistics record (:data:`hw.layouts.STATS_BYTES` bytes) at ``stats_addr``.
+    statistics record (:data:`spec.layouts.STATS_BYTES` bytes) at ``stats_addr``.
     """
 
     op_kind: OpKind
@@ -296,7 +296,7 @@ def decode(blob: bytes) -> Image:
 def _written_range(d: GemmDescriptor, out_format: int, cfg: AccelConfig) -> tuple[int, int]:
     """[first, last+1) bytes the layer writes: m rows of n elements at c_stride.
 
-    (hw.desc.tensor_extents rounds rows up to whole beats for the *addressed* range; strobes
+    (spec.desc.tensor_extents rounds rows up to whole beats for the *addressed* range; strobes
     clear the excess, so the written bytes are exactly these.)"""
     elem = cfg.operand_bytes if out_format == OutFormat.INT8 else cfg.acc_bytes
     return d.c_addr, d.c_addr + (d.m - 1) * d.c_stride + elem * d.n
@@ -398,7 +398,7 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[s
         at = addr - image_range[0]          # check_record only asks for arrays in the image
         return list(struct.unpack_from(f"<{count}I", blob, at))
 
-    # the hardware's rules, in its priority order (hw.record.check_record)
+    # the hardware's rules, in its priority order (spec.record.check_record)
     out += [f"{code.name}: {msg}" for code, msg in
             check_record(words, cfg, image=image_range, read_words=read_words)]
     for word, value in sorted(rec["_reserved"].items()):
@@ -451,7 +451,7 @@ def inspect(blob: bytes, cfg: AccelConfig | None = None) -> str:
     B / C addresses and windows in the local buffer (a fused intermediate, docs/fusion.md) are
     marked; ``cfg`` gives its address, by default the preset whose ``config_id`` the image
     carries (none: not marked)."""
-    from hw.config import PRESETS
+    from spec.config import PRESETS
 
     blob = bytes(blob)
     if len(blob) < HEADER_BYTES:
@@ -507,7 +507,7 @@ def inspect(blob: bytes, cfg: AccelConfig | None = None) -> str:
 
 _HEADER_DOC = {
     "magic": f"`{IMAGE_MAGIC:#010x}`, the bytes `TSRA`",
-    "format_version": "`hw.config.FORMAT_VERSION` the image was written for",
+    "format_version": "`spec.config.FORMAT_VERSION` the image was written for",
     "config_id": "`AccelConfig.config_id` of the accelerator it targets (the CONFIG_ID register)",
     "total_bytes": "length of the image in bytes, a multiple of 64",
     "crc32": "CRC-32 (zlib / IEEE 802.3) of the whole image with this word read as 0",
@@ -534,11 +534,11 @@ _LAYER_DOC = {
                   "layer's 64-byte statistics record (its counters, then its index)",
 }
 
-_DESC_DOC = "`GemmDescriptor.{}` (hw/desc.py)"
+_DESC_DOC = "`GemmDescriptor.{}` (spec/desc.py)"
 
 
 def format_tables_markdown() -> str:
-    """The byte-offset tables of docs/firmware.md, generated from hw.layouts (never retyped)."""
+    """The byte-offset tables of docs/firmware.md, generated from spec.layouts (never retyped)."""
     rows = ["| Byte | Word | Field | Meaning |", "|---:|---:|---|---|"]
     for name, index in HEADER_WORDS.items():
         if name.startswith("section_") and name != "section_count":

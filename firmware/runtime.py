@@ -4,8 +4,8 @@ The runtime is backend-agnostic: everything device-specific is a :class:`Backend
 coroutines: memory in/out, register in/out, wait for ``done``). The cocotb testbenches drive the
 RTL through ``tb.backend.CocotbBackend``, so the runtime the tests exercise is the one shipped
 here; a SoC driver implements the same five calls over its bus (``accel_regs.h`` has the
-register offsets). Register offsets and bits come from :mod:`hw.regmap`, the statistics record
-layout from :mod:`hw.layouts`.
+register offsets). Register offsets and bits come from :mod:`spec.regmap`, the statistics record
+layout from :mod:`spec.layouts`.
 
 Typical use (inside a coroutine)::
 
@@ -25,10 +25,10 @@ import struct
 from collections.abc import Mapping
 from typing import Protocol
 
-from hw.config import AccelConfig
-from hw.desc import ErrorCode
-from hw.layouts import COUNTERS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
-from hw.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
+from spec.config import AccelConfig
+from spec.desc import ErrorCode
+from spec.layouts import COUNTERS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
+from spec.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
 
 from .image import BASE_ADDR_WORD, ImageError, decode, validate
 
@@ -175,8 +175,8 @@ class Runtime:
         return report
 
     async def run_layer(self, record: Mapping[str, int], *, budget_cycles: int) -> RunReport:
-        """Run one layer record (u32 words by :data:`hw.layouts.LAYER_WORDS` name; see
-        :func:`hw.record.layer_record`) in register mode."""
+        """Run one layer record (u32 words by :data:`spec.layouts.LAYER_WORDS` name; see
+        :func:`spec.record.layer_record`) in register mode."""
         missing = [name for name in LAYER_WORDS if name not in record]
         if missing:
             raise ValueError(f"record lacks {', '.join(missing)}")

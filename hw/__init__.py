@@ -1,5 +1,5 @@
 """Tessera hardware generator (Amaranth 0.5).
 
-Import :mod:`hw.config` freely: it does not import Amaranth. Everything else in this package
-builds hardware.
+Every module here builds hardware from the contract in :mod:`spec` (configuration,
+descriptors, layouts, register map, schedule, golden arithmetic), which imports no Amaranth.
 """

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from .build import emit
-from .config import PRESETS, AccelConfig, ConfigError
+from spec.config import PRESETS, AccelConfig, ConfigError
 
 
 def main(argv=None) -> int:

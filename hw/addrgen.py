@@ -6,7 +6,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .config import AccelConfig
+from spec.config import AccelConfig
 from .dma import DIM_BITS
 from .ports import ReadPort
 

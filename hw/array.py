@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import AccelConfig
+from spec.config import AccelConfig
 
 __all__ = ["SystolicArray"]
 

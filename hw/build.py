@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .config import FORMAT_VERSION, AccelConfig
+from spec.config import FORMAT_VERSION, AccelConfig
 
 __all__ = ["emit", "build_dir", "locked", "TB_HDL"]
 
@@ -77,7 +77,7 @@ def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
 
     from firmware.headers import HEADERS
 
-    from .regmap import REGISTERS
+    from spec.regmap import REGISTERS
     from .sim.harness import SimTop
     from .top import AccelTop
 

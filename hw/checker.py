@@ -4,10 +4,10 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import AccelConfig
-from .desc import DESC_FIELDS, MAX_DIM, ErrorCode
-from .layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
-from .record import PARAM_ALIGN, SECTION_ALIGN_BYTES
+from spec.config import AccelConfig
+from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
+from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
 #: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
 LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
@@ -39,12 +39,12 @@ def record_members(cfg: AccelConfig) -> dict:
 
 
 class RecordChecker(wiring.Component):
-    """Checks a latched layer record with the rules of :func:`hw.record.check_record`.
+    """Checks a latched layer record with the rules of :func:`spec.record.check_record`.
 
     One ``start`` pulse, with ``d_*``, ``l_*``, ``img_lo``, ``img_hi`` already holding the
     record (they must hold still until ``done``), runs the checks in :attr:`latency` cycles:
     ``done`` is high for one cycle ``latency`` cycles after ``start``, with ``code`` the first
-    failing rule's :class:`hw.desc.ErrorCode` in the priority order of :func:`hw.desc.check`
+    failing rule's :class:`spec.desc.ErrorCode` in the priority order of :func:`spec.desc.check`
     (0 when the record is legal) and ``a_kstep``, ``b_kstep``, ``c_mstep`` the sequencer's
     per-partition address steps.
 
@@ -219,7 +219,7 @@ class RecordChecker(wiring.Component):
                                              (d["run_count"] == 0) |
                                              (d["run_count"] > cfg.conv_run_entries) |
                                              (gn_all + 1 > cfg.conv_group_entries)))
-        # B / C in the local buffer (hw.desc.local_problem): whole rows, dense B, int8 C
+        # B / C in the local buffer (spec.desc.local_problem): whole rows, dense B, int8 C
         rule(ErrorCode.BAD_ADDRESS, a_hi > dram)
         rule(ErrorCode.BAD_ADDRESS, (b_hi > dram) & ~(
             b_loc & (b_hi <= loc_end) & ~is_conv & (d["b_addr"][:lc] == 0) &
@@ -233,7 +233,7 @@ class RecordChecker(wiring.Component):
         for lo, hi in tables:
             rule(ErrorCode.BAD_ADDRESS, is_conv & ((hi > dram) |
                                                    ((lo < c_hi) & (d["c_addr"] < hi))))
-        # layer record rules (hw.record.check_record)
+        # layer record rules (spec.record.check_record)
         rule(ErrorCode.BAD_LAYER, (L["op_kind"] >= len(OpKind)) |
              (L["out_format"] >= len(OutFormat)) | (L["post_mode"] >= len(PostMode)) |
              (L["bias_present"] > 1))
@@ -256,7 +256,7 @@ class RecordChecker(wiring.Component):
             rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:_log2(PARAM_ALIGN)] != 0) | (hi > dram)))
             rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~in_image(lo, hi))
 
-        # -- one bit per code, then the priority of hw.desc.check -----------------------------
+        # -- one bit per code, then the priority of spec.desc.check -----------------------------
         order = [ErrorCode.BAD_SHAPE, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_PARTITION_N,
                  ErrorCode.BAD_PARTITION_K, ErrorCode.BAD_TILE, ErrorCode.BUF_A_OVERFLOW,
                  ErrorCode.BUF_B_OVERFLOW, ErrorCode.ACC_OVERFLOW, ErrorCode.BAD_FLAGS,

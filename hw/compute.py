@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .array import SystolicArray
-from .config import AccelConfig
+from spec.config import AccelConfig
 from .dma import DIM_BITS
 
 __all__ = ["ComputeEngine", "drain_cycles"]

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import AccelConfig
+from spec.config import AccelConfig
 
 __all__ = ["PostProc"]
 
@@ -16,7 +16,7 @@ class PostProc(wiring.Component):
     one row per cycle with a lane per column (the default), one row per ``post_row_cycles``
     cycles when ``AccelConfig.requant_lanes`` shares fewer lanes over the row.
 
-    Per lane, exactly :func:`hw.golden.requantize` (the parameters are the row's output
+    Per lane, exactly :func:`spec.golden.requantize` (the parameters are the row's output
     channel's):
 
     1. ``x = acc + bias`` (int32, wrapping);

@@ -5,11 +5,11 @@ from amaranth.lib import wiring
 from amaranth.lib.crc import catalog
 from amaranth.lib.wiring import In, Out
 
-from .config import FORMAT_VERSION, AccelConfig
-from .desc import ErrorCode
-from .layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
+from spec.config import FORMAT_VERSION, AccelConfig
+from spec.desc import ErrorCode
+from spec.layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
 from .ports import ReadPort, WritePort
-from .record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
+from spec.record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
 from .sequencer import CATEGORIES
 
 __all__ = ["ImageRunner", "RECORD_BEATS"]
@@ -28,15 +28,15 @@ RECORD_BEATS = record_fetch_beats
 class ImageRunner(wiring.Component):
     """Runs the image at ``image_addr`` with no host involvement between layers.
 
-    1. Fetch the header; check it (:func:`hw.record.check_header`: magic, format version,
+    1. Fetch the header; check it (:func:`spec.record.check_header`: magic, format version,
        ``config_id``, structure).
     2. Read the whole image once through a CRC-32 (:data:`CRC_ALGORITHM`; the ``crc32`` word
        reads as 0) and compare with the header's (``BAD_CRC``).
     3. *Check pass*: fetch every layer record into the record registers and run the sequencer
-       ``dry`` (all of :func:`hw.record.check_record`, parameter arrays included). The first
+       ``dry`` (all of :func:`spec.record.check_record`, parameter arrays included). The first
        failing layer ends the run with its code; nothing has been written.
     4. *Run pass*: fetch each record again, run it, then write its statistics record
-       (:data:`hw.layouts.STATS_WORDS`, :data:`hw.layouts.STATS_BYTES` bytes) at its
+       (:data:`spec.layouts.STATS_WORDS`, :data:`spec.layouts.STATS_BYTES` bytes) at its
        ``stats_addr``.
 
     The header and record fetches and the CRC read use the B read port (while the sequencer is
@@ -152,7 +152,7 @@ class ImageRunner(wiring.Component):
         crc_bad = Signal()
         m.d.sync += crc_bad.eq(crc.crc != H["crc32"])
 
-        # -- header checks (same rules and priority as hw.record.check_header) ---------------------
+        # -- header checks (same rules and priority as spec.record.check_header) ---------------------
         # Registered in two steps (HEADER_SUM: the sums; HEADER_CMP: every compare), so the
         # decision in HEADER_CHECK is a priority over registered bits.
         img = Signal(ab)

@@ -8,12 +8,12 @@ from amaranth.lib.wiring import In, Out
 from .addrgen import AddrGen
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
-from .config import AccelConfig
-from .desc import DESC_FIELDS, ErrorCode
+from spec.config import AccelConfig
+from spec.desc import DESC_FIELDS, ErrorCode
 from .dma import DIM_BITS, LoadEngine, StoreEngine
-from .layouts import OutFormat
+from spec.layouts import OutFormat
 from .ports import ReadPort, WritePort
-from .regmap import COUNTERS
+from spec.regmap import COUNTERS
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
 
@@ -28,9 +28,9 @@ def _log2(value: int) -> int:
 
 
 class Sequencer(wiring.Component):
-    """Executes a :class:`hw.desc.GemmDescriptor` with no per-tile host help.
+    """Executes a :class:`spec.desc.GemmDescriptor` with no per-tile host help.
 
-    On ``start`` the descriptor inputs are latched and checked (:func:`hw.desc.check` states
+    On ``start`` the descriptor inputs are latched and checked (:func:`spec.desc.check` states
     the same rules; a failing descriptor ends at once with ``error`` set and no memory access).
     The GEMM is then cut into *steps*, one per (m partition, n partition, k partition), in the
     order outer partition loop -> inner partition loop -> split-K loop (seed 000 step 5).
@@ -49,7 +49,7 @@ class Sequencer(wiring.Component):
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
     multiplier and shift arrays it uses into on-chip parameter memories (through the B port),
     checking every multiplier and shift (``BAD_QUANT``), and each store then goes through the
-    :class:`~hw.postproc.PostProc`. Every rule of :func:`hw.record.check_record` is checked in
+    :class:`~hw.postproc.PostProc`. Every rule of :func:`spec.record.check_record` is checked in
     ``CHECK`` (``img_lo``/``img_hi``: the image an image run executes, both 0 otherwise). With
     ``dry`` the run stops after the checks and the parameter load: it reads, never writes.
 
@@ -63,7 +63,7 @@ class Sequencer(wiring.Component):
     start : ``In(1)``; busy, done : ``Out(1)``; error : ``Out(8)``
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for
     every :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``; dry : ``In(1)``
-    c_<counter> : ``Out(32)`` for every :data:`hw.regmap.COUNTERS` name
+    c_<counter> : ``Out(32)`` for every :data:`spec.regmap.COUNTERS` name
     cat_<counter> : ``Out(1)`` for every :data:`CATEGORIES` name: this cycle counts there
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
     """
@@ -215,7 +215,7 @@ class Sequencer(wiring.Component):
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
 
-        # -- record checks (hw.record.check_record), pipelined in their own component ----------
+        # -- record checks (spec.record.check_record), pipelined in their own component ----------
         m.submodules.checker = chk = RecordChecker(cfg)
         m.d.comb += [getattr(chk, f"d_{name}").eq(d[name]) for name in DESC_FIELDS]
         m.d.comb += [getattr(chk, f"l_{name}").eq(L[name]) for name in LAYER_FIELDS]

@@ -4,10 +4,10 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import AccelConfig
-from .layouts import LAYER_WORDS
+from spec.config import AccelConfig
+from spec.layouts import LAYER_WORDS
 from .ports import CsrBus, ReadPort, WritePort
-from .regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
+from spec.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
 from .runner import ImageRunner
 from .sequencer import CATEGORIES, Sequencer
 
@@ -22,7 +22,7 @@ class AccelTop(wiring.Component):
     interrupt line) or polls ``STATUS``. *Image mode*: the host places a firmware image in
     memory, writes ``IMAGE_ADDR`` and ``CTRL.RUN_IMAGE``; the :class:`~hw.runner.ImageRunner`
     runs every layer. Register writes while busy are ignored (so is a start). Register offsets
-    come from :data:`hw.regmap.REGISTERS`.
+    come from :data:`spec.regmap.REGISTERS`.
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
 """Tessera planner: seed-000 GEMM/convolution tiling, its cycle model, an oracle and baselines.
 
 Pure Python (the GEMM planner needs no numpy; `planner.offsets` and `planner.layout`, the
-convolution tables, use numpy); imports :mod:`hw.config` and :mod:`hw.desc`, never Amaranth.
+convolution tables, use numpy); imports :mod:`spec.config` and :mod:`spec.desc`, never Amaranth.
 
 Typical use::
 
-    from hw.config import PRESETS
+    from spec.config import PRESETS
     import planner
     cfg = PRESETS["default"]
     plan = planner.plan_gemm(planner.GemmShape(1024, 1024, 128), cfg)      # strategy="best"
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
                    lower_bound_cycles, predict, predict_reference, utilisation)

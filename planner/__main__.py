@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from hw.config import PRESETS, AccelConfig
+from spec.config import PRESETS, AccelConfig
 
 from . import STRATEGIES, predict
 from .report import DEFAULT_WORKLOADS, evaluate, markdown_report, plan_table, totals

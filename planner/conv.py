@@ -4,15 +4,15 @@
 tiling of one group's implicit GEMM (``M = out/groups``, ``K = (C/groups)*R*S``,
 ``N = batch*P*Q``; the B load cost counts the input tensor once, not the im2col matrix), the
 statically compiled base/offset tables (seed 002, ``docs/conv_tables.md``), the predicted RTL
-counters (:mod:`planner.convcost`) and one :class:`hw.desc.GemmDescriptor` per group.
+counters (:mod:`planner.convcost`) and one :class:`spec.desc.GemmDescriptor` per group.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor, check
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor, check
 
 from .convcost import predict_conv
 from .cost import CycleBreakdown
@@ -46,7 +46,7 @@ class ConvProgram:
         ``x_addr`` is the padded input tensor (all groups); ``a_addr`` this group's k-major
         weights (``a_stride = M``); ``c_addr`` this group's output rows (``c_stride`` defaults to
         ``4 * N``); the three table addresses are shared by all groups. ``tiling`` overrides the
-        plan's tiling fields. Raises ``ValueError`` listing every rule of :func:`hw.desc.check`
+        plan's tiling fields. Raises ``ValueError`` listing every rule of :func:`spec.desc.check`
         the descriptor breaks.
         """
         if not 0 <= group < self.groups:
@@ -55,7 +55,7 @@ class ConvProgram:
                              c_stride, tiling)
         errors = check(d, cfg)
         if errors:
-            raise ValueError("descriptor breaks hw.desc rules: " +
+            raise ValueError("descriptor breaks spec.desc rules: " +
                              "; ".join(msg for _, msg in errors))
         return d
 

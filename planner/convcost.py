@@ -1,7 +1,7 @@
 """Cycle model of a convolution on the RTL: the GEMM model's lock-step schedule with B loads
 replaced by gathers through the convolution tables (docs/architecture.md, "Convolution").
 
-The schedule is :func:`hw.schedule.steps` of the convolution's descriptor (the RTL's
+The schedule is :func:`spec.schedule.steps` of the convolution's descriptor (the RTL's
 reference semantics); every phase costs ``max(compute, load A, gather B, store) + control``, with
 the stall categories assigned as the RTL counters assign them. The GEMM-specific timings
 (compute, drain, A loads, stores, control) come from :mod:`planner.cost` and its calibrated
@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor
-from hw.schedule import steps
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor
+from spec.schedule import steps
 
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
                    off_chip_bytes, on_chip,

@@ -3,7 +3,7 @@
 The field names of :class:`CycleBreakdown` are the RTL performance-counter names (and the bench
 JSON keys). Every small overhead constant of the model lives in :class:`ModelConstants`
 (:data:`DEFAULT_CONSTANTS`), the one place to calibrate against the RTL counters; every hardware
-number comes from :class:`hw.config.AccelConfig`.
+number comes from :class:`spec.config.AccelConfig`.
 
 Model (one *step* = one ``(mi, ni, ki)`` partition triple; outer partition loop, inner partition
 loop, then ``ki`` innermost; ``outer_m`` = 1 puts ``mi`` outside):
@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tiling import TilingPlan
@@ -468,8 +468,8 @@ def image_overhead_cycles(image_bytes: int, records: "list[tuple[int, PostLoad |
     fetch, the CRC read of ``image_bytes``, and per record ``(m, post)`` two record fetches,
     the check-pass dry run (parameter loads included) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
-    from hw.layouts import STATS_BYTES
-    from hw.record import HEADER_BYTES, record_fetch_beats
+    from spec.layouts import STATS_BYTES
+    from spec.record import HEADER_BYTES, record_fetch_beats
 
     b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles, 0)
     c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle, cfg.c_port_latency_cycles, 0)

@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .shapes import ConvShape
 
@@ -287,8 +287,8 @@ def _gemm_weights(op: Op, w: np.ndarray) -> np.ndarray:
 
 
 def golden_output(chain: Chain, data: ChainData) -> np.ndarray:
-    """The consumer's int8 output (m2 x n, or K2 x P*Q) from :mod:`hw.golden`."""
-    from hw.golden import conv2d_int8, gemm_int8, requantize
+    """The consumer's int8 output (m2 x n, or K2 x P*Q) from :mod:`spec.golden`."""
+    from spec.golden import conv2d_int8, gemm_int8, requantize
 
     def rq(acc, r):
         return requantize(acc, multiplier=r.multiplier, shift=r.shift, zero_point=r.zero_point,
@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     need, predicted cycles and memory bytes, or why it was refused) of named or given chains."""
     import argparse
 
-    from hw.config import PRESETS
+    from spec.config import PRESETS
 
     ap = argparse.ArgumentParser(prog="python -m planner.fusion", description=main.__doc__)
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))

@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .layout import Layout, _layout, padded_dims
 from .shapes import ConvShape

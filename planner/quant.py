@@ -2,7 +2,7 @@
 the int8 datapath (pure numpy; no ONNX import).
 
 The hardware multiplies int8 by int8 and accumulates exactly in int32 (wrapping modulo 2**32,
-hw.golden). It has no zero-point inputs. Quantised operators whose operands are uint8, or carry a
+spec.golden). It has no zero-point inputs. Quantised operators whose operands are uint8, or carry a
 zero point, are mapped onto it here, at compile time, by *shift and correct*:
 
 **Activation shift.** Each integer operand ``x`` is stored as ``x8 = x - s`` with ``s = 128``

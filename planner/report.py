@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from . import plan_gemm
 from .tiling import TilingPlan

@@ -2,7 +2,7 @@
 
 A real multiplier ``scale = s_in * s_w / s_out`` is represented as ``mult * 2**(-31 - shift)``
 with ``mult`` a Q31 integer in ``[2**30, 2**31)`` and ``shift`` the right shift applied after the
-rounding doubling high multiply (negative: a left shift before it). :func:`hw.golden.requantize`
+rounding doubling high multiply (negative: a left shift before it). :func:`spec.golden.requantize`
 is the exact integer arithmetic the hardware implements with these parameters.
 """
 

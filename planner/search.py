@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .cost import DEFAULT_CONSTANTS, ModelConstants, lower_bound_cycles, predict_tiling
 from .shapes import GemmShape

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hw.desc import MAX_DIM
+from spec.desc import MAX_DIM
 
 __all__ = ["GemmShape", "ConvShape", "MAX_DIM"]
 

@@ -7,10 +7,10 @@ Two stages, both pure functions:
    ``"splitk"``) with the seed's intermediate numbers (reload counts, utilisations, accumulator
    size). Unit tests check every branch against hand computations.
 2. :func:`legalise` turns a decision into a :class:`TilingPlan` the hardware accepts
-   (:func:`hw.desc.check` passes): partitions rounded to block multiples, fitting one double-buffer
+   (:func:`spec.desc.check` passes): partitions rounded to block multiples, fitting one double-buffer
    half of A and B and one accumulator half (int32 elements), ragged edges covered exactly once.
 
-Seed parameters taken from :class:`hw.config.AccelConfig`: ``d_s`` = ``operand_bytes``; ``bs_a`` /
+Seed parameters taken from :class:`spec.config.AccelConfig`: ``d_s`` = ``operand_bytes``; ``bs_a`` /
 ``bs_b`` = ``buf_a_half_bytes`` / ``buf_b_half_bytes`` (the hardware double-buffers, so one
 partition may only use one half); load bandwidths = ``a_port_bytes_per_cycle`` /
 ``b_port_bytes_per_cycle`` (bytes per cycle, i.e. ``d_s`` * elements per cycle); ``hw_power`` =
@@ -42,8 +42,8 @@ import dataclasses
 import math
 from typing import Literal
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor, check
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor, check
 
 from .cost import predict_tiling, utilisation
 from .shapes import GemmShape
@@ -287,7 +287,7 @@ def make_plan(shape: GemmShape, cfg: AccelConfig, partition_m: int, partition_n:
 
 def legalise(decision: SeedDecision, shape: GemmShape, cfg: AccelConfig,
              strategy: str = "seed") -> TilingPlan:
-    """Round a seed decision to a plan :func:`hw.desc.check` accepts.
+    """Round a seed decision to a plan :func:`spec.desc.check` accepts.
 
     * ``partition_m`` / ``partition_n``: block multiples (``block_m`` / ``block_n``, themselves
       array multiples); a value covering the dim becomes the dim rounded up, so the ragged last
@@ -333,11 +333,11 @@ def seed_plan(shape: GemmShape, cfg: AccelConfig, b_bytes: int | None = None) ->
 def to_descriptor(plan: TilingPlan, shape: GemmShape, cfg: AccelConfig, a_addr: int, b_addr: int,
                   c_addr: int, a_stride: int | None = None, b_stride: int | None = None,
                   c_stride: int | None = None) -> GemmDescriptor:
-    """The :class:`hw.desc.GemmDescriptor` executing ``plan`` on ``shape``.
+    """The :class:`spec.desc.GemmDescriptor` executing ``plan`` on ``shape``.
 
     Default strides are dense: ``a_stride = m`` (A is k-major), ``b_stride = n``, ``c_stride =
     4 * n``. Raises :class:`ValueError` if ``plan`` is for another shape or breaks a rule of
-    :func:`hw.desc.check` (the message lists every broken rule).
+    :func:`spec.desc.check` (the message lists every broken rule).
     """
     if (plan.m, plan.k, plan.n) != (shape.m, shape.k, shape.n):
         raise ValueError(f"plan is for shape {plan.m}x{plan.k}x{plan.n}, not {shape}")
@@ -351,5 +351,5 @@ def to_descriptor(plan: TilingPlan, shape: GemmShape, cfg: AccelConfig, a_addr: 
         c_stride=cfg.acc_bytes * shape.n if c_stride is None else c_stride)
     errs = check(desc, cfg)
     if errs:
-        raise ValueError("descriptor breaks hw.desc rules: " + "; ".join(msg for _, msg in errs))
+        raise ValueError("descriptor breaks spec.desc rules: " + "; ".join(msg for _, msg in errs))
     return desc

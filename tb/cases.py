@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor
-from hw.schedule import steps
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor
+from spec.schedule import steps
 
 __all__ = ["GemmCase", "random_cases", "budget_cycles"]
 

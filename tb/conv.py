@@ -2,7 +2,7 @@
 
 Each case compiles the layer's tables (planner.offsets), places the input in its padded layout,
 the weights k-major per group, and runs one descriptor per group (``b_mode = 1``). The golden
-model (hw.golden.conv2d_int8) is a direct convolution, independent of the tables.
+model (spec.golden.conv2d_int8) is a direct convolution, independent of the tables.
 
 Environment: ACCEL_BUILD; TESSERA_SEED, TESSERA_CASES (random cases); or TESSERA_CONVS, a JSON
 list of ConvShape field dicts (+ "layout"), run with the planner's tiling.
@@ -18,10 +18,10 @@ import time
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode
-from hw.golden import conv2d_int8
-from hw.regmap import COUNTERS
-from hw.schedule import traffic
+from spec.desc import ErrorCode
+from spec.golden import conv2d_int8
+from spec.regmap import COUNTERS
+from spec.schedule import traffic
 from planner.conv import TILING_FIELDS, compile_conv
 from planner.convcost import predict_conv
 from planner.layout import to_padded, weights_k_major
@@ -96,7 +96,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
 
     ``halo`` is the int8 value stored in the padded layout's halo (0 for plain zero padding; a
     zero point's int8 image when the compiler folds one, docs/conv.md). Asserts that nothing
-    outside C was written, that the counters add up and match hw.schedule.traffic.
+    outside C was written, that the counters add up and match spec.schedule.traffic.
     """
     cfg = h.cfg
     rng = np.random.default_rng(seed)

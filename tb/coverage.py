@@ -98,7 +98,7 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
 
 
 def _error_bins():
-    from hw.desc import ErrorCode
+    from spec.desc import ErrorCode
 
     for code in ErrorCode:
         BINS["error"][f"outcome {code.name}"] = (lambda c: lambda r: r["error"] == c)(code.name)

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from hw.build import emit
-from hw.config import PRESETS
-from hw.regmap import COUNTERS
+from spec.config import PRESETS
+from spec.regmap import COUNTERS
 from tb.tools import build, missing_tool
 
 DEFAULT_SHAPES = "512x512x512,300x700x1000"

@@ -1,5 +1,5 @@
 """cocotb test: every register-mode error code (descriptor and layer record rules) on the RTL
-ends within a few cycles, with the code hw.record.check_record predicts and no memory written.
+ends within a few cycles, with the code spec.record.check_record predicts and no memory written.
 (The image codes are tb.image's.)"""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import dataclasses
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode
-from hw.record import check_record, layer_record
+from spec.desc import ErrorCode
+from spec.record import check_record, layer_record
 from planner.cost import DEFAULT_CONSTANTS
 
 from .harness import Harness

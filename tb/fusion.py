@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.fusion import (CHAINS, BuiltChain, Chain, ChainData, GemmOp, build_image,
                             golden_output)
 from examples.networks import _rand_int8, _requant

@@ -24,10 +24,10 @@ from examples.networks import build_mlp
 from firmware.builder import ImageBuilder, Requant
 from firmware.emulator import run_image
 from firmware.image import reseal
-from hw.config import AccelConfig
-from hw.desc import DESC_FIELDS, GemmDescriptor, MAX_DIM
-from hw.layouts import HEADER_WORDS, LAYER_WORDS, OpKind
-from hw.record import LAYER_RECORD_BYTES, layer_record
+from spec.config import AccelConfig
+from spec.desc import DESC_FIELDS, GemmDescriptor, MAX_DIM
+from spec.layouts import HEADER_WORDS, LAYER_WORDS, OpKind
+from spec.record import LAYER_RECORD_BYTES, layer_record
 from planner.layout import padded_bytes
 from planner.shapes import ConvShape
 

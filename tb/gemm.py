@@ -15,10 +15,10 @@ import time
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode
-from hw.golden import gemm_int8
-from hw.regmap import COUNTERS
-from hw.schedule import traffic
+from spec.desc import ErrorCode
+from spec.golden import gemm_int8
+from spec.regmap import COUNTERS
+from spec.schedule import traffic
 from planner.cost import predict_tiling
 
 from .cases import GemmCase, budget_cycles, random_cases

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor
-from hw.layouts import LAYER_WORDS
-from hw.record import layer_record
-from hw.regmap import COUNTERS, CTRL_BITS, REG, record_register
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor
+from spec.layouts import LAYER_WORDS
+from spec.record import layer_record
+from spec.regmap import COUNTERS, CTRL_BITS, REG, record_register
 
 __all__ = ["Harness", "RunResult", "CLOCK_NS"]
 
@@ -127,8 +127,8 @@ class Harness:
         """Program one layer in register mode, start, await ``done`` within ``budget_cycles``
         (else raise ``cocotb.triggers.SimTimeoutError``), and read the error code and counters.
 
-        ``desc`` is a whole layer record (u32 words by :data:`hw.layouts.LAYER_WORDS` name) or a
-        bare descriptor, which :func:`hw.record.layer_record` completes (int32 output, the
+        ``desc`` is a whole layer record (u32 words by :data:`spec.layouts.LAYER_WORDS` name) or a
+        bare descriptor, which :func:`spec.record.layer_record` completes (int32 output, the
         written range as the output window)."""
         rec = layer_record(desc) if isinstance(desc, GemmDescriptor) else dict(desc)
         for name in LAYER_WORDS:

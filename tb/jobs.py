@@ -17,8 +17,8 @@ import os
 import struct
 from pathlib import Path
 
-from hw.config import AccelConfig
-from hw.layouts import HEADER_WORDS
+from spec.config import AccelConfig
+from spec.layouts import HEADER_WORDS
 
 __all__ = ["ImageRun", "LayerRun", "RunResult", "run_jobs"]
 

@@ -1,7 +1,7 @@
 """cocotb tests: the accelerator's lifecycle. A start or register writes while busy are ignored,
 counters can be read while a run is going (they only grow), reset in the middle of a run leaves
 a device that runs the next job exactly, and int32 accumulation wraps modulo 2**32 at the
-boundary (no saturation), as hw.golden.gemm_int8 does.
+boundary (no saturation), as spec.golden.gemm_int8 does.
 
 Python drives registers and the reset line and awaits edges of the HDL clock; it never steps the
 clock.
@@ -13,10 +13,10 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
-from hw.desc import ErrorCode
-from hw.golden import gemm_int8
-from hw.record import layer_record
-from hw.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
+from spec.desc import ErrorCode
+from spec.golden import gemm_int8
+from spec.record import layer_record
+from spec.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
 
 from .cases import budget_cycles
 from .harness import CLOCK_NS, Harness, a_image, b_image, c_from_bytes
@@ -125,7 +125,7 @@ async def reset_mid_run_then_a_clean_run(dut):
 async def accumulator_wraps_at_int32(dut):
     """A = B = -128 everywhere: every product is 2**14, so k = 2**17 + 3 sums to
     2**31 + 3 * 2**14, past INT32_MAX: the accumulator wraps to a negative value, exactly as
-    hw.golden.gemm_int8 says (and as int32 two's complement arithmetic does)."""
+    spec.golden.gemm_int8 says (and as int32 two's complement arithmetic does)."""
     h = await Harness.start(dut)
     rng = np.random.default_rng(14)
     m, n = 3, 2

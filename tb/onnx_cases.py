@@ -23,9 +23,9 @@ import warnings
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode
-from hw.regmap import COUNTERS
-from hw.schedule import traffic
+from spec.desc import ErrorCode
+from spec.regmap import COUNTERS
+from spec.schedule import traffic
 from planner import plan_gemm
 from planner.quant import (exact_int, finish, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
@@ -157,7 +157,7 @@ def expected(spec: dict) -> np.ndarray:
 
 async def gemm_on_rtl(h: Harness, a: np.ndarray, b: np.ndarray) -> tuple[dict, np.ndarray]:
     """``a @ b`` (int8) on the GEMM path with the planner's tiling; returns (counters, int32 C).
-    Asserts no error, untouched guards and the counters of hw.schedule.traffic."""
+    Asserts no error, untouched guards and the counters of spec.schedule.traffic."""
     cfg = h.cfg
     m, k = a.shape
     n = b.shape[1]

@@ -1,5 +1,5 @@
 """cocotb test: random post-processed GEMMs in register mode, bit-exact against
-hw.golden.requantize. Every case draws its output format, bias, per-channel multipliers and
+spec.golden.requantize. Every case draws its output format, bias, per-channel multipliers and
 shifts (left and right, the full ranges), zero point and clamp (NONE / RELU / RELU6 / CLAMP),
 a random legal tiling and ragged shapes; accumulators come from full-range int8 operands, with
 some cases scaled to saturate the left shift.
@@ -17,10 +17,10 @@ import os
 import cocotb
 import numpy as np
 
-from hw.desc import ErrorCode
-from hw.golden import gemm_int8, requantize
-from hw.layouts import OutFormat, PostMode
-from hw.record import layer_record
+from spec.desc import ErrorCode
+from spec.golden import gemm_int8, requantize
+from spec.layouts import OutFormat, PostMode
+from spec.record import layer_record
 from planner.cost import DEFAULT_CONSTANTS, PostLoad, post_consts, predict_tiling, with_post
 
 from .cases import budget_cycles

@@ -13,7 +13,7 @@ Zero points are folded exactly (:mod:`planner.quant` shifts uint8 operands to in
 * convolution padding holds the input zero point (the halo), so padded taps contribute 0.
 
 The int32 result is exactly ONNX's integer accumulator; the post-processor then applies
-``quantize_multiplier(x_scale * w_scale / y_scale)`` with gemmlowp rounding (hw.golden.requantize),
+``quantize_multiplier(x_scale * w_scale / y_scale)`` with gemmlowp rounding (spec.golden.requantize),
 where ONNX's reference rounds the real product half-to-even once. Elements where the two
 roundings disagree are reported by :func:`compare`, never hidden.
 """
@@ -26,9 +26,9 @@ import warnings
 import numpy as np
 
 from firmware.builder import ImageBuilder, Requant
-from hw.config import AccelConfig
-from hw.golden import conv2d_int8, gemm_int8, requantize
-from hw.layouts import OpKind
+from spec.config import AccelConfig
+from spec.golden import conv2d_int8, gemm_int8, requantize
+from spec.layouts import OpKind
 from planner.layout import padded_bytes, padded_dims
 from planner.requant import quantize_multiplier
 from planner.shapes import ConvShape

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from hw.config import AccelConfig
-from hw.desc import GemmDescriptor, check
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor, check
 
 __all__ = ["Placement", "place", "random_tiling", "descriptor", "align"]
 

@@ -14,7 +14,7 @@ import os
 
 import cocotb
 
-from hw.regmap import COUNTERS
+from spec.regmap import COUNTERS
 from planner.tiling import TILING_FIELDS
 
 from .cases import GemmCase

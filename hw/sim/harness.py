@@ -4,9 +4,9 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import AccelConfig
+from spec.config import AccelConfig
 from ..ports import CsrBus
-from ..regmap import CSR_ADDR_BITS
+from spec.regmap import CSR_ADDR_BITS
 from ..top import AccelTop
 
 __all__ = ["SimTop"]

@@ -57,7 +57,7 @@ from typing import Literal
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
 

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from hw.config import PRESETS, AccelConfig
+from spec.config import PRESETS, AccelConfig
 
 __all__ = ["main"]
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.shapes import ConvShape, GemmShape
 
 from .graph import Graph, ModelError, Node, Tensor
@@ -184,7 +184,7 @@ def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
 
 
 def _post_mode(layer: AccelLayer):
-    from hw.layouts import PostMode
+    from spec.layouts import PostMode
 
     return {"none": PostMode.NONE, "relu": PostMode.RELU, "relu6": PostMode.RELU6,
             "clip": PostMode.CLAMP}[layer.activation]
@@ -373,7 +373,7 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
     hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
     fit the parameter memories in one piece, the consumer's output is not padded, and the
     intermediates of the segment fit ``local_buf_bytes`` together."""
-    from hw.record import SECTION_ALIGN_BYTES
+    from spec.record import SECTION_ALIGN_BYTES
     from planner.fusion import Chain, channels, extent, fusible, local_bytes, row_bytes
 
     readers: dict[str, list[AccelLayer]] = {}
@@ -534,7 +534,7 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
     ``(address, row bytes)``: the input / output is a fused intermediate in the local buffer
     (one row per channel or feature; fusible_pairs guarantees one chunk, and a 1x1 consumer
     runs as the GEMM it is, since the local buffer serves dense B only)."""
-    from hw.layouts import OpKind
+    from spec.layouts import OpKind
 
     rq = _requant(l)
     w = np.asarray(l.weights, np.int8)
@@ -619,7 +619,7 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     Returns ``(segment, loads, out_shape)``: the host writes ``loads`` (the extended ``b``)
     before the run and reads ``segment.outputs`` (one (M x N) buffer per batch entry) after."""
     from firmware.builder import ImageBuilder, image_overhead
-    from hw.layouts import OpKind
+    from spec.layouts import OpKind
 
     s = layer.shape
     a3 = np.asarray(a, np.int8).reshape(-1, s.m, s.k)

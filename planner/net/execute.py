@@ -7,8 +7,8 @@ records and the tensors later steps need. Backends:
 
 * ``golden``: :class:`GoldenDevice`, a numpy device that executes each layer *record* of an
   image exactly as the hardware computes it (A k-major, B dense or gathered through the
-  convolution tables in memory with :func:`planner.offsets.gather_b`, :func:`hw.golden.gemm_int8`,
-  bias and :func:`hw.golden.requantize`, C written at ``c_addr``/``c_stride``). It has no clock:
+  convolution tables in memory with :func:`planner.offsets.gather_b`, :func:`spec.golden.gemm_int8`,
+  bias and :func:`spec.golden.requantize`, C written at ``c_addr``/``c_stride``). It has no clock:
   its statistics records hold zero counters, and reports show predicted cycles only. This is
   the int8 reference of the compiled network (layouts, addresses and records included).
 * ``verilator`` / ``icarus``: the RTL. The whole network runs in **one simulation process**:
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 
 from .compile import CompiledNetwork, Segment, build_gemm_image
 
@@ -60,7 +60,7 @@ class GoldenDevice:
         return self.mem[addr:addr + size].tobytes()
 
     async def write_register(self, offset: int, value: int) -> None:
-        from hw.regmap import CTRL_BITS, REG
+        from spec.regmap import CTRL_BITS, REG
 
         self._regs[offset] = value
         if offset == REG["CTRL"].offset:
@@ -72,7 +72,7 @@ class GoldenDevice:
                 self._run_image(self._regs.get(REG["IMAGE_ADDR"].offset, 0))
 
     async def read_register(self, offset: int) -> int:
-        from hw.regmap import REG, STATUS_BITS
+        from spec.regmap import REG, STATUS_BITS
 
         if offset == REG["CONFIG_ID"].offset:
             return self.cfg.config_id
@@ -91,8 +91,8 @@ class GoldenDevice:
 
     def _run_image(self, addr: int) -> None:
         from firmware.image import decode, validate
-        from hw.desc import ErrorCode
-        from hw.layouts import HEADER_WORDS
+        from spec.desc import ErrorCode
+        from spec.layouts import HEADER_WORDS
 
         total = int(self.mem[addr:addr + 64].view("<u4")[HEADER_WORDS["total_bytes"]])
         blob = self.mem[addr:addr + total].tobytes()
@@ -111,8 +111,8 @@ class GoldenDevice:
         return self.mem[addr:addr + 4 * count].view("<u4")
 
     def _run_layer(self, layer) -> None:
-        from hw import golden
-        from hw.layouts import OutFormat
+        from spec import golden
+        from spec.layouts import OutFormat
         from planner.layout import Layout
         from planner.offsets import ConvTables, gather_b
 
@@ -148,7 +148,7 @@ class GoldenDevice:
             self.mem[rows + np.arange(4 * n)[None, :]] = y.reshape(m, 4 * n)
 
     def _stats(self, addr: int, index: int) -> None:
-        from hw.layouts import STATS_BYTES, STATS_WORDS
+        from spec.layouts import STATS_BYTES, STATS_WORDS
 
         words = np.zeros(STATS_BYTES // 4, "<u4")
         words[STATS_WORDS["layer_index"]] = index

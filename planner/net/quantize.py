@@ -19,8 +19,8 @@ from DequantizeLinear and whose output goes (through an optional Relu / Clip) in
 QuantizeLinear becomes an :class:`AccelLayer`, as does a ``QLinearConv`` / ``QLinearMatMul``.
 Everything else stays a :class:`HostOp` in float semantics (dequantised inputs, quantised
 outputs, exactly as the QDQ graph says); nodes whose outputs nobody reads any more are removed
-(dead-code elimination). The integer arithmetic of a layer is the hardware's (``hw.golden``
-int8 x int8 -> int32, then ``hw.golden.requantize``) with per-output-channel multiplier/shift
+(dead-code elimination). The integer arithmetic of a layer is the hardware's (``spec.golden``
+int8 x int8 -> int32, then ``spec.golden.requantize``) with per-output-channel multiplier/shift
 from :func:`planner.requant.quantize_multiplier` and bounds from
 :func:`planner.requant.activation_bounds`. Zero points fold as in :mod:`planner.quant`: the conv
 input's zero point is the padded layout's halo value and ``-x_zp * sum(w[m])`` joins the bias.
@@ -272,7 +272,7 @@ class AccelLayer:
       host adds the :func:`planner.quant.fold_matmul_integer` correction (``rowsum``/``colsum``,
       scalar host work) before requantising (``host_correction = True``).
 
-    Requantisation (per output channel ``m``, :func:`hw.golden.requantize`): ``bias`` int32
+    Requantisation (per output channel ``m``, :func:`spec.golden.requantize`): ``bias`` int32
     (the ONNX bias plus the zero-point fold), ``multiplier`` / ``shift`` int32 from
     ``in_scale * weight_scale[m] / out_scale``, ``out_zero_point``, ``[act_min, act_max]``.
     All zero points are in the int8 domain (a uint8 tensor is stored as ``x - 128``).

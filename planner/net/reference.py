@@ -1,8 +1,8 @@
 """Bit-exact numpy int8 reference of a lowered network (:class:`planner.net.quantize.Lowered`).
 
-Accelerator layers run exactly as the hardware computes them: :func:`hw.golden.conv2d_int8` on
-the padded layout (halo = input zero point) or :func:`hw.golden.gemm_int8`, then
-:func:`hw.golden.requantize` with the layer's bias, multiplier, shift, zero point and bounds;
+Accelerator layers run exactly as the hardware computes them: :func:`spec.golden.conv2d_int8` on
+the padded layout (halo = input zero point) or :func:`spec.golden.gemm_int8`, then
+:func:`spec.golden.requantize` with the layer's bias, multiplier, shift, zero point and bounds;
 activation x activation GEMMs add :func:`planner.quant.fold_matmul_integer`'s host correction
 before requantising. Host ops run in numpy with the QDQ graph's semantics: QuantizeLinear
 (``round_half_even(x / scale) + zp``, saturated; float32), DequantizeLinear
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from hw import golden
+from spec import golden
 from planner.quant import finish, fold_matmul_integer
 
 from .graph import Graph, ModelError, Node

@@ -40,7 +40,7 @@ import math
 from collections import deque
 from typing import Callable, Iterable, Sequence
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.cost import predict_tiling
 from planner.search import candidates
 from planner.shapes import GemmShape

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import PRESETS, AccelConfig
+from spec.config import PRESETS, AccelConfig
 from planner.shapes import GemmShape
 from planner.workload import layer_gemm, load_workload
 

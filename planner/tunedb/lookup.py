@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS, TilingPlan, make_plan
 

@@ -7,7 +7,7 @@ independent, so :class:`Executor` maps them over a Dask ``distributed`` cluster 
 process (``serial``).
 
 Measure functions take ``(cases, cfg)`` and return one counter dict per case (the RTL counter
-names, :data:`hw.regmap.COUNTERS`):
+names, :data:`spec.regmap.COUNTERS`):
 
 * :func:`measure_rtl`: Verilator through ``cocotb_tools.runner`` (bit-exact result checked by
   ``tb.gemm.run_case`` on every case);
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.cost import predict_tiling
 from planner.tiling import TILING_FIELDS
 

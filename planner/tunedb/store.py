@@ -25,7 +25,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterable, Literal
 
-from hw.config import AccelConfig
+from spec.config import AccelConfig
 from planner.tiling import TILING_FIELDS
 
 __all__ = ["SCHEMA_VERSION", "TuneDB", "TuneDBError", "Record", "RecordKind", "OPS"]

@@ -14,8 +14,8 @@ from bench.network import BenchLayer, distinct_layers, layer_record, network_tot
 from bench.peer_scalesim import scalesim_config, stall_free_cycles, topology_row
 from bench.report import markdown, peer_rows
 from bench.roofline import bound, compulsory_bytes, roofline
-from hw.config import PRESETS
-from hw.regmap import COUNTERS
+from spec.config import PRESETS
+from spec.regmap import COUNTERS
 from planner.shapes import ConvShape, GemmShape
 from planner.workload import Layer, Workload
 

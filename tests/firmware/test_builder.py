@@ -9,10 +9,10 @@ import pytest
 from examples.networks import build_cnn, build_mlp
 from firmware.builder import BuiltLayer, ImageBuilder, Requant
 from firmware.image import Image, ImageError, decode, validate
-from hw.config import PRESETS
-from hw.golden import gemm_int8, requantize
-from hw.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
-from hw.record import SECTION_ALIGN_BYTES, written_range
+from spec.config import PRESETS
+from spec.golden import gemm_int8, requantize
+from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
+from spec.record import SECTION_ALIGN_BYTES, written_range
 from planner.conv import compile_conv
 from planner.layout import padded_bytes, padded_dims, weights_k_major
 from planner.offsets import compile_tables

@@ -7,11 +7,11 @@ import subprocess
 import pytest
 
 from firmware.headers import CTRL_BITS, HEADERS, STATUS_BITS, image_header, regs_header
-from hw.config import FORMAT_VERSION, PRESETS
-from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode
-from hw.layouts import (STATS_BYTES, STATS_WORDS, HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+from spec.config import FORMAT_VERSION, PRESETS
+from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.layouts import (STATS_BYTES, STATS_WORDS, HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                         LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
-from hw.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS
+from spec.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS
 
 GCC = shutil.which("gcc")
 needs_gcc = pytest.mark.skipif(GCC is None, reason="gcc: `gcc` not on PATH; C headers not "

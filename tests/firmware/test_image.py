@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.config import FORMAT_VERSION, PRESETS
-from hw.desc import DESC_FIELDS, GemmDescriptor, check
-from hw.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFormat, PostMode,
+from spec.config import FORMAT_VERSION, PRESETS
+from spec.desc import DESC_FIELDS, GemmDescriptor, check
+from spec.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFormat, PostMode,
                         SectionKind)
 from firmware.image import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, Image,
                             ImageError, Layer, decode, encode, format_tables_markdown, inspect,
@@ -342,7 +342,7 @@ def test_docs_contain_generated_tables():
 
 
 def test_docs_error_code_table_names_every_code():
-    from hw.desc import ErrorCode
+    from spec.desc import ErrorCode
 
     text = (Path(__file__).parents[2] / "docs" / "firmware.md").read_text()
     table = text[text.index("### Error codes"):text.index("## Host runtime")]

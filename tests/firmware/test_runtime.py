@@ -1,5 +1,5 @@
 """firmware.runtime against an in-memory fake device: no RTL, every register offset and bit from
-hw.regmap, the statistics record layout from hw.layouts."""
+spec.regmap, the statistics record layout from spec.layouts."""
 
 import asyncio
 import struct
@@ -11,11 +11,11 @@ from examples.networks import build_mlp
 from firmware.builder import ImageBuilder
 from firmware.image import BASE_ADDR_WORD, ImageError, decode, reseal, validate
 from firmware.runtime import DeviceError, LayerStats, RunReport, RunTimeout, Runtime
-from hw.config import PRESETS
-from hw.desc import ErrorCode
-from hw.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
-from hw.record import layer_record
-from hw.regmap import CTRL_BITS, REG, REGISTERS, STATUS_BITS, record_register
+from spec.config import PRESETS
+from spec.desc import ErrorCode
+from spec.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
+from spec.record import layer_record
+from spec.regmap import CTRL_BITS, REG, REGISTERS, STATUS_BITS, record_register
 
 CFG = PRESETS["tiny"]
 

@@ -6,7 +6,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.addrgen import AddrGen
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.offsets import base_offsets, compile_tables
 from planner.shapes import ConvShape
 

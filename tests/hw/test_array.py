@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from hw.array import SystolicArray
-from hw.config import PRESETS
+from spec.config import PRESETS
 
 from .util import run_sim
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hw.build import OUTPUTS, build_dir, emit
-from hw.config import PRESETS, AccelConfig
-from hw.regmap import REGISTERS
+from spec.config import PRESETS, AccelConfig
+from spec.regmap import REGISTERS
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = PRESETS["tiny"]
@@ -90,7 +90,7 @@ def test_build_port_metadata_is_json(emitted):
 
 def test_build_light_modules_do_not_import_amaranth():
     code = ("import sys\n"
-            "import hw.config, hw.desc, hw.regmap, hw.golden, hw.schedule, planner\n"
+            "import spec.config, spec.desc, spec.regmap, spec.golden, spec.schedule, planner\n"
             "bad = sorted(m for m in sys.modules if m == 'amaranth' or m.startswith('amaranth.'))\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from firmware.emulator import _Mem
-from hw.config import PRESETS
-from hw.desc import ErrorCode, GemmDescriptor, check, local_problem
-from hw.record import check_record, layer_record
+from spec.config import PRESETS
+from spec.desc import ErrorCode, GemmDescriptor, check, local_problem
+from spec.record import check_record, layer_record
 
 CFG = PRESETS["tiny"]
 L0 = CFG.local_base                     # first local byte

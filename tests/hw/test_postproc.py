@@ -1,12 +1,12 @@
-"""PostProc (Amaranth simulator) against hw.golden.requantize, row by row, with stalls."""
+"""PostProc (Amaranth simulator) against spec.golden.requantize, row by row, with stalls."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from hw.config import PRESETS
-from hw.golden import requantize
+from spec.config import PRESETS
+from spec.golden import requantize
 from hw.postproc import PostProc
 
 from .util import run_sim

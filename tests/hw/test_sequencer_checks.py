@@ -1,4 +1,4 @@
-"""The RTL record checks agree with hw.record.check_record (hw.desc.check for the descriptor
+"""The RTL record checks agree with spec.record.check_record (spec.desc.check for the descriptor
 words), and a refused record touches no memory port. Amaranth simulation of the Sequencer alone
 (no memory model needed)."""
 
@@ -8,9 +8,9 @@ import random
 from amaranth import *
 from amaranth.sim import Simulator
 
-from hw.config import PRESETS
-from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor
-from hw.record import check_record, layer_record
+from spec.config import PRESETS
+from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor
+from spec.record import check_record, layer_record
 from hw.checker import LAYER_FIELDS, RecordChecker
 from hw.sequencer import Sequencer
 
@@ -109,7 +109,7 @@ def test_sequencer_checks_match_python_rules():
     sim.run()
     assert not mismatches, f"seed {seed}: RTL vs check(): {mismatches[:3]}"
     assert not port_activity, f"seed {seed}: refused records used a memory port"
-    # the generator reaches most codes; the full set is covered by tests/hw/test_desc.py and
+    # the generator reaches most codes; the full set is covered by tests/spec/test_desc.py and
     # tests/hw/test_record.py
     assert len(seen) >= 8, f"seed {seed}: only codes {sorted(seen)} exercised"
     assert {ErrorCode.BAD_LAYER, ErrorCode.BAD_WINDOW} <= seen, sorted(seen)

@@ -4,7 +4,7 @@ output, and the output-window guard clearing every strobe outside [win_lo, win_h
 import pytest
 from amaranth.sim import Simulator
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from hw.dma import StoreEngine
 
 CFG = PRESETS["tiny"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.net.assign import (FunctionLibrary, Thresholds, analyse, assign, explain,
                                 load_host_timings)
 from planner.net.graph import ModelError

@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 
 from firmware.image import decode, encode  # noqa: E402
 from firmware.runtime import Runtime  # noqa: E402
-from hw.config import PRESETS  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 from planner.net import reference  # noqa: E402
 from planner.net.cli import compile_main, compile_model, run_main  # noqa: E402
 from planner.net.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
@@ -296,8 +296,8 @@ def test_golden_device_refuses_register_mode_start():
     import asyncio
 
     from firmware.runtime import DeviceError
-    from hw.config import PRESETS
-    from hw.regmap import CTRL_BITS, REG
+    from spec.config import PRESETS
+    from spec.regmap import CTRL_BITS, REG
     from planner.net.execute import GoldenDevice
 
     dev = GoldenDevice(PRESETS["tiny"])

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from firmware.runtime import Runtime  # noqa: E402
-from hw.config import PRESETS  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 from planner.net.cli import compile_main  # noqa: E402
 from planner.net.compile import CompiledNetwork, compile_network, fusible_pairs  # noqa: E402
 from planner.net.execute import (GoldenDevice, compare_outputs, execute,  # noqa: E402

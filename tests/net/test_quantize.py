@@ -104,7 +104,7 @@ def test_small_cnn_reference_matches_onnxruntime_within_two_lsb(cnn):
 
 
 def test_conv_layer_matches_the_real_valued_convolution(cnn):
-    """Independent of hw.golden: the dequantised float convolution, requantised."""
+    """Independent of spec.golden: the dequantised float convolution, requantised."""
     _, q, low = cnn
     layer = low.layers[1]
     rng = np.random.default_rng(5)

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from hw.config import PRESETS  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 from planner.net.compile import compile_network  # noqa: E402
 from planner.net.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner.net.models import encoder_block, small_cnn  # noqa: E402

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.report import evaluate, gap
 
 WORKLOADS = Path(planner.__file__).parent / "workloads"

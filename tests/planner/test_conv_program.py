@@ -2,8 +2,8 @@
 
 import pytest
 
-from hw.config import PRESETS
-from hw.desc import check
+from spec.config import PRESETS
+from spec.desc import check
 from planner import plan_conv
 from planner.conv import compile_conv
 from planner.convcost import predict_conv

@@ -4,7 +4,7 @@ import dataclasses
 
 from hypothesis import given, settings, strategies as st
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner import (COUNTER_FIELDS, CycleBreakdown, GemmShape, ModelConstants, predict,
                      predict_reference)
 from planner.cost import lower_bound_cycles

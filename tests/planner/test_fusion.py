@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hw.config import PRESETS
-from hw.golden import conv2d_int8
+from spec.config import PRESETS
+from spec.golden import conv2d_int8
 from planner.fusion import (Block, Chain, ConvOp, Deps, FusionError, GemmOp, Node, blocks_of,
                             conv_input_range, dependencies, find_chains, fusible, local_bytes,
                             plan_fusion)

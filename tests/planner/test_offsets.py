@@ -1,7 +1,7 @@
 """planner.offsets: the convolution tables of docs/conv_tables.md.
 
 The functional check is independent: B gathered by walking the segment tables (as the RTL does)
-times the k-major weights must equal the direct convolution of hw.golden for every group.
+times the k-major weights must equal the direct convolution of spec.golden for every group.
 """
 
 from pathlib import Path
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hw.config import PRESETS
-from hw.golden import conv2d_int8, gemm_int8
+from spec.config import PRESETS
+from spec.golden import conv2d_int8, gemm_int8
 from planner.layout import group_base_bytes, to_padded, weights_k_major
 from planner.offsets import ConvTables, compile_tables, gather_b
 from planner.shapes import ConvShape

@@ -5,7 +5,7 @@ against onnx.reference), and inputs the int8 datapath cannot run exactly are ref
 import numpy as np
 import pytest
 
-from hw.golden import conv2d_int8, gemm_int8
+from spec.golden import conv2d_int8, gemm_int8
 from planner.quant import (exact_int8, finish, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
 

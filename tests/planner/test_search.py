@@ -3,8 +3,8 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.config import PRESETS
-from hw.desc import check
+from spec.config import PRESETS
+from spec.desc import check
 from planner import (DEFAULT_CONSTANTS, GemmShape, greedy_plan, plan_gemm, predict, search,
                      to_descriptor)
 from planner.search import _key, balanced_k_values, candidates

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import planner
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner import ConvShape, GemmShape, load_workload, parse_workload, plan_conv
 from planner.workload import layer_gemm
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from hw.config import PRESETS
-from hw.desc import check
+from spec.config import PRESETS
+from spec.desc import check
 from planner import GemmShape, seed_decision, seed_plan, to_descriptor
 from planner.tiling import _splitk_loads, acc_bytes_for, inner_tiles
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from hw.build import emit
-from hw.config import PRESETS, AccelConfig
+from spec.config import PRESETS, AccelConfig
 from tb.tools import build, missing_tool
 
 

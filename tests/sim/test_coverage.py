@@ -30,6 +30,6 @@ def test_coverage_unknown_kind_is_refused():
 
 
 def test_every_error_code_has_a_bin():
-    from hw.desc import ErrorCode
+    from spec.desc import ErrorCode
 
     assert {f"outcome {c.name}" for c in ErrorCode} == set(coverage.BINS["error"])

@@ -14,8 +14,8 @@ import random
 import numpy as np
 import pytest
 
-from hw.config import PRESETS
-from hw.layouts import COUNTERS
+from spec.config import PRESETS
+from spec.layouts import COUNTERS
 from planner.fusion import Chain, GemmOp, conv_op, intermediate_bytes, plan_fusion
 from tb.fusion import CHAINS, random_data, run_chain
 from tb.tools import missing_tool

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from firmware.image import ImageError, decode, inspect, reseal, validate
-from hw.config import PRESETS
-from hw.desc import ErrorCode
+from spec.config import PRESETS
+from spec.desc import ErrorCode
 
 from .test_rtl import seed_for
 

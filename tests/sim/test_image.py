@@ -12,10 +12,10 @@ import pytest
 from examples.networks import budget_cycles, build_cnn, build_mlp
 from examples.run import run_network
 from firmware.image import decode, reseal
-from hw.config import PRESETS
-from hw.desc import ErrorCode
-from hw.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES
-from hw.record import HEADER_BYTES
+from spec.config import PRESETS
+from spec.desc import ErrorCode
+from spec.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES
+from spec.record import HEADER_BYTES
 from tb.jobs import ImageRun, run_jobs
 from tb.tools import missing_tool
 
@@ -45,7 +45,7 @@ def check_network(net, cfg, result, mismatches, *, exact_cycles=True):
                                             if n.endswith("_cycles") and n != "total_cycles")
     # the cycle model is exact for GEMM / FC layers, post-processing included (parameter loads,
     # requantiser latency); the convolution gather is modelled approximately (docs/conv.md)
-    from hw.layouts import OpKind
+    from spec.layouts import OpKind
     for built, layer in zip(net.layers, result.layers):
         if exact_cycles and built.layer.op_kind != OpKind.CONV:
             assert layer["total_cycles"] == built.predicted_cycles, built.name
@@ -198,7 +198,7 @@ def test_image_refused_with_code_and_no_writes(sim, tmp_path):
 
 
 def test_bad_image_cases_break_what_they_say():
-    """The Python rules agree with the codes the RTL test expects (hw.record, validator)."""
+    """The Python rules agree with the codes the RTL test expects (spec.record, validator)."""
     from firmware.image import validate
 
     cfg = PRESETS["tiny"]

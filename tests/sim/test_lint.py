@@ -3,7 +3,7 @@
 import pytest
 
 from hw.build import emit
-from hw.config import PRESETS
+from spec.config import PRESETS
 from tb.tools import lint, missing_tool
 
 

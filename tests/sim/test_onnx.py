@@ -7,7 +7,7 @@ import numpy as np
 
 import pytest
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 
 from .test_rtl import run
 

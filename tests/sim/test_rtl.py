@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from hw.config import PRESETS
-from hw.regmap import COUNTERS
+from spec.config import PRESETS
+from spec.regmap import COUNTERS
 from tb import coverage
 
 WAVES = os.getenv("WAVES") == "1"
@@ -90,7 +90,7 @@ def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
 def test_rtl_errors_refused(rtl_build, sim, tmp_path):
     run(rtl_build, sim, "tiny", "tb.errors", tmp_path)
     # tb.errors asserts it reached every register-mode code
-    from hw.desc import ErrorCode
+    from spec.desc import ErrorCode
     coverage.record("error", [{"error": c.name} for c in ErrorCode
                               if ErrorCode.NONE < c < ErrorCode.BAD_IMAGE])
 

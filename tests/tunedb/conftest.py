@@ -2,7 +2,7 @@
 
 import pytest
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.shapes import GemmShape
 from planner.tiling import make_plan
 from planner.tunedb import Record

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hw.desc import check
+from spec.desc import check
 from planner import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import to_descriptor

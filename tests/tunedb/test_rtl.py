@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.shapes import GemmShape
 from planner.tunedb import (BuildOptions, Case, Executor, TuneDB, build_db, measure_model,
                             measure_rtl)

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner.tunedb import SCHEMA_VERSION, TuneDB, TuneDBError
 
 from .conftest import CFG, record

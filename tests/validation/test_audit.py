@@ -33,22 +33,22 @@ another function without this table following; line moves inside a function do n
 | firmware/runtime.py | Runtime.open | DeviceError | 1 | image: test_runtime_open_config_id |
 | firmware/runtime.py | Runtime.run_image | DeviceError | 1 | image: test_runtime_stats_layer_index |
 | firmware/runtime.py | Runtime.run_layer | ValueError | 1 | image: test_runtime_run_layer_missing_word |
-| hw/config.py | AccelConfig.__post_init__ | ConfigError | 4 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range |
-| hw/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
-| hw/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
-| hw/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |
-| hw/config.py | AccelConfig.from_dict | ConfigError | 1 | config: test_config_from_dict_unknown_fields |
-| hw/config.py | AccelConfig.from_json | ConfigError | 1 | config: test_config_from_json_must_be_object |
-| hw/config.py | AccelConfig.from_json.no_duplicates | ConfigError | 1 | config: test_config_from_json_duplicate_field |
-| hw/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
-| hw/golden.py | _pair | ValueError | 1 | quant: test_conv2d_pairs |
-| hw/golden.py | conv2d_int8 | ValueError | 7 | quant: test_conv2d_dtype, test_conv2d_rank, test_conv2d_pads, test_conv2d_groups, test_conv2d_channels_per_group, test_conv2d_empty, test_conv2d_kernel_fit |
-| hw/golden.py | gemm_int8 | ValueError | 2 | quant: test_gemm_int8_shapes, test_gemm_int8_dtype |
-| hw/golden.py | requantize | ValueError | 3 | quant: test_requantize_acc, test_requantize_int8_params, test_requantize_act_order |
-| hw/golden.py | requantize.per_row | ValueError | 1 | quant: test_requantize_per_row |
-| hw/record.py | check_record | KeyError | 1 | config: test_check_record_missing_word |
-| hw/record.py | check_record | ValueError | 1 | config: test_check_record_word_u32 |
-| hw/record.py | layer_record | KeyError | 1 | config: test_layer_record_unknown_fields |
+| spec/config.py | AccelConfig.__post_init__ | ConfigError | 4 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range |
+| spec/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
+| spec/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
+| spec/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |
+| spec/config.py | AccelConfig.from_dict | ConfigError | 1 | config: test_config_from_dict_unknown_fields |
+| spec/config.py | AccelConfig.from_json | ConfigError | 1 | config: test_config_from_json_must_be_object |
+| spec/config.py | AccelConfig.from_json.no_duplicates | ConfigError | 1 | config: test_config_from_json_duplicate_field |
+| spec/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
+| spec/golden.py | _pair | ValueError | 1 | quant: test_conv2d_pairs |
+| spec/golden.py | conv2d_int8 | ValueError | 7 | quant: test_conv2d_dtype, test_conv2d_rank, test_conv2d_pads, test_conv2d_groups, test_conv2d_channels_per_group, test_conv2d_empty, test_conv2d_kernel_fit |
+| spec/golden.py | gemm_int8 | ValueError | 2 | quant: test_gemm_int8_shapes, test_gemm_int8_dtype |
+| spec/golden.py | requantize | ValueError | 3 | quant: test_requantize_acc, test_requantize_int8_params, test_requantize_act_order |
+| spec/golden.py | requantize.per_row | ValueError | 1 | quant: test_requantize_per_row |
+| spec/record.py | check_record | KeyError | 1 | config: test_check_record_missing_word |
+| spec/record.py | check_record | ValueError | 1 | config: test_check_record_word_u32 |
+| spec/record.py | layer_record | KeyError | 1 | config: test_layer_record_unknown_fields |
 | planner/__main__.py | _cmd_report | ValueError | 1 | cli: test_planner_report_doc_markers |
 | planner/__main__.py | _config | ValueError | 1 | cli: test_planner_preset, test_planner_config_file_range, test_planner_unreadable_file |
 | planner/__main__.py | main | argparse --strategy | 1 | cli: test_planner_strategy_choice |
@@ -82,9 +82,9 @@ another function without this table following; line moves inside a function do n
 | planner/workload.py | _parse_layer | ValueError | 8 | shapes: test_workload_layer_must_be_object, test_workload_count, test_workload_gemm_keys, test_workload_gemm_shape, test_workload_conv_keys, test_workload_conv_shape, test_workload_conv_output_size_must_agree, test_workload_kind |
 | planner/workload.py | parse_workload | ValueError | 1 | shapes: test_workload_top_level |
 
-Not raise sites, so not in the table: the rule lists that :func:`hw.desc.check`,
-:func:`hw.record.check_record` and :func:`firmware.image.validate` *return* (their messages are
-asserted rule by rule in tests/hw/test_desc.py, tests/firmware/test_image.py and the builder /
+Not raise sites, so not in the table: the rule lists that :func:`spec.desc.check`,
+:func:`spec.record.check_record` and :func:`firmware.image.validate` *return* (their messages are
+asserted rule by rule in tests/spec/test_desc.py, tests/firmware/test_image.py and the builder /
 runtime tests here that surface them).
 """
 
@@ -98,7 +98,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 #: The audited sources (issue 9's config, shape, image and CLI validation paths).
-FILES = ("hw/config.py", "hw/desc.py", "hw/record.py", "hw/golden.py", "planner/shapes.py",
+FILES = ("spec/config.py", "spec/desc.py", "spec/record.py", "spec/golden.py", "planner/shapes.py",
          "planner/tiling.py", "planner/requant.py", "planner/quant.py", "planner/offsets.py",
          "planner/layout.py", "planner/workload.py", "planner/__main__.py", "firmware/image.py",
          "firmware/builder.py", "firmware/runtime.py", "firmware/__main__.py")

@@ -7,7 +7,7 @@ import pytest
 
 import firmware.__main__ as fw_cli
 import planner.__main__ as pl_cli
-from hw.config import PRESETS
+from spec.config import PRESETS
 
 PRESET_NAMES = list(PRESETS)
 

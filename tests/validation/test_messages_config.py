@@ -1,14 +1,14 @@
-"""hw.config, hw.desc, hw.record: every refusal names the field and states its allowed range."""
+"""spec.config, spec.desc, spec.record: every refusal names the field and states its allowed range."""
 
 import dataclasses
 import json
 
 import pytest
 
-from hw.config import PRESETS, AccelConfig, ConfigError
-from hw.desc import DESC_FIELDS, GemmDescriptor
-from hw.layouts import LAYER_WORDS
-from hw.record import check_record, layer_record
+from spec.config import PRESETS, AccelConfig, ConfigError
+from spec.desc import DESC_FIELDS, GemmDescriptor
+from spec.layouts import LAYER_WORDS
+from spec.record import check_record, layer_record
 
 from .util import refused
 

@@ -12,12 +12,12 @@ from firmware.builder import ImageBuilder, Requant
 from firmware.image import (BASE_ADDR_WORD, HEADER_BYTES, LAYER_RECORD_BYTES, Image, ImageError,
                             Layer, decode, encode, reseal)
 from firmware.runtime import DeviceError, RunReport, Runtime
-from hw.config import FORMAT_VERSION, PRESETS
-from hw.desc import ErrorCode, GemmDescriptor
-from hw.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
+from spec.config import FORMAT_VERSION, PRESETS
+from spec.desc import ErrorCode, GemmDescriptor
+from spec.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
                         OpKind, OutFormat, PostMode, SectionKind)
-from hw.record import layer_record
-from hw.regmap import REG, STATUS_BITS
+from spec.record import layer_record
+from spec.regmap import REG, STATUS_BITS
 
 from .util import refused
 

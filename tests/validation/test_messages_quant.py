@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from hw.golden import conv2d_int8, gemm_int8, requantize
+from spec.golden import conv2d_int8, gemm_int8, requantize
 from planner.quant import (exact_int, exact_int8, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
 from planner.requant import activation_bounds, quantize_multiplier
@@ -161,7 +161,7 @@ def test_matmul_integer_zero_point_shape(a_zp, b_zp, name, want, got):
         fold_matmul_integer(np.zeros((2, 3), I8), np.zeros((3, 4), I8), a_zp, b_zp)
 
 
-# -- hw.golden ---------------------------------------------------------------------------------
+# -- spec.golden ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("a, b", [(np.zeros((2, 3), I8), np.zeros((2, 3), I8)),
                                   (np.zeros(3, I8), np.zeros((3, 1), I8))])

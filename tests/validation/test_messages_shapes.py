@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from hw.config import PRESETS
+from spec.config import PRESETS
 from planner import plan_gemm
 from planner.layout import group_base_bytes, padded_bytes, to_padded, weights_k_major
 from planner.offsets import ConvTables, _check_range, compile_tables, gather_b
@@ -213,7 +213,7 @@ def test_to_descriptor_plan_shape(other):
 def test_to_descriptor_lists_hw_rules(addrs, strides, fragment):
     shape = GemmShape(64, 32, 16)
     plan = plan_gemm(shape, TINY, "seed")
-    with refused(ValueError, "descriptor breaks hw.desc rules: ", fragment):
+    with refused(ValueError, "descriptor breaks spec.desc rules: ", fragment):
         to_descriptor(plan, shape, TINY, *addrs, **strides)
 
 

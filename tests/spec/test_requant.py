@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.golden import requantize
+from spec.golden import requantize
 from planner.requant import activation_bounds, quantize_multiplier
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1

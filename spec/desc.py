@@ -54,12 +54,12 @@ class ErrorCode(enum.IntEnum):
                             # or C in the local buffer that it cannot serve (local_problem)
     BAD_FLAGS = 10          # outer_m, need_splitk or b_mode is neither 0 nor 1
     BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
-    # layer record rules (hw.record.check_record)
+    # layer record rules (spec.record.check_record)
     BAD_LAYER = 12          # op_kind / out_format / post_mode / bias_present / int8 fields,
                             # or more output channels than quant_entries with post-processing
     BAD_WINDOW = 13         # output window, written range, statistics or parameter addresses
     BAD_QUANT = 14          # a multiplier outside [1, 2**31) or a shift outside [-31, 31]
-    # image rules (hw.record.check_header), image runs only
+    # image rules (spec.record.check_header), image runs only
     BAD_IMAGE = 15          # magic, format version or the image structure
     CONFIG_MISMATCH = 16    # the image's config_id is not this accelerator's
     BAD_CRC = 17            # the image's CRC-32 does not match its bytes
@@ -175,7 +175,7 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
 
     The RTL reports the first entry's code; an empty list means the hardware runs it.
     ``out_bytes`` is the C element size (4: int32 output, 1: int8 output; see
-    :func:`hw.record.check_record` for the rest of a layer's rules).
+    :func:`spec.record.check_record` for the rest of a layer's rules).
     """
     r, c = cfg.array_rows, cfg.array_cols
     errs: list[tuple[ErrorCode, str]] = []

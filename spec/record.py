@@ -5,7 +5,7 @@ header breaks, in the priority order the RTL reports them (the first entry's cod
 register's value); the RTL test-suites assert that both agree. The firmware validator builds on
 them, so an image the validator accepts is one the hardware runs.
 
-A *record* here is the dict of raw u32 words by :data:`hw.layouts.LAYER_WORDS` name, exactly as
+A *record* here is the dict of raw u32 words by :data:`spec.layouts.LAYER_WORDS` name, exactly as
 the sequencer fetches it (signed fields still two's complement), so garbage can be judged too.
 """
 
@@ -209,7 +209,7 @@ def check_header(header: Mapping[str, int], cfg: AccelConfig, *,
     """Every rule the hardware applies to an image header before it reads the rest, in RTL
     priority order (the CRC is checked after these pass, over ``total_bytes`` bytes).
 
-    ``header`` maps :data:`hw.layouts.HEADER_WORDS` names to u32 words; ``image_addr`` is the
+    ``header`` maps :data:`spec.layouts.HEADER_WORDS` names to u32 words; ``image_addr`` is the
     IMAGE_ADDR register (where the host placed the image).
     """
     errs: list[tuple[ErrorCode, str]] = []

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.config import PRESETS, AccelConfig
-from hw.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor, check, tensor_extents
+from spec.config import PRESETS, AccelConfig
+from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode, GemmDescriptor, check, tensor_extents
 
 CFG = PRESETS["tiny"]   # 4x4 array, 2 KiB A/B halves, 1 KiB accumulator half, 4 MiB memory
 
@@ -183,7 +183,7 @@ def test_desc_check_accepts_max_dims():
 @pytest.mark.parametrize("value", [2, 3, 1 << 31])
 def test_desc_check_refuses_flags_outside_0_1(field, value):
     # The RTL compares the whole word (BAD_FLAGS), so no flag value means different things to
-    # the hardware and to hw.schedule.
+    # the hardware and to spec.schedule.
     d = dataclasses.replace(BASE, **{field: value})
     assert codes(d)[0] == ErrorCode.BAD_FLAGS
 

@@ -6,9 +6,9 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.config import PRESETS
-from hw.desc import GemmDescriptor, check
-from hw.schedule import Step, steps, traffic
+from spec.config import PRESETS
+from spec.desc import GemmDescriptor, check
+from spec.schedule import Step, steps, traffic
 
 CFG = PRESETS["tiny"]   # 4x4 array: a_beat 4 bytes, b_beat 4 bytes, c_beat 16 bytes
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from hw.golden import gemm_int8
+from spec.golden import gemm_int8
 
 
 def _wrap32(x: int) -> int:

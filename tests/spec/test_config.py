@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hw.config import FORMAT_VERSION, PRESETS, AccelConfig, ConfigError
+from spec.config import FORMAT_VERSION, PRESETS, AccelConfig, ConfigError
 
 FIELDS = tuple(f.name for f in dataclasses.fields(AccelConfig))
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,7 +224,7 @@ def test_config_id_equal_for_equal_configs():
 
 def test_config_id_is_stable_across_interpreters():
     # a fresh interpreter with a different hash seed computes the same id for every preset
-    code = ("import json; from hw.config import PRESETS; "
+    code = ("import json; from spec.config import PRESETS; "
             "print(json.dumps({k: v.config_id for k, v in PRESETS.items()}))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hw.golden import conv2d_int8
+from spec.golden import conv2d_int8
 
 
 def _wrap32(v: int) -> int:

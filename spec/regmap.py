@@ -20,7 +20,7 @@ STATUS_BITS: dict[str, int] = {"BUSY": 0, "DONE": 1, "IMAGE": 2}
 
 
 def record_register(field: str) -> str:
-    """The register holding layer-record field ``field`` (a :data:`hw.layouts.LAYER_WORDS` name):
+    """The register holding layer-record field ``field`` (a :data:`spec.layouts.LAYER_WORDS` name):
     ``DESC_<X>`` for descriptor words, ``LAYER_<X>`` for the rest."""
     if field.startswith("desc_"):
         return f"DESC_{field[len('desc_'):].upper()}"

@@ -1,7 +1,7 @@
 """Binary layouts shared by the RTL, the firmware encoder and the C headers. No Amaranth import.
 
 A firmware *layer record* is 64 little-endian u32 words (256 bytes). Its first words are the
-:class:`hw.desc.GemmDescriptor` in :data:`hw.desc.DESC_FIELDS` order, so the sequencer's
+:class:`spec.desc.GemmDescriptor` in :data:`spec.desc.DESC_FIELDS` order, so the sequencer's
 descriptor fetch is a straight copy; post-processing and the output window follow at fixed word
 offsets given by :data:`LAYER_WORDS`. Every consumer (RTL fetch, ``firmware`` encoder/decoder,
 generated C headers) reads the offsets from here; none is typed twice.
@@ -80,7 +80,7 @@ def _layer_words() -> dict[str, int]:
         "bias_present",
         "mult_addr",        # m x int32 requantisation multipliers (Q31, in [1, 2**31))
         "shift_addr",       # m x int32 shifts in [-31, 31]: > 0 right after the multiply,
-                            # < 0 left before it (hw.golden.requantize, TFLite convention)
+                            # < 0 left before it (spec.golden.requantize, TFLite convention)
         "out_window_lo",    # the only bytes this layer may write: [lo, hi)
         "out_window_hi",
         "stats_addr",       # image runs: the layer's STATS_BYTES counter record goes here

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from hw.desc import DESC_FIELDS
-from hw.layouts import LAYER_WORDS
-from hw.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS, Register
+from spec.desc import DESC_FIELDS
+from spec.layouts import LAYER_WORDS
+from spec.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS, Register
 
 
 def test_regmap_offsets_unique_and_contiguous_from_zero():
@@ -69,7 +69,7 @@ def test_regmap_has_no_other_registers():
 
 
 def test_regmap_counters_cover_the_cycle_categories_and_bytes():
-    # total_cycles is split into the six *_cycles categories documented in hw/regmap.py
+    # total_cycles is split into the six *_cycles categories documented in spec/regmap.py
     cats = [c for c in COUNTERS if c.endswith("_cycles") and c != "total_cycles"]
     assert COUNTERS[0] == "total_cycles" and len(cats) == 6
     assert {"rd_a_bytes", "rd_b_bytes", "wr_c_bytes"} <= set(COUNTERS)
