@@ -15,7 +15,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from amaranth.back import verilog
+
 from spec.config import FORMAT_VERSION, AccelConfig
+from spec.headers import HEADERS
+from spec.regmap import REGISTERS
+
+from .sim.harness import SimTop
+from .top import AccelTop
 
 __all__ = ["emit", "build_dir", "locked", "TB_HDL"]
 
@@ -30,10 +37,10 @@ OUTPUTS = ("accel_top.v", "sim_top.v", "config.json", "accel_top.json", "regs.js
 
 
 def _source_hash(cfg: AccelConfig) -> str:
-    """Hash of everything the generated files depend on: hw sources, the C-header generator and
-    the config."""
+    """Hash of everything the generated files depend on: the hw and spec sources (spec holds
+    the C-header generator) and the config."""
     h = hashlib.sha256(cfg.to_json().encode())
-    sources = sorted(_HW.rglob("*.py")) + [_ROOT / "firmware" / "headers.py"]
+    sources = sorted(_HW.rglob("*.py")) + sorted((_ROOT / "spec").rglob("*.py"))
     for path in sources:
         h.update(path.relative_to(_ROOT).as_posix().encode())
         h.update(path.read_bytes())
@@ -73,14 +80,6 @@ def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False
 
 
 def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
-    from amaranth.back import verilog
-
-    from firmware.headers import HEADERS
-
-    from spec.regmap import REGISTERS
-    from .sim.harness import SimTop
-    from .top import AccelTop
-
     stamp = _source_hash(cfg)
     stamp_file = target / ".stamp"
     if not force and stamp_file.exists() and stamp_file.read_text() == stamp:

@@ -1,4 +1,4 @@
-"""firmware.headers: the generated C headers compile with gcc and carry the Python values."""
+"""spec.headers: the generated C headers compile with gcc and carry the Python values."""
 
 import dataclasses
 import shutil
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from firmware.headers import CTRL_BITS, HEADERS, STATUS_BITS, image_header, regs_header
+from spec.headers import CTRL_BITS, HEADERS, STATUS_BITS, image_header, regs_header
 from spec.config import FORMAT_VERSION, PRESETS
 from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from spec.layouts import (STATS_BYTES, STATS_WORDS, HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
