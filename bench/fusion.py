@@ -14,7 +14,7 @@ record fetches included). docs/fusion.md has the results.
 
 ``--network light_resnet50`` instead compiles the onnx wheel's light_resnet50 (seeded weights,
 BatchNormalization folded, 1x3x224x224) without and with ``fuse=True`` and runs both on
-Verilator (``planner.net.execute.run_network``, about 5 minutes each): cycles measured and
+Verilator (``flow.execute.run_network``, about 5 minutes each): cycles measured and
 predicted, memory bytes of the accelerator layers, and whether the outputs are bit-exactly
 equal. Writes ``bench/results/fusion-<network>-<preset>.json``.
 """
@@ -91,8 +91,8 @@ def run_network_pair(network: str, preset: str, work: Path) -> dict:
     """The network compiled unfused and fused, both run on Verilator (module docstring)."""
     import onnx
 
-    from planner.net.cli import compile_model
-    from planner.net.execute import compare_outputs, layer_rows, run_network
+    from flow.cli import compile_model
+    from flow.execute import compare_outputs, layer_rows, run_network
 
     model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{network}.onnx"
     if not model.exists():

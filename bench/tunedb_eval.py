@@ -33,7 +33,8 @@ import numpy as np
 from planner import plan_gemm
 from planner.cost import predict_tiling
 from planner.shapes import GemmShape
-from planner.tunedb import Case, Executor, TuneDB, lookup, measure_model, measure_rtl
+from flow.measure import measure_rtl
+from planner.tunedb import Case, Executor, TuneDB, lookup, measure_model
 
 #: Acceptance: DB predictions within this relative error ...
 TOLERANCE = 0.05

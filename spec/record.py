@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from .config import FORMAT_VERSION, AccelConfig
 from .desc import DESC_FIELDS, ErrorCode, GemmDescriptor, check
-from .layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+from .layouts import (IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS, LAYER_USED_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
 
 __all__ = ["record_fetch_beats", "layer_record", "check_record", "check_header", "written_range", "out_bytes", "uses_post",
@@ -33,8 +33,6 @@ _B_MODE = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0}
 
 def record_fetch_beats(cfg: AccelConfig) -> int:
     """B-port beats the image runner fetches per layer record (the named words only)."""
-    from .layouts import LAYER_USED_WORDS
-
     return -(-4 * LAYER_USED_WORDS // cfg.b_beat_bytes)
 
 

@@ -1,7 +1,7 @@
 """cocotb test: measure a list of (shape, tiling) GEMM cases in one simulator process.
 
 Environment: ACCEL_BUILD; TESSERA_TUNEDB_CASES, a JSON file ``[{"m", "k", "n", "tiling":
-{TILING_FIELDS...}}, ...]`` (written by :func:`planner.tunedb.measure.measure_rtl`). Each case runs
+{TILING_FIELDS...}}, ...]`` (written by :func:`flow.measure.measure_rtl`). Each case runs
 through :func:`tb.gemm.run_case` (bit-exact C, untouched guards, counter identities; dense
 tensors), the memory model reloaded per case. Writes ``tunedb_results.json`` in the test directory:
 one ``{"m", "k", "n", "tiling", "counters", "predicted"}`` per case, in input order.
@@ -21,12 +21,16 @@ from .cases import GemmCase
 from .gemm import run_case
 from .harness import Harness
 
+#: The environment variable naming the cases file, and the results file's name.
+CASES_ENV = "TESSERA_TUNEDB_CASES"
+RESULTS_FILE = "tunedb_results.json"
+
 
 @cocotb.test()
 async def tunedb_measure_cases(dut):
     """Every case of the file, in order; counters out."""
     h = await Harness.start(dut)
-    with open(os.environ["TESSERA_TUNEDB_CASES"]) as f:
+    with open(os.environ[CASES_ENV]) as f:
         cases = json.load(f)
     records = []
     for idx, raw in enumerate(cases):
@@ -38,5 +42,5 @@ async def tunedb_measure_cases(dut):
         records.append({"m": case.m, "k": case.k, "n": case.n, "tiling": tiling,
                         "counters": {name: rec[name] for name in COUNTERS},
                         "predicted": rec["predicted"]})
-    with open(os.path.join(os.getcwd(), "tunedb_results.json"), "w") as f:
+    with open(os.path.join(os.getcwd(), RESULTS_FILE), "w") as f:
         json.dump(records, f, indent=1)

@@ -1,4 +1,4 @@
-"""Measurement jobs: run (shape, tiling) cases on the RTL, serially or on a Dask cluster.
+"""Measurement jobs: run (shape, tiling) cases, serially or on a Dask cluster.
 
 A *job* is a list of :class:`Case` run by one simulator process (``tb/tunedb_measure.py`` loops
 over them; the memory model is reloaded per case, the Verilator build is reused). Jobs are
@@ -9,8 +9,8 @@ process (``serial``).
 Measure functions take ``(cases, cfg)`` and return one counter dict per case (the RTL counter
 names, :data:`spec.regmap.COUNTERS`):
 
-* :func:`measure_rtl`: Verilator through ``cocotb_tools.runner`` (bit-exact result checked by
-  ``tb.gemm.run_case`` on every case);
+* :func:`flow.measure.measure_rtl`: Verilator through ``cocotb_tools.runner`` (bit-exact result
+  checked by ``tb.gemm.run_case`` on every case; in the orchestration layer, as it builds RTL);
 * :func:`measure_model`: :func:`planner.cost.predict_tiling`, a deterministic stand-in used by the
   tests of the database logic and of the Dask path (it is *not* a measurement).
 """
@@ -19,21 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import tempfile
-from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from spec.config import AccelConfig
 from planner.cost import predict_tiling
 from planner.tiling import TILING_FIELDS
 
-__all__ = ["Case", "MeasureFn", "measure_rtl", "measure_model", "Executor", "CASES_ENV"]
+__all__ = ["Case", "MeasureFn", "measure_model", "Executor"]
 
-#: Environment variable naming the JSON case file for ``tb.tunedb_measure``.
-CASES_ENV = "TESSERA_TUNEDB_CASES"
-#: Result file the testbench writes in its test directory.
-RESULTS_FILE = "tunedb_results.json"
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -72,54 +65,6 @@ def measure_model(cases: Sequence[Case], cfg: AccelConfig) -> list[dict]:
         out.append(predict_tiling(c.m, c.k, c.n, t["partition_m"], t["partition_n"],
                                   t["partition_k"], t["outer_m"], cfg).as_dict())
     return out
-
-
-def measure_rtl(cases: Sequence[Case], cfg: AccelConfig, workdir: str | Path | None = None
-                ) -> list[dict]:
-    """Run ``cases`` on Verilator in one simulator process; their RTL counters, in order.
-
-    Emits and builds the configuration if needed (``hw.build.emit`` and ``tb.tools.build`` cache
-    and lock both). Raises ``RuntimeError`` when the simulator is missing or a case fails (wrong
-    result, error code, timeout), naming the test directory with the log.
-    """
-    from cocotb_tools.runner import get_results
-
-    from hw.build import emit
-    from tb.tools import build, missing_tool
-
-    if not cases:
-        return []
-    reason = missing_tool("verilator")
-    if reason:
-        raise RuntimeError(reason)
-    out = emit(cfg)
-    runner = build("verilator", out)
-    test_dir = Path(tempfile.mkdtemp(prefix="tunedb-", dir=workdir))
-    case_file = test_dir / "cases.json"
-    case_file.write_text(json.dumps([c.to_json() for c in cases]))
-    results_xml = test_dir / "results.xml"
-    runner.test(hdl_toplevel="sim_top", test_module="tb.tunedb_measure", test_dir=test_dir,
-                extra_env={"ACCEL_BUILD": str(out), CASES_ENV: str(case_file)},
-                results_xml=str(results_xml))
-    tests, fails = get_results(results_xml)
-    result_file = test_dir / RESULTS_FILE
-    if tests == 0 or fails or not result_file.exists():
-        raise RuntimeError(f"RTL measurement failed ({fails} of {tests} cocotb tests); "
-                           f"log and cases in {test_dir}")
-    records = json.loads(result_file.read_text())
-    if len(records) != len(cases):
-        raise RuntimeError(f"RTL measurement returned {len(records)} results for {len(cases)} "
-                           f"cases ({test_dir})")
-    counters = []
-    for case, rec in zip(cases, records):
-        if (rec["m"], rec["k"], rec["n"]) != case.dims:
-            raise RuntimeError(f"RTL result for {rec['m']}x{rec['k']}x{rec['n']} in place of "
-                               f"{case.m}x{case.k}x{case.n} ({test_dir})")
-        counters.append(rec["counters"])
-    for child in test_dir.iterdir():  # keep the directory small: images are large
-        if child.suffix == ".hex":
-            child.unlink()
-    return counters
 
 
 def _run_job(fn: MeasureFn, cfg: AccelConfig, cases: list[Case]) -> list[dict]:

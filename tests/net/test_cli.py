@@ -4,7 +4,7 @@ import json
 
 import onnx
 
-from planner import tessera
+from flow import tessera
 from planner.net.models import encoder_block, small_cnn
 
 

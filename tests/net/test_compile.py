@@ -16,10 +16,10 @@ from firmware.image import decode, encode  # noqa: E402
 from firmware.runtime import Runtime  # noqa: E402
 from spec.config import PRESETS  # noqa: E402
 from planner.net import reference  # noqa: E402
-from planner.net.cli import compile_main, compile_model, run_main  # noqa: E402
-from planner.net.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
+from flow.cli import compile_main, compile_model, run_main  # noqa: E402
+from flow.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
                                  compile_network)
-from planner.net.execute import GoldenDevice, execute, run_network  # noqa: E402
+from flow.execute import GoldenDevice, execute, run_network  # noqa: E402
 from planner.net.models import small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
@@ -298,7 +298,7 @@ def test_golden_device_refuses_register_mode_start():
     from firmware.runtime import DeviceError
     from spec.config import PRESETS
     from spec.regmap import CTRL_BITS, REG
-    from planner.net.execute import GoldenDevice
+    from flow.execute import GoldenDevice
 
     dev = GoldenDevice(PRESETS["tiny"])
     with pytest.raises(DeviceError, match="runs images only"):

@@ -1,4 +1,4 @@
-"""Whole networks on the RTL, one simulation per network (planner.net.execute -> tb.net_run):
+"""Whole networks on the RTL, one simulation per network (flow.execute -> flow.net_run):
 bit-exact against the golden device, close to onnxruntime on the same quantised model."""
 
 import dataclasses
@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from spec.config import PRESETS  # noqa: E402
-from planner.net.compile import compile_network  # noqa: E402
-from planner.net.execute import compare_outputs, layer_rows, run_network  # noqa: E402
+from flow.compile import compile_network  # noqa: E402
+from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.quantize import (fold_batchnorm, generated_inputs, lower,  # noqa: E402

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from planner.__main__ import main as planner_main
-from planner.tessera import main as tessera_main
-from planner.tunedb.cli import main, random_shapes, workload_shapes
+from flow.tessera import main as tessera_main
+from flow.tunedb_cli import main, random_shapes, workload_shapes
 
 from .conftest import CFG
 

@@ -6,8 +6,8 @@ import pytest
 
 from spec.config import PRESETS
 from planner.shapes import GemmShape
-from planner.tunedb import (BuildOptions, Case, Executor, TuneDB, build_db, measure_model,
-                            measure_rtl)
+from flow.measure import measure_rtl
+from planner.tunedb import BuildOptions, Case, Executor, TuneDB, build_db, measure_model
 from tb.tools import missing_tool
 
 
@@ -43,7 +43,7 @@ def test_rtl_small_build_stores_measured_counters(verilator, tmp_path):
 def test_rtl_acceptance_resnet_bert_random_held_out(verilator, tmp_path):
     """make test-full: the committed acceptance run (docs/tunedb.md), end to end."""
     from bench.tunedb_eval import main as eval_main
-    from planner.tunedb.cli import main as cli_main
+    from flow.tunedb_cli import main as cli_main
 
     db = tmp_path / "small.tunedb"
     assert cli_main(["build", "--db", str(db), "--preset", "small",

@@ -99,6 +99,13 @@ def test_config_local_buffer_range(bits, local):
         AccelConfig(dram_addr_bits=bits, local_buf_bytes=local)
 
 
+@pytest.mark.parametrize("cols, lanes", [(16, 3), (8, 16), (4, -2)])
+def test_config_requant_lanes_range(cols, lanes):
+    with refused(ConfigError, f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "
+                              f"power of two in [1, array_cols={cols}], not {lanes}"):
+        AccelConfig(array_cols=cols, block_n=16, requant_lanes=lanes)
+
+
 @pytest.mark.parametrize("unknown", [["bogus"], ["zzz", "aaa"]])
 def test_config_from_dict_unknown_fields(unknown):
     with refused(ConfigError, f"unknown AccelConfig field(s) {', '.join(sorted(unknown))}; "

@@ -1,5 +1,5 @@
 """cocotb test: run a compiled network (``.tsr``) through the shipped host runtime, host ops in
-between, in one simulation (launched by :func:`planner.net.execute.run_network`).
+between, in one simulation (launched by :func:`flow.execute.run_network`).
 
 ``$TESSERA_NET_JOB/net_job.json`` names the ``.tsr``, the feeds (``.npz``), the progress-event
 file (JSON lines, followed by the launching process) and where the results go: ``result.json``
@@ -18,15 +18,14 @@ import cocotb
 import numpy as np
 
 from firmware.runtime import Runtime
-
-from .backend import CocotbBackend
-from .harness import Harness
+from flow.compile import CompiledNetwork
+from flow.execute import execute
+from tb.backend import CocotbBackend
+from tb.harness import Harness
 
 
 @cocotb.test()
 async def run_network(dut):
-    from planner.net.compile import CompiledNetwork
-    from planner.net.execute import execute
 
     job_dir = Path(os.environ["TESSERA_NET_JOB"])
     job = json.loads((job_dir / "net_job.json").read_text())

@@ -16,8 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flow.compile import CompiledNetwork, CompileError, compile_network
+from flow.execute import compare_outputs, layer_rows, run_network
+from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
+from planner.net.graph import ModelError
+from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
+from planner.net.quantize import fold_batchnorm, lower, quantize_qdq, seeded_weights
+from planner.net.reference import _output_scale, onnxruntime_outputs
 from spec.config import PRESETS, AccelConfig
 
 __all__ = ["main"]
@@ -38,8 +51,6 @@ def _fmt(v) -> str:
 
 
 def _table(rows: list[dict], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=title, show_lines=False)
     for col in ("op", "type", "cat", "c host us", "p host", "c accel us", "p accel", "on",
@@ -81,9 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON rows")
     args = parser.parse_args(argv)
 
-    from .assign import FunctionLibrary, Thresholds, explain, load_host_timings
-    from .graph import ModelError
-    from .onnx_import import import_onnx, parse_input_shapes
 
     try:
         cfg = _config(args.config)
@@ -125,7 +133,6 @@ _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMu
 def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
     """Feeds from ``--calib DIR``: each ``*.npz`` (arrays by input name) or ``*.npy`` (the one
     input of a single-input model) file is one sample."""
-    import numpy as np
 
     if path is None:
         return None
@@ -149,12 +156,9 @@ def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
 def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
                   seed: int | None = None, samples: int = 4, strategy: str = "best",
                   fuse: bool = False):
-    """ONNX file -> :class:`~planner.net.compile.CompiledNetwork` (``tessera compile``): load and
+    """ONNX file -> :class:`~flow.compile.CompiledNetwork` (``tessera compile``): load and
     fold, optionally replace the weights by seeded values, fold BatchNormalization, quantise a
     float model (onnxruntime QDQ; calibration from ``calib_dir`` or generated), lower, compile."""
-    from .compile import compile_network
-    from .onnx_import import graph_from_model, import_onnx, load_model
-    from .quantize import fold_batchnorm, lower, quantize_qdq, seeded_weights
 
     model = load_model(model_path, shapes)
     if seed is not None:
@@ -195,9 +199,6 @@ def compile_main(argv: list[str] | None = None) -> int:
                              "the accelerator's local buffer (docs/fusion.md)")
     args = parser.parse_args(argv)
 
-    from .compile import CompileError
-    from .graph import ModelError
-    from .onnx_import import parse_input_shapes
 
     try:
         cfg = _config(args.config)
@@ -223,7 +224,6 @@ def compile_main(argv: list[str] | None = None) -> int:
 
 
 def _feeds(path: str, net) -> dict:
-    import numpy as np
 
     p = Path(path)
     if p.suffix == ".npz":
@@ -246,8 +246,6 @@ def _feeds(path: str, net) -> dict:
 
 
 def _report_table(rows: list[dict], title: str, measured: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=title)
     for col in ("step", "layer", "where", "records", "MACs", "cycles", "predicted", "meas/pred",
@@ -288,14 +286,8 @@ def run_main(argv: list[str] | None = None) -> int:
                         help="write the graph outputs")
     args = parser.parse_args(argv)
 
-    import tempfile
 
-    import numpy as np
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-        TimeElapsedColumn
 
-    from .compile import CompiledNetwork, CompileError
-    from .execute import compare_outputs, layer_rows, run_network
 
     try:
         net = CompiledNetwork.load(args.network)
@@ -343,7 +335,6 @@ def run_main(argv: list[str] | None = None) -> int:
         if net.qmodel is not None:
             import onnx
 
-            from .reference import _output_scale, onnxruntime_outputs
 
             ort = onnxruntime_outputs(onnx.load_from_string(net.qmodel), feeds)
             g = net.graph()

@@ -30,6 +30,7 @@ gets it from the host. A segment whose image does not fit device memory is split
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import io
 import json
 import re
@@ -39,11 +40,16 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.config import AccelConfig
+from firmware.builder import ImageBuilder, Requant, image_overhead
+from firmware.image import ImageError
+from planner.fusion import Chain, ConvOp, GemmOp, channels, extent, fusible, local_bytes, row_bytes
+from planner.net.graph import Graph, ModelError, Node, Tensor
+from planner.net.quantize import AccelLayer, HostOp, Lowered
+from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
-
-from .graph import Graph, ModelError, Node, Tensor
-from .quantize import AccelLayer, HostOp, Lowered
+from spec.config import AccelConfig
+from spec.layouts import OpKind, PostMode
+from spec.record import SECTION_ALIGN_BYTES
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "fusible_pairs",
@@ -93,7 +99,6 @@ class TensorBuffer:
 
     def encode(self, x: np.ndarray) -> bytes:
         """Device bytes of tensor ``x`` (int8, or uint8 with ``offset``)."""
-        from .reference import _to_int8
 
         x8 = _to_int8(np.asarray(x), self.offset)
         if tuple(x8.shape) != tuple(self.shape):
@@ -113,7 +118,6 @@ class TensorBuffer:
 
     def decode(self, raw: bytes) -> np.ndarray:
         """Inverse of :meth:`encode`: the tensor (int8, or uint8 with ``offset``)."""
-        from .reference import _from_int8
 
         a = np.frombuffer(raw, np.int8, self.nbytes)
         if self.layout == "nchw":
@@ -184,14 +188,12 @@ def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
 
 
 def _post_mode(layer: AccelLayer):
-    from spec.layouts import PostMode
 
     return {"none": PostMode.NONE, "relu": PostMode.RELU, "relu6": PostMode.RELU6,
             "clip": PostMode.CLAMP}[layer.activation]
 
 
 def _requant(layer: AccelLayer):
-    from firmware.builder import Requant
 
     return Requant(multiplier=np.asarray(layer.multiplier, np.int32),
                    shift=np.asarray(layer.shift, np.int32), zero_point=layer.out_zero_point,
@@ -276,7 +278,6 @@ def _schedule(steps: Sequence, host_layers: Mapping[str, str]) -> list:
     """The steps in a topological order that keeps accelerator layers together: whenever a
     conv / fc layer is ready it goes first (lowest original position first), so host ops that
     no pending layer needs (e.g. the dequantisation of a residual branch) move past the run."""
-    import heapq
 
     producer = {o: i for i, s in enumerate(steps) for o in s.outputs}
     deps = [{producer[x] for x in s.inputs if x in producer} for s in steps]
@@ -356,7 +357,6 @@ class _Fit(Exception):
 
 
 def _fusion_op(l: AccelLayer):
-    from planner.fusion import ConvOp, GemmOp
 
     if l.kind == "conv":
         return ConvOp(l.name, l.shape)
@@ -373,8 +373,6 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
     hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
     fit the parameter memories in one piece, the consumer's output is not padded, and the
     intermediates of the segment fit ``local_buf_bytes`` together."""
-    from spec.record import SECTION_ALIGN_BYTES
-    from planner.fusion import Chain, channels, extent, fusible, local_bytes, row_bytes
 
     readers: dict[str, list[AccelLayer]] = {}
     for l in layers:
@@ -429,12 +427,9 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     """One image for ``layers``; raises :class:`_Fit` when it does not fit, ``ValueError`` /
     ``ImageError`` naming the layer when the hardware refuses it. With ``fuse``, the
     intermediates of :func:`fusible_pairs` stay in the local buffer."""
-    from firmware.builder import ImageBuilder, image_overhead
-    from firmware.image import ImageError
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
-    from planner.fusion import channels
 
     pairs = fusible_pairs(layers, reads_after, cfg)[0] if fuse else []
     local_out = {p.name: (p.output, row) for p, _, row in pairs}
@@ -534,7 +529,6 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
     ``(address, row bytes)``: the input / output is a fused intermediate in the local buffer
     (one row per channel or feature; fusible_pairs guarantees one chunk, and a 1x1 consumer
     runs as the GEMM it is, since the local buffer serves dense B only)."""
-    from spec.layouts import OpKind
 
     rq = _requant(l)
     w = np.asarray(l.weights, np.int8)
@@ -618,8 +612,6 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     ``b`` (batch..., K, N): one GEMM record per batch entry, requantised by the hardware.
     Returns ``(segment, loads, out_shape)``: the host writes ``loads`` (the extended ``b``)
     before the run and reads ``segment.outputs`` (one (M x N) buffer per batch entry) after."""
-    from firmware.builder import ImageBuilder, image_overhead
-    from spec.layouts import OpKind
 
     s = layer.shape
     a3 = np.asarray(a, np.int8).reshape(-1, s.m, s.k)
@@ -814,7 +806,6 @@ class CompiledNetwork:
                     return [dec(x) for x in v]
                 return v
 
-            from firmware.builder import image_overhead
 
             cfg = AccelConfig.from_dict(plan["config"])
             if cfg.config_id != plan["config_id"]:
@@ -936,10 +927,3 @@ def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,
                 index += 1
                 steps.append(Step("segment", f"segment{seg.index}", segment=seg))
     return steps
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``tessera compile`` (:func:`planner.net.cli.compile_main`)."""
-    from .cli import compile_main
-
-    return compile_main(argv)

