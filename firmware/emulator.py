@@ -27,7 +27,7 @@ from spec.config import AccelConfig
 from spec.desc import DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
 from spec.golden import gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
-                        OutFormat)
+                          OutFormat)
 from spec.record import (LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32)
 
 __all__ = ["EmulationResult", "run_image"]

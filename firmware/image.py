@@ -25,9 +25,9 @@ import zlib
 from spec.config import FORMAT_VERSION, AccelConfig
 from spec.desc import DESC_FIELDS, GemmDescriptor, check, groups_n
 from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record,
-                       written_range)
+                         written_range)
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
-                        LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
+                          LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 
 __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "inspect", "reseal",
            "format_tables_markdown", "section_layout", "image_bytes", "SECTION_ALIGN_BYTES",
@@ -291,15 +291,6 @@ def decode(blob: bytes) -> Image:
     return Image(config_id=h["config_id"], layers=tuple(layers),
                  sections={kind: payloads[kind] for kind in BLOB_SECTIONS},
                  base_addr=h[BASE_ADDR_FIELD])
-
-
-def _written_range(d: GemmDescriptor, out_format: int, cfg: AccelConfig) -> tuple[int, int]:
-    """[first, last+1) bytes the layer writes: m rows of n elements at c_stride.
-
-    (spec.desc.tensor_extents rounds rows up to whole beats for the *addressed* range; strobes
-    clear the excess, so the written bytes are exactly these.)"""
-    elem = cfg.operand_bytes if out_format == OutFormat.INT8 else cfg.acc_bytes
-    return d.c_addr, d.c_addr + (d.m - 1) * d.c_stride + elem * d.n
 
 
 def validate(blob: bytes, cfg: AccelConfig, *, device_bytes: int | None = None) -> list[str]:

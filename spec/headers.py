@@ -16,8 +16,8 @@ import enum
 from spec.config import FORMAT_VERSION, AccelConfig
 from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
-                        LAYER_WORDS, STATS_BYTES, STATS_WORDS, OpKind, OutFormat, PostMode,
-                        SectionKind)
+                          LAYER_WORDS, STATS_BYTES, STATS_WORDS, OpKind, OutFormat, PostMode,
+                          SectionKind)
 from spec.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REGISTERS, STATUS_BITS
 
 # CTRL_BITS / STATUS_BITS are re-exported from spec.regmap, their one source (hw.top reads them).

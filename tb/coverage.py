@@ -35,10 +35,6 @@ def record(kind: str, records: list[dict], **extra) -> None:
             f.write(json.dumps({**r, **extra}) + "\n")
 
 
-def _gemm_r(r, key):
-    return r.get(key, 0)
-
-
 #: kind -> bin name -> predicate over one record of that kind.
 BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
     "gemm": {

@@ -145,10 +145,6 @@ class Harness:
         return RunResult(error, counters)
 
 
-def write_json(path: Path, records: list[dict]):
-    path.write_text(json.dumps(records, indent=1) + "\n")
-
-
 def a_image(a: np.ndarray, stride: int) -> bytes:
     """A (m x k, int8) stored k-major with ``stride`` bytes per k row."""
     m, k = a.shape

@@ -313,10 +313,6 @@ class AccelLayer:
         return self.shape.macs * self.batch
 
     @property
-    def weight_bytes(self) -> int:
-        return 0 if self.weights is None else int(self.weights.size)
-
-    @property
     def inputs(self) -> tuple[str, ...]:
         return (self.input,) if self.input_b is None else (self.input, self.input_b)
 

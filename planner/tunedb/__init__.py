@@ -11,8 +11,8 @@ Modules: :mod:`.store` (SQLite file, schema and config checks), :mod:`.measure` 
 model's measure function, serial or Dask executor), :mod:`.build` (initial and boundary
 database), :mod:`.lookup` (the seed's lookup order, estimates, auto-padding, ``--strategy db``).
 The RTL's measure function is :func:`flow.measure.measure_rtl` and the command
-``tessera tunedb build | query | stats | export`` is :mod:`flow.tunedb_cli` (orchestration). docs/tunedb.md describes the
-method and its measured accuracy.
+``tessera tunedb build | query | stats | export`` is :mod:`flow.tunedb_cli` (orchestration).
+docs/tunedb.md describes the method and its measured accuracy.
 """
 
 from .build import BuildOptions, BuildReport, build_db

@@ -9,8 +9,9 @@ import pytest
 from spec.headers import CTRL_BITS, HEADERS, STATUS_BITS, image_header, regs_header
 from spec.config import FORMAT_VERSION, PRESETS
 from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
-from spec.layouts import (STATS_BYTES, STATS_WORDS, HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
-                        LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
+from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
+                          LAYER_WORDS, STATS_BYTES, STATS_WORDS, OpKind, OutFormat, PostMode,
+                          SectionKind)
 from spec.regmap import COUNTERS, CSR_ADDR_BITS, REG, REGISTERS
 
 GCC = shutil.which("gcc")

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from spec.config import FORMAT_VERSION, PRESETS
 from spec.desc import DESC_FIELDS, GemmDescriptor, check
 from spec.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFormat, PostMode,
-                        SectionKind)
+                          SectionKind)
 from firmware.image import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, Image,
                             ImageError, Layer, decode, encode, format_tables_markdown, inspect,
                             reseal, validate)

@@ -18,7 +18,7 @@ from spec.config import PRESETS  # noqa: E402
 from planner.net import reference  # noqa: E402
 from flow.cli import compile_main, compile_model, run_main  # noqa: E402
 from flow.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
-                                 compile_network)
+                          compile_network)
 from flow.execute import GoldenDevice, execute, run_network  # noqa: E402
 from planner.net.models import small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402

@@ -15,7 +15,7 @@ from spec.config import PRESETS  # noqa: E402
 from flow.cli import compile_main  # noqa: E402
 from flow.compile import CompiledNetwork, compile_network, fusible_pairs  # noqa: E402
 from flow.execute import (GoldenDevice, compare_outputs, execute,  # noqa: E402
-                                 layer_rows, run_network)
+                          layer_rows, run_network)
 from planner.net.models import bottleneck, mlp, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx  # noqa: E402
 from planner.net.quantize import fold_batchnorm, lower, quantize_qdq  # noqa: E402

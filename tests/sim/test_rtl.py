@@ -273,7 +273,8 @@ def test_rtl_post_processing_random(rtl_build, sim, cases, lanes, c_port, tmp_pa
     cycle model exact. ``lanes``: ``tiny``'s requantiser with a lane per column (0) or shared
     lanes (``AccelConfig.requant_lanes``: a row every 4 or 2 cycles); ``c_port``: a C port
     slower than a beat per cycle (5 B/cycle: slower than 2 lanes; 6: faster than 1 lane), where
-    the model over-predicts a post-processed run by a few cycles (at most 4 seen; docs/bench.md)."""
+    the model over-predicts a post-processed run by a few cycles (at most 4 seen;
+    docs/bench.md)."""
     seed = seed_for(request)
     tiny = PRESETS["tiny"]
     cfg = dataclasses.replace(tiny, requant_lanes=lanes,

@@ -15,7 +15,7 @@ from firmware.runtime import DeviceError, RunReport, Runtime
 from spec.config import FORMAT_VERSION, PRESETS
 from spec.desc import ErrorCode, GemmDescriptor
 from spec.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
-                        OpKind, OutFormat, PostMode, SectionKind)
+                          OpKind, OutFormat, PostMode, SectionKind)
 from spec.record import layer_record
 from spec.regmap import REG, STATUS_BITS
 
