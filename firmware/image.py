@@ -23,9 +23,8 @@ import struct
 import zlib
 
 from spec.config import FORMAT_VERSION, AccelConfig
-from spec.desc import DESC_FIELDS, GemmDescriptor, check, groups_n
-from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record,
-                         written_range)
+from spec.desc import DESC_FIELDS, GemmDescriptor, groups_n
+from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record)
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                           LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 

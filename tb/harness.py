@@ -6,7 +6,6 @@ from a hex file, pulses start and awaits ``done`` with a cycle budget. It never 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
