@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from firmware.builder import BuiltLayer, ImageBuilder, Requant
+from firmware.runtime import image_budget_cycles
 from spec.config import AccelConfig
 from spec.golden import conv2d_int8, gemm_int8, requantize
 from spec.layouts import OpKind, PostMode
@@ -40,11 +41,10 @@ class Network:
     golden: dict[str, bytes]                       # the expected bytes of every read
 
 
-def budget_cycles(net: Network, cfg: AccelConfig) -> int:
-    """A generous cycle budget: twice the predicted layer cycles, the CRC pass over the image,
-    and a fixed allowance per record (fetches, checks, parameter loads, statistics)."""
-    return (2 * sum(b.predicted_cycles for b in net.layers) + 2 * len(net.blob)
-            + 2000 * len(net.layers) + 10_000)
+def budget_cycles(net: Network) -> int:
+    """The run's cycle budget (:func:`firmware.runtime.image_budget_cycles`)."""
+    return image_budget_cycles(sum(b.predicted_cycles for b in net.layers), len(net.blob),
+                               len(net.layers))
 
 
 def _requant(rng, m: int, k: int, *, relu: bool, zero_point: int = 0) -> Requant:

@@ -34,7 +34,7 @@ def run_network(net: Network, cfg: AccelConfig, *, workdir: Path, sim: str = "ve
     ``budget_scale`` are for runs under injected memory stalls."""
     from tb.jobs import ImageRun, run_jobs
 
-    run = ImageRun(net.blob, budget_cycles=budget_scale * budget_cycles(net, cfg), load=net.load,
+    run = ImageRun(net.blob, budget_cycles=budget_scale * budget_cycles(net), load=net.load,
                    read=net.read)
     (result,) = run_jobs([run], cfg, workdir=workdir, sim=sim, plusargs=plusargs)
     mismatches = {}

@@ -32,7 +32,15 @@ from spec.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
 
 from .image import BASE_ADDR_WORD, ImageError, decode, validate
 
-__all__ = ["Backend", "Runtime", "RunReport", "LayerStats", "DeviceError", "RunTimeout"]
+__all__ = ["Backend", "Runtime", "RunReport", "LayerStats", "DeviceError", "RunTimeout",
+           "image_budget_cycles"]
+
+
+def image_budget_cycles(predicted_cycles: int, image_bytes: int, records: int) -> int:
+    """A generous cycle budget for one image run: four times the predicted layer cycles, the
+    CRC pass over the image and an allowance per record (fetches, checks, parameters,
+    statistics). A run that needs more is a hang, reported as such."""
+    return 4 * predicted_cycles + 4 * image_bytes + 4000 * records + 20_000
 
 
 class Backend(Protocol):

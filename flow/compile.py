@@ -42,6 +42,7 @@ import numpy as np
 
 from firmware.builder import ImageBuilder, Requant, image_overhead
 from firmware.image import ImageError
+from firmware.runtime import image_budget_cycles
 from planner.fusion import Chain, ConvOp, GemmOp, channels, extent, fusible, local_bytes, row_bytes
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.net.quantize import AccelLayer, HostOp, Lowered
@@ -53,8 +54,7 @@ from spec.record import SECTION_ALIGN_BYTES
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "fusible_pairs",
-           "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "accel_reason",
-           "budget_cycles"]
+           "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "accel_reason"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -200,13 +200,6 @@ def _requant(layer: AccelLayer):
                    act_min=layer.act_min, act_max=layer.act_max, post_mode=_post_mode(layer))
 
 
-def budget_cycles(predicted: int, image_bytes: int, records: int) -> int:
-    """A generous cycle budget for one image run: four times the predicted layer cycles, the
-    CRC pass over the image and an allowance per record (fetches, checks, parameters,
-    statistics). A run that needs more is a hang, reported as such."""
-    return 4 * predicted + 4 * image_bytes + 4000 * records + 20_000
-
-
 # -- segments --------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +245,7 @@ class Segment:
 
     @property
     def budget_cycles(self) -> int:
-        return budget_cycles(self.predicted_cycles, len(self.image), len(self.records))
+        return image_budget_cycles(self.predicted_cycles, len(self.image), len(self.records))
 
 
 @dataclasses.dataclass

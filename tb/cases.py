@@ -11,7 +11,7 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.schedule import steps
 
-__all__ = ["GemmCase", "random_cases", "budget_cycles"]
+__all__ = ["GemmCase", "random_cases", "register_budget_cycles"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ def random_cases(cfg: AccelConfig, seed: int, count: int) -> list[GemmCase]:
     return cases
 
 
-def budget_cycles(d: GemmDescriptor, cfg: AccelConfig, group_table=None) -> int:
+def register_budget_cycles(d: GemmDescriptor, cfg: AccelConfig, group_table=None) -> int:
     """A generous cycle budget: every step's compute, loads and store run one after another,
     twice over. A run that needs more has hung. A convolution (``group_table`` given) charges
     every gather request the worst case, one beat per lane, plus its table words."""

@@ -27,7 +27,7 @@ from planner.convcost import predict_conv
 from planner.layout import to_padded, weights_k_major
 from planner.shapes import ConvShape
 
-from .cases import budget_cycles
+from .cases import register_budget_cycles
 from .harness import Harness, c_from_bytes
 from .tiling import align as _align
 from .tiling import random_tiling
@@ -139,7 +139,7 @@ async def conv_on_rtl(h: Harness, shape: ConvShape, layout: str, x: np.ndarray, 
                                run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride,
                                tiling=tiling)
         started = time.perf_counter()
-        result = await h.run(d, budget_cycles=budget_cycles(d, cfg, tables.groups))
+        result = await h.run(d, budget_cycles=register_budget_cycles(d, cfg, tables.groups))
         run_wall_s += time.perf_counter() - started
         assert result.error == ErrorCode.NONE, f"{ctx}: error {ErrorCode(result.error).name}"
         ctr = result.counters

@@ -31,7 +31,7 @@ from spec.record import LAYER_RECORD_BYTES, layer_record
 from planner.layout import padded_bytes
 from planner.shapes import ConvShape
 
-from .cases import budget_cycles
+from .cases import register_budget_cycles
 from .jobs import ImageRun, run_jobs
 
 __all__ = ["Seed", "FuzzCase", "seeds", "fuzz_cases", "run_fuzz", "GUARD"]
@@ -213,7 +213,7 @@ def _budget(mem: bytearray, blob: bytes, cfg: AccelConfig) -> int | None:
             grp = np.array(m.words(d.grp_addr, -(-d.n // cfg.array_cols) + 1), np.int64)
             if np.any(np.diff(grp) < 0) or grp[-1] > 1 << 20:
                 return None
-        total += budget_cycles(d, cfg, grp) + 3 * (4 * d.m // cfg.b_beat_bytes + 64) + 2000
+        total += register_budget_cycles(d, cfg, grp) + 3 * (4 * d.m // cfg.b_beat_bytes + 64) + 2000
     return 2 * total
 
 

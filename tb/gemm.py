@@ -21,7 +21,7 @@ from spec.regmap import COUNTERS
 from spec.schedule import traffic
 from planner.cost import predict_tiling
 
-from .cases import GemmCase, budget_cycles, random_cases
+from .cases import GemmCase, random_cases, register_budget_cycles
 from .harness import Harness, a_image, b_image, c_from_bytes
 from .tiling import descriptor, place, random_tiling
 
@@ -51,7 +51,7 @@ async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
                   (where.b_addr, b_image(b, where.b_stride)),
                   (c_lo, bytes([GUARD]) * (c_hi - c_lo))])
     started = time.perf_counter()
-    result = await h.run(d, budget_cycles=budget_cycles(d, cfg))
+    result = await h.run(d, budget_cycles=register_budget_cycles(d, cfg))
     run_wall_s = time.perf_counter() - started
     ctx = f"case {case} tiling {tiling}"
     assert result.error == ErrorCode.NONE, f"{ctx}: error {ErrorCode(result.error).name}"

@@ -18,7 +18,7 @@ from spec.golden import gemm_int8
 from spec.record import layer_record
 from spec.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
 
-from .cases import budget_cycles
+from .cases import register_budget_cycles
 from .harness import CLOCK_NS, Harness, a_image, b_image, c_from_bytes
 from .tiling import descriptor, place, random_tiling
 
@@ -61,7 +61,7 @@ async def start_and_writes_while_busy_are_ignored(dut):
     await h.csr_write(REG["DESC_M"].offset, 1)
     await h.csr_write(REG["DESC_C_ADDR"].offset, 0)
     assert await h.csr_read(REG["DESC_M"].offset) == m, "a register write while busy landed"
-    await with_timeout(RisingEdge(dut.done), budget_cycles(d, h.cfg) * CLOCK_NS, "ns")
+    await with_timeout(RisingEdge(dut.done), register_budget_cycles(d, h.cfg) * CLOCK_NS, "ns")
     await RisingEdge(dut.clk)
     status = await h.csr_read(REG["STATUS"].offset)
     assert status & (1 << STATUS_BITS["DONE"]) and not status & (1 << STATUS_BITS["BUSY"])
@@ -111,7 +111,7 @@ async def reset_mid_run_then_a_clean_run(dut):
     assert await h.csr_read(REG["CONFIG_ID"].offset) == h.cfg.config_id
     # a new job on fresh memory runs exactly, counters from zero
     d2, where2, want2 = await _setup(h, 7, 33, 5, rng)
-    result = await h.run(d2, budget_cycles=budget_cycles(d2, h.cfg))
+    result = await h.run(d2, budget_cycles=register_budget_cycles(d2, h.cfg))
     assert result.error == ErrorCode.NONE
     assert np.array_equal(await _result(h, d2, where2, 7, 5), want2)
     assert result.counters["total_cycles"] == sum(
@@ -136,7 +136,7 @@ async def accumulator_wraps_at_int32(dut):
     d, where, want = await _setup(h, m, k, n, rng, a=a, b=b)
     assert want[0, 0] == -(1 << 31) + 3 * (1 << 14)
     assert want[0, 1] == (1 << 31) - (1 << 14)
-    result = await h.run(d, budget_cycles=budget_cycles(d, h.cfg))
+    result = await h.run(d, budget_cycles=register_budget_cycles(d, h.cfg))
     assert result.error == ErrorCode.NONE
     got = await _result(h, d, where, m, n)
     assert np.array_equal(got, want), (got, want)

@@ -31,7 +31,7 @@ from planner.quant import (exact_int, finish, fold_conv_float, fold_conv_integer
                            fold_matmul_integer, resolve_conv_pads)
 from planner.shapes import ConvShape, GemmShape
 
-from .cases import budget_cycles
+from .cases import register_budget_cycles
 from .conv import TILING_FIELDS, conv_on_rtl
 from .harness import Harness, a_image, b_image, c_from_bytes
 from .tiling import descriptor, place
@@ -169,7 +169,7 @@ async def gemm_on_rtl(h: Harness, a: np.ndarray, b: np.ndarray) -> tuple[dict, n
     await h.load([(where.a_addr, a_image(a, where.a_stride)),
                   (where.b_addr, b_image(b, where.b_stride)),
                   (c_lo, bytes([GUARD]) * (c_hi - c_lo))])
-    result = await h.run(d, budget_cycles=budget_cycles(d, cfg))
+    result = await h.run(d, budget_cycles=register_budget_cycles(d, cfg))
     ctx = f"gemm {m}x{k}x{n} tiling {tiling}"
     assert result.error == ErrorCode.NONE, f"{ctx}: error {ErrorCode(result.error).name}"
     raw = await h.dump(c_lo, c_hi - c_lo)

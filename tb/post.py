@@ -23,7 +23,7 @@ from spec.layouts import OutFormat, PostMode
 from spec.record import layer_record
 from planner.cost import DEFAULT_CONSTANTS, PostLoad, post_consts, predict_tiling, with_post
 
-from .cases import budget_cycles
+from .cases import register_budget_cycles
 from .harness import Harness, a_image, b_image
 from .tiling import descriptor, place, random_tiling
 
@@ -96,7 +96,7 @@ async def post_processed_gemms_match_golden(dut):
                       (where.b_addr, b_image(b, where.b_stride)),
                       (where.c_addr - 64, bytes([FILL]) * (c_span + 64)),
                       (params, b"".join(np.asarray(x, "<i4").tobytes() for x in arrays))])
-        budget = budget_cycles(d, cfg) + 3 * (4 * m // cfg.b_beat_bytes + 64) + 1000
+        budget = register_budget_cycles(d, cfg) + 3 * (4 * m // cfg.b_beat_bytes + 64) + 1000
         result = await h.run(rec, budget_cycles=budget)
         ctx = f"case {i}: {m}x{k}x{n} int8={c['int8']} bias={c['bias'] is not None} " \
               f"mode={c['mode'].name}"

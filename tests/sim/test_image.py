@@ -175,7 +175,7 @@ def test_image_refused_with_code_and_no_writes(sim, tmp_path):
                              load=[(data_lo, fill)],
                              read=[("data", data_lo, data_hi - data_lo),
                                    ("image", 0, image_bytes)]))
-    runs.append(ImageRun(net.blob, budget_cycles=budget_cycles(net, cfg), load=net.load,
+    runs.append(ImageRun(net.blob, budget_cycles=budget_cycles(net), load=net.load,
                          read=net.read))
     results = run_jobs(runs, cfg, workdir=tmp_path, sim=sim)
     for (name, blob, code, layer), result in zip(cases, results):
