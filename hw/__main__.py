@@ -4,8 +4,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .build import emit
 from spec.config import PRESETS, AccelConfig, ConfigError
+
+from .build import emit
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from .dma import DIM_BITS
+from spec.desc import DIM_BITS
+
 from .ports import ReadPort
 
 __all__ = ["AddrGen"]

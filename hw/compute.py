@@ -4,9 +4,10 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .array import SystolicArray
 from spec.config import AccelConfig
-from .dma import DIM_BITS
+from spec.desc import DIM_BITS
+
+from .array import SystolicArray
 
 __all__ = ["ComputeEngine", "drain_cycles"]
 

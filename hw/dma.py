@@ -5,13 +5,13 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
+from spec.desc import DIM_BITS
+
 from .ports import ReadPort, WritePort
 from .postproc import PostProc
 
 __all__ = ["LoadEngine", "StoreEngine"]
 
-#: Width of the length/count parameters (descriptor dimensions are < 2**24).
-DIM_BITS = 24
 
 
 def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:

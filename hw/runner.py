@@ -8,8 +8,9 @@ from amaranth.lib.wiring import In, Out
 from spec.config import FORMAT_VERSION, AccelConfig
 from spec.desc import ErrorCode
 from spec.layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
-from .ports import ReadPort, WritePort
 from spec.record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
+
+from .ports import ReadPort, WritePort
 from .sequencer import CATEGORIES
 
 __all__ = ["ImageRunner", "RECORD_BEATS"]

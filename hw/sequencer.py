@@ -5,15 +5,16 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from spec.config import AccelConfig
+from spec.desc import DESC_FIELDS, DIM_BITS, ErrorCode
+from spec.layouts import OutFormat
+from spec.regmap import COUNTERS
+
 from .addrgen import AddrGen
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
-from spec.config import AccelConfig
-from spec.desc import DESC_FIELDS, ErrorCode
-from .dma import DIM_BITS, LoadEngine, StoreEngine
-from spec.layouts import OutFormat
+from .dma import LoadEngine, StoreEngine
 from .ports import ReadPort, WritePort
-from spec.regmap import COUNTERS
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
 

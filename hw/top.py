@@ -6,8 +6,9 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.layouts import LAYER_WORDS
-from .ports import CsrBus, ReadPort, WritePort
 from spec.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
+
+from .ports import CsrBus, ReadPort, WritePort
 from .runner import ImageRunner
 from .sequencer import CATEGORIES, Sequencer
 

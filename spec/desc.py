@@ -30,11 +30,13 @@ import enum
 
 from .config import AccelConfig
 
-__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "MAX_DIM", "tensor_extents",
-           "groups_n", "local_problem"]
+__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "DIM_BITS", "MAX_DIM",
+           "tensor_extents", "groups_n", "local_problem"]
 
-#: Largest m, k, n (and partition) the 32-bit descriptor fields may carry.
-MAX_DIM = (1 << 24) - 1
+#: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
+#: registers, and MAX_DIM the largest value the 32-bit descriptor fields may carry.
+DIM_BITS = 24
+MAX_DIM = (1 << DIM_BITS) - 1
 
 
 class ErrorCode(enum.IntEnum):

@@ -5,8 +5,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from ..ports import CsrBus
 from spec.regmap import CSR_ADDR_BITS
+
+from ..ports import CsrBus
 from ..top import AccelTop
 
 __all__ = ["SimTop"]
