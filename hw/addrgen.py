@@ -1,17 +1,21 @@
 """Address generator for implicit-im2col convolution (seed 002): base/offset tables on chip."""
 
 from amaranth import *
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.desc import DIM_BITS
+from spec.tables import RUN_ENTRY_BITS, RUN_ENTRY_FIELDS, run_field_bits
 
 from .ports import ReadPort
 
-__all__ = ["AddrGen"]
+__all__ = ["AddrGen", "RUN_ENTRY"]
+
+#: A run-table entry as an Amaranth layout, from spec.tables's field list (bit 0 up).
+RUN_ENTRY = data.StructLayout(dict(RUN_ENTRY_FIELDS))
 
 
 class AddrGen(wiring.Component):
@@ -87,7 +91,8 @@ class AddrGen(wiring.Component):
         lanes_bits = max(1, (C - 1).bit_length())
 
         m.submodules.off_mem = off_mem = Memory(shape=32, depth=cfg.conv_offset_entries, init=[])
-        m.submodules.run_mem = run_mem = Memory(shape=64, depth=cfg.conv_run_entries, init=[])
+        m.submodules.run_mem = run_mem = Memory(shape=RUN_ENTRY_BITS, depth=cfg.conv_run_entries,
+                                                init=[])
         m.submodules.grp_mem = grp_mem = Memory(shape=32, depth=cfg.conv_group_entries, init=[])
         off_w, grp_w = off_mem.write_port(), grp_mem.write_port()
         run_w = run_mem.write_port(granularity=32)
@@ -178,18 +183,19 @@ class AddrGen(wiring.Component):
         # The request in flight comes from registers (its address already summed); the run
         # table's read port always holds the *next* run entry, and the offset and a tap's first
         # run are read the cycle before the tap starts. So the port address is a register.
-        run = run_r.data
+        run = data.View(RUN_ENTRY, run_r.data)
         cur_addr = Signal(ab)
-        cur_stride = Signal(15)
-        cur_lane_lo, cur_lane_cnt = Signal(8), Signal(8)
+        cur_stride = Signal(run_field_bits("stride"))
+        cur_lane_lo = Signal(run_field_bits("lane_lo"))
+        cur_lane_cnt = Signal(run_field_bits("lane_cnt"))
         cur_last = Signal()
         tap_off = Signal(32)
 
         def take_run(base_off):
             """The request registers from the run entry on the read port."""
-            return [cur_addr.eq(base_off + run[0:32]), cur_lane_lo.eq(run[32:40]),
-                    cur_lane_cnt.eq(run[40:48]), cur_stride.eq(run[48:63]),
-                    cur_last.eq(run[63])]
+            return [cur_addr.eq(base_off + run.base), cur_lane_lo.eq(run.lane_lo),
+                    cur_lane_cnt.eq(run.lane_cnt), cur_stride.eq(run.stride),
+                    cur_last.eq(run.last)]
 
         g_accept = Signal()
         g_resp = Signal()

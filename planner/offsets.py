@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from spec.config import AccelConfig
+from spec.tables import run_field_bits, run_field_shift
 
 from .layout import Layout, _layout, padded_dims
 from .shapes import ConvShape
@@ -26,11 +27,12 @@ from .shapes import ConvShape
 __all__ = ["ConvTables", "compile_tables", "gather_b", "base_offsets", "tap_offsets",
            "RUN_BASE_BITS", "RUN_STRIDE_BITS"]
 
-#: Segment (run) entry fields: bit position and width (docs/conv_tables.md).
-RUN_BASE_BITS = 32
-RUN_LANE_LO_SHIFT, RUN_LANE_CNT_SHIFT, RUN_STRIDE_SHIFT, RUN_LAST_SHIFT = 32, 40, 48, 63
-RUN_LANE_BITS = 8
-RUN_STRIDE_BITS = 15
+#: Segment (run) entry fields: bit position and width (spec.tables, docs/conv_tables.md).
+RUN_BASE_BITS = run_field_bits("base")
+RUN_LANE_LO_SHIFT, RUN_LANE_CNT_SHIFT, RUN_STRIDE_SHIFT, RUN_LAST_SHIFT = (
+    run_field_shift(name) for name in ("lane_lo", "lane_cnt", "stride", "last"))
+RUN_LANE_BITS = run_field_bits("lane_lo")
+RUN_STRIDE_BITS = run_field_bits("stride")
 
 
 def base_offsets(shape: ConvShape, layout: Layout | str) -> np.ndarray:
