@@ -43,7 +43,7 @@ import math
 from typing import Literal
 
 from spec.config import AccelConfig
-from spec.desc import GemmDescriptor, check
+from spec.desc import DESC_FIELDS, GemmDescriptor, check
 
 from .cost import predict_tiling, utilisation
 from .shapes import GemmShape
@@ -52,9 +52,10 @@ __all__ = ["TilingPlan", "SeedDecision", "Branch", "seed_decision", "legalise", 
            "inner_tiles", "acc_bytes_for", "make_plan", "to_descriptor", "SPLITK_OUTER_M",
            "TILING_FIELDS"]
 
-#: The descriptor fields a :class:`TilingPlan` decides (seed 000's outputs), in descriptor order.
-TILING_FIELDS = ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n", "outer_m",
-                 "need_splitk", "acc_buffer_needed")
+#: The descriptor fields a :class:`TilingPlan` decides (seed 000's outputs): the descriptor's
+#: fields from ``partition_m`` to ``acc_buffer_needed``, in descriptor order.
+TILING_FIELDS = DESC_FIELDS[DESC_FIELDS.index("partition_m"):
+                            DESC_FIELDS.index("acc_buffer_needed") + 1]
 
 Branch = Literal["fits", "nosplit", "splitk"]
 

@@ -134,3 +134,16 @@ def test_tiling_descriptor_refuses_other_shape_and_bad_address():
         to_descriptor(p, GemmShape(100, 70, 51), CFG, 0, 1 << 16, 1 << 17)
     with pytest.raises(ValueError, match="overlaps"):
         to_descriptor(p, GemmShape(100, 70, 50), CFG, 0, 1 << 16, 0)
+
+
+def test_tiling_fields_are_the_plans_and_the_descriptors():
+    """TILING_FIELDS is derived from the descriptor (typed once): every one is a TilingPlan
+    field, and they are exactly the descriptor's decided fields, in order."""
+    import dataclasses
+
+    from planner.tiling import TILING_FIELDS, TilingPlan
+
+    assert TILING_FIELDS == ("partition_m", "partition_n", "partition_k", "tile_m", "tile_n",
+                             "outer_m", "need_splitk", "acc_buffer_needed")
+    plan_fields = {f.name for f in dataclasses.fields(TilingPlan)}
+    assert set(TILING_FIELDS) <= plan_fields
