@@ -9,8 +9,8 @@ bias, requantisation), C written row by row, and the statistics record (its ``la
 word; the counter words are cycle counts this model does not know, written as 0 and listed in
 :attr:`EmulationResult.counter_words` so comparisons can skip them).
 
-It is the reference the RTL is fuzzed against (tb/fuzz.py) and a ``golden`` device for the host
-runtime. One thing it cannot predict: a convolution whose tables are malformed (a lane filled
+It is the reference the RTL is fuzzed against (tb/fuzz.py) and, as :class:`EmulatorDevice`, the
+``golden`` backend of the host runtime (the one functional model of the device). One thing it cannot predict: a convolution whose tables are malformed (a lane filled
 twice or never, a read outside the tensor); the hardware's output is then defined by its
 implementation, not by the spec, and the result says so (``defined = False``).
 """
@@ -23,14 +23,18 @@ import zlib
 
 import numpy as np
 
+from planner.offsets import ConvTables, gather_b
 from spec.config import AccelConfig
 from spec.desc import DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
 from spec.golden import gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
                           OutFormat)
-from spec.record import (LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32)
+from spec.record import LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32
+from spec.regmap import CTRL_BITS, REG, STATUS_BITS
 
-__all__ = ["EmulationResult", "run_image"]
+from .runtime import DeviceError
+
+__all__ = ["EmulationResult", "run_image", "EmulatorDevice"]
 
 
 @dataclasses.dataclass
@@ -96,8 +100,11 @@ class _Mem:
         return out.view(np.int8)
 
 
-def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig) -> EmulationResult:
-    """Run the image at ``image_addr`` on ``mem`` (``cfg.dram_bytes`` long, modified in place)."""
+def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
+              track: bool = True) -> EmulationResult:
+    """Run the image at ``image_addr`` on ``mem`` (``cfg.dram_bytes`` long, modified in place).
+    ``track``: record the byte ranges read and written (:attr:`EmulationResult.reads` /
+    ``writes``; the fuzzer compares them with the RTL's), which costs a sort per operand."""
     m = _Mem(mem, cfg)
     header = dict(zip(HEADER_WORDS, m.words(image_addr, IMAGE_HEADER_WORDS)))
     errs = check_header(header, cfg, image_addr=image_addr)
@@ -122,18 +129,20 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig) -> EmulationRes
     result = EmulationResult(ErrorCode.NONE, len(records) - 1)
     for i, rec in enumerate(records):
         if result.defined:
-            result.defined = _run_layer(m, rec, cfg, result)
+            result.defined = _run_layer(m, rec, cfg, result, track)
         stats = rec["stats_addr"]
         words = [0] * (STATS_BYTES // 4)
         words[STATS_WORDS["layer_index"]] = i
         mem[stats:stats + STATS_BYTES] = struct.pack(f"<{len(words)}I", *words)
-        result.writes.append((stats, STATS_BYTES))
+        if track:
+            result.writes.append((stats, STATS_BYTES))
         result.counter_words += [stats + 4 * STATS_WORDS[name] for name in STATS_WORDS
                                  if name != "layer_index"]
     return result
 
 
-def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) -> bool:
+def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult,
+               track: bool) -> bool:
     """One layer; False when its output is not defined by the spec (malformed tables)."""
     d = GemmDescriptor(**{name: rec[f"desc_{name}"] for name in DESC_FIELDS})
     kk = np.arange(d.k, dtype=np.int64)
@@ -147,16 +156,17 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
         b = _gather_conv(m, d, cfg)
         if b is None:
             return False
-    result.reads += _ranges(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None],
-                            m.size)
-    if d.b_mode == 0:
-        if d.b_addr < m.size:                # a local B is on chip, not in memory
-            result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride
-                                    + np.arange(d.n)[None, :], m.size)
-    else:
-        result.reads += _ranges(d.b_addr + np.arange(d.b_stride, dtype=np.int64), m.size)
-    for name in ("bias_addr", "mult_addr", "shift_addr"):
-        result.reads += _ranges(rec[name] + np.arange(4 * d.m, dtype=np.int64), m.size)
+    if track:
+        result.reads += _ranges(d.a_addr + kk[None, :] * d.a_stride
+                                + np.arange(d.m)[:, None], m.size)
+        if d.b_mode == 0:
+            if d.b_addr < m.size:                # a local B is on chip, not in memory
+                result.reads += _ranges(d.b_addr + kk[:, None] * d.b_stride
+                                        + np.arange(d.n)[None, :], m.size)
+        else:
+            result.reads += _ranges(d.b_addr + np.arange(d.b_stride, dtype=np.int64), m.size)
+        for name in ("bias_addr", "mult_addr", "shift_addr"):
+            result.reads += _ranges(rec[name] + np.arange(4 * d.m, dtype=np.int64), m.size)
     acc = gemm_int8(np.ascontiguousarray(a), np.ascontiguousarray(b))
     bias = None
     if rec["bias_present"] == 1:
@@ -174,7 +184,7 @@ def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult) ->
     for i in range(d.m):
         lo = d.c_addr + i * d.c_stride
         m.write(lo, raw[i].tobytes())
-        if lo < m.size:                      # local writes stay on chip
+        if track and lo < m.size:            # local writes stay on chip
             result.writes.append((lo, row_bytes))
     return True
 
@@ -192,8 +202,6 @@ def _ranges(idx: np.ndarray, size: int, gap: int = 256) -> list[tuple[int, int]]
 
 
 def _gather_conv(m: _Mem, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | None:
-    from planner.offsets import ConvTables, gather_b
-
     grp_words = groups_n(d, cfg) + 1
     off = bytes(m.gather(d.off_addr + np.arange(4 * d.k)).view(np.uint8))
     run = bytes(m.gather(d.run_addr + np.arange(8 * d.run_count)).view(np.uint8))
@@ -204,4 +212,62 @@ def _gather_conv(m: _Mem, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | N
     try:
         return gather_b(tables, tensor)
     except ValueError:
+        return None
+
+
+class EmulatorDevice:
+    """:func:`run_image` as a :class:`firmware.runtime.Backend`: the host runtime's ``golden``
+    device. Memory is ``dram_bytes`` (the local buffer is the emulator's, per run); a write to
+    ``CTRL.RUN_IMAGE`` runs the image at ``IMAGE_ADDR`` at once and sets ``ERROR`` and
+    ``LAYER_INDEX`` as the hardware would. It has no clock: the counter registers and the
+    statistics records' counter words read 0. Register-mode runs (``CTRL.START``) are refused,
+    and so is an image whose output the spec does not define (:attr:`EmulationResult.defined`).
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        self.mem = bytearray(cfg.dram_bytes)
+        self._regs: dict[int, int] = {}
+        self._error = 0
+        self._layer_index = 0
+
+    def _range(self, addr: int, size: int) -> slice:
+        if not (0 <= addr and size >= 0 and addr + size <= len(self.mem)):
+            raise DeviceError(f"memory access [{addr:#x}, {addr + size:#x}) outside the "
+                              f"device's dram_bytes={len(self.mem):#x}")
+        return slice(addr, addr + size)
+
+    async def write_memory(self, addr: int, data: bytes) -> None:
+        self.mem[self._range(addr, len(data))] = data
+
+    async def read_memory(self, addr: int, size: int) -> bytes:
+        return bytes(self.mem[self._range(addr, size)])
+
+    async def write_register(self, offset: int, value: int) -> None:
+        self._regs[offset] = value
+        if offset == REG["CTRL"].offset:
+            if value & (1 << CTRL_BITS["START"]):
+                raise DeviceError("the golden device runs images only (CTRL.RUN_IMAGE); a "
+                                  "register-mode CTRL.START needs the RTL backends")
+            if value & (1 << CTRL_BITS["RUN_IMAGE"]):
+                addr = self._regs.get(REG["IMAGE_ADDR"].offset, 0)
+                result = run_image(self.mem, addr, self.cfg, track=False)
+                if not result.defined:
+                    raise DeviceError(f"the image at {addr:#x} reads on-chip bytes no layer of "
+                                      f"its run wrote, or has malformed convolution tables: "
+                                      f"its output is not defined by the spec")
+                self._error, self._layer_index = int(result.error), result.layer_index
+
+    async def read_register(self, offset: int) -> int:
+        if offset == REG["CONFIG_ID"].offset:
+            return self.cfg.config_id
+        if offset == REG["STATUS"].offset:
+            return (1 << STATUS_BITS["DONE"]) | (1 << STATUS_BITS["IMAGE"])
+        if offset == REG["ERROR"].offset:
+            return self._error
+        if offset == REG["LAYER_INDEX"].offset:
+            return self._layer_index
+        return 0          # PERF_*: no clock
+
+    async def wait_done(self, budget_cycles: int) -> None:
         return None

@@ -5,12 +5,12 @@ One executor (:func:`execute`, async) drives every backend through the shipped h
 inputs and halo fills, loads its image, runs it (one start, one done), reads the statistics
 records and the tensors later steps need. Backends:
 
-* ``golden``: :class:`GoldenDevice`, a numpy device that executes each layer *record* of an
-  image exactly as the hardware computes it (A k-major, B dense or gathered through the
-  convolution tables in memory with :func:`planner.offsets.gather_b`, :func:`spec.golden.gemm_int8`,
-  bias and :func:`spec.golden.requantize`, C written at ``c_addr``/``c_stride``). It has no clock:
-  its statistics records hold zero counters, and reports show predicted cycles only. This is
-  the int8 reference of the compiled network (layouts, addresses and records included).
+* ``golden``: :class:`firmware.emulator.EmulatorDevice`, the functional model of the device
+  (the image's header, CRC and record checks, then each layer *record* exactly as the hardware
+  computes it: A k-major, B dense or gathered through the convolution tables in memory,
+  :mod:`spec.golden` arithmetic, C written at ``c_addr``/``c_stride``). It has no clock: its
+  statistics records hold zero counters, and reports show predicted cycles only. This is the
+  int8 reference of the compiled network (layouts, addresses and records included).
 * ``verilator`` / ``icarus``: the RTL. The whole network runs in **one simulation process**:
   the cocotb module ``flow.net_run`` imports this executor and runs it with the cocotb backend,
   host ops executing in the simulator's Python between segments (the simulation does not advance
@@ -30,128 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware.image import decode, validate
+from firmware.emulator import EmulatorDevice
 from firmware.runtime import DeviceError, Runtime
 from flow.compile import CompiledNetwork, Segment, build_gemm_image
 from hw.build import emit
-from planner.layout import Layout
 from planner.net.reference import HostExecutor, _to_int8, run_layer
-from planner.offsets import ConvTables, gather_b
-from spec import golden
 from spec.config import AccelConfig
-from spec.desc import ErrorCode
-from spec.layouts import HEADER_WORDS, STATS_BYTES, STATS_WORDS, OutFormat
-from spec.regmap import CTRL_BITS, REG, STATUS_BITS
 from tb.tools import build, missing_tool
 
-__all__ = ["GoldenDevice", "execute", "run_network", "NetworkRun", "SIMS", "layer_rows",
+__all__ = ["execute", "run_network", "NetworkRun", "SIMS", "layer_rows",
            "compare_outputs"]
 
 SIMS = ("golden", "verilator", "icarus")
-
-
-class GoldenDevice:
-    """A numpy accelerator (:class:`firmware.runtime.Backend`) that runs images record by record
-    with the hardware's integer arithmetic (module docstring). Register-mode runs are not
-    modelled."""
-
-    def __init__(self, cfg: AccelConfig):
-        self.cfg = cfg
-        # DRAM, then the accelerator's local buffer (cfg.local_base; the host reaches DRAM only)
-        self.mem = np.zeros(cfg.dram_bytes + cfg.local_buf_bytes, np.uint8)
-        self._regs: dict[int, int] = {}
-        self._error = 0
-        self._layer_index = 0
-
-    async def write_memory(self, addr: int, data: bytes) -> None:
-        self.mem[addr:addr + len(data)] = np.frombuffer(data, np.uint8)
-
-    async def read_memory(self, addr: int, size: int) -> bytes:
-        return self.mem[addr:addr + size].tobytes()
-
-    async def write_register(self, offset: int, value: int) -> None:
-
-        self._regs[offset] = value
-        if offset == REG["CTRL"].offset:
-            if value & (1 << CTRL_BITS["START"]):
-                raise DeviceError("the golden device runs images only (CTRL.RUN_IMAGE); a "
-                                  "register-mode CTRL.START needs the RTL backends")
-            if value & (1 << CTRL_BITS["RUN_IMAGE"]):
-                self._run_image(self._regs.get(REG["IMAGE_ADDR"].offset, 0))
-
-    async def read_register(self, offset: int) -> int:
-
-        if offset == REG["CONFIG_ID"].offset:
-            return self.cfg.config_id
-        if offset == REG["STATUS"].offset:
-            return (1 << STATUS_BITS["DONE"]) | (1 << STATUS_BITS["IMAGE"])
-        if offset == REG["ERROR"].offset:
-            return self._error
-        if offset == REG["LAYER_INDEX"].offset:
-            return self._layer_index
-        return 0          # PERF_*: the golden device has no clock
-
-    async def wait_done(self, budget_cycles: int) -> None:
-        return None
-
-    # -- execution -------------------------------------------------------------------------------
-
-    def _run_image(self, addr: int) -> None:
-
-        total = int(self.mem[addr:addr + 64].view("<u4")[HEADER_WORDS["total_bytes"]])
-        blob = self.mem[addr:addr + total].tobytes()
-        problems = validate(blob, self.cfg)
-        if problems:
-            self._error, self._layer_index = int(ErrorCode.BAD_IMAGE), 0
-            return
-        image = decode(blob)
-        self._error = 0
-        for i, layer in enumerate(image.layers):
-            self._layer_index = i
-            self._run_layer(layer)
-            self._stats(layer.stats_addr, i)
-
-    def _u32(self, addr: int, count: int) -> np.ndarray:
-        return self.mem[addr:addr + 4 * count].view("<u4")
-
-    def _run_layer(self, layer) -> None:
-
-        d = layer.desc
-        m, k, n = d.m, d.k, d.n
-        mem8 = self.mem.view(np.int8)
-        a_idx = d.a_addr + np.arange(k)[:, None] * d.a_stride + np.arange(m)[None, :]
-        a = mem8[a_idx].T
-        if d.b_mode == 0:
-            b = mem8[d.b_addr + np.arange(k)[:, None] * d.b_stride + np.arange(n)[None, :]]
-        else:
-            cols = self.cfg.array_cols
-            groups = -(-n // cols) + 1
-            tables = ConvTables(shape=None, layout=Layout.NCHW, lanes=cols,
-                                offsets=self._u32(d.off_addr, k).astype(np.uint32),
-                                segments=self.mem[d.run_addr:d.run_addr + 8 * d.run_count]
-                                .view("<u8").astype(np.uint64),
-                                groups=self._u32(d.grp_addr, groups).astype(np.uint32),
-                                pixels=n)
-            b = gather_b(tables, mem8[d.b_addr:d.b_addr + d.b_stride])
-        acc = golden.gemm_int8(a, b)
-        bias = self._u32(layer.bias_addr, m).view("<i4") if layer.bias_present else None
-        rows = d.c_addr + np.arange(m)[:, None] * d.c_stride
-        if layer.out_format == OutFormat.INT8:
-            y = golden.requantize(acc, multiplier=self._u32(layer.mult_addr, m).view("<i4"),
-                                  shift=self._u32(layer.shift_addr, m).view("<i4"), bias=bias,
-                                  zero_point=layer.out_zero_point, act_min=layer.act_min,
-                                  act_max=layer.act_max)
-            self.mem[rows + np.arange(n)[None, :]] = y.astype(np.int8).view(np.uint8)
-        else:
-            total = acc.astype(np.int64) + (0 if bias is None else bias.astype(np.int64)[:, None])
-            y = total.astype(np.uint64).astype(np.uint32).astype("<u4").view(np.uint8)
-            self.mem[rows + np.arange(4 * n)[None, :]] = y.reshape(m, 4 * n)
-
-    def _stats(self, addr: int, index: int) -> None:
-
-        words = np.zeros(STATS_BYTES // 4, "<u4")
-        words[STATS_WORDS["layer_index"]] = index
-        self.mem[addr:addr + STATS_BYTES] = words.view(np.uint8)
 
 
 # -- the executor ----------------------------------------------------------------------------------
@@ -291,7 +181,7 @@ def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: s
     t0 = time.perf_counter()
     if sim == "golden":
 
-        rt = Runtime(GoldenDevice(net.cfg), net.cfg)
+        rt = Runtime(EmulatorDevice(net.cfg), net.cfg)
         env, steps = asyncio.run(execute(net, rt, feeds, on_event=on_event))
         outputs = {n: env[n] for n in net.outputs}
         return NetworkRun(sim, outputs, steps, time.perf_counter() - t0)

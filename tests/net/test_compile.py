@@ -19,7 +19,8 @@ from planner.net import reference  # noqa: E402
 from flow.cli import compile_main, compile_model, run_main  # noqa: E402
 from flow.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
                           compile_network)
-from flow.execute import GoldenDevice, execute, run_network  # noqa: E402
+from firmware.emulator import EmulatorDevice  # noqa: E402
+from flow.execute import execute, run_network  # noqa: E402
 from planner.net.models import small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
@@ -36,7 +37,7 @@ def _lowered(model, seed=1):
 
 
 def _golden_env(net, feeds):
-    rt = Runtime(GoldenDevice(net.cfg), net.cfg)
+    rt = Runtime(EmulatorDevice(net.cfg), net.cfg)
     env, steps = asyncio.run(execute(net, rt, feeds))
     return env, steps
 
@@ -208,7 +209,7 @@ def test_activation_gemm_image_folds_zero_points_exactly(za, zb):
     b = rng.integers(-128, 128, (batch, 10, 7)).astype(np.int8)
     cfg = PRESETS["tiny"]
     seg, loads, out_shape = build_gemm_image(layer, a, b, cfg)
-    dev = GoldenDevice(cfg)
+    dev = EmulatorDevice(cfg)
 
     async def go():
         rt = Runtime(dev, cfg)
@@ -298,8 +299,8 @@ def test_golden_device_refuses_register_mode_start():
     from firmware.runtime import DeviceError
     from spec.config import PRESETS
     from spec.regmap import CTRL_BITS, REG
-    from flow.execute import GoldenDevice
+    from firmware.emulator import EmulatorDevice
 
-    dev = GoldenDevice(PRESETS["tiny"])
+    dev = EmulatorDevice(PRESETS["tiny"])
     with pytest.raises(DeviceError, match="runs images only"):
         asyncio.run(dev.write_register(REG["CTRL"].offset, 1 << CTRL_BITS["START"]))

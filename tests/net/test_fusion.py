@@ -14,7 +14,8 @@ from firmware.runtime import Runtime  # noqa: E402
 from spec.config import PRESETS  # noqa: E402
 from flow.cli import compile_main  # noqa: E402
 from flow.compile import CompiledNetwork, compile_network, fusible_pairs  # noqa: E402
-from flow.execute import (GoldenDevice, compare_outputs, execute,  # noqa: E402
+from firmware.emulator import EmulatorDevice  # noqa: E402
+from flow.execute import (compare_outputs, execute,  # noqa: E402
                           layer_rows, run_network)
 from planner.net.models import bottleneck, mlp, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx  # noqa: E402
@@ -40,7 +41,7 @@ def ffn():
 
 
 def _outputs(net, feeds):
-    rt = Runtime(GoldenDevice(net.cfg), net.cfg)
+    rt = Runtime(EmulatorDevice(net.cfg), net.cfg)
     env, _ = asyncio.run(execute(net, rt, feeds))
     return {n: env[n] for n in net.outputs}
 
