@@ -43,18 +43,17 @@ import numpy as np
 from firmware.builder import ImageBuilder, Requant, image_overhead
 from firmware.image import ImageError
 from firmware.runtime import image_budget_cycles
-from planner.fusion import Chain, ConvOp, GemmOp, channels, extent, fusible, local_bytes, row_bytes
+from planner.fusion import channels, fusible_pairs, fusion_op
+from planner.net.assign import accel_reason
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.net.quantize import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
 from spec.layouts import OpKind, PostMode
-from spec.record import SECTION_ALIGN_BYTES
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
-           "fusible_pairs",
-           "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "accel_reason"]
+                      "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -147,45 +146,7 @@ def _nbytes(layout: str, shape: Sequence[int], pads=(0, 0, 0, 0)) -> int:
     return int(np.prod(shape))
 
 
-def _in_layout(layer: AccelLayer) -> tuple:
-    """The layout ``layer`` reads its input in: ("nchw", pads, halo) or ("fm",)."""
-    if layer.kind == "conv":
-        s = layer.shape
-        return ("nchw", (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right), layer.halo)
-    return ("fm", (0, 0, 0, 0), 0)
-
-
-def _out_layout(layer: AccelLayer) -> tuple:
-    """Default layout of a layer's output read back by the host."""
-    return ("nchw", (0, 0, 0, 0), 0) if layer.kind == "conv" else ("fm", (0, 0, 0, 0), 0)
-
-
 # -- what the hardware can run ---------------------------------------------------------------------
-
-def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
-    """Why ``layer`` cannot run on ``cfg`` (``None``: it can, as far as static checks tell;
-    building its image is the final word)."""
-    if layer.kind == "conv":
-        s = layer.shape
-        if s.groups != 1:
-            return f"grouped convolution (groups={s.groups}): the image builder runs one group"
-        if s.batch != 1:
-            return f"batch {s.batch}: the image builder runs batch-1 convolutions"
-        if len(layer.in_shape) != 4:
-            return f"input rank {len(layer.in_shape)} is not 4"
-    elif layer.kind == "fc":
-        if not layer.in_shape or layer.in_shape[-1] != layer.shape.k:
-            return f"input shape {layer.in_shape} does not end in K={layer.shape.k}"
-    elif layer.kind == "gemm":
-        if layer.in_offset or layer.out_offset:
-            return "uint8 activation x activation GEMM"
-    else:
-        return f"unknown layer kind {layer.kind!r}"
-    if layer.kind == "gemm" and layer.shape.m > cfg.quant_entries:
-        return (f"{layer.shape.m} rows > quant_entries={cfg.quant_entries} (the "
-                f"post-processor's parameter memories)")
-    return None
-
 
 def _post_mode(layer: AccelLayer):
 
@@ -329,7 +290,7 @@ def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
             close()
             out.append(("gemm", step))
             continue
-        want = _in_layout(step)
+        want = step.in_layout
         src = producer.get(step.input)
         if src is not None:
             ok = src.kind == step.kind and layouts.get(step.input, want) == want
@@ -347,71 +308,6 @@ def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
 
 class _Fit(Exception):
     """A segment's image or data do not fit device memory (split it)."""
-
-
-def _fusion_op(l: AccelLayer):
-
-    if l.kind == "conv":
-        return ConvOp(l.name, l.shape)
-    return GemmOp(l.name, l.shape.m, l.shape.k, l.shape.n)
-
-
-def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
-                  cfg: AccelConfig) -> tuple[list[tuple[AccelLayer, AccelLayer, int]],
-                                             list[tuple[str, str, str]]]:
-    """The pairs of a segment whose intermediate can stay in the local buffer whole (seed 003,
-    planner.fusion), as ``(producer, consumer, local row bytes)``, and every candidate pair that
-    cannot, as ``(producer, consumer, reason)``. A pair qualifies when the producer's output is
-    read by the consumer only (not by another layer, a later step or the graph output), the
-    hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
-    fit the parameter memories in one piece, the consumer's output is not padded, and the
-    intermediates of the segment fit ``local_buf_bytes`` together."""
-
-    readers: dict[str, list[AccelLayer]] = {}
-    for l in layers:
-        for t in l.inputs:
-            readers.setdefault(t, []).append(l)
-    inner = {l.input: _in_layout(l) for l in layers if l.input in {x.output for x in layers}}
-    pairs, refused, used, free = [], [], set(), cfg.local_buf_bytes
-    for p in layers:
-        users = readers.get(p.output, [])
-        if len(users) != 1 or p.kind not in ("conv", "fc"):
-            continue
-        c = users[0]
-        pop, cop = _fusion_op(p), _fusion_op(c)
-        why = None
-        if p.output in reads_after:
-            why = f"{p.output!r} is also read after the segment"
-        elif c.input != p.output or c.kind not in ("conv", "fc"):
-            why = f"{c.name} does not read {p.output!r} as its activation operand"
-        elif p.name in used or c.name in used:
-            why = "a layer of this pair is already fused"
-        else:
-            why = fusible(pop, cop)
-        if why is None and max(channels(pop), channels(cop)) > cfg.quant_entries:
-            why = f"more than quant_entries={cfg.quant_entries} output channels (split layer)"
-        if why is None and c.kind == "conv" and inner.get(c.output, _out_layout(c))[1] != \
-                (0, 0, 0, 0):
-            why = f"{c.name}'s output goes to a padded buffer (a convolution reads it)"
-        row = 0
-        if why is None:                     # the whole intermediate, one block
-            chain, whole = Chain(pop, cop), extent(cop)
-            row = row_bytes(chain, whole, cfg)
-            # ImageBuilder.local allocates whole sections
-            need = -(-local_bytes(chain, whole, cfg) // SECTION_ALIGN_BYTES) * SECTION_ALIGN_BYTES
-            if cfg.local_unreachable():
-                why = cfg.local_unreachable()
-            elif need > free:
-                why = (f"the intermediate needs {need} bytes on chip, {free} of "
-                       f"local_buf_bytes={cfg.local_buf_bytes} are free")
-            else:
-                free -= need
-        if why is None:
-            pairs.append((p, c, row))
-            used.update((p.name, c.name))
-        else:
-            refused.append((p.name, c.name, why))
-    return pairs, refused
 
 
 def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
@@ -433,7 +329,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     inner: dict[str, tuple] = {}
     for l in layers:
         if l.input in produced:
-            inner[l.input] = _in_layout(l)
+            inner[l.input] = l.in_layout
     bufs: dict[tuple, TensorBuffer] = {}
 
     def buffer(tensor: str, layout: tuple, shape, offset: int) -> TensorBuffer:
@@ -454,7 +350,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     for l in layers:
         if l.name in local_in:              # the consumer of a fused pair: B on chip
             x_local = local_at[local_in[l.name]]
-            yb = buffer(l.output, inner.get(l.output, _out_layout(l)), l.out_shape,
+            yb = buffer(l.output, inner.get(l.output, l.out_layout), l.out_shape,
                         l.out_offset)
             if l.output in reads_after and yb not in outputs:
                 outputs.append(yb)
@@ -464,21 +360,21 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                 raise _Refused(l.name, str(e)) from None
             continue
         if l.input in produced:
-            xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
+            xb = buffer(l.input, l.in_layout, l.in_shape, l.in_offset)
         else:
-            xb = buffer(l.input, _in_layout(l), l.in_shape, l.in_offset)
+            xb = buffer(l.input, l.in_layout, l.in_shape, l.in_offset)
             if xb not in inputs:
                 inputs.append(xb)
         if l.name in local_out:             # the producer of a fused pair: C on chip
             tensor, row = local_out[l.name]
             try:
                 local_at[tensor] = (b.local(f"{tensor}@local",
-                                            channels(_fusion_op(l)) * row), row)
+                                            channels(fusion_op(l)) * row), row)
                 _add_layer(b, l, xb, None, cfg, y_local=local_at[tensor])
             except (ValueError, ImageError) as e:
                 raise _Refused(l.name, str(e)) from None
             continue
-        layout = inner.get(l.output, _out_layout(l))
+        layout = inner.get(l.output, l.out_layout)
         yb = buffer(l.output, layout, l.out_shape, l.out_offset)
         if yb.needs_fill and yb not in fills:
             fills.append(yb)

@@ -35,10 +35,12 @@ import dataclasses
 import numpy as np
 
 from spec.config import AccelConfig
+from spec.record import SECTION_ALIGN_BYTES
 
+from .net.quantize import AccelLayer
 from .shapes import ConvShape
 
-__all__ = ["GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",
+__all__ = ["fusion_op", "fusible_pairs", "GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",
            "Candidate", "FusionPlan", "ChainData", "find_chains", "fusible", "conv_input_range",
            "dependencies", "local_bytes", "blocks_of", "plan_fusion", "build_image",
            "golden_output", "placeholder_data", "intermediate_bytes", "CHAINS", "main",
@@ -98,6 +100,73 @@ class Refusal:
     producer: str
     consumer: str | None
     reason: str
+
+
+# -- network pairing (seed 003 inside a compiled network's segments) ---------------------------
+
+def fusion_op(l: AccelLayer) -> Op:
+    """The fusion planner's view of a lowered network layer."""
+    if l.kind == "conv":
+        return ConvOp(l.name, l.shape)
+    return GemmOp(l.name, l.shape.m, l.shape.k, l.shape.n)
+
+
+def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
+                  cfg: AccelConfig) -> tuple[list[tuple[AccelLayer, AccelLayer, int]],
+                                             list[tuple[str, str, str]]]:
+    """The pairs of a segment whose intermediate can stay in the local buffer whole (seed 003,
+    planner.fusion), as ``(producer, consumer, local row bytes)``, and every candidate pair that
+    cannot, as ``(producer, consumer, reason)``. A pair qualifies when the producer's output is
+    read by the consumer only (not by another layer, a later step or the graph output), the
+    hardware can serve it (:func:`planner.fusion.fusible`: a GEMM-like consumer), both layers
+    fit the parameter memories in one piece, the consumer's output is not padded, and the
+    intermediates of the segment fit ``local_buf_bytes`` together."""
+
+    readers: dict[str, list[AccelLayer]] = {}
+    for l in layers:
+        for t in l.inputs:
+            readers.setdefault(t, []).append(l)
+    inner = {l.input: l.in_layout for l in layers if l.input in {x.output for x in layers}}
+    pairs, refused, used, free = [], [], set(), cfg.local_buf_bytes
+    for p in layers:
+        users = readers.get(p.output, [])
+        if len(users) != 1 or p.kind not in ("conv", "fc"):
+            continue
+        c = users[0]
+        pop, cop = fusion_op(p), fusion_op(c)
+        why = None
+        if p.output in reads_after:
+            why = f"{p.output!r} is also read after the segment"
+        elif c.input != p.output or c.kind not in ("conv", "fc"):
+            why = f"{c.name} does not read {p.output!r} as its activation operand"
+        elif p.name in used or c.name in used:
+            why = "a layer of this pair is already fused"
+        else:
+            why = fusible(pop, cop)
+        if why is None and max(channels(pop), channels(cop)) > cfg.quant_entries:
+            why = f"more than quant_entries={cfg.quant_entries} output channels (split layer)"
+        if why is None and c.kind == "conv" and inner.get(c.output, c.out_layout)[1] != \
+                (0, 0, 0, 0):
+            why = f"{c.name}'s output goes to a padded buffer (a convolution reads it)"
+        row = 0
+        if why is None:                     # the whole intermediate, one block
+            chain, whole = Chain(pop, cop), extent(cop)
+            row = row_bytes(chain, whole, cfg)
+            # ImageBuilder.local allocates whole sections
+            need = -(-local_bytes(chain, whole, cfg) // SECTION_ALIGN_BYTES) * SECTION_ALIGN_BYTES
+            if cfg.local_unreachable():
+                why = cfg.local_unreachable()
+            elif need > free:
+                why = (f"the intermediate needs {need} bytes on chip, {free} of "
+                       f"local_buf_bytes={cfg.local_buf_bytes} are free")
+            else:
+                free -= need
+        if why is None:
+            pairs.append((p, c, row))
+            used.update((p.name, c.name))
+        else:
+            refused.append((p.name, c.name, why))
+    return pairs, refused
 
 
 def _pointwise(shape: ConvShape) -> bool:

@@ -60,10 +60,11 @@ import numpy as np
 from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
+from .quantize import AccelLayer
 
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
            "Evaluation", "Decision", "analyse", "assign", "explain", "measure_host_timings",
-           "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES"]
+           "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES", "accel_reason"]
 
 Processor = Literal["host", "accel"]
 PROCESSORS: tuple[str, ...] = ("host", "accel")
@@ -528,3 +529,30 @@ def explain(g: Graph, cfg: AccelConfig, lib: FunctionLibrary, th: Thresholds = T
     """Per-op rows: op, c and p on each processor, decision, rule, reason (plus the tiling
     scalars of accelerator-capable ops)."""
     return [d.row() for d in assign(analyse(g, cfg), lib, th)]
+
+
+# -- what the hardware can run (the compiler's capability check) ---------------------------------
+
+def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
+    """Why ``layer`` cannot run on ``cfg`` (``None``: it can, as far as static checks tell;
+    building its image is the final word)."""
+    if layer.kind == "conv":
+        s = layer.shape
+        if s.groups != 1:
+            return f"grouped convolution (groups={s.groups}): the image builder runs one group"
+        if s.batch != 1:
+            return f"batch {s.batch}: the image builder runs batch-1 convolutions"
+        if len(layer.in_shape) != 4:
+            return f"input rank {len(layer.in_shape)} is not 4"
+    elif layer.kind == "fc":
+        if not layer.in_shape or layer.in_shape[-1] != layer.shape.k:
+            return f"input shape {layer.in_shape} does not end in K={layer.shape.k}"
+    elif layer.kind == "gemm":
+        if layer.in_offset or layer.out_offset:
+            return "uint8 activation x activation GEMM"
+    else:
+        return f"unknown layer kind {layer.kind!r}"
+    if layer.kind == "gemm" and layer.shape.m > cfg.quant_entries:
+        return (f"{layer.shape.m} rows > quant_entries={cfg.quant_entries} (the "
+                f"post-processor's parameter memories)")
+    return None

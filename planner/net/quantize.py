@@ -313,6 +313,20 @@ class AccelLayer:
         return self.shape.macs * self.batch
 
     @property
+    def in_layout(self) -> tuple:
+        """The layout the layer reads its input in: ``("nchw", pads, halo)`` for a convolution
+        (its padding stored with the tensor), else ``("fm", (0, 0, 0, 0), 0)``."""
+        if self.kind == "conv":
+            s = self.shape
+            return ("nchw", (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right), self.halo)
+        return ("fm", (0, 0, 0, 0), 0)
+
+    @property
+    def out_layout(self) -> tuple:
+        """The default layout of the layer's output (as the host reads it back)."""
+        return ("nchw", (0, 0, 0, 0), 0) if self.kind == "conv" else ("fm", (0, 0, 0, 0), 0)
+
+    @property
     def inputs(self) -> tuple[str, ...]:
         return (self.input,) if self.input_b is None else (self.input, self.input_b)
 

@@ -13,7 +13,8 @@ pytest.importorskip("onnxruntime")
 from firmware.runtime import Runtime  # noqa: E402
 from spec.config import PRESETS  # noqa: E402
 from flow.cli import compile_main  # noqa: E402
-from flow.compile import CompiledNetwork, compile_network, fusible_pairs  # noqa: E402
+from flow.compile import CompiledNetwork, compile_network  # noqa: E402
+from planner.fusion import fusible_pairs  # noqa: E402
 from firmware.emulator import EmulatorDevice  # noqa: E402
 from flow.execute import (compare_outputs, execute,  # noqa: E402
                           layer_rows, run_network)
