@@ -29,7 +29,7 @@ def measure_amaranth(preset: str, gemm: str, max_cycles: int) -> dict:
     from hw.top import AccelTop
     from planner.shapes import GemmShape
     from planner.tiling import TILING_FIELDS
-    from tb.tiling import descriptor, place
+    from tb.placement import descriptor, place
 
     cfg = PRESETS[preset]
     m, k, n = (int(x) for x in gemm.lower().split("x"))

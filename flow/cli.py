@@ -29,7 +29,7 @@ from flow.execute import compare_outputs, layer_rows, run_network
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
-from planner.net.quantize import fold_batchnorm, lower, quantize_qdq, seeded_weights
+from planner.net.lower import fold_batchnorm, lower, quantize_qdq, seeded_weights
 from planner.net.reference import _output_scale, onnxruntime_outputs
 from spec.config import PRESETS, AccelConfig
 

@@ -1,4 +1,4 @@
-"""Compile a lowered network (:class:`planner.net.quantize.Lowered`) into *segments*: maximal
+"""Compile a lowered network (:class:`planner.net.lower.Lowered`) into *segments*: maximal
 runs of consecutive accelerator layers, each one firmware image (:class:`firmware.builder.
 ImageBuilder`), with the host ops between them. The result, :class:`CompiledNetwork`, is saved as
 one ``.tsr`` file (docs/networks.md, "Compiled networks").
@@ -46,7 +46,7 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import accel_reason
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.net.quantize import AccelLayer, HostOp, Lowered
+from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig

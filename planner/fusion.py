@@ -37,7 +37,7 @@ import numpy as np
 from spec.config import AccelConfig
 from spec.record import SECTION_ALIGN_BYTES
 
-from .net.quantize import AccelLayer
+from .net.lower import AccelLayer
 from .shapes import ConvShape
 
 __all__ = ["fusion_op", "fusible_pairs", "GemmOp", "ConvOp", "Node", "Chain", "Refusal", "FusionError", "Block", "Deps",

@@ -29,8 +29,8 @@ from planner.shapes import ConvShape
 
 from .cases import register_budget_cycles
 from .harness import Harness, c_from_bytes
-from .tiling import align as _align
-from .tiling import random_tiling
+from .placement import align as _align
+from .placement import random_tiling
 
 GUARD = 0xA5
 

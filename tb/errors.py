@@ -14,7 +14,7 @@ from spec.record import check_record, layer_record
 from planner.cost import DEFAULT_CONSTANTS
 
 from .harness import Harness
-from .tiling import descriptor, place, random_tiling
+from .placement import descriptor, place, random_tiling
 
 FILL = 0x5A
 

@@ -23,7 +23,7 @@ from planner.cost import predict_tiling
 
 from .cases import GemmCase, random_cases, register_budget_cycles
 from .harness import Harness, a_image, b_image, c_from_bytes
-from .tiling import descriptor, place, random_tiling
+from .placement import descriptor, place, random_tiling
 
 GUARD = 0xA5      # byte pattern of C and its guard regions before a run
 

@@ -20,7 +20,7 @@ from spec.regmap import CTRL_BITS, REG, STATUS_BITS, record_register
 
 from .cases import register_budget_cycles
 from .harness import CLOCK_NS, Harness, a_image, b_image, c_from_bytes
-from .tiling import descriptor, place, random_tiling
+from .placement import descriptor, place, random_tiling
 
 
 async def _setup(h: Harness, m: int, k: int, n: int, rng, *, a=None, b=None):

@@ -6,7 +6,7 @@ whose single node is ``Conv``, ``ConvInteger`` or ``MatMulInteger`` from
 ``onnx.backend.test.case.node.collect_testcases`` and turns it into a JSON-serialisable spec
 (attributes resolved, arrays as nested lists with their dtypes). The cocotb side needs no
 ``onnx``: it reads the specs from the file named by ``TESSERA_ONNX_SPECS``, folds zero points
-with :mod:`planner.quant`, runs convolutions through :func:`tb.conv.conv_on_rtl` (NCHW, planned
+with :mod:`planner.zero_points`, runs convolutions through :func:`tb.conv.conv_on_rtl` (NCHW, planned
 tiling) and MatMulInteger on the GEMM path (:func:`gemm_on_rtl`), applies the host corrections
 and compares with the expected output exactly. Results go to ``onnx_results.json``.
 """
@@ -27,14 +27,14 @@ from spec.desc import ErrorCode
 from spec.regmap import COUNTERS
 from spec.schedule import traffic
 from planner import plan_gemm
-from planner.quant import (exact_int, finish, fold_conv_float, fold_conv_integer,
+from planner.zero_points import (exact_int, finish, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
 from planner.shapes import ConvShape, GemmShape
 
 from .cases import register_budget_cycles
 from .conv import TILING_FIELDS, conv_on_rtl
 from .harness import Harness, a_image, b_image, c_from_bytes
-from .tiling import descriptor, place
+from .placement import descriptor, place
 
 #: The operators this module runs.
 OPS = ("Conv", "ConvInteger", "MatMulInteger")
@@ -134,7 +134,7 @@ def conv_shape(spec: dict, x: np.ndarray, w: np.ndarray) -> ConvShape:
 
 
 def fold(spec: dict):
-    """The :mod:`planner.quant` fold of a spec: a ConvFold or a GemmFold."""
+    """The :mod:`planner.zero_points` fold of a spec: a ConvFold or a GemmFold."""
     arr = {k: spec_array(v) for k, v in spec["inputs"].items()}
     if spec["op"] == "Conv":
         return fold_conv_float(arr["x"], arr["w"], arr.get("b"))

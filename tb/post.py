@@ -25,7 +25,7 @@ from planner.cost import DEFAULT_CONSTANTS, PostLoad, post_consts, predict_tilin
 
 from .cases import register_budget_cycles
 from .harness import Harness, a_image, b_image
-from .tiling import descriptor, place, random_tiling
+from .placement import descriptor, place, random_tiling
 
 FILL = 0x6B
 

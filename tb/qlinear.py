@@ -1,7 +1,7 @@
 """ONNX ``QLinearConv`` / ``QLinearMatMul`` node tests lowered onto the accelerator, requantised
 by the hardware's post-processor (no host arithmetic on the outputs).
 
-Zero points are folded exactly (:mod:`planner.quant` shifts uint8 operands to int8):
+Zero points are folded exactly (:mod:`planner.zero_points` shifts uint8 operands to int8):
 
 ``sum (x - zx)(w - zw) = sum x*w + sum x*(-zw) - zx*sum(w - zw)``
 
@@ -177,7 +177,7 @@ def _lower_matmul(case: QCase, cfg: AccelConfig) -> Lowered:
 
 
 def _lower_conv(case: QCase, cfg: AccelConfig) -> Lowered:
-    from planner.quant import resolve_conv_pads
+    from planner.zero_points import resolve_conv_pads
 
     i = case.inputs
     x, w = i["x"], i["w"]

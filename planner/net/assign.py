@@ -60,7 +60,7 @@ import numpy as np
 from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
-from .quantize import AccelLayer
+from .lower import AccelLayer
 
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
            "Evaluation", "Decision", "analyse", "assign", "explain", "measure_host_timings",
@@ -329,7 +329,7 @@ def _accel_model(g: Graph, node: Node, cfg: AccelConfig):
     from planner.conv import compile_conv
     from planner.shapes import ConvShape, GemmShape
 
-    from .quantize import _Lowerer, _NoMatch
+    from .lower import _Lowerer, _NoMatch
 
     cls = OP_CLASSES.get(node.op_type)
     low = _Lowerer(g)

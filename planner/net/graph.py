@@ -1,7 +1,7 @@
 """A small graph IR of a network: nodes (operators) and tensors, in topological order.
 
 Built from ONNX by :mod:`planner.net.onnx_import`; consumed by quantisation, lowering
-(:mod:`planner.net.quantize`), the int8 reference (:mod:`planner.net.reference`) and the
+(:mod:`planner.net.lower`), the int8 reference (:mod:`planner.net.reference`) and the
 host/accelerator assignment (:mod:`planner.net.assign`). Pure Python + numpy, no ONNX import.
 
 Shapes are tuples whose entries are ``int`` (known) or ``str`` (a symbolic dimension that no

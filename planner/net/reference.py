@@ -1,9 +1,9 @@
-"""Bit-exact numpy int8 reference of a lowered network (:class:`planner.net.quantize.Lowered`).
+"""Bit-exact numpy int8 reference of a lowered network (:class:`planner.net.lower.Lowered`).
 
 Accelerator layers run exactly as the hardware computes them: :func:`spec.golden.conv2d_int8` on
 the padded layout (halo = input zero point) or :func:`spec.golden.gemm_int8`, then
 :func:`spec.golden.requantize` with the layer's bias, multiplier, shift, zero point and bounds;
-activation x activation GEMMs add :func:`planner.quant.fold_matmul_integer`'s host correction
+activation x activation GEMMs add :func:`planner.zero_points.fold_matmul_integer`'s host correction
 before requantising. Host ops run in numpy with the QDQ graph's semantics: QuantizeLinear
 (``round_half_even(x / scale) + zp``, saturated; float32), DequantizeLinear
 (``(x - zp) * scale``, float32) and float32 operators between them. Common operators have numpy
@@ -26,10 +26,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from spec import golden
-from planner.quant import finish, fold_matmul_integer
+from planner.zero_points import finish, fold_matmul_integer
 
 from .graph import Graph, ModelError, Node
-from .quantize import AccelLayer, HostOp, Lowered
+from .lower import AccelLayer, HostOp, Lowered
 
 __all__ = ["HostOpError", "run", "run_layer", "HostExecutor", "Comparison",
            "compare_with_onnxruntime", "onnxruntime_outputs"]

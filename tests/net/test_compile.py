@@ -23,7 +23,7 @@ from firmware.emulator import EmulatorDevice  # noqa: E402
 from flow.execute import execute, run_network  # noqa: E402
 from planner.net.models import small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
-from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
+from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
                                   lower, quantize_qdq)
 from planner.net.reference import HostOpError  # noqa: E402
 from planner.shapes import GemmShape  # noqa: E402

@@ -20,7 +20,7 @@ from flow.execute import (compare_outputs, execute,  # noqa: E402
                           layer_rows, run_network)
 from planner.net.models import bottleneck, mlp, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx  # noqa: E402
-from planner.net.quantize import fold_batchnorm, lower, quantize_qdq  # noqa: E402
+from planner.net.lower import fold_batchnorm, lower, quantize_qdq  # noqa: E402
 from tb.tools import missing_tool  # noqa: E402
 
 SMALL = PRESETS["small"]

@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
-from planner.net.quantize import (AccelLayer, fold_batchnorm, generated_inputs, lower,  # noqa: E402
+from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
 from planner.net.reference import (HostOpError, compare_with_onnxruntime, run,  # noqa: E402
                                    run_layer)

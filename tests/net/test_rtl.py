@@ -13,7 +13,7 @@ from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
-from planner.net.quantize import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
+from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
 from planner.net.reference import _output_scale, onnxruntime_outputs  # noqa: E402
 from tb.tools import missing_tool  # noqa: E402

@@ -1,4 +1,4 @@
-"""planner.quant and tb.onnx_cases without RTL: the zero-point folding, computed with the golden
+"""planner.zero_points and tb.onnx_cases without RTL: the zero-point folding, computed with the golden
 int8 models, equals ONNX's expected outputs (the wheel's node tests, and random cases checked
 against onnx.reference), and inputs the int8 datapath cannot run exactly are refused."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spec.golden import conv2d_int8, gemm_int8
-from planner.quant import (exact_int8, finish, fold_conv_float, fold_conv_integer,
+from planner.zero_points import (exact_int8, finish, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
 
 

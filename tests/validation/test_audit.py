@@ -65,13 +65,13 @@ another function without this table following; line moves inside a function do n
 | planner/offsets.py | _check_range | ValueError | 1 | shapes: test_tables_base_past_32_bits, test_tables_field_ranges |
 | planner/offsets.py | compile_tables | ValueError | 2 | shapes: test_tables_shape_type, test_tables_pixels |
 | planner/offsets.py | gather_b | ValueError | 5 | shapes: test_gather_b_group_table, test_gather_b_last_flag, test_gather_b_lane_count, test_gather_b_fill_each_lane_once, test_gather_b_address |
-| planner/quant.py | _shift | ValueError | 1 | quant: test_conv_integer_x_dtype, test_matmul_integer_dtype |
-| planner/quant.py | _zero_point | ValueError | 2 | quant: test_conv_integer_zero_point_dtype, test_conv_integer_zero_point_shape, test_matmul_integer_zero_point_shape |
-| planner/quant.py | exact_int | ValueError | 3 | quant: test_exact_int_integral, test_exact_int_dtype, test_exact_int_range |
-| planner/quant.py | fold_conv_float | ValueError | 1 | quant: test_conv_bias_shape |
-| planner/quant.py | fold_conv_integer | ValueError | 3 | quant: test_conv_integer_w_dtype, test_conv_integer_weight_span (the x_zero_point-must-be-scalar raise is unreachable: _zero_point refuses a non-scalar first, see test_conv_integer_zero_point_shape) |
-| planner/quant.py | fold_matmul_integer | ValueError | 1 | quant: test_matmul_integer_shapes |
-| planner/quant.py | resolve_conv_pads | ValueError | 2 | quant: test_conv_pads, test_conv_auto_pad |
+| planner/zero_points.py | _shift | ValueError | 1 | quant: test_conv_integer_x_dtype, test_matmul_integer_dtype |
+| planner/zero_points.py | _zero_point | ValueError | 2 | quant: test_conv_integer_zero_point_dtype, test_conv_integer_zero_point_shape, test_matmul_integer_zero_point_shape |
+| planner/zero_points.py | exact_int | ValueError | 3 | quant: test_exact_int_integral, test_exact_int_dtype, test_exact_int_range |
+| planner/zero_points.py | fold_conv_float | ValueError | 1 | quant: test_conv_bias_shape |
+| planner/zero_points.py | fold_conv_integer | ValueError | 3 | quant: test_conv_integer_w_dtype, test_conv_integer_weight_span (the x_zero_point-must-be-scalar raise is unreachable: _zero_point refuses a non-scalar first, see test_conv_integer_zero_point_shape) |
+| planner/zero_points.py | fold_matmul_integer | ValueError | 1 | quant: test_matmul_integer_shapes |
+| planner/zero_points.py | resolve_conv_pads | ValueError | 2 | quant: test_conv_pads, test_conv_auto_pad |
 | planner/requant.py | activation_bounds | ValueError | 3 | quant: test_activation_zero_point, test_activation_out_scale, test_activation_kind |
 | planner/requant.py | quantize_multiplier | ValueError | 2 | quant: test_quantize_multiplier_scale, test_quantize_multiplier_shift |
 | planner/shapes.py | ConvShape.__post_init__ | ValueError | 2 | shapes: test_conv_shape_groups_divide, test_conv_shape_kernel_must_fit |
@@ -99,7 +99,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 #: The audited sources (issue 9's config, shape, image and CLI validation paths).
 FILES = ("spec/config.py", "spec/desc.py", "spec/record.py", "spec/golden.py", "planner/shapes.py",
-         "planner/tiling.py", "planner/requant.py", "planner/quant.py", "planner/offsets.py",
+         "planner/tiling.py", "planner/requant.py", "planner/zero_points.py", "planner/offsets.py",
          "planner/layout.py", "planner/workload.py", "planner/__main__.py", "firmware/image.py",
          "firmware/builder.py", "firmware/runtime.py", "firmware/__main__.py")
 _ROW = re.compile(r"^\| (\S+) \| (\S+) \| ([^|]+?) \| (\d+) \| (.+) \|$")

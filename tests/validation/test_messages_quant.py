@@ -1,4 +1,4 @@
-"""Quantisation helpers (planner.requant, planner.quant) and the golden models' argument checks:
+"""Quantisation helpers (planner.requant, planner.zero_points) and the golden models' argument checks:
 every refusal names the parameter and states the allowed range or set."""
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from spec.golden import conv2d_int8, gemm_int8, requantize
-from planner.quant import (exact_int, exact_int8, fold_conv_float, fold_conv_integer,
+from planner.zero_points import (exact_int, exact_int8, fold_conv_float, fold_conv_integer,
                            fold_matmul_integer, resolve_conv_pads)
 from planner.requant import activation_bounds, quantize_multiplier
 
@@ -49,7 +49,7 @@ def test_activation_kind(kind):
         activation_bounds(kind, 0, 0.1)
 
 
-# -- planner.quant -----------------------------------------------------------------------------
+# -- planner.zero_points -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("values", [[0.5], [1.0, math.nan], [math.inf]])
 def test_exact_int_integral(values):

@@ -22,7 +22,7 @@ outputs, exactly as the QDQ graph says); nodes whose outputs nobody reads any mo
 (dead-code elimination). The integer arithmetic of a layer is the hardware's (``spec.golden``
 int8 x int8 -> int32, then ``spec.golden.requantize``) with per-output-channel multiplier/shift
 from :func:`planner.requant.quantize_multiplier` and bounds from
-:func:`planner.requant.activation_bounds`. Zero points fold as in :mod:`planner.quant`: the conv
+:func:`planner.requant.activation_bounds`. Zero points fold as in :mod:`planner.zero_points`: the conv
 input's zero point is the padded layout's halo value and ``-x_zp * sum(w[m])`` joins the bias.
 """
 
@@ -37,7 +37,7 @@ from typing import Literal
 
 import numpy as np
 
-from planner.quant import resolve_conv_pads
+from planner.zero_points import resolve_conv_pads
 from planner.requant import activation_bounds, quantize_multiplier
 from planner.shapes import ConvShape, GemmShape
 
@@ -269,7 +269,7 @@ class AccelLayer:
     * ``gemm``: activation x activation ``input @ input_b`` (e.g. attention), ``batch``
       independent GEMMs of ``shape`` (leading dims of the operands). Zero points of both
       operands are nonzero in general: the array produces raw int32 (OutFormat.INT32) and the
-      host adds the :func:`planner.quant.fold_matmul_integer` correction (``rowsum``/``colsum``,
+      host adds the :func:`planner.zero_points.fold_matmul_integer` correction (``rowsum``/``colsum``,
       scalar host work) before requantising (``host_correction = True``).
 
     Requantisation (per output channel ``m``, :func:`spec.golden.requantize`): ``bias`` int32
