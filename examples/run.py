@@ -22,7 +22,7 @@ import numpy as np
 
 from spec.config import PRESETS, AccelConfig
 
-from .networks import NETWORKS, Network, budget_cycles
+from firmware.demos import NETWORKS, Network, budget_cycles
 
 __all__ = ["run_network", "main"]
 

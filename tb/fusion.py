@@ -15,7 +15,7 @@ import numpy as np
 from spec.config import AccelConfig
 from planner.fusion import (CHAINS, BuiltChain, Chain, ChainData, GemmOp, build_image,
                             golden_output)
-from examples.networks import _rand_int8, _requant
+from firmware.demos import random_int8, random_requant
 
 __all__ = ["random_data", "ChainRun", "run_chain", "CHAINS"]
 
@@ -26,7 +26,7 @@ def random_data(chain: Chain, rng: np.random.Generator) -> ChainData:
     """Full-range random int8 input and weights; the producer requantised with ReLU (its
     activation), the consumer without."""
     def int8(shape):
-        return _rand_int8(rng, shape)
+        return random_int8(rng, shape)
 
     p, c = chain.producer, chain.consumer
     if isinstance(p, GemmOp):
@@ -42,8 +42,8 @@ def random_data(chain: Chain, rng: np.random.Generator) -> ChainData:
         s = c.shape
         w2 = int8((s.out_channels, s.in_channels, 1, 1))
         m1, m2 = s.in_channels, s.out_channels
-    return ChainData(x, w1, w2, _requant(rng, w1.shape[0], k1, relu=True),
-                     _requant(rng, m2, m1, relu=False))
+    return ChainData(x, w1, w2, random_requant(rng, w1.shape[0], k1, relu=True),
+                     random_requant(rng, m2, m1, relu=False))
 
 
 @dataclasses.dataclass

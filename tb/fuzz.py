@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from examples.networks import build_mlp
+from firmware.demos import build_mlp
 from firmware.builder import ImageBuilder, Requant
 from firmware.emulator import run_image
 from firmware.image import reseal

@@ -35,8 +35,6 @@ PACKAGES = tuple(ALLOWED)
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("planner.fusion", "firmware.builder"):
         "the fusion planner costs each candidate block by building its image (image overheads)",
-    ("tb.fusion", "examples.networks"): "fused-chain testbench reuses the demo networks' data",
-    ("tb.fuzz", "examples.networks"): "the image fuzzer mutates a demo network's image",
 }
 
 #: Packages whose files import project modules at the top only (no imports inside functions,

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from examples.networks import build_cnn, build_mlp
+from firmware.demos import build_cnn, build_mlp
 from firmware.builder import BuiltLayer, ImageBuilder, Requant
 from firmware.image import Image, ImageError, decode, validate
 from spec.config import PRESETS

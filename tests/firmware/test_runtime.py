@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from examples.networks import build_mlp
+from firmware.demos import build_mlp
 from firmware.builder import ImageBuilder
 from firmware.image import BASE_ADDR_WORD, ImageError, decode, reseal, validate
 from firmware.runtime import DeviceError, LayerStats, RunReport, RunTimeout, Runtime

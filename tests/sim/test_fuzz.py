@@ -64,7 +64,7 @@ def test_fuzzed_images_on_rtl_full(tmp_path, request):
 # -- host side --------------------------------------------------------------------------------
 
 def _mlp_blob():
-    from examples.networks import build_mlp
+    from firmware.demos import build_mlp
 
     return build_mlp(PRESETS["tiny"]).blob
 

@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from examples.networks import budget_cycles, build_cnn, build_mlp
+from firmware.demos import budget_cycles, build_cnn, build_mlp
 from examples.run import run_network
 from firmware.image import decode, reseal
 from spec.config import PRESETS

@@ -19,16 +19,18 @@ import dataclasses
 
 import numpy as np
 
-from firmware.builder import BuiltLayer, ImageBuilder, Requant
-from firmware.runtime import image_budget_cycles
-from spec.config import AccelConfig
-from spec.golden import conv2d_int8, gemm_int8, requantize
-from spec.layouts import OpKind, PostMode
 from planner.layout import padded_bytes, padded_dims, to_padded
 from planner.requant import quantize_multiplier
 from planner.shapes import ConvShape
+from spec.config import AccelConfig
+from spec.golden import conv2d_int8, gemm_int8, requantize
+from spec.layouts import OpKind, PostMode
 
-__all__ = ["Network", "build_cnn", "build_mlp", "NETWORKS", "budget_cycles"]
+from .builder import BuiltLayer, ImageBuilder, Requant
+from .runtime import image_budget_cycles
+
+__all__ = ["Network", "build_cnn", "build_mlp", "NETWORKS", "budget_cycles", "random_int8",
+           "random_requant"]
 
 
 @dataclasses.dataclass
@@ -47,7 +49,7 @@ def budget_cycles(net: Network) -> int:
                                len(net.layers))
 
 
-def _requant(rng, m: int, k: int, *, relu: bool, zero_point: int = 0) -> Requant:
+def random_requant(rng, m: int, k: int, *, relu: bool, zero_point: int = 0) -> Requant:
     """Per-channel scales that map accumulators of k int8 products to about +-64."""
     acc_std = np.sqrt(k) * 74.0 * 74.0
     scales = 40.0 / acc_std * rng.uniform(0.5, 1.5, m)
@@ -62,7 +64,8 @@ def _golden_requant(acc: np.ndarray, rq: Requant, bias=None) -> np.ndarray:
                       zero_point=rq.zero_point, act_min=rq.act_min, act_max=rq.act_max)
 
 
-def _rand_int8(rng, shape) -> np.ndarray:
+def random_int8(rng, shape) -> np.ndarray:
+    """Full-range random int8 of ``shape``."""
     return rng.integers(-128, 128, shape, dtype=np.int64).astype(np.int8)
 
 
@@ -85,13 +88,13 @@ def build_cnn(cfg: AccelConfig, seed: int = 0, strategy: str = "best") -> Networ
     feat = b.buffer("features", flat)
     logits = b.buffer("logits", 10)
 
-    x = _rand_int8(rng, (1, 3, 16, 16))
+    x = random_int8(rng, (1, 3, 16, 16))
     golden: dict[str, bytes] = {}
     act = x
     for i, s in enumerate(shapes):
-        wgt = _rand_int8(rng, (s.out_channels, s.in_channels, 3, 3))
+        wgt = random_int8(rng, (s.out_channels, s.in_channels, 3, 3))
         k = s.in_channels * 9
-        rq = _requant(rng, s.out_channels, k, relu=True)
+        rq = random_requant(rng, s.out_channels, k, relu=True)
         bias = rng.integers(-4000, 4000, s.out_channels).astype(np.int32)
         if i + 1 < len(shapes):
             nxt = shapes[i + 1]
@@ -108,9 +111,9 @@ def build_cnn(cfg: AccelConfig, seed: int = 0, strategy: str = "best") -> Networ
         if i + 1 < len(shapes):
             golden[f"x{i + 1}"] = to_padded(act, shapes[i + 1], "NCHW").tobytes()
     golden["features"] = act.reshape(-1).tobytes()
-    w_fc = _rand_int8(rng, (10, flat))
+    w_fc = random_int8(rng, (10, flat))
     bias_fc = rng.integers(-20000, 20000, 10).astype(np.int32)
-    rq_fc = _requant(rng, 10, flat, relu=False, zero_point=-7)
+    rq_fc = random_requant(rng, 10, flat, relu=False, zero_point=-7)
     b.gemm("fc", weights=w_fc, n=1, b_addr=feat, b_stride=1, out_addr=logits, out_stride=1,
            bias=bias_fc, requant=rq_fc, op_kind=OpKind.FC)
     acc = gemm_int8(w_fc, act.reshape(flat, 1))
@@ -129,12 +132,12 @@ def build_mlp(cfg: AccelConfig, seed: int = 0, strategy: str = "best") -> Networ
     rng = np.random.default_rng(seed)
     b = ImageBuilder(cfg, strategy=strategy)
     d_in, d_hidden, d_out, tokens = 37, 45, 10, 13
-    x = _rand_int8(rng, (d_in, tokens))
-    w1 = _rand_int8(rng, (d_hidden, d_in))
-    w2 = _rand_int8(rng, (d_out, d_hidden))
+    x = random_int8(rng, (d_in, tokens))
+    w1 = random_int8(rng, (d_hidden, d_in))
+    w2 = random_int8(rng, (d_out, d_hidden))
     bias1 = rng.integers(-3000, 3000, d_hidden).astype(np.int32)
     bias2 = rng.integers(-3000, 3000, d_out).astype(np.int32)
-    rq1 = _requant(rng, d_hidden, d_in, relu=True)
+    rq1 = random_requant(rng, d_hidden, d_in, relu=True)
     x_addr = b.buffer("x", x.size)
     h_addr = b.buffer("hidden", d_hidden * tokens)
     y_addr = b.buffer("logits", 4 * d_out * tokens)
