@@ -4,7 +4,7 @@
     python -m bench.fusion --network light_resnet50 [--preset default]
 
 For each chain of :data:`tb.fusion.CHAINS` (BERT-base FFN seq 128, ResNet-50 3x3 -> 1x1 pairs):
-the planner's fusion plan (:func:`planner.fusion.plan_fusion`), then one Verilator simulation
+the planner's fusion plan (:func:`firmware.chains.fusion_plan`), then one Verilator simulation
 running the chain unfused, fused as planned and (``--candidates all``) fused with every other
 block partition that fits the local buffer, each as one image in one start/done. Every output is
 checked bit-exactly against the numpy golden model. Writes ``bench/results/fusion-<preset>.json``
@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from spec.config import PRESETS
-from planner.fusion import intermediate_bytes, plan_fusion
+from firmware.chains import fusion_plan
+from planner.fusion import intermediate_bytes
 from tb.fusion import CHAINS, random_data, run_chain
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -41,7 +42,7 @@ DRAM = ("rd_a_bytes", "rd_b_bytes", "wr_c_bytes")
 def run(name: str, preset: str, candidates: str, work: Path, seed: int = 1) -> dict:
     cfg = PRESETS[preset]
     chain = CHAINS[name]
-    plan = plan_fusion(chain, cfg)
+    plan = fusion_plan(chain, cfg)
     fits = [c.block for c in plan.candidates if not c.refused]
     blocks = [None, plan.block] + ([b for b in fits if b != plan.block]
                                    if candidates == "all" else [])

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from spec.config import AccelConfig
-from planner.fusion import (CHAINS, BuiltChain, Chain, ChainData, GemmOp, build_image,
-                            golden_output)
+from firmware.chains import BuiltChain, ChainData, build_image, golden_output
+from planner.fusion import CHAINS, Chain, GemmOp
 from firmware.demos import random_int8, random_requant
 
 __all__ = ["random_data", "ChainRun", "run_chain", "CHAINS"]

@@ -30,13 +30,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 PACKAGES = tuple(ALLOWED)
 
-#: Upward imports not yet removed (issue 20), each with the reason it still exists. The test
-#: fails on any other, and on an entry here that no longer occurs (so the list only shrinks).
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("planner.fusion", "firmware.builder"):
-        "the fusion planner costs each candidate block by building its image (image overheads)",
-}
-
 #: Packages whose files import project modules at the top only (no imports inside functions,
 #: except of the optional dependencies below).
 TOP_ONLY = ("spec", "hw", "flow")
@@ -71,22 +64,18 @@ def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
     return out
 
 
-def violations(path: Path, module: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """Upward imports (messages) of one file and the known ones it uses."""
+def violations(path: Path, module: str) -> list[str]:
+    """The upward imports of one file, as messages."""
     own = module.split(".")[0]
-    bad, known = [], []
+    bad = []
     for name, line, _ in imports(path, module):
         top = name.split(".")[0]
         if top not in PACKAGES or top == own or top in ALLOWED[own]:
             continue
-        key = (module, name)
-        if key in KNOWN_UPWARD:
-            known.append(key)
-        else:
-            bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({own}) imports {name} "
+        bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({own}) imports {name} "
                        f"({top}); {own} may import "
                        f"{', '.join(sorted(ALLOWED[own])) or 'no project package'}")
-    return bad, known
+    return bad
 
 
 def _modules():
@@ -96,14 +85,8 @@ def _modules():
 
 
 def test_every_import_goes_down_a_layer():
-    bad, used = [], set()
-    for path, module in _modules():
-        b, k = violations(path, module)
-        bad += b
-        used.update(k)
+    bad = [msg for path, module in _modules() for msg in violations(path, module)]
     assert not bad, "upward imports:\n" + "\n".join(bad)
-    assert used == set(KNOWN_UPWARD), \
-        f"KNOWN_UPWARD lists imports that are gone: {sorted(set(KNOWN_UPWARD) - used)}"
 
 
 @pytest.mark.parametrize("package", TOP_ONLY)
@@ -128,12 +111,12 @@ def test_the_checker_reports_an_upward_import(tmp_path):
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
-        bad, known = violations(src / "x.py", "planner.net.x")
+        bad = violations(src / "x.py", "planner.net.x")
         (tmp_path / "spec").mkdir()
         (tmp_path / "spec" / "y.py").write_text("import hw.top\n")
-        spec_bad, _ = violations(tmp_path / "spec" / "y.py", "spec.y")
+        spec_bad = violations(tmp_path / "spec" / "y.py", "spec.y")
     finally:
         ROOT = saved
     assert len(bad) == 2 and "imports firmware.image (firmware)" in bad[0]
-    assert "imports flow (flow)" in bad[1] and not known
+    assert "imports flow (flow)" in bad[1]
     assert len(spec_bad) == 1 and "spec may import no project package" in spec_bad[0]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from spec.config import PRESETS
 from spec.golden import conv2d_int8
+from firmware.chains import build_image, fusion_plan
 from planner.fusion import (Block, Chain, ConvOp, Deps, FusionError, GemmOp, Node, blocks_of,
                             conv_input_range, dependencies, find_chains, fusible, local_bytes,
                             plan_fusion)
@@ -183,17 +184,17 @@ def test_plan_refuses_when_even_the_minimum_block_does_not_fit():
     with pytest.raises(FusionError, match=r"cannot fuse ffn.up -> ffn.down: even the minimum "
                                           r"block \(16\) needs 49152 bytes of intermediate on "
                                           r"chip, more than local_buf_bytes=32768"):
-        plan_fusion(FFN, cfg)
+        fusion_plan(FFN, cfg)
 
 
 def test_plan_refuses_unservable_pairs_and_too_many_channels():
     nodes, (a, b, c) = bottleneck()
     with pytest.raises(FusionError, match="cannot fuse 2a -> 2b: 2b is a 3x3 convolution"):
-        plan_fusion(Chain(a, b), TINY)
+        fusion_plan(Chain(a, b), TINY)
     wide = Chain(GemmOp("up", 300, 8, 16), GemmOp("down", 8, 300, 16))
     with pytest.raises(FusionError, match="up has 300 output channels, more than "
                                           "quant_entries=256"):
-        plan_fusion(wide, TINY)
+        fusion_plan(wide, TINY)
 
 
 def test_plan_takes_the_cheapest_block_that_fits_or_says_fusion_does_not_pay():
@@ -202,8 +203,8 @@ def test_plan_takes_the_cheapest_block_that_fits_or_says_fusion_does_not_pay():
     with pytest.raises(FusionError, match=r"fusing ffn.up -> ffn.down does not pay on this "
                                           r"configuration: the best partition that fits "
                                           r"local_buf_bytes=131072 \(blocks of 32\)"):
-        plan_fusion(FFN, cfg)
-    plan = plan_fusion(FFN, cfg, require_gain=False)
+        fusion_plan(FFN, cfg)
+    plan = fusion_plan(FFN, cfg, require_gain=False)
     assert plan.chosen.predicted_cycles > plan.unfused_cycles
     refused = [c for c in plan.candidates if c.refused]
     fits = [c for c in plan.candidates if not c.refused]
@@ -214,7 +215,7 @@ def test_plan_takes_the_cheapest_block_that_fits_or_says_fusion_does_not_pay():
 
 
 def test_plan_default_config_keeps_the_whole_ffn_intermediate_on_chip():
-    plan = plan_fusion(FFN, PRESETS["default"])
+    plan = fusion_plan(FFN, PRESETS["default"])
     assert [c.block for c in plan.candidates] == [128, 64, 32, 16]
     assert plan.block == 128
     # predicted: no more cycles than unfused, and at least the intermediate's write + read
@@ -225,7 +226,7 @@ def test_plan_default_config_keeps_the_whole_ffn_intermediate_on_chip():
 
 def test_block_sizes_halve_down_to_the_minimum_block():
     nodes, (a, b, c) = bottleneck()
-    plan = plan_fusion(Chain(b, c), TINY, require_gain=False)
+    plan = fusion_plan(Chain(b, c), TINY, require_gain=False)
     assert [x.block for x in plan.candidates] == [56, 28, 14, 7, 4, 2, 1]
     assert all(x.refused and "local_buf_bytes=16384" in x.refused for x in plan.candidates
                if x.local_bytes > TINY.local_buf_bytes)
@@ -234,15 +235,35 @@ def test_block_sizes_halve_down_to_the_minimum_block():
 def test_plan_predictions_equal_the_real_images_even_when_layers_look_alike():
     """Placeholder data must not make blobs identical that real data keeps apart (equal channel
     counts give equal-sized parameter arrays): the plan's numbers are the real image's."""
-    from planner.fusion import build_image
     from tb.fusion import random_data
 
     chain = Chain(GemmOp("up", 40, 24, 20), GemmOp("down", 40, 40, 20))
-    plan = plan_fusion(chain, TINY)
+    plan = fusion_plan(chain, TINY)
     data = random_data(chain, np.random.default_rng(0))
     assert build_image(chain, data, TINY, None).predicted_cycles == plan.unfused_cycles
     assert build_image(chain, data, TINY, plan.block).predicted_cycles == \
         plan.chosen.predicted_cycles
+
+
+def test_plan_chooses_with_the_cost_it_is_given():
+    """The planner's choice needs no image: any cost function decides. Here the mid-sized
+    block is cheapest; unfused costs more than every block (the gain check passes), and a cost
+    that makes fusing lose is refused with both numbers."""
+    calls = []
+
+    def cost(block):
+        calls.append(block)
+        return (0 if block is None else 100 + abs(block - 64), 7)
+
+    def cheap(block):
+        return 1_000 + (block or 0), 7
+
+    chain = Chain(GemmOp("up", 64, 32, 128), GemmOp("down", 32, 64, 128))
+    plan = plan_fusion(chain, PRESETS["small"], lambda b: (10_000, 7) if b is None else cost(b))
+    assert plan.block == 64 and plan.unfused_cycles == 10_000
+    assert None not in calls and 64 in calls and plan.chosen.predicted_cycles == 100
+    with pytest.raises(FusionError, match="does not pay"):
+        plan_fusion(chain, PRESETS["small"], lambda b: (1, 7) if b is None else cheap(b))
 
 
 def test_plan_refuses_a_local_buffer_past_32_bit_addresses():
@@ -250,7 +271,7 @@ def test_plan_refuses_a_local_buffer_past_32_bit_addresses():
     with pytest.raises(FusionError, match=r"the local buffer at 0x100000000 is past the 32-bit "
                                           r"addresses descriptors hold \(dram_addr_bits=32; "
                                           r"fusion needs at most 31\)"):
-        plan_fusion(FFN_TINY, cfg)
+        fusion_plan(FFN_TINY, cfg)
 
 
 FFN_TINY = Chain(GemmOp("up", 45, 37, 29), GemmOp("down", 23, 45, 29))

@@ -16,7 +16,8 @@ import pytest
 
 from spec.config import PRESETS
 from spec.layouts import COUNTERS
-from planner.fusion import Chain, GemmOp, conv_op, intermediate_bytes, plan_fusion
+from firmware.chains import fusion_plan
+from planner.fusion import Chain, GemmOp, conv_op, intermediate_bytes
 from tb.fusion import CHAINS, random_data, run_chain
 from tb.tools import missing_tool
 
@@ -83,7 +84,7 @@ def test_fused_chain_tiny_bit_exact_and_predicted(name, tmp_path):
     needs("verilator")
     cfg = PRESETS["tiny"]
     chain = TINY_CHAINS[name]
-    plan = plan_fusion(chain, cfg)
+    plan = fusion_plan(chain, cfg)
     fits = [c.block for c in plan.candidates if not c.refused]
     # unfused, the planner's choice, and two multi-block partitions
     blocks = [None, plan.block] + [b for b in fits if b != plan.block][:2]
@@ -144,7 +145,7 @@ def test_fused_chain_default_acceptance(name, tmp_path):
     needs("verilator")
     cfg = PRESETS["default"]
     chain = CHAINS[name]
-    plan = plan_fusion(chain, cfg)
+    plan = fusion_plan(chain, cfg)
     golden, runs = run_chain(chain, random_data(chain, np.random.default_rng(seed())), cfg,
                              [None, plan.block], workdir=tmp_path)
     check_runs(chain, cfg, golden, runs)
