@@ -13,15 +13,12 @@ from spec.regmap import COUNTERS
 from .addrgen import AddrGen
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
+from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
+from .params import ParamMemories
 from .ports import ReadPort, WritePort
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
-
-#: The counters of the MAC and stall categories a busy cycle can land in, in priority order;
-#: a busy cycle in none of them is a control cycle (``stall_ctrl_cycles``).
-CATEGORIES: tuple[str, ...] = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
-                               "stall_load_b_cycles", "stall_store_cycles")
 
 
 def _log2(value: int) -> int:
@@ -128,26 +125,16 @@ class Sequencer(wiring.Component):
         m.submodules.compute = ce = ComputeEngine(cfg)
         m.submodules.store = se = StoreEngine(cfg)
         m.submodules.addrgen = ag = AddrGen(cfg)
-        # per-channel post-processing parameters, one B beat (array_cols / 4 words) per row
-        wpb = cfg.b_beat_bytes // 4
+        # per-channel post-processing parameters, loaded through the B load engine
+        wpb = cfg.b_beat_bytes // 4               # parameter words per B beat
         lw = _log2(wpb)
-        q_depth = cfg.quant_entries // wpb
+        m.submodules.params = qm = ParamMemories(cfg)
         q_phase = Signal()                        # a parameter array is loading
         q_sel = Signal(range(len(PARAM_ARRAYS)))
-        q_read = {}
-        lane = Signal(max(lw, 1))
-        with m.If(se.q_ren):
-            m.d.sync += lane.eq(se.q_ch[:lw] if lw else 0)
-        for i, name in enumerate(PARAM_ARRAYS):
-            mem = Memory(shape=8 * cfg.b_beat_bytes, depth=q_depth, init=[])
-            m.submodules[f"q_{name}"] = mem
-            w, r = mem.write_port(), mem.read_port(transparent_for=())
-            m.d.comb += [w.addr.eq(lb.w_addr), w.data.eq(lb.w_data),
-                         w.en.eq(lb.w_en & q_phase & (q_sel == i)),
-                         r.addr.eq(se.q_ch >> lw), r.en.eq(se.q_ren)]
-            q_read[name] = r.data.word_select(lane, 32) if lw else r.data
-        m.d.comb += [se.q_bias.eq(q_read["bias"]), se.q_mult.eq(q_read["mult"]),
-                     se.q_shift.eq(q_read["shift"])]
+        m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(q_sel), qm.w_addr.eq(lb.w_addr),
+                     qm.w_data.eq(lb.w_data), qm.w_en.eq(lb.w_en),
+                     qm.ch.eq(se.q_ch), qm.ren.eq(se.q_ren),
+                     se.q_bias.eq(qm.bias), se.q_mult.eq(qm.mult), se.q_shift.eq(qm.shift)]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
         b_loc, c_loc = Signal(), Signal()        # this layer's B / C lies in the local buffer
         # C: to memory, or into the local buffer (an int8 beat's low array_cols bytes)
@@ -519,30 +506,16 @@ class Sequencer(wiring.Component):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
                 m.next = "IDLE"
 
-        # -- performance counters ----------------------------------------------------------------
-        # Every busy cycle lands in exactly one category (cat_<name>, also an output: the image
-        # runner counts its run-pass layers' categories from them).
-        ctr = {name: getattr(self, f"c_{name}") for name in COUNTERS}
-        cats = [("mac_active_cycles", ce.beat_real), ("stall_drain_cycles", ce.busy),
-                ("stall_load_a_cycles", la.busy), ("stall_load_b_cycles", b_busy),
-                ("stall_store_cycles", se.busy)]
-        taken = Const(0)
-        for name, cond in cats:
-            m.d.comb += getattr(self, f"cat_{name}").eq(self.busy & cond & ~taken)
-            taken = taken | cond
-        with m.If(self.start & ~self.busy):
-            m.d.sync += [sig.eq(0) for sig in ctr.values()]
-        with m.Elif(self.busy):
-            m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
-            for name, _ in cats:
-                with m.If(getattr(self, f"cat_{name}")):
-                    m.d.sync += ctr[name].eq(ctr[name] + 1)
-            with m.If(~taken):
-                m.d.sync += ctr["stall_ctrl_cycles"].eq(ctr["stall_ctrl_cycles"] + 1)
-            with m.If(self.a_rd.valid & self.a_rd.ready):
-                m.d.sync += ctr["rd_a_bytes"].eq(ctr["rd_a_bytes"] + cfg.a_beat_bytes)
-            with m.If(self.b_rd.valid & self.b_rd.ready):
-                m.d.sync += ctr["rd_b_bytes"].eq(ctr["rd_b_bytes"] + cfg.b_beat_bytes)
-            with m.If(self.c_wr.valid & self.c_wr.ready):
-                m.d.sync += ctr["wr_c_bytes"].eq(ctr["wr_c_bytes"] + cfg.c_beat_bytes)
+        # -- performance counters (busy covers the whole layer run) ------------------------------
+        m.submodules.counters = pc = PerfCounters(cfg)
+        for name, cond in (("mac_active_cycles", ce.beat_real), ("stall_drain_cycles", ce.busy),
+                           ("stall_load_a_cycles", la.busy), ("stall_load_b_cycles", b_busy),
+                           ("stall_store_cycles", se.busy)):
+            m.d.comb += [getattr(pc, f"in_{name}").eq(cond),
+                         getattr(self, f"cat_{name}").eq(getattr(pc, f"cat_{name}"))]
+        m.d.comb += [pc.start.eq(self.start), pc.busy.eq(self.busy),
+                     pc.a_fire.eq(self.a_rd.valid & self.a_rd.ready),
+                     pc.b_fire.eq(self.b_rd.valid & self.b_rd.ready),
+                     pc.c_fire.eq(self.c_wr.valid & self.c_wr.ready)]
+        m.d.comb += [getattr(self, f"c_{name}").eq(getattr(pc, f"c_{name}")) for name in COUNTERS]
         return m

@@ -1,0 +1,74 @@
+"""The sequencer's performance counters (docs/architecture.md, "Counters")."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from spec.config import AccelConfig
+from spec.regmap import COUNTERS
+
+__all__ = ["PerfCounters", "CATEGORIES"]
+
+#: The counters of the MAC and stall categories a busy cycle can land in, in priority order;
+#: a busy cycle in none of them is a control cycle (``stall_ctrl_cycles``).
+CATEGORIES: tuple[str, ...] = ("mac_active_cycles", "stall_drain_cycles", "stall_load_a_cycles",
+                               "stall_load_b_cycles", "stall_store_cycles")
+
+
+class PerfCounters(wiring.Component):
+    """Counts a layer run's cycles by category and its memory traffic.
+
+    Every ``busy`` cycle lands in exactly one category: the first of :data:`CATEGORIES` whose
+    condition ``in_<category>`` holds (``cat_<category>`` says which, for the image runner), or
+    ``stall_ctrl_cycles`` when none does. ``rd_a_bytes`` / ``rd_b_bytes`` / ``wr_c_bytes`` add
+    one beat per accepted request (``a_fire`` / ``b_fire`` / ``c_fire``). A ``start`` while
+    not busy clears every counter.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Uses the three beat sizes.
+
+    Members
+    -------
+    start, busy : ``In(1)``; in_<category> : ``In(1)`` for every :data:`CATEGORIES` name
+    a_fire, b_fire, c_fire : ``In(1)``
+    c_<counter> : ``Out(32)`` for every :data:`spec.regmap.COUNTERS` name
+    cat_<category> : ``Out(1)``: this cycle counts there
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        members = {"start": In(1), "busy": In(1), "a_fire": In(1), "b_fire": In(1),
+                   "c_fire": In(1)}
+        for name in CATEGORIES:
+            members[f"in_{name}"] = In(1)
+            members[f"cat_{name}"] = Out(1)
+        for name in COUNTERS:
+            members[f"c_{name}"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        ctr = {name: getattr(self, f"c_{name}") for name in COUNTERS}
+        taken = Const(0)
+        for name in CATEGORIES:
+            cond = getattr(self, f"in_{name}")
+            m.d.comb += getattr(self, f"cat_{name}").eq(self.busy & cond & ~taken)
+            taken = taken | cond
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [sig.eq(0) for sig in ctr.values()]
+        with m.Elif(self.busy):
+            m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
+            for name in CATEGORIES:
+                with m.If(getattr(self, f"cat_{name}")):
+                    m.d.sync += ctr[name].eq(ctr[name] + 1)
+            with m.If(~taken):
+                m.d.sync += ctr["stall_ctrl_cycles"].eq(ctr["stall_ctrl_cycles"] + 1)
+            for fire, name, beat in ((self.a_fire, "rd_a_bytes", cfg.a_beat_bytes),
+                                     (self.b_fire, "rd_b_bytes", cfg.b_beat_bytes),
+                                     (self.c_fire, "wr_c_bytes", cfg.c_beat_bytes)):
+                with m.If(fire):
+                    m.d.sync += ctr[name].eq(ctr[name] + beat)
+        return m
