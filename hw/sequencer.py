@@ -16,6 +16,7 @@ from .compute import ComputeEngine
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
 from .params import ParamMemories
+from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
@@ -218,26 +219,9 @@ class Sequencer(wiring.Component):
         # -- step state: current step, next step, pending store ----------------------------------
         ab = cfg.dram_addr_bits
 
-        # Each step's registers carry, besides its origin, what is left of the matrix from it
-        # (`ml = M - m0`, and `gml = ceil(ml / R)` array-tile groups; likewise for n and k), so
-        # every engine parameter is one compare and a select from a register, and the walk's
-        # wrap tests are compares: no subtract-compare-add chain in front of an engine.
-        def step_regs(prefix):
-            return {
-                "m0": Signal(DIM_BITS, name=f"{prefix}_m0"),
-                "n0": Signal(DIM_BITS, name=f"{prefix}_n0"),
-                "k0": Signal(DIM_BITS, name=f"{prefix}_k0"),
-                "ml": Signal(DIM_BITS, name=f"{prefix}_ml"),     # M - m0
-                "nl": Signal(DIM_BITS, name=f"{prefix}_nl"),     # N - n0
-                "kl": Signal(DIM_BITS, name=f"{prefix}_kl"),     # K - k0
-                "gml": Signal(DIM_BITS, name=f"{prefix}_gml"),   # ceil((M - m0) / R)
-                "gnl": Signal(DIM_BITS, name=f"{prefix}_gnl"),   # ceil((N - n0) / C)
-                "a_kptr": Signal(ab, name=f"{prefix}_a_kptr"),   # a_addr + k0 * a_stride
-                "b_kptr": Signal(ab, name=f"{prefix}_b_kptr"),   # b_addr + k0 * b_stride
-                "c_mptr": Signal(ab, name=f"{prefix}_c_mptr"),   # c_addr + m0 * c_stride
-            }
-
-        cur, nxt = step_regs("cur"), step_regs("nxt")
+        # the current and the next step (hw/stepper.py): their registers, and the walk
+        layout = step_layout(cfg)
+        cur, nxt = Signal(layout, name="cur"), Signal(layout, name="nxt")
         cur_valid, nxt_valid = Signal(), Signal()
         st = {"m0": Signal(DIM_BITS, name="st_m0"), "n0": Signal(DIM_BITS, name="st_n0"),
               "ml": Signal(DIM_BITS, name="st_ml"), "nl": Signal(DIM_BITS, name="st_nl"),
@@ -261,48 +245,16 @@ class Sequencer(wiring.Component):
             of R."""
             return Mux(left < part, groups_left, part_groups)
 
-        # advance(nxt): the step after `nxt` in loop order, and whether `nxt` is the last step
-        adv = step_regs("adv")
-        nxt_last = Signal()
-        k_wrap = nxt["kl"] <= pk
-        m_wrap = nxt["ml"] <= pm
-        n_wrap = nxt["nl"] <= pn
-
-        def step_m(fresh):
-            if fresh:
-                return [adv["m0"].eq(0), adv["ml"].eq(M), adv["gml"].eq(gm_all),
-                        adv["c_mptr"].eq(d["c_addr"])]
-            return [adv["m0"].eq(nxt["m0"] + pm), adv["ml"].eq(nxt["ml"] - pm),
-                    adv["gml"].eq(nxt["gml"] - pmg), adv["c_mptr"].eq(nxt["c_mptr"] + c_mstep)]
-
-        def step_n(fresh):
-            if fresh:
-                return [adv["n0"].eq(0), adv["nl"].eq(N), adv["gnl"].eq(gn_all)]
-            return [adv["n0"].eq(nxt["n0"] + pn), adv["nl"].eq(nxt["nl"] - pn),
-                    adv["gnl"].eq(nxt["gnl"] - png)]
-
-        m.d.comb += [adv[key].eq(nxt[key]) for key in adv]
-        with m.If(~k_wrap):
-            m.d.comb += [adv["k0"].eq(nxt["k0"] + pk), adv["kl"].eq(nxt["kl"] - pk),
-                         adv["a_kptr"].eq(nxt["a_kptr"] + a_kstep),
-                         adv["b_kptr"].eq(nxt["b_kptr"] + b_kstep)]
-        with m.Else():
-            m.d.comb += [adv["k0"].eq(0), adv["kl"].eq(K), adv["a_kptr"].eq(d["a_addr"]),
-                         adv["b_kptr"].eq(d["b_addr"])]
-            with m.If(d["outer_m"] != 0):           # m outside, n inside
-                with m.If(~n_wrap):
-                    m.d.comb += step_n(fresh=False)
-                with m.Else():
-                    m.d.comb += step_n(fresh=True) + step_m(fresh=False)
-                m.d.comb += nxt_last.eq(n_wrap & m_wrap)
-            with m.Else():                          # n outside, m inside
-                with m.If(~m_wrap):
-                    m.d.comb += step_m(fresh=False)
-                with m.Else():
-                    m.d.comb += step_m(fresh=True) + step_n(fresh=False)
-                m.d.comb += nxt_last.eq(m_wrap & n_wrap)
-        adv_last = Signal()
-        m.d.comb += adv_last.eq(k_wrap & nxt_last)
+        # the step after `nxt` in loop order (adv), and whether `nxt` is the last step
+        m.submodules.walker = walk = StepWalker(cfg)
+        adv, adv_last = walk.next, walk.last
+        m.d.comb += [walk.step.eq(nxt), walk.m.eq(M), walk.n.eq(N), walk.k.eq(K),
+                     walk.pm.eq(pm), walk.pn.eq(pn), walk.pk.eq(pk), walk.pmg.eq(pmg),
+                     walk.png.eq(png), walk.gm_all.eq(gm_all), walk.gn_all.eq(gn_all),
+                     walk.outer_m.eq(d["outer_m"] != 0), walk.a_addr.eq(d["a_addr"]),
+                     walk.b_addr.eq(d["b_addr"]), walk.c_addr.eq(d["c_addr"]),
+                     walk.a_kstep.eq(a_kstep), walk.b_kstep.eq(b_kstep),
+                     walk.c_mstep.eq(c_mstep)]
 
         # -- engine commands (parameters from the step registers; engines sample them on start) --
         nxt_pm, nxt_pn = eff(nxt["ml"], pm), eff(nxt["nl"], pn)
@@ -425,11 +377,7 @@ class Sequencer(wiring.Component):
                         gn_max.eq(pn >> lc),
                         cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
                         a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
-                        nxt["m0"].eq(0), nxt["n0"].eq(0), nxt["k0"].eq(0),
-                        nxt["ml"].eq(M), nxt["nl"].eq(N), nxt["kl"].eq(K),
-                        nxt["gml"].eq(gm_all), nxt["gnl"].eq(gn_all),
-                        nxt["a_kptr"].eq(d["a_addr"]), nxt["b_kptr"].eq(d["b_addr"]),
-                        nxt["c_mptr"].eq(d["c_addr"]),
+                        nxt.eq(walk.first),
                         q_bad.eq(0),
                     ]
                     with m.If(chk.code != 0):
@@ -490,8 +438,7 @@ class Sequencer(wiring.Component):
                         cur_valid.eq(nxt_valid),
                         nxt_valid.eq(nxt_valid & ~adv_last),
                     ]
-                    m.d.sync += [cur[key].eq(nxt[key]) for key in cur]
-                    m.d.sync += [nxt[key].eq(adv[key]) for key in nxt]
+                    m.d.sync += [cur.eq(nxt), nxt.eq(adv)]
                     with m.If(new_st):
                         m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
                                      st["ml"].eq(cur["ml"]), st["nl"].eq(cur["nl"]),

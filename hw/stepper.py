@@ -1,0 +1,117 @@
+"""The sequencer's walk over a layer's steps: (m, n, k) partitions in loop order."""
+
+from amaranth import *
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from spec.config import AccelConfig
+from spec.desc import DIM_BITS
+
+__all__ = ["StepWalker", "step_layout"]
+
+
+def step_layout(cfg: AccelConfig) -> data.StructLayout:
+    """One step's registers. Besides its origin (``m0``, ``n0``, ``k0``) a step carries what is
+    left of the matrix from it (``ml = M - m0``, ``gml = ceil(ml / R)`` array-tile groups;
+    likewise for n and k) and its operand pointers, so every engine parameter is one compare and
+    a select from a register, and the walk's wrap tests are compares: no subtract-compare-add
+    chain in front of an engine."""
+    ab = cfg.dram_addr_bits
+    return data.StructLayout({
+        "m0": DIM_BITS, "n0": DIM_BITS, "k0": DIM_BITS,
+        "ml": DIM_BITS, "nl": DIM_BITS, "kl": DIM_BITS,      # M - m0, N - n0, K - k0
+        "gml": DIM_BITS, "gnl": DIM_BITS,                    # ceil(ml / R), ceil(nl / C)
+        "a_kptr": ab,                                        # a_addr + k0 * a_stride
+        "b_kptr": ab,                                        # b_addr + k0 * b_stride
+        "c_mptr": ab,                                        # c_addr + m0 * c_stride
+    })
+
+
+class StepWalker(wiring.Component):
+    """Combinational: the step after ``step`` in loop order (``next``), and whether ``step`` is
+    the layer's last (``last``). spec.schedule.steps is the same walk in Python.
+
+    The split-K loop is innermost: k advances by ``pk`` until ``kl <= pk``, then wraps to 0 and
+    the inner partition loop (n with ``outer_m``, else m) advances; when that wraps too, the
+    outer one does. ``first`` is the layer's first step.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Uses ``dram_addr_bits``.
+
+    Members
+    -------
+    step : ``In(step_layout(cfg))``; next, first : ``Out(step_layout(cfg))``; last : ``Out(1)``
+    m, n, k, pm, pn, pk : ``In(32)``: the matrix and partition sizes (descriptor fields)
+    pmg, png : ``In(DIM_BITS)``: ``pm / R``, ``pn / C``; gm_all, gn_all : ``In(DIM_BITS)``:
+    the matrix's array-tile rows and columns
+    outer_m : ``In(1)``; a_addr, b_addr, c_addr : ``In(32)``
+    a_kstep, b_kstep, c_mstep : ``In(dram_addr_bits)``: pointer steps per partition
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        layout = step_layout(cfg)
+        ab = cfg.dram_addr_bits
+        super().__init__({
+            "step": In(layout), "next": Out(layout), "first": Out(layout), "last": Out(1),
+            **{name: In(32) for name in ("m", "n", "k", "pm", "pn", "pk",
+                                         "a_addr", "b_addr", "c_addr")},
+            **{name: In(DIM_BITS) for name in ("pmg", "png", "gm_all", "gn_all")},
+            "outer_m": In(1),
+            **{name: In(ab) for name in ("a_kstep", "b_kstep", "c_mstep")},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        s = self.step
+
+        def step_m(t, fresh):
+            """Assignments to ``t``: m restarts at 0 (``fresh``) or advances a partition."""
+            if fresh:
+                return [t.m0.eq(0), t.ml.eq(self.m), t.gml.eq(self.gm_all),
+                        t.c_mptr.eq(self.c_addr)]
+            return [t.m0.eq(s.m0 + self.pm), t.ml.eq(s.ml - self.pm),
+                    t.gml.eq(s.gml - self.pmg), t.c_mptr.eq(s.c_mptr + self.c_mstep)]
+
+        def step_n(t, fresh):
+            if fresh:
+                return [t.n0.eq(0), t.nl.eq(self.n), t.gnl.eq(self.gn_all)]
+            return [t.n0.eq(s.n0 + self.pn), t.nl.eq(s.nl - self.pn),
+                    t.gnl.eq(s.gnl - self.png)]
+
+        def step_k(t, fresh):
+            if fresh:
+                return [t.k0.eq(0), t.kl.eq(self.k), t.a_kptr.eq(self.a_addr),
+                        t.b_kptr.eq(self.b_addr)]
+            return [t.k0.eq(s.k0 + self.pk), t.kl.eq(s.kl - self.pk),
+                    t.a_kptr.eq(s.a_kptr + self.a_kstep), t.b_kptr.eq(s.b_kptr + self.b_kstep)]
+
+        adv = self.next
+
+        k_wrap = s.kl <= self.pk
+        m_wrap = s.ml <= self.pm
+        n_wrap = s.nl <= self.pn
+        wrapped = Signal()
+        m.d.comb += adv.eq(s)
+        with m.If(~k_wrap):
+            m.d.comb += step_k(adv, fresh=False)
+        with m.Else():
+            m.d.comb += step_k(adv, fresh=True)
+            with m.If(self.outer_m):                # m outside, n inside
+                with m.If(~n_wrap):
+                    m.d.comb += step_n(adv, fresh=False)
+                with m.Else():
+                    m.d.comb += step_n(adv, fresh=True) + step_m(adv, fresh=False)
+            with m.Else():                          # n outside, m inside
+                with m.If(~m_wrap):
+                    m.d.comb += step_m(adv, fresh=False)
+                with m.Else():
+                    m.d.comb += step_m(adv, fresh=True) + step_n(adv, fresh=False)
+            m.d.comb += wrapped.eq(m_wrap & n_wrap)
+        m.d.comb += self.last.eq(k_wrap & wrapped)
+
+        # the first step: every loop fresh
+        f = self.first
+        m.d.comb += step_m(f, fresh=True) + step_n(f, fresh=True) + step_k(f, fresh=True)
+        return m
