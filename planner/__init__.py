@@ -15,24 +15,48 @@ Typical use::
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from spec.config import AccelConfig
 
+from .conv import ConvProgram
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
                    lower_bound_cycles, predict, predict_reference, utilisation)
+from .layout import Layout
+from .offsets import compile_tables
 from .search import best_plan, greedy_plan, search
 from .shapes import ConvShape, GemmShape
 from .tiling import SeedDecision, TilingPlan, seed_decision, seed_plan, to_descriptor
 from .workload import Layer, Workload, load_workload, parse_workload
 
-__all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown",
+__all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
+           "layer_cost",
            "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
            "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
            "search", "best_plan", "Layer", "Workload", "load_workload", "parse_workload"]
 
 Strategy = Literal["seed", "greedy", "search", "best", "db"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCost:
+    """A layer's plan and its predicted counters: ``plan`` tiles one group's GEMM, ``counters``
+    cover the whole layer (every group)."""
+
+    shape: GemmShape | ConvShape
+    plan: TilingPlan
+    groups: int
+    counters: CycleBreakdown
+
+    @property
+    def cycles(self) -> int:
+        return self.counters.total_cycles
+
+    @property
+    def macs(self) -> int:
+        return self.plan.shape.macs * self.groups
 #: Strategy names accepted by :func:`plan_gemm` and the CLI.
 STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best", "db")
 
@@ -71,3 +95,23 @@ def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
     return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups
+
+
+def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
+               db=None, *, plan: TilingPlan | None = None, layout: str = "NCHW") -> LayerCost:
+    """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
+    group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
+    convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
+    input in ``layout``; what ``bench`` and the compiler use)."""
+    if isinstance(shape, GemmShape):
+        plan = plan or plan_gemm(shape, cfg, strategy, None, db)
+        return LayerCost(shape, plan, 1, predict(plan, cfg))
+    if not isinstance(shape, ConvShape):
+        raise ValueError(f"shape must be a GemmShape or a ConvShape, not "
+                         f"{type(shape).__name__}")
+    if plan is None:
+        plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
+            (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
+    program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
+                          tables=compile_tables(shape, layout, cfg))
+    return LayerCost(shape, plan, shape.groups, program.predict(cfg))

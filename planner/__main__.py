@@ -18,8 +18,9 @@ from pathlib import Path
 
 from spec.config import PRESETS, AccelConfig
 
-from . import STRATEGIES, predict
-from .report import DEFAULT_WORKLOADS, evaluate, markdown_report, plan_table, totals
+from . import STRATEGIES
+from .report import (DEFAULT_WORKLOADS, cost_totals, evaluate, layer_costs, markdown_report,
+                     plan_table)
 from .shapes import ConvShape, GemmShape
 from .workload import Layer, Workload, load_workload
 
@@ -87,13 +88,15 @@ def _cmd_plan(args) -> int:
     results = evaluate(workload, cfg, strategies, args.db)
     if args.json:
         layers = []
-        for r in results:
+        costs = layer_costs(results, args.strategy, cfg)
+        for r, c in zip(results, costs):
             p, o = r.plans[args.strategy], r.plans["search"]
-            layers.append({"name": r.layer.name, "instances": r.instances,
-                           "plan": dataclasses.asdict(p), "counters": predict(p, cfg).as_dict(),
-                           "oracle_cycles": o.predicted_cycles,
-                           "gap": p.predicted_cycles / o.predicted_cycles - 1})
-        cycles, util = totals(results, args.strategy, cfg)
+            layers.append({"name": r.layer.name, "count": r.layer.count,
+                           "instances": r.instances, "plan": dataclasses.asdict(p),
+                           "counters": c.counters.as_dict(), "cycles": c.cycles,
+                           "oracle_gemm_cycles": o.predicted_cycles,
+                           "gemm_gap": p.predicted_cycles / o.predicted_cycles - 1})
+        cycles, util = cost_totals(results, costs, cfg)
         json.dump({"network": workload.network, "strategy": args.strategy,
                    "config_id": f"{cfg.config_id:08x}", "layers": layers,
                    "total_cycles": cycles, "utilisation": util}, sys.stdout, indent=1)

@@ -1,16 +1,19 @@
 """``python -m planner``: plan and report."""
 
 import json
+from pathlib import Path
 
 from planner.__main__ import main, parse_conv
+from planner.shapes import ConvShape
 
 
 def test_cli_plan_gemm_json(capsys):
     assert main(["plan", "--gemm", "64,64,64", "--preset", "tiny", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     layer = out["layers"][0]
-    assert layer["plan"]["m"] == 64 and layer["gap"] >= 0
-    assert layer["counters"]["total_cycles"] == layer["plan"]["predicted_cycles"]
+    assert layer["plan"]["m"] == 64 and layer["gemm_gap"] >= 0
+    assert layer["counters"]["total_cycles"] == layer["plan"]["predicted_cycles"] == \
+        layer["cycles"] == out["total_cycles"]
 
 
 def test_cli_plan_conv_table(capsys):
@@ -39,3 +42,27 @@ def test_cli_plan_workload_weights_counts(tmp_path, capsys):
     assert main(["plan", "--workload", str(wl), "--preset", "tiny", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["total_cycles"] == 3 * out["layers"][0]["plan"]["predicted_cycles"]
+
+
+def test_cli_workload_costs_convolutions_with_the_conv_model(capsys):
+    """One cost entry point: ``plan --workload`` predicts every ResNet-50 convolution exactly as
+    the convolution compiler does (its tables and planner.convcost), which is what ``bench``
+    and the network compiler use; the GEMM model alone is up to 25% optimistic there."""
+    from planner.conv import compile_conv
+    from planner.workload import load_workload
+    from spec.config import PRESETS
+
+    path = Path(__file__).resolve().parents[2] / "planner" / "workloads" / "resnet50.json"
+    assert main(["plan", "--workload", str(path), "--preset", "default", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cfg = PRESETS["default"]
+    layers = {layer.name: layer for layer in load_workload(path).layers}
+    convs = 0
+    for row in out["layers"]:
+        shape = layers[row["name"]].shape
+        if isinstance(shape, ConvShape):
+            convs += 1
+            assert row["cycles"] == compile_conv(shape, "NCHW", cfg).predict(cfg).total_cycles, \
+                row["name"]
+    assert convs >= 20
+    assert out["total_cycles"] == sum(r["cycles"] * r["count"] for r in out["layers"])
