@@ -94,8 +94,8 @@ def _cmd_plan(args) -> int:
             layers.append({"name": r.layer.name, "count": r.layer.count,
                            "instances": r.instances, "plan": dataclasses.asdict(p),
                            "counters": c.counters.as_dict(), "cycles": c.cycles,
-                           "oracle_gemm_cycles": o.predicted_cycles,
-                           "gemm_gap": p.predicted_cycles / o.predicted_cycles - 1})
+                           "oracle_cycles": o.predicted_cycles,
+                           "gap": p.predicted_cycles / o.predicted_cycles - 1})
         cycles, util = cost_totals(results, costs, cfg)
         json.dump({"network": workload.network, "strategy": args.strategy,
                    "config_id": f"{cfg.config_id:08x}", "layers": layers,

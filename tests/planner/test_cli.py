@@ -11,7 +11,7 @@ def test_cli_plan_gemm_json(capsys):
     assert main(["plan", "--gemm", "64,64,64", "--preset", "tiny", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     layer = out["layers"][0]
-    assert layer["plan"]["m"] == 64 and layer["gemm_gap"] >= 0
+    assert layer["plan"]["m"] == 64 and layer["gap"] >= 0
     assert layer["counters"]["total_cycles"] == layer["plan"]["predicted_cycles"] == \
         layer["cycles"] == out["total_cycles"]
 
