@@ -31,7 +31,7 @@ from .tiling import SeedDecision, TilingPlan, seed_decision, seed_plan, to_descr
 from .workload import Layer, Workload, load_workload, parse_workload
 
 __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
-           "layer_cost",
+           "layer_cost", "check_addressable",
            "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
            "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
@@ -97,12 +97,30 @@ def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
     return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups
 
 
+def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig) -> None:
+    """Raise ValueError when the layer's operands cannot all lie in the device memory
+    ``cfg`` addresses: int8 weights (A), the input (B: ``k x n``, or a convolution's input
+    tensor), the int32 output (C). A layer that cannot be placed cannot run, so it gets no
+    cycle count."""
+    if isinstance(shape, ConvShape):
+        g = shape.gemm
+        a, b, c = g.m * g.k * shape.groups, shape.b_tensor_bytes, 4 * g.m * g.n * shape.groups
+    else:
+        a, b, c = shape.m * shape.k, shape.k * shape.n, 4 * shape.m * shape.n
+    if a + b + c > cfg.dram_bytes:
+        raise ValueError(
+            f"{shape}: its operands need {a + b + c:,} bytes of device memory (A {a:,}, B {b:,}, "
+            f"C {c:,} as int32), more than dram_bytes={cfg.dram_bytes:,} "
+            f"(dram_addr_bits={cfg.dram_addr_bits}): it cannot run on this configuration")
+
+
 def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
                db=None, *, plan: TilingPlan | None = None, layout: str = "NCHW") -> LayerCost:
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
     input in ``layout``; what ``bench`` and the compiler use)."""
+    check_addressable(shape, cfg)
     if isinstance(shape, GemmShape):
         plan = plan or plan_gemm(shape, cfg, strategy, None, db)
         return LayerCost(shape, plan, 1, predict(plan, cfg))

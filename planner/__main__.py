@@ -102,8 +102,9 @@ def _cmd_plan(args) -> int:
                    "total_cycles": cycles, "utilisation": util}, sys.stdout, indent=1)
         print()
     else:
+        table = plan_table(results, args.strategy, cfg)    # refuses what cannot be placed
         print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}")
-        print(plan_table(results, args.strategy, cfg))
+        print(table)
     return 0
 
 

@@ -55,7 +55,13 @@ def totals(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> tuple
 def layer_costs(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> list[LayerCost]:
     """Each layer's predicted counters with ``strategy``'s plan, from the one cost entry point
     (:func:`planner.layer_cost`: the convolution model for convolutions)."""
-    return [layer_cost(r.layer.shape, cfg, plan=r.plans[strategy]) for r in results]
+    costs = []
+    for r in results:
+        try:
+            costs.append(layer_cost(r.layer.shape, cfg, plan=r.plans[strategy]))
+        except ValueError as err:
+            raise ValueError(f"layer {r.layer.name}: {err}") from None
+    return costs
 
 
 def cost_totals(results: list[LayerResult], costs: list[LayerCost],

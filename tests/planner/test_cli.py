@@ -66,3 +66,15 @@ def test_cli_workload_costs_convolutions_with_the_conv_model(capsys):
                 row["name"]
     assert convs >= 20
     assert out["total_cycles"] == sum(r["cycles"] * r["count"] for r in out["layers"])
+
+
+def test_cli_refuses_a_layer_the_config_cannot_address(capsys):
+    """A 4096x4096 FC layer (16 MiB of weights) does not fit default's 16 MiB address space:
+    the planner says so, naming the sizes, and prints no cycles (issue 18)."""
+    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert ("its operands need 16,797,696 bytes of device memory (A 16,777,216, B 4,096, "
+            "C 16,384 as int32), more than dram_bytes=16,777,216 (dram_addr_bits=24)") in out.err
+    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default", "--json"]) == 2
+    assert capsys.readouterr().out == ""
