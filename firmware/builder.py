@@ -26,17 +26,24 @@ Every layer is planned by :mod:`planner` (``strategy``), and every record passes
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 
+from planner.conv import compile_conv
+from planner.convcost import predict_conv
+from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
+from planner.layout import padded_dims, weights_k_major
+from planner.offsets import compile_tables
+from planner.plan import plan_gemm
+from planner.shapes import GemmShape
+from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
-from planner.cost import PostLoad, on_chip
-
-from .image import Image, ImageError, Layer, encode, image_bytes, section_layout
+from .image import Image, ImageError, Layer, decode, encode, image_bytes, section_layout
 
 __all__ = ["Requant", "ImageBuilder", "BuiltLayer", "image_overhead", "predicted_image_cycles"]
 
@@ -73,7 +80,6 @@ def _align(value: int, to: int = SECTION_ALIGN_BYTES) -> int:
 
 
 def _tiling(plan) -> dict[str, int]:
-    from planner.tiling import TILING_FIELDS
     return {name: getattr(plan, name) for name in TILING_FIELDS}
 
 
@@ -179,7 +185,6 @@ class ImageBuilder:
         """Append ``data`` (+ ``tail`` zero bytes a beat read may reach) to a section; return a
         reference resolved to a device address at :meth:`build`."""
         if self._shared is not None:
-            import hashlib
             key = (kind, tail, hashlib.blake2s(data).digest())
             if key in self._shared:
                 return self._shared[key]
@@ -221,8 +226,6 @@ class ImageBuilder:
              out_addr: int, out_stride: int, bias=None, requant: Requant | None = None,
              op_kind: OpKind = OpKind.GEMM) -> None:
         """``C = weights @ B`` (+ bias, requantised when ``requant`` is given, else int32)."""
-        from planner import GemmShape, plan_gemm, predict
-
         self._claim(name)
         w = np.asarray(weights)
         if w.ndim != 2 or w.dtype != np.int8:
@@ -254,12 +257,6 @@ class ImageBuilder:
         ``rows = (p0, p1)`` computes output rows ``p0 .. p1-1`` only, in one record, writing
         pixel ``(p, q)`` of channel ``c`` at ``out_addr + c * out_chan_stride + (p - p0) * out_w
         + q`` (a block of a fused pair, docs/fusion.md)."""
-        from planner import GemmShape, plan_gemm
-        from planner.conv import compile_conv
-        from planner.convcost import predict_conv
-        from planner.layout import padded_dims, weights_k_major
-        from planner.offsets import compile_tables
-
         self._claim(name)
         if shape.groups != 1 or shape.batch != 1:
             raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
@@ -390,10 +387,6 @@ def _post_of(layer: Layer) -> PostLoad:
 def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
     """Cycles the run of image ``blob`` spends outside its layers
     (:func:`planner.cost.image_overhead_cycles`)."""
-    from planner.cost import image_overhead_cycles
-
-    from .image import decode
-
     image = decode(blob)
     return image_overhead_cycles(len(blob), [(layer.desc.m, _post_of(layer))
                                              for layer in image.layers], cfg)

@@ -34,7 +34,7 @@ from spec.regmap import CTRL_BITS, REG, STATUS_BITS
 
 from .runtime import DeviceError
 
-__all__ = ["EmulationResult", "run_image", "EmulatorDevice"]
+__all__ = ["EmulationResult", "run_image", "EmulatorDevice", "DeviceMemory"]
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ class EmulationResult:
     reads: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
-class _Mem:
+class DeviceMemory:
     """Device memory: the caller's DRAM and the accelerator's local buffer above it
     (``[dram_bytes, dram_bytes + local_buf_bytes)``, zero at the start of an image run). Local
     bytes no layer of this run has written are *unwritten*: a layer reading one has no output
@@ -105,7 +105,7 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
     """Run the image at ``image_addr`` on ``mem`` (``cfg.dram_bytes`` long, modified in place).
     ``track``: record the byte ranges read and written (:attr:`EmulationResult.reads` /
     ``writes``; the fuzzer compares them with the RTL's), which costs a sort per operand."""
-    m = _Mem(mem, cfg)
+    m = DeviceMemory(mem, cfg)
     header = dict(zip(HEADER_WORDS, m.words(image_addr, IMAGE_HEADER_WORDS)))
     errs = check_header(header, cfg, image_addr=image_addr)
     if errs:
@@ -141,7 +141,7 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
     return result
 
 
-def _run_layer(m: _Mem, rec: dict, cfg: AccelConfig, result: EmulationResult,
+def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationResult,
                track: bool) -> bool:
     """One layer; False when its output is not defined by the spec (malformed tables)."""
     d = GemmDescriptor(**{name: rec[f"desc_{name}"] for name in DESC_FIELDS})
@@ -201,7 +201,7 @@ def _ranges(idx: np.ndarray, size: int, gap: int = 256) -> list[tuple[int, int]]
     return [(int(a), int(b - a)) for a, b in zip(starts, ends)]
 
 
-def _gather_conv(m: _Mem, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | None:
+def _gather_conv(m: DeviceMemory, d: GemmDescriptor, cfg: AccelConfig) -> np.ndarray | None:
     grp_words = groups_n(d, cfg) + 1
     off = bytes(m.gather(d.off_addr + np.arange(4 * d.k)).view(np.uint8))
     run = bytes(m.gather(d.run_addr + np.arange(8 * d.run_count)).view(np.uint8))

@@ -22,7 +22,7 @@ import dataclasses
 import struct
 import zlib
 
-from spec.config import FORMAT_VERSION, AccelConfig
+from spec.config import FORMAT_VERSION, PRESETS, AccelConfig
 from spec.desc import DESC_FIELDS, GemmDescriptor, groups_n
 from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record)
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
@@ -441,8 +441,6 @@ def inspect(blob: bytes, cfg: AccelConfig | None = None) -> str:
     B / C addresses and windows in the local buffer (a fused intermediate, docs/fusion.md) are
     marked; ``cfg`` gives its address, by default the preset whose ``config_id`` the image
     carries (none: not marked)."""
-    from spec.config import PRESETS
-
     blob = bytes(blob)
     if len(blob) < HEADER_BYTES:
         return f"image is {len(blob)} bytes, truncated: the header alone is {HEADER_BYTES} bytes"

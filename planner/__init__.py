@@ -16,7 +16,6 @@ Typical use::
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 from spec.config import AccelConfig
 
@@ -25,6 +24,7 @@ from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConst
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout
 from .offsets import compile_tables
+from .plan import STRATEGIES, Strategy, plan_conv, plan_gemm
 from .search import best_plan, greedy_plan, search
 from .shapes import ConvShape, GemmShape
 from .tiling import SeedDecision, TilingPlan, seed_decision, seed_plan, to_descriptor
@@ -36,9 +36,6 @@ __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdo
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
            "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
            "search", "best_plan", "Layer", "Workload", "load_workload", "parse_workload"]
-
-Strategy = Literal["seed", "greedy", "search", "best", "db"]
-
 
 @dataclasses.dataclass(frozen=True)
 class LayerCost:
@@ -57,44 +54,6 @@ class LayerCost:
     @property
     def macs(self) -> int:
         return self.plan.shape.macs * self.groups
-#: Strategy names accepted by :func:`plan_gemm` and the CLI.
-STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best", "db")
-
-
-def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
-              b_bytes: int | None = None, db=None) -> TilingPlan:
-    """Plan one GEMM with ``strategy``.
-
-    ``seed`` is seed 000 legalised, ``greedy`` the Gemmini-style baseline, ``search`` the
-    exhaustive oracle and ``best`` (default) the seed refined by local search. ``b_bytes``
-    (seed and best only) is the bytes of one load of B when it is not ``k*n`` (a convolution's
-    input tensor). ``db`` asks the tuning database ``db`` (a path or
-    :class:`planner.tunedb.TuneDB`; seed 001, docs/tunedb.md).
-    """
-    if not isinstance(shape, GemmShape):
-        raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
-    if strategy == "seed":
-        return seed_plan(shape, cfg, b_bytes)
-    if strategy == "greedy":
-        return greedy_plan(shape, cfg)
-    if strategy == "search":
-        return search(shape, cfg)
-    if strategy == "best":
-        return best_plan(shape, cfg, b_bytes)
-    if strategy == "db":
-        if db is None:
-            raise ValueError("strategy 'db' needs a tuning database (db=PATH, --db PATH)")
-        from .tunedb.lookup import db_plan
-        return db_plan(shape, cfg, db)
-    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-
-
-def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
-              ) -> tuple[TilingPlan, int]:
-    """Plan a convolution: ``(plan of one group's GEMM, number of groups)`` (seed 000 mapping)."""
-    if not isinstance(shape, ConvShape):
-        raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
-    return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups
 
 
 def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig) -> None:

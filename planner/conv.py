@@ -18,6 +18,7 @@ from .convcost import predict_conv
 from .cost import CycleBreakdown
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables
+from .plan import plan_conv
 from .shapes import ConvShape
 from .tiling import TILING_FIELDS, TilingPlan
 
@@ -84,8 +85,6 @@ class ConvProgram:
 def compile_conv(shape: ConvShape, layout: Layout | str, cfg: AccelConfig,
                  strategy: str = "best") -> ConvProgram:
     """Plan and compile one convolution layer for ``cfg`` (see the module docstring)."""
-    from . import plan_conv
-
     plan, _ = plan_conv(shape, cfg, strategy)
     return ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
                        tables=compile_tables(shape, layout, cfg))

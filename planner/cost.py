@@ -35,6 +35,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from spec.config import AccelConfig
+from spec.layouts import STATS_BYTES
+from spec.record import HEADER_BYTES, record_fetch_beats
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tiling import TilingPlan
@@ -468,9 +470,6 @@ def image_overhead_cycles(image_bytes: int, records: "list[tuple[int, PostLoad |
     fetch, the CRC read of ``image_bytes``, and per record ``(m, post)`` two record fetches,
     the check-pass dry run (parameter loads included) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
-    from spec.layouts import STATS_BYTES
-    from spec.record import HEADER_BYTES, record_fetch_beats
-
     b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles, 0)
     c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle, cfg.c_port_latency_cycles, 0)
     total = (_port_cycles(HEADER_BYTES // cfg.b_beat_bytes, *b)

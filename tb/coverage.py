@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from spec.desc import ErrorCode
+
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
 
@@ -94,8 +96,6 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
 
 
 def _error_bins():
-    from spec.desc import ErrorCode
-
     for code in ErrorCode:
         BINS["error"][f"outcome {code.name}"] = (lambda c: lambda r: r["error"] == c)(code.name)
 

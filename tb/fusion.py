@@ -17,6 +17,8 @@ from firmware.chains import BuiltChain, ChainData, build_image, golden_output
 from planner.fusion import CHAINS, Chain, GemmOp
 from firmware.demos import random_int8, random_requant
 
+from .jobs import ImageRun, run_jobs
+
 __all__ = ["random_data", "ChainRun", "run_chain", "CHAINS"]
 
 
@@ -64,8 +66,6 @@ def run_chain(chain: Chain, data: ChainData, cfg: AccelConfig, blocks: list[int 
     """Run every variant in ``blocks`` in one simulation; returns the golden output and the
     runs, in order. ``plusargs`` go to the simulator (the memory model's stall injection);
     ``budget_scale`` multiplies the predicted cycles into each run's cycle budget."""
-    from tb.jobs import ImageRun, run_jobs
-
     built = [build_image(chain, data, cfg, block) for block in blocks]
     runs = []
     for b in built:

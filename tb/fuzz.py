@@ -22,12 +22,12 @@ import numpy as np
 
 from firmware.demos import build_mlp
 from firmware.builder import ImageBuilder, Requant
-from firmware.emulator import run_image
+from firmware.emulator import DeviceMemory, run_image
 from firmware.image import reseal
 from spec.config import AccelConfig
 from spec.desc import DESC_FIELDS, GemmDescriptor, MAX_DIM
 from spec.layouts import HEADER_WORDS, LAYER_WORDS, OpKind
-from spec.record import LAYER_RECORD_BYTES, layer_record
+from spec.record import LAYER_RECORD_BYTES
 from planner.layout import padded_bytes
 from planner.shapes import ConvShape
 
@@ -197,9 +197,7 @@ def _merge(ranges):
 def _budget(mem: bytearray, blob: bytes, cfg: AccelConfig) -> int | None:
     """A cycle budget for an image the model runs to completion, or None when a layer is too
     large to simulate quickly (the mutant is dropped)."""
-    from firmware.emulator import _Mem
-
-    m = _Mem(mem, cfg)
+    m = DeviceMemory(mem, cfg)
     total = 64 + 4 * len(blob) // cfg.b_beat_bytes
     first = struct.unpack_from("<I", blob, 4 * HEADER_WORDS["section_layers_offset"])[0]
     for i in range(_layers(blob)):

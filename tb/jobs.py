@@ -17,8 +17,11 @@ import os
 import struct
 from pathlib import Path
 
+from hw.build import emit
 from spec.config import AccelConfig
 from spec.layouts import HEADER_WORDS
+
+from .tools import build, missing_tool
 
 __all__ = ["ImageRun", "LayerRun", "RunResult", "run_jobs"]
 
@@ -70,9 +73,6 @@ def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path
     """Run ``runs`` in order in one simulation of ``cfg`` (no reset between runs).
     ``plusargs`` go to the simulator (e.g. the memory model's ``+STALL_*`` / ``+DELAY_*``
     stall injection, tb/hdl/dram_model.sv)."""
-    from hw.build import emit
-
-    from .tools import build, missing_tool
 
     reason = missing_tool(sim)
     if reason:

@@ -32,6 +32,7 @@ from spec.layouts import OpKind
 from planner.layout import padded_bytes, padded_dims
 from planner.requant import quantize_multiplier
 from planner.shapes import ConvShape
+from planner.zero_points import resolve_conv_pads
 
 __all__ = ["QCase", "collect_qlinear_cases", "lower", "Lowered", "compare"]
 
@@ -177,8 +178,6 @@ def _lower_matmul(case: QCase, cfg: AccelConfig) -> Lowered:
 
 
 def _lower_conv(case: QCase, cfg: AccelConfig) -> Lowered:
-    from planner.zero_points import resolve_conv_pads
-
     i = case.inputs
     x, w = i["x"], i["w"]
     if x.ndim != 4 or x.shape[0] != 1 or int(case.attrs.get("group", 1)) != 1:

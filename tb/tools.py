@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hw.build import TB_HDL, locked
+
 __all__ = ["SIMULATORS", "LINT_WAIVERS", "missing_tool", "prepare_env", "build", "icarus_source",
            "lint"]
 
@@ -116,8 +118,6 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     Builds are cached by cocotb in ``build_dir/sim-<sim>`` (an unchanged build is reused).
     """
     from cocotb_tools.runner import get_runner
-
-    from hw.build import TB_HDL, locked
 
     prepare_env()
     runner = get_runner(sim)

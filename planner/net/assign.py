@@ -57,10 +57,14 @@ from typing import Literal
 
 import numpy as np
 
+from planner.conv import compile_conv
+from planner.cost import predict
+from planner.plan import plan_gemm
+from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
-from .lower import AccelLayer
+from .lower import AccelLayer, _Lowerer, _NoMatch
 
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
            "Evaluation", "Decision", "analyse", "assign", "explain", "measure_host_timings",
@@ -325,12 +329,6 @@ def _bytes(g: Graph, name: str) -> int:
 
 def _accel_model(g: Graph, node: Node, cfg: AccelConfig):
     """(macs, accel cycles, tiling scalars) of an accelerator-capable node, else None."""
-    from planner import plan_gemm, predict
-    from planner.conv import compile_conv
-    from planner.shapes import ConvShape, GemmShape
-
-    from .lower import _Lowerer, _NoMatch
-
     cls = OP_CLASSES.get(node.op_type)
     low = _Lowerer(g)
     try:

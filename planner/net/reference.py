@@ -29,7 +29,7 @@ from spec import golden
 from planner.zero_points import finish, fold_matmul_integer
 
 from .graph import Graph, ModelError, Node
-from .lower import AccelLayer, HostOp, Lowered
+from .lower import AccelLayer, Lowered
 
 __all__ = ["HostOpError", "run", "run_layer", "HostExecutor", "Comparison",
            "compare_with_onnxruntime", "onnxruntime_outputs"]

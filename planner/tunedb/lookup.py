@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 from spec.config import AccelConfig
+from planner.search import best_plan
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS, TilingPlan, make_plan
 
@@ -165,8 +166,7 @@ def lookup(records: Sequence[Record], shape: GemmShape, cfg: AccelConfig, *,
             est, rec, run = scored[0]
             return LookupResult(q, run, rule, "record", run_tiling(rec, run, cfg), est, rec,
                                 len(scored))
-    import planner
-    plan = planner.plan_gemm(shape, cfg, "best")
+    plan = best_plan(shape, cfg)
     return LookupResult(q, q, "analytic", "none", plan.key, plan.predicted_cycles, None, 0)
 
 

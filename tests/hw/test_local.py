@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from firmware.emulator import _Mem
+from firmware.emulator import DeviceMemory
 from spec.config import PRESETS
 from spec.desc import ErrorCode, GemmDescriptor, check, local_problem
 from spec.record import check_record, layer_record
@@ -78,7 +78,7 @@ def test_local_window_may_not_leave_the_local_buffer(lo, hi):
 
 
 def test_emulator_memory_routes_local_addresses_and_tracks_written_bytes():
-    mem = _Mem(bytearray(CFG.dram_bytes), CFG)
+    mem = DeviceMemory(bytearray(CFG.dram_bytes), CFG)
     mem.write(16, b"\x05\x06")
     mem.write(L0 + 4, bytes([0xff, 0x7f]))
     idx = np.array([16, 17, L0 + 4, L0 + 5])

@@ -1,0 +1,54 @@
+"""Planning one GEMM or convolution with a named strategy (seed 000; the tuning database of
+seed 001 with ``db``). Re-exported by :mod:`planner`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from spec.config import AccelConfig
+
+from .search import best_plan, greedy_plan, search
+from .shapes import ConvShape, GemmShape
+from .tiling import TilingPlan, seed_plan
+from .tunedb.lookup import db_plan
+
+__all__ = ["Strategy", "STRATEGIES", "plan_gemm", "plan_conv"]
+
+Strategy = Literal["seed", "greedy", "search", "best", "db"]
+#: Strategy names accepted by :func:`plan_gemm` and the CLI.
+STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best", "db")
+
+
+def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
+              b_bytes: int | None = None, db=None) -> TilingPlan:
+    """Plan one GEMM with ``strategy``.
+
+    ``seed`` is seed 000 legalised, ``greedy`` the Gemmini-style baseline, ``search`` the
+    exhaustive oracle and ``best`` (default) the seed refined by local search. ``b_bytes``
+    (seed and best only) is the bytes of one load of B when it is not ``k*n`` (a convolution's
+    input tensor). ``db`` asks the tuning database ``db`` (a path or
+    :class:`planner.tunedb.TuneDB`; seed 001, docs/tunedb.md).
+    """
+    if not isinstance(shape, GemmShape):
+        raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
+    if strategy == "seed":
+        return seed_plan(shape, cfg, b_bytes)
+    if strategy == "greedy":
+        return greedy_plan(shape, cfg)
+    if strategy == "search":
+        return search(shape, cfg)
+    if strategy == "best":
+        return best_plan(shape, cfg, b_bytes)
+    if strategy == "db":
+        if db is None:
+            raise ValueError("strategy 'db' needs a tuning database (db=PATH, --db PATH)")
+        return db_plan(shape, cfg, db)
+    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+
+
+def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
+              ) -> tuple[TilingPlan, int]:
+    """Plan a convolution: ``(plan of one group's GEMM, number of groups)`` (seed 000 mapping)."""
+    if not isinstance(shape, ConvShape):
+        raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
+    return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups
