@@ -24,11 +24,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from spec.config import PRESETS
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hw.build import emit
 from planner.shapes import ConvShape, GemmShape
 from planner.workload import load_workload
+from spec.config import PRESETS
+from tb.tools import build, missing_tool
 
-from .network import distinct_layers, layer_record, network_totals, run_on_rtl
+from .network import BenchLayer, distinct_layers, layer_record, network_totals, run_on_rtl
+from .peer_scalesim import DATAFLOWS, run_scalesim, stall_free_cycles
 from .report import markdown, plot_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +95,6 @@ def _scalesim_peers(layers, cfg, how: str, work: Path, progress, network: str) -
     """SCALE-Sim columns. ``formula``: stall-free OS and WS from its fold model in closed form
     (bench.peer_scalesim.stall_free_cycles); ``bw``: plus real SCALE-Sim runs, OS,
     bandwidth-limited; ``full``: real runs of OS and WS in both modes."""
-    from .peer_scalesim import DATAFLOWS, run_scalesim, stall_free_cycles
 
     results: dict[str, list] = {}
     notes = {}
@@ -121,8 +125,6 @@ def _scalesim_peers(layers, cfg, how: str, work: Path, progress, network: str) -
 
 def run_network(workload_path: Path, preset: str, peers: set[str], out: Path, layout: str,
                 progress, scalesim: str = "formula") -> dict:
-    from hw.build import emit
-    from tb.tools import build
 
     cfg = PRESETS[preset]
     workload = load_workload(workload_path)
@@ -155,9 +157,7 @@ def run_network(workload_path: Path, preset: str, peers: set[str], out: Path, la
 
 def add_scalesim(report: dict, how: str) -> None:
     """Add (or replace) the SCALE-Sim columns of a finished report; runs no RTL."""
-    from rich.progress import Progress
 
-    from .network import BenchLayer
 
     cfg = PRESETS[report["preset"]]
     if f"{cfg.config_id:08x}" != report["config_id"]:
@@ -243,10 +243,7 @@ def main(argv=None) -> int:
                 add_scalesim(rep, args.scalesim)
             print(f"wrote {write_report(rep, args.out)}")
     else:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
 
-        from tb.tools import missing_tool
 
         reason = missing_tool("verilator")
         if reason:

@@ -14,22 +14,24 @@ from __future__ import annotations
 
 import time
 
+from amaranth.sim import Simulator
+
+import planner
+from hw.top import AccelTop
+from planner.shapes import GemmShape
+from planner.tiling import TILING_FIELDS
+from spec.config import PRESETS
+from spec.layouts import LAYER_WORDS
+from spec.record import layer_record
+from spec.regmap import CTRL_BITS, REG, record_register
+from tb.placement import descriptor, place
+
 __all__ = ["measure_amaranth"]
 
 
 def measure_amaranth(preset: str, gemm: str, max_cycles: int) -> dict:
     """Run ``gemm`` ("MxKxN") on ``preset`` for at most ``max_cycles``; return the rate."""
-    from amaranth.sim import Simulator
 
-    import planner
-    from spec.config import PRESETS
-    from spec.record import layer_record
-    from spec.layouts import LAYER_WORDS
-    from spec.regmap import CTRL_BITS, REG, record_register
-    from hw.top import AccelTop
-    from planner.shapes import GemmShape
-    from planner.tiling import TILING_FIELDS
-    from tb.placement import descriptor, place
 
     cfg = PRESETS[preset]
     m, k, n = (int(x) for x in gemm.lower().split("x"))

@@ -23,10 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spec.config import PRESETS  # noqa: E402
+import numpy as np
+
 from planner.offsets import compile_tables  # noqa: E402
 from planner.shapes import ConvShape  # noqa: E402
 from planner.workload import load_workload  # noqa: E402
+from spec.config import PRESETS  # noqa: E402
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -57,7 +59,6 @@ def measure(shape: ConvShape, layout: str, cfg, repeat: int) -> dict:
 
 
 def _hist(values):
-    import numpy as np
     keys, counts = np.unique(values, return_counts=True)
     return keys.tolist(), counts.tolist()
 

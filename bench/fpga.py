@@ -42,6 +42,7 @@ import threading
 import time
 from pathlib import Path
 
+from hw.build import emit
 from spec.config import PRESETS
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
@@ -396,7 +397,6 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                router: str = "router2") -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
-    from hw.build import emit
 
     cfg = PRESETS[preset]
     variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows) if submodule is None else submodule

@@ -30,9 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.config import PRESETS
 from firmware.chains import fusion_plan
+from flow.cli import compile_model
+from flow.execute import compare_outputs, layer_rows, run_network
 from planner.fusion import intermediate_bytes
+from spec.config import PRESETS
 from tb.fusion import CHAINS, random_data, run_chain
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -92,8 +94,6 @@ def run_network_pair(network: str, preset: str, work: Path) -> dict:
     """The network compiled unfused and fused, both run on Verilator (module docstring)."""
     import onnx
 
-    from flow.cli import compile_model
-    from flow.execute import compare_outputs, layer_rows, run_network
 
     model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{network}.onnx"
     if not model.exists():

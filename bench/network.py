@@ -12,12 +12,16 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from spec.config import AccelConfig
-from spec.regmap import COUNTERS
+from hw.build import emit
+from planner.conv import TILING_FIELDS
 from planner.shapes import ConvShape, GemmShape
 from planner.workload import Workload
+from spec.config import AccelConfig
+from spec.regmap import COUNTERS
+from tb.tools import build, missing_tool
 
 from .roofline import roofline
+from .rtl_layers import RESULTS_NAME
 
 __all__ = ["BenchLayer", "distinct_layers", "run_on_rtl", "layer_record", "network_totals",
            "STALLS"]
@@ -70,10 +74,7 @@ def run_on_rtl(layers: list[BenchLayer], cfg: AccelConfig, strategy: str, workdi
     """Run ``layers`` with ``strategy``'s tiling in one Verilator simulation; return the raw
     testbench records in order. ``progress(done)`` is called as layers finish. The simulator's
     output goes to ``workdir/sim.log``."""
-    from hw.build import emit
-    from tb.tools import build, missing_tool
 
-    from .rtl_layers import RESULTS_NAME
 
     reason = missing_tool("verilator")
     if reason:
@@ -122,7 +123,6 @@ def run_on_rtl(layers: list[BenchLayer], cfg: AccelConfig, strategy: str, workdi
 
 def layer_record(layer: BenchLayer, raw: dict, cfg: AccelConfig) -> dict:
     """The bench record of one layer from its testbench record ``raw``."""
-    from planner.conv import TILING_FIELDS
 
     cycles = raw["total_cycles"]
     predicted = raw["predicted"]["total_cycles"]

@@ -26,6 +26,8 @@ from hw.build import emit
 from spec.config import PRESETS
 from tb.tools import build, missing_tool
 
+from .amaranth_speed import measure_amaranth
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 #: GEMM per preset: large enough that the run dominates setup, small enough for Icarus on tiny.
@@ -37,7 +39,6 @@ AMARANTH_MAX_CYCLES = {"tiny": 20000, "small": 5000, "default": 2000}
 
 def measure(sim: str, preset: str, build_root: Path | None = None) -> dict:
     if sim == "amaranth":
-        from .amaranth_speed import measure_amaranth
 
         return measure_amaranth(preset, SLOW_SHAPES[preset], AMARANTH_MAX_CYCLES[preset])
     shape = SHAPES[preset] if sim == "verilator" else SLOW_SHAPES[preset]

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.config import PRESETS, AccelConfig
-
+from firmware.builder import image_overhead, predicted_image_cycles
 from firmware.demos import NETWORKS, Network, budget_cycles
+from spec.config import PRESETS, AccelConfig
+from tb.jobs import ImageRun, run_jobs
 
 __all__ = ["run_network", "main"]
 
@@ -32,7 +33,6 @@ def run_network(net: Network, cfg: AccelConfig, *, workdir: Path, sim: str = "ve
     """Run ``net`` in one start/done; return ``(result, mismatches)`` where ``mismatches`` maps
     buffer name -> list of differing byte offsets (empty: bit-exact). ``plusargs`` and
     ``budget_scale`` are for runs under injected memory stalls."""
-    from tb.jobs import ImageRun, run_jobs
 
     run = ImageRun(net.blob, budget_cycles=budget_scale * budget_cycles(net), load=net.load,
                    read=net.read)
@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['predicted']:>8} {100 * r['mac_util']:>5.1f}% {r['rd_a_bytes']:>6} "
               f"{r['rd_b_bytes']:>6} {r['wr_c_bytes']:>6}")
     c = result.counters
-    from firmware.builder import image_overhead, predicted_image_cycles
     print(f"image total: {c['total_cycles']} cycles, predicted "
           f"{predicted_image_cycles(net.blob, net.layers, cfg)} (of which the image run itself: "
           f"header, CRC, check pass, record fetches, statistics: "
