@@ -120,3 +120,54 @@ def test_the_checker_reports_an_upward_import(tmp_path):
     assert len(bad) == 2 and "imports firmware.image (firmware)" in bad[0]
     assert "imports flow (flow)" in bad[1]
     assert len(spec_bad) == 1 and "spec may import no project package" in spec_bad[0]
+
+
+def _module_names() -> set[str]:
+    names = set()
+    for path, module in _modules():
+        names.add(module[:-len(".__init__")] if module.endswith(".__init__") else module)
+    return names
+
+
+def _type_checking_lines(path: Path) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            lines.update(sub.lineno for sub in ast.walk(node)
+                         if isinstance(sub, (ast.Import, ast.ImportFrom)))
+    return lines
+
+
+def test_no_import_loops():
+    """The module graph (each file's imports, resolved to the project module they name; those
+    for annotations only excepted) has no cycle: every module imports on its own."""
+    known = _module_names()
+    graph: dict[str, set[str]] = {}
+    for path, module in _modules():
+        src = module[:-len(".__init__")] if module.endswith(".__init__") else module
+        edges = graph.setdefault(src, set())
+        typing_only = _type_checking_lines(path)
+        for name, line, _ in imports(path, module):
+            if line in typing_only:
+                continue
+            while name and name not in known:        # `from pkg import name`: the module pkg
+                name = name.rpartition(".")[0]
+            if name and name != src:
+                edges.add(name)
+    state: dict[str, int] = {}
+    loops = []
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                loops.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not loops, "import loops:\n" + "\n".join(" -> ".join(loop) for loop in loops)
