@@ -58,6 +58,8 @@ def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
                 names = [".".join(base + ([node.module] if node.module else []))]
             else:
                 names = [node.module]
+            # `from pkg import sub` may import the module pkg.sub: judged as such too
+            names += [f"{names[0]}.{a.name}" for a in node.names if a.name != "*"]
         else:
             continue
         out += [(name, node.lineno, id(node) in inner) for name in names]
@@ -67,11 +69,12 @@ def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
 def violations(path: Path, module: str) -> list[str]:
     """The upward imports of one file, as messages."""
     own = module.split(".")[0]
-    bad = []
+    bad, seen = [], set()
     for name, line, _ in imports(path, module):
         top = name.split(".")[0]
-        if top not in PACKAGES or top == own or top in ALLOWED[own]:
+        if top not in PACKAGES or top == own or top in ALLOWED[own] or line in seen:
             continue
+        seen.add(line)
         bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({own}) imports {name} "
                        f"({top}); {own} may import "
                        f"{', '.join(sorted(ALLOWED[own])) or 'no project package'}")
@@ -79,9 +82,11 @@ def violations(path: Path, module: str) -> list[str]:
 
 
 def _modules():
+    """``(path, dotted module name)`` of every file; a package's ``__init__.py`` is the package."""
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
-            yield path, ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            yield path, ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_every_import_goes_down_a_layer():
@@ -106,8 +111,9 @@ def test_the_checker_reports_an_upward_import(tmp_path):
     (src / "x.py").write_text("from firmware.image import decode\nfrom ..tiling import plan\n"
                               "def f():\n    from flow import execute\n")
     rows = imports(src / "x.py", "planner.net.x")
-    assert rows == [("firmware.image", 1, False), ("planner.tiling", 2, False),
-                    ("flow", 4, True)]
+    assert rows == [("firmware.image", 1, False), ("firmware.image.decode", 1, False),
+                    ("planner.tiling", 2, False), ("planner.tiling.plan", 2, False),
+                    ("flow", 4, True), ("flow.execute", 4, True)]
     global ROOT
     saved, ROOT = ROOT, tmp_path
     try:
@@ -123,10 +129,7 @@ def test_the_checker_reports_an_upward_import(tmp_path):
 
 
 def _module_names() -> set[str]:
-    names = set()
-    for path, module in _modules():
-        names.add(module[:-len(".__init__")] if module.endswith(".__init__") else module)
-    return names
+    return {module for _, module in _modules()}
 
 
 def _type_checking_lines(path: Path) -> set[int]:
@@ -145,7 +148,7 @@ def test_no_import_loops():
     known = _module_names()
     graph: dict[str, set[str]] = {}
     for path, module in _modules():
-        src = module[:-len(".__init__")] if module.endswith(".__init__") else module
+        src = module
         edges = graph.setdefault(src, set())
         typing_only = _type_checking_lines(path)
         for name, line, _ in imports(path, module):
