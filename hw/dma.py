@@ -13,6 +13,13 @@ from .postproc import PostProc
 __all__ = ["LoadEngine", "StoreEngine"]
 
 
+def _grid_members(ab: int) -> dict:
+    """The members both engines share: ``start``/``busy`` and a ``rows`` x ``groups`` grid of
+    beats from ``addr`` (``stride`` bytes per row, ``elems`` valid elements per row)."""
+    return {"start": In(1), "busy": Out(1), "p_addr": In(ab), "p_stride": In(32),
+            "p_rows": In(DIM_BITS), "p_groups": In(DIM_BITS), "p_elems": In(DIM_BITS)}
+
+
 
 def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
     """Bit ``b`` set when ``b < valid_bytes`` (``valid_bytes`` may be negative or > beat)."""
@@ -51,13 +58,7 @@ class LoadEngine(wiring.Component):
         self._depth = depth
         ab = cfg.dram_addr_bits
         super().__init__({
-            "start": In(1),
-            "busy": Out(1),
-            "p_addr": In(ab),
-            "p_stride": In(32),
-            "p_rows": In(DIM_BITS),
-            "p_groups": In(DIM_BITS),
-            "p_elems": In(DIM_BITS),
+            **_grid_members(ab),
             "p_buf_base": In(range(depth)),
             "p_buf_gstride": In(DIM_BITS),
             "mem": Out(ReadPort.Signature(addr_bits=ab, data_bytes=beat_bytes)),
@@ -187,13 +188,7 @@ class StoreEngine(wiring.Component):
         self._cfg = cfg
         ab = cfg.dram_addr_bits
         super().__init__({
-            "start": In(1),
-            "busy": Out(1),
-            "p_addr": In(ab),
-            "p_stride": In(32),
-            "p_rows": In(DIM_BITS),
-            "p_groups": In(DIM_BITS),
-            "p_elems": In(DIM_BITS),
+            **_grid_members(ab),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
             "p_post": In(1),
