@@ -25,26 +25,20 @@ from spec.config import AccelConfig
 from planner.cost import predict_tiling
 from planner.tiling import TILING_FIELDS
 
+from .store import Tiled
+
 __all__ = ["Case", "MeasureFn", "measure_model", "Executor"]
 
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class Case:
+class Case(Tiled):
     """One GEMM run: shape ``m x k x n`` and a tiling in :data:`TILING_FIELDS` order."""
 
     m: int
     k: int
     n: int
     tiling: tuple[int, ...]
-
-    @property
-    def dims(self) -> tuple[int, int, int]:
-        return (self.m, self.k, self.n)
-
-    @property
-    def tiling_dict(self) -> dict[str, int]:
-        return dict(zip(TILING_FIELDS, self.tiling))
 
     def to_json(self) -> dict:
         return {"m": self.m, "k": self.k, "n": self.n, "tiling": self.tiling_dict}

@@ -59,8 +59,21 @@ class TuneDBError(ValueError):
     """The database file cannot be used with this code or this configuration."""
 
 
+class Tiled:
+    """A shape ``m, k, n`` with a ``tiling`` tuple in :data:`TILING_FIELDS` order (mixin of
+    :class:`Record` and :class:`planner.tunedb.measure.Case`)."""
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return (self.m, self.k, self.n)
+
+    @property
+    def tiling_dict(self) -> dict[str, int]:
+        return dict(zip(TILING_FIELDS, self.tiling))
+
+
 @dataclasses.dataclass(frozen=True)
-class Record:
+class Record(Tiled):
     """One database entry: a shape, the tiling to run it with and its measured cost.
 
     ``tiling`` is a tuple in :data:`TILING_FIELDS` order; ``counters`` are the RTL performance
@@ -80,14 +93,6 @@ class Record:
     util: float
     source: str
     evidence: dict
-
-    @property
-    def dims(self) -> tuple[int, int, int]:
-        return (self.m, self.k, self.n)
-
-    @property
-    def tiling_dict(self) -> dict[str, int]:
-        return dict(zip(TILING_FIELDS, self.tiling))
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
