@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -78,6 +79,26 @@ def _summary(rows: list[dict]) -> dict:
     return out
 
 
+def _assignment_options(parser: argparse.ArgumentParser) -> None:
+    """Seed 004's options, the same for ``tessera explain`` and ``tessera compile``."""
+    parser.add_argument("--th1", type=float, default=None,
+                        help="minimum benefit p (default 0: every layer the accelerator "
+                             "supports runs there; seed 004's example is 1.5)")
+    parser.add_argument("--th2", type=float, default=None,
+                        help="maximum cost c in us (default: no limit; seed 004's example is "
+                             "50000)")
+    parser.add_argument("--host-timings", default=None,
+                        help="host timings JSON (measured and written on first use; default: "
+                             "this machine's, cached)")
+
+
+def _assignment(args) -> tuple[FunctionLibrary, Thresholds]:
+    defaults = Thresholds()
+    th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
+                    th2=defaults.th2 if args.th2 is None else args.th2)
+    return FunctionLibrary(host=load_host_timings(args.host_timings)), th
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera explain", description=__doc__.split("\n")[0])
     parser.add_argument("model", help="ONNX model file")
@@ -85,33 +106,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="shape of a graph input (resolves symbolic dims); repeatable")
     parser.add_argument("--config", default="default",
                         help=f"accelerator preset ({', '.join(PRESETS)}) or AccelConfig JSON")
-    parser.add_argument("--th1", type=float, default=None, help="minimum benefit p")
-    parser.add_argument("--th2", type=float, default=None, help="maximum cost c (us)")
-    parser.add_argument("--host-timings", default=None,
-                        help="host timings JSON (measured and written on first use)")
+    _assignment_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON rows")
     args = parser.parse_args(argv)
-
 
     try:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
-        defaults = Thresholds()
-        th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
-                        th2=defaults.th2 if args.th2 is None else args.th2)
-        lib = FunctionLibrary(host=load_host_timings(args.host_timings))
-        graph = import_onnx(args.model, shapes)
-        rows = explain(graph, cfg, lib, th)
-    except (ModelError, ValueError) as e:
+        lib, th = _assignment(args)
+        _, lowered = prepare_model(args.model, shapes)
+        rows = explain(lowered, cfg, lib, th)
+    except (ModelError, ValueError, OSError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
         return 2
     summary = _summary(rows)
+    th2 = th.th2 if math.isfinite(th.th2) else None
     if args.json:
-        print(json.dumps({"model": str(args.model), "th1": th.th1, "th2": th.th2,
+        print(json.dumps({"model": str(args.model), "th1": th.th1, "th2": th2,
                           "summary": summary, "ops": rows}, indent=1))
         return 0
-    _table(rows, f"{Path(args.model).name}: th1={th.th1:g}, th2={th.th2:g}us, "
-                 f"config={args.config}")
+    limit = f"{th.th2:g}us" if th2 is not None else "no limit"
+    _table(rows, f"{Path(args.model).name}: th1={th.th1:g}, th2={limit}, config={args.config}")
     print(f"{summary['ops']} ops: {summary['accel']} on the accelerator, {summary['host']} on the "
           f"host ({summary['fused']} fused with their producer, {summary['min_cost']} by minimum "
           f"cost). Tiling created {summary['tiling_scalar_exprs']} scalar expressions (loop "
@@ -153,13 +168,12 @@ def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
     return feeds
 
 
-def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
-                  seed: int | None = None, samples: int = 4, strategy: str = "best",
-                  fuse: bool = False):
-    """ONNX file -> :class:`~flow.compile.CompiledNetwork` (``tessera compile``): load and
-    fold, optionally replace the weights by seeded values, fold BatchNormalization, quantise a
-    float model (onnxruntime QDQ; calibration from ``calib_dir`` or generated), lower, compile."""
-
+def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
+                  seed: int | None = None, samples: int = 4):
+    """ONNX file -> ``(quantised model, lowered network)``, the front end of ``tessera
+    explain`` and ``tessera compile``: load and fold, optionally replace the weights by seeded
+    values, fold BatchNormalization, quantise a float model (onnxruntime QDQ; calibration from
+    ``calib_dir`` or generated), lower."""
     model = load_model(model_path, shapes)
     if seed is not None:
         model = seeded_weights(model, seed)
@@ -171,9 +185,20 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
         graph = import_onnx(model)
     else:
         graph = graph_from_model(model)
-    lowered = lower(graph)
+    return model, lower(graph)
+
+
+def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
+                  seed: int | None = None, samples: int = 4, strategy: str = "best",
+                  fuse: bool = False, lib: FunctionLibrary | None = None,
+                  th: Thresholds = Thresholds()):
+    """ONNX file -> :class:`~flow.compile.CompiledNetwork` (``tessera compile``):
+    :func:`prepare_model`, then :func:`~flow.compile.compile_network` with seed 004's ``lib``
+    and ``th`` deciding where each layer runs."""
+    model, lowered = prepare_model(model_path, shapes, calib_dir=calib_dir, seed=seed,
+                                   samples=samples)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
-                           name=Path(str(model_path)).stem, fuse=fuse)
+                           name=Path(str(model_path)).stem, fuse=fuse, lib=lib, th=th)
 
 
 def compile_main(argv: list[str] | None = None) -> int:
@@ -197,14 +222,16 @@ def compile_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fuse", action="store_true",
                         help="keep the intermediate of every fusible producer/consumer pair in "
                              "the accelerator's local buffer (docs/fusion.md)")
+    _assignment_options(parser)
     args = parser.parse_args(argv)
-
 
     try:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
+        lib, th = _assignment(args)
         net = compile_model(args.model, shapes, cfg, calib_dir=args.calib,
-                            seed=args.seeded_weights, strategy=args.strategy, fuse=args.fuse)
+                            seed=args.seeded_weights, strategy=args.strategy, fuse=args.fuse,
+                            lib=lib, th=th)
         net.save(args.output)
     except (ModelError, CompileError, ValueError, OSError) as e:
         print(f"tessera compile: {e}", file=sys.stderr)

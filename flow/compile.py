@@ -44,7 +44,7 @@ from firmware.builder import ImageBuilder, Requant, image_overhead
 from firmware.image import ImageError
 from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
-from planner.net.assign import accel_reason
+from planner.net.assign import FunctionLibrary, Thresholds, decide
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
@@ -749,11 +749,16 @@ class CompiledNetwork:
 
 
 def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best",
-                    qmodel=None, name: str | None = None, fuse: bool = False) -> CompiledNetwork:
+                    qmodel=None, name: str | None = None, fuse: bool = False,
+                    lib: FunctionLibrary | None = None, th: Thresholds = Thresholds()
+                    ) -> CompiledNetwork:
     """Segments, images and host steps for ``lowered`` on ``cfg`` (module docstring).
 
-    A layer the hardware refuses (static checks, or the builder refusing its record) runs on the
-    host, with the reason recorded in its ``host_layer`` step. With ``fuse``, every pair of
+    Where each layer runs is seed 004's decision (:func:`planner.net.assign.decide` with ``lib``
+    and ``th``; the default thresholds put every layer the accelerator supports on it). A layer
+    decided ``host`` (the configuration cannot run it, or the thresholds prefer the host) and a
+    layer whose record the image builder refuses run on the host, with the reason recorded in
+    their ``host_layer`` step. With ``fuse``, every pair of
     :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
     docs/fusion.md); each segment lists its fused pairs."""
     g = lowered.graph
@@ -762,7 +767,8 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
             raise CompileError(f"graph input {n!r} has shape {g.tensors[n].shape}: give its "
                                f"shape (--input-shape {n}=...)")
     layers = {l.name: l for l in lowered.layers}
-    host_layers = {n: r for n, l in layers.items() if (r := accel_reason(l, cfg)) is not None}
+    host_layers = {d.op.name: d.reason for d in decide(lowered, cfg, lib, th)
+                   if d.op.name in layers and d.processor == "host"}
     while True:
         runs = _segment_runs(_schedule(lowered.steps, host_layers), host_layers)
         try:

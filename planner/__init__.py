@@ -46,6 +46,7 @@ class LayerCost:
     plan: TilingPlan
     groups: int
     counters: CycleBreakdown
+    table_entries: int = 0      # a convolution's offset + run + group table entries
 
     @property
     def cycles(self) -> int:
@@ -89,6 +90,7 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     if plan is None:
         plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
-    program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
-                          tables=compile_tables(shape, layout, cfg))
-    return LayerCost(shape, plan, shape.groups, program.predict(cfg))
+    tables = compile_tables(shape, layout, cfg)
+    program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan, tables=tables)
+    entries = int(tables.offsets.size + tables.segments.size + tables.groups.size)
+    return LayerCost(shape, plan, shape.groups, program.predict(cfg), entries)

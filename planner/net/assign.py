@@ -1,10 +1,15 @@
 """Seed 004 (BRIEF §2.5): assign each operation of a network to the host CPU or the accelerator
 by an explicit cost/benefit evaluation, and say why.
 
-**Operation analysis.** :func:`analyse` turns a graph (float or quantised; shapes static — give
-``input_shapes`` for symbolic dims) into :class:`Op` records: *tensor* ops (convolutions,
-matrix products, element-wise, pooling, normalisation, layout) and *scalar* ops (shape
-arithmetic left after folding, control flow). Tiling creates scalar work too: loop counts and
+**Operation analysis.** :func:`analyse` turns a lowered network (:func:`planner.net.lower.lower`
+of a quantised graph; shapes static — give ``input_shapes`` for symbolic dims) into :class:`Op`
+records, in execution order: one per accelerator layer, with the Q/DQ, bias, activation and
+requantisation nodes the lowering fused into it (the post-processor's part of seed 004's
+fusion), and one per host op. Ops are *tensor* ops (convolutions, matrix products,
+element-wise, pooling, normalisation, layout) or *scalar* ops (shape arithmetic left after
+folding, control flow). An accelerator layer the configuration cannot run
+(:func:`accel_reason`, or operands beyond the device memory) and a convolution or matrix product
+no accelerator pattern matched carry the reason as :attr:`Op.refusal`. Tiling creates scalar work too: loop counts and
 the per-tile addresses of every accelerator layer, and the base/offset tables of a conv. With
 static shapes all of it is computed on the host at compile time and constant propagation turns
 it into literals of the layer descriptor and tables (the hardware sequencer walks the tiles),
@@ -13,9 +18,9 @@ nothing reads any more. Each accelerator-capable op carries one *scalar* compani
 reports this honestly (:class:`TilingScalars`: expressions generated, runtime expressions left:
 0).
 
-**Function library** (:class:`FunctionLibrary`). Accelerator cycles from the planner's cycle
-model (``planner.conv.compile_conv(...).predict`` for convolutions, ``planner.predict`` of the
-``best`` plan for GEMMs) at ``accel_clock_hz``; host time from measured numpy timings per op
+**Function library** (:class:`FunctionLibrary`). Accelerator cycles from the planner's one
+cost entry point (:func:`planner.layer_cost`, the ``best`` plan: the convolution model for
+convolutions) at ``accel_clock_hz``; host time from measured numpy timings per op
 class (:func:`measure_host_timings`, cached in a JSON file; tests inject fixed
 :class:`HostTimings`); transfer cost from the bytes crossing the host/device link. All times
 are microseconds. Tensors are counted at 1 byte per element (int8 after quantisation).
@@ -33,12 +38,19 @@ are microseconds. Tensors are counted at 1 byte per element (int8 after quantisa
 
 **Decision** (in topological order; candidates: accelerator first for tensor ops, host first
 for scalar ops): assign to the first candidate with ``p >= th1`` and ``c <= th2``; otherwise
-*fuse with the previous op* (the producer of this op's first input): on the accelerator only
-ops its post-processor absorbs (Relu, Clip, folded BatchNormalization, Quantize/DequantizeLinear)
-and only when nothing else reads the intermediate; on the host anything. The fused group is
+*fuse with the previous op* (the producer of this op's first input) when it runs on the host
+(on the accelerator, the lowering has already fused into each layer the Relu, Clip, folded
+BatchNormalization and Quantize/DequantizeLinear nodes its post-processor applies). The fused group is
 re-evaluated (``t`` of the intermediate disappears, ``a`` and the speed-up are the group's)
 and accepted under the same thresholds; otherwise the op goes to the supported processor of
 minimum cost. The assignments are recorded so the next op's ``t`` and fusion see them.
+
+**One decision point.** ``flow.compile.compile_network`` calls :func:`decide` and runs on the
+host every layer decided ``host`` (the image builder refusing a layer is the one later
+override, recorded as such); ``tessera explain`` prints the rows of the same call. The default
+:class:`Thresholds` accept the first candidate that can run an op, so by default every layer
+the accelerator supports runs there whatever the host's speed; :data:`SEED_EXAMPLE` trades
+cost against benefit.
 
 Deviation from the seed: one accelerator (no per-core choice); ``a`` accumulates over the tiles
 of one op, not over a run queue.
@@ -57,18 +69,16 @@ from typing import Literal
 
 import numpy as np
 
-from planner.conv import compile_conv
-from planner.cost import predict
-from planner.plan import plan_gemm
-from planner.shapes import ConvShape, GemmShape
+from planner import layer_cost
 from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
-from .lower import AccelLayer, _Lowerer, _NoMatch
+from .lower import AccelLayer, Lowered, lower
 
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
-           "Evaluation", "Decision", "analyse", "assign", "explain", "measure_host_timings",
-           "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES", "accel_reason"]
+           "Evaluation", "Decision", "analyse", "assign", "decide", "explain",
+           "measure_host_timings", "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES",
+           "NOMINAL_HOST", "SEED_EXAMPLE", "accel_reason"]
 
 Processor = Literal["host", "accel"]
 PROCESSORS: tuple[str, ...] = ("host", "accel")
@@ -91,10 +101,6 @@ OP_CLASSES: dict[str, str] = {
     **dict.fromkeys(["Shape", "Size", "Range", "ConstantOfShape", "NonZero"], "scalar"),
     **dict.fromkeys(["If", "Loop", "Scan"], "control"),
 }
-#: Op classes the accelerator post-processor absorbs when fused with the preceding layer.
-ACCEL_FUSABLE = frozenset({"Relu", "Clip", "BatchNormalization", "QuantizeLinear",
-                           "DequantizeLinear"})
-
 #: Complexity reduction ``o`` by (op class, processor). The accelerator's gain is int8 MACs in
 #: place of float ones; the host's is scalar/control code and float transcendental functions
 #: it runs natively; layout changes are views on the host.
@@ -137,6 +143,7 @@ class Op:
     accel_cycles: int | None = None     # None: the accelerator cannot run it standalone
     tiling: TilingScalars | None = None
     graph_output: bool = False
+    refusal: str | None = None          # why the accelerator cannot run it (accel_cycles None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +162,16 @@ class HostTimings:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+#: A nominal numpy host (about 20 GMAC/s, 1 us per op dispatched), for the reported costs when
+#: no measured timings are given (:func:`decide`); ``load_host_timings`` measures this machine.
+NOMINAL_HOST = HostTimings(
+    ns_per_mac=0.05,
+    ns_per_element={"elementwise": 0.5, "activation": 0.5, "nonlinear": 2.0, "pool": 1.0,
+                    "layout": 0.5, "quant": 1.0, "batchnorm": 1.0, "scalar": 10.0,
+                    "other": 1.0},
+    op_overhead_ns=1000.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,10 +213,16 @@ class FunctionLibrary:
 
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
-    """``th1``: minimum benefit p; ``th2``: maximum cost c (microseconds)."""
+    """``th1``: minimum benefit p; ``th2``: maximum cost c (microseconds).
 
-    th1: float = 1.5
-    th2: float = 50_000.0
+    The defaults (``th1 = 0``, no cost limit) accept every op on the first candidate that can
+    run it: each layer the accelerator supports goes there, everything else to the host. That
+    is what ``tessera compile`` and ``tessera explain`` do unless given thresholds, and it does
+    not depend on the host's measured speed. :data:`SEED_EXAMPLE` (1.5, 50,000 us) trades cost
+    against benefit as seed 004 describes."""
+
+    th1: float = 0.0
+    th2: float = math.inf
 
     def __post_init__(self):
         for name in ("th1", "th2"):
@@ -209,6 +232,11 @@ class Thresholds:
 
     def accepts(self, ev: "Evaluation") -> bool:
         return ev.supported and ev.p >= self.th1 and ev.c <= self.th2
+
+
+#: Seed 004's cost/benefit thresholds (its example values): ``tessera explain|compile --th1 1.5
+#: --th2 50000``.
+SEED_EXAMPLE = Thresholds(th1=1.5, th2=50_000.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +249,7 @@ class Evaluation:
     s: float
     o: float
     host_us: float = 0.0          # host time of the op (or fused group): the speed-up's base
+    refusal: str | None = None    # why the processor cannot run the op (``a`` is inf)
 
     @property
     def c(self) -> float:
@@ -327,97 +356,72 @@ def _bytes(g: Graph, name: str) -> int:
     return int(t.elements)
 
 
-def _accel_model(g: Graph, node: Node, cfg: AccelConfig):
-    """(macs, accel cycles, tiling scalars) of an accelerator-capable node, else None."""
-    cls = OP_CLASSES.get(node.op_type)
-    low = _Lowerer(g)
-    try:
-        if cls == "conv":
-            wname = node.input(3) if node.op_type == "QLinearConv" else node.input(1)
-            w = g.const(wname)
-            if w is None:
-                src = low.producers.get(wname)
-                w = g.const(src.input(0)) if src is not None and src.op_type == \
-                    "DequantizeLinear" else None
-            if w is None or w.ndim != 4:
-                return None
-            xname = node.input(0)
-            src = low.producers.get(xname)
-            shape: ConvShape = low.conv_shape(node, xname, w)
-            prog = compile_conv(shape, "NCHW", cfg)
-            cycles = prog.predict(cfg).total_cycles
-            plan, groups = prog.plan, shape.groups
-            tables = int(prog.tables.offsets.size + prog.tables.segments.size
-                         + prog.tables.groups.size)
-            macs = shape.macs
-            batch = 1
-        elif cls == "gemm":
-            a_shape = low.static(node.input(0))
-            bname = node.input(3) if node.op_type == "QLinearMatMul" else node.input(1)
-            b_shape = low.static(bname)
-            if node.op_type == "Gemm":
-                if node.attrs.get("transA", 0):
-                    return None
-                k = a_shape[-1]
-                n_out = b_shape[0] if node.attrs.get("transB", 0) else b_shape[1]
-                m, batch = int(np.prod(a_shape[:-1])), 1
-            elif g.const(bname) is not None or (
-                    low.producers.get(bname) is not None
-                    and g.const(low.producers[bname].input(0)) is not None):
-                k, n_out = b_shape[-2], b_shape[-1]
-                m, batch = int(np.prod(a_shape[:-1])), 1
-            else:
-                if len(a_shape) < 2 or a_shape[:-2] != b_shape[:-2]:
-                    return None
-                m, k, n_out = a_shape[-2], a_shape[-1], b_shape[-1]
-                batch = int(np.prod(a_shape[:-2])) if len(a_shape) > 2 else 1
-            shape = GemmShape(n_out, k, m)       # weights are A: M = output features
-            plan = plan_gemm(shape, cfg)
-            cycles = predict(plan, cfg).total_cycles * batch
-            groups, tables, macs = batch, 0, shape.macs * batch
-        else:
-            return None
-    except (_NoMatch, ValueError):
-        return None
+def _layer_model(layer: AccelLayer, cfg: AccelConfig):
+    """``(accel cycles, tiling scalars, refusal)`` of one accelerator layer: the cycles and
+    scalars come from the one cost entry point (:func:`planner.layer_cost`); ``refusal`` says
+    why ``cfg`` cannot run the layer (then there are no cycles)."""
+    reason = accel_reason(layer, cfg)
+    if reason is None:
+        try:
+            cost = layer_cost(layer.shape, cfg)
+        except ValueError as e:
+            reason = str(e).splitlines()[0]
+    if reason is not None:
+        return None, None, reason
+    plan, groups = cost.plan, cost.groups * layer.batch
     tiles = math.ceil(plan.m / plan.partition_m) * math.ceil(plan.n / plan.partition_n) * \
         math.ceil(plan.k / plan.partition_k)
     scalars = TilingScalars(loop_counts=3 * groups, address_exprs=3 * tiles * groups,
-                            table_entries=tables, runtime_exprs=0)
-    return macs, cycles, scalars
+                            table_entries=cost.table_entries, runtime_exprs=0)
+    return cost.cycles * layer.batch, scalars, None
 
 
-def analyse(g: Graph, cfg: AccelConfig) -> list[Op]:
-    """The ops of ``g`` to assign (module docstring). Raises :class:`ModelError` when a
-    runtime tensor's shape is not static (name the symbolic input dims with input shapes)."""
+def _node_category(g: Graph, node: Node, outs: tuple[str, ...]) -> tuple[str, str]:
+    """``(op class, category)`` of a node left to the host."""
+    cls = OP_CLASSES.get(node.op_type, "other")
+    small_int = all((t := g.tensors.get(o)) is not None and t.dtype is not None
+                    and np.dtype(t.dtype).kind in "iu" and (t.elements or 0) <= 8
+                    for o in outs)
+    category = "scalar" if cls in ("scalar", "control") or (small_int and cls in (
+        "layout", "elementwise", "other")) else "tensor"
+    if category == "scalar" and cls not in ("scalar", "control"):
+        cls = "scalar"
+    return cls, category
+
+
+def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
+    """The ops of a lowered network to assign, in execution order (module docstring): one per
+    accelerator layer (its fused Q/DQ, bias, activation and requantisation included) and one
+    per host op. A :class:`Graph` is lowered first (a float graph lowers to host ops only).
+    Raises :class:`ModelError` when a runtime tensor's shape is not static (name the symbolic
+    input dims with input shapes)."""
+    g = net.graph if isinstance(net, Lowered) else net
     for name in g.inputs:
         t = g.tensors[name]
         if not t.is_static:
             raise ModelError(f"graph input {name!r} has symbolic shape {t.shape}; give its "
                              f"shape (--input-shape {name}=...) to analyse the network")
+    lowered = net if isinstance(net, Lowered) else lower(net)
     ops = []
-    for node in g.nodes:
-        cls = OP_CLASSES.get(node.op_type, "other")
-        outs = tuple(o for o in node.outputs if o)
+    for step in lowered.steps:
+        outs = tuple(o for o in step.outputs if o)
         out_bytes = sum(_bytes(g, o) for o in outs)
-        elements = out_bytes
-        small_int = all((t := g.tensors.get(o)) is not None and t.dtype is not None
-                        and np.dtype(t.dtype).kind in "iu" and (t.elements or 0) <= 8
-                        for o in outs)
-        category = "scalar" if cls in ("scalar", "control") or (small_int and cls in (
-            "layout", "elementwise", "other")) else "tensor"
-        if category == "scalar" and cls not in ("scalar", "control"):
-            cls = "scalar"
-        accel = _accel_model(g, node, cfg) if cls in ("conv", "gemm") else None
-        macs, cycles, scalars = accel if accel is not None else (0, None, None)
-        if cls in ("conv", "gemm") and accel is None:
-            # not mappable (shape/weights): estimate host MACs from the output elements
-            macs = elements
-        ops.append(Op(name=node.name, op_type=node.op_type, op_class=cls, category=category,
-                      inputs=tuple(node.inputs), outputs=outs,
-                      input_bytes=tuple(_bytes(g, i) for i in node.inputs),
-                      output_bytes=out_bytes, macs=macs, elements=elements,
-                      accel_cycles=cycles, tiling=scalars,
-                      graph_output=any(o in g.outputs for o in outs)))
+        common = dict(name=step.name, op_type=step.op_type, inputs=tuple(step.inputs),
+                      outputs=outs, input_bytes=tuple(_bytes(g, i) for i in step.inputs),
+                      output_bytes=out_bytes, elements=out_bytes,
+                      graph_output=any(o in g.outputs for o in outs))
+        if isinstance(step, AccelLayer):
+            cycles, scalars, refusal = _layer_model(step, cfg)
+            ops.append(Op(op_class="conv" if step.kind == "conv" else "gemm",
+                          category="tensor", macs=step.macs, accel_cycles=cycles,
+                          tiling=scalars, refusal=refusal, **common))
+            continue
+        cls, category = _node_category(g, step.node, outs)
+        refusal = lowered.unmatched.get(step.name)
+        ops.append(Op(op_class=cls, category=category,
+                      macs=out_bytes if cls in ("conv", "gemm") else 0,
+                      refusal=f"no accelerator pattern matched: {refusal}" if refusal else
+                      f"the accelerator runs no standalone {step.op_type}", **common))
     return ops
 
 
@@ -425,6 +429,7 @@ def analyse(g: Graph, cfg: AccelConfig) -> list[Op]:
 
 def _evaluate(op: Op, proc: str, lib: FunctionLibrary, where: Mapping[str, str]) -> Evaluation:
     a = lib.exec_us(op, proc)
+    refusal = op.refusal if proc == "accel" and not math.isfinite(a) else None
     moved = sum(b for name, b in zip(op.inputs, op.input_bytes)
                 if name and where.get(name, "host") != proc)
     if proc == "accel" and op.graph_output:
@@ -434,25 +439,23 @@ def _evaluate(op: Op, proc: str, lib: FunctionLibrary, where: Mapping[str, str])
         t += lib.control_roundtrip_us
     host_us = lib.exec_us(op, "host")
     s = host_us / a if math.isfinite(a) and a > 0 else (1.0 if math.isfinite(a) else 0.0)
-    return Evaluation(proc, t=t, a=a, s=s, o=lib.o(op, proc), host_us=host_us)
+    return Evaluation(proc, t=t, a=a, s=s, o=lib.o(op, proc), host_us=host_us,
+                      refusal=refusal)
 
 
 def _evaluate_fused(prev: Decision, op: Op, lib: FunctionLibrary, where: Mapping[str, str]
                     ) -> Evaluation | None:
     """The pair (previous op, op) on the previous op's processor, or None when that processor
-    cannot absorb ``op``."""
+    cannot absorb ``op``: the accelerator absorbs nothing more, since the lowering already
+    fused into each layer every node its post-processor can apply."""
     proc = prev.processor
-    if proc == "accel" and op.op_type not in ACCEL_FUSABLE:
+    if proc == "accel":
         return None
     pe = prev.fused_evaluation or prev.evaluations[proc]
     inter = set(prev.op.outputs)
     moved = sum(b for name, b in zip(op.inputs, op.input_bytes)
                 if name and name not in inter and where.get(name, "host") != proc)
-    if proc == "accel" and op.graph_output:
-        moved += op.output_bytes
-    # the accelerator's post-processor applies the fused op in its pipeline: no extra time
-    a_op = 0.0 if proc == "accel" else lib.exec_us(op, "host")
-    a = pe.a + a_op
+    a = pe.a + lib.exec_us(op, "host")
     host_group = pe.host_us + lib.exec_us(op, "host")
     s = host_group / a if a > 0 else 1.0
     return Evaluation(proc, t=pe.t + lib.transfer_us(moved), a=a, s=s,
@@ -465,10 +468,6 @@ def assign(ops: Sequence[Op], lib: FunctionLibrary, th: Thresholds = Thresholds(
     where: dict[str, str] = {}
     decisions: list[Decision] = []
     by_output: dict[str, Decision] = {}
-    readers: dict[str, int] = {}
-    for op in ops:
-        for i in op.inputs:
-            readers[i] = readers.get(i, 0) + 1
     for op in ops:
         evs = {proc: _evaluate(op, proc, lib, where) for proc in PROCESSORS}
         order = ("accel", "host") if op.category == "tensor" else ("host", "accel")
@@ -478,15 +477,14 @@ def assign(ops: Sequence[Op], lib: FunctionLibrary, th: Thresholds = Thresholds(
             if th.accepts(ev):
                 tried = [_why({q: evs[q]}, th) for q in order
                          if q != proc and order.index(q) < order.index(proc)]
-                reason = (f"p={ev.p:.2f} >= th1={th.th1:g} and c={ev.c:.1f}us <= "
-                          f"th2={th.th2:g}us" + (f" (failed first: {'; '.join(tried)})"
-                                                  if tried else ""))
+                limit = f"<= th2={th.th2:g}us" if math.isfinite(th.th2) else "(no limit)"
+                reason = (f"p={ev.p:.2f} >= th1={th.th1:g} and c={ev.c:.1f}us {limit}"
+                          + (f" (failed first: {'; '.join(tried)})" if tried else ""))
                 chosen = Decision(op, evs, proc, "threshold", reason)
                 break
         first = next((i for i in op.inputs if i), "")
         prev = by_output.get(first)
-        if chosen is None and prev is not None and not (
-                prev.processor == "accel" and readers.get(first, 0) > 1):
+        if chosen is None and prev is not None:
             fused = _evaluate_fused(prev, op, lib, where)
             if fused is not None and th.accepts(fused):
                 chosen = Decision(
@@ -511,7 +509,7 @@ def _why(evs: Mapping[str, Evaluation], th: Thresholds) -> str:
     parts = []
     for proc, ev in evs.items():
         if not ev.supported:
-            parts.append(f"{proc}: unsupported")
+            parts.append(f"{proc}: unsupported" + (f" ({ev.refusal})" if ev.refusal else ""))
         else:
             bad = []
             if ev.p < th.th1:
@@ -522,11 +520,20 @@ def _why(evs: Mapping[str, Evaluation], th: Thresholds) -> str:
     return "; ".join(parts)
 
 
-def explain(g: Graph, cfg: AccelConfig, lib: FunctionLibrary, th: Thresholds = Thresholds()
-            ) -> list[dict]:
-    """Per-op rows: op, c and p on each processor, decision, rule, reason (plus the tiling
-    scalars of accelerator-capable ops)."""
-    return [d.row() for d in assign(analyse(g, cfg), lib, th)]
+def decide(net: Lowered | Graph, cfg: AccelConfig, lib: FunctionLibrary | None = None,
+           th: Thresholds = Thresholds()) -> list[Decision]:
+    """Seed 004 on a lowered network: :func:`assign` of its :func:`analyse` ops. This is the
+    decision ``flow.compile.compile_network`` takes and ``tessera explain`` prints. Without
+    ``lib`` the host is :data:`NOMINAL_HOST` (under the default thresholds the decisions do
+    not depend on it; only the reported ``c`` and ``p`` do)."""
+    return assign(analyse(net, cfg), lib or FunctionLibrary(host=NOMINAL_HOST), th)
+
+
+def explain(net: Lowered | Graph, cfg: AccelConfig, lib: FunctionLibrary | None = None,
+            th: Thresholds = Thresholds()) -> list[dict]:
+    """Per-op rows of :func:`decide`: op, c and p on each processor, decision, rule, reason
+    (plus the tiling scalars of accelerator layers)."""
+    return [d.row() for d in decide(net, cfg, lib, th)]
 
 
 # -- what the hardware can run (the compiler's capability check) ---------------------------------

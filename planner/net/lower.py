@@ -189,7 +189,8 @@ def _float_inputs(model) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         if None in dims:
             raise ValueError(f"graph input {vi.name!r} has a symbolic dimension; give its shape "
-                             f"(input_shapes) before generating calibration data")
+                             f"(--input-shape {vi.name}=D0,D1,... on the command line, "
+                             f"input_shapes in Python) before generating calibration data")
         out.append((vi.name, tuple(dims), np.dtype(helper.tensor_dtype_to_np_dtype(
             tt.elem_type))))
     return out

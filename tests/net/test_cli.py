@@ -1,4 +1,4 @@
-"""``tessera explain``."""
+"""``tessera explain``, and ``tessera compile`` taking its decisions."""
 
 import json
 
@@ -14,9 +14,12 @@ def test_explain_json_lists_every_op(tmp_path, timings_file, capsys):
     rc = tessera.main(["explain", str(path), "--host-timings", str(timings_file), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["ops"]) == 12
-    assert out["summary"]["accel"] + out["summary"]["host"] == 12
-    assert out["summary"]["fused"] >= 4
+    # the lowered network: Q/DQ and Relu nodes fused into the four conv layers and the fc
+    assert len(out["ops"]) == 13
+    assert (out["summary"]["accel"], out["summary"]["host"]) == (5, 8)
+    assert {r["op"] for r in out["ops"] if r["decision"] == "accel"} == \
+        {"conv0", "conv1", "conv2", "conv3", "fc"}
+    assert (out["th1"], out["th2"]) == (0.0, None)
     assert out["summary"]["tiling_scalar_exprs"] > 0
     assert out["summary"]["tiling_scalar_runtime_exprs"] == 0
 
@@ -25,10 +28,32 @@ def test_explain_table_and_thresholds(tmp_path, timings_file, capsys):
     path = tmp_path / "cnn.onnx"
     onnx.save(small_cnn(), path)
     assert tessera.main(["explain", str(path), "--host-timings", str(timings_file),
-                         "--th1", "1.0", "--config", "tiny"]) == 0
+                         "--th1", "1.5", "--th2", "50000", "--config", "tiny"]) == 0
     text = capsys.readouterr().out
-    assert "th1=1" in text and "conv0" in text and "relu0" in text
+    assert "th1=1.5, th2=50000us" in text and "conv0" in text and "gap" in text
     assert "on the accelerator" in text
+
+
+def test_compile_takes_the_decisions_explain_prints(tmp_path, timings_file, capsys):
+    """Same model, thresholds and host timings: the layers ``tessera explain`` puts on the host
+    are the layers ``tessera compile`` runs on the host, with the same reasons."""
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    fast = json.loads(timings_file.read_text())
+    fast["ns_per_mac"] = 0.01             # convs go to the host on small, the fc does not
+    timings_file.write_text(json.dumps(fast))
+    opts = ["--host-timings", str(timings_file), "--th1", "1.5", "--th2", "50000",
+            "--config", "small"]
+    assert tessera.main(["explain", str(path), "--json"] + opts) == 0
+    rows = json.loads(capsys.readouterr().out)["ops"]
+    assert tessera.main(["compile", str(path), "-o", str(tmp_path / "cnn.tsr")] + opts) == 0
+    host = dict(line.strip()[len("host: "):].split(": ", 1)
+                for line in capsys.readouterr().out.splitlines()
+                if line.startswith("  host: "))
+    layers = {"conv0", "conv1", "conv2", "conv3", "fc"}
+    assert host == {r["op"]: r["reason"] for r in rows
+                    if r["op"] in layers and r["decision"] == "host"}
+    assert set(host) == {"conv0", "conv1", "conv2", "conv3"}
 
 
 def test_explain_resolves_symbolic_dims_from_input_shape(tmp_path, timings_file, capsys):
