@@ -10,7 +10,7 @@ from spec.desc import DIM_BITS
 from .ports import ReadPort, WritePort
 from .postproc import PostProc
 
-__all__ = ["LoadEngine", "StoreEngine"]
+__all__ = ["load_command_members", "LoadEngine", "StoreEngine"]
 
 
 def _grid_members(ab: int) -> dict:
@@ -19,6 +19,11 @@ def _grid_members(ab: int) -> dict:
     return {"start": In(1), "busy": Out(1), "p_addr": In(ab), "p_stride": In(32),
             "p_rows": In(DIM_BITS), "p_groups": In(DIM_BITS), "p_elems": In(DIM_BITS)}
 
+
+def load_command_members(ab: int, depth: int) -> dict:
+    """A :class:`LoadEngine` command as the engine sees it (``start``, ``busy`` and the
+    ``p_*`` parameters, ``depth`` rows in its buffer); ``In(Signature(...))`` drives one."""
+    return {**_grid_members(ab), "p_buf_base": In(range(depth)), "p_buf_gstride": In(DIM_BITS)}
 
 
 def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
@@ -58,9 +63,7 @@ class LoadEngine(wiring.Component):
         self._depth = depth
         ab = cfg.dram_addr_bits
         super().__init__({
-            **_grid_members(ab),
-            "p_buf_base": In(range(depth)),
-            "p_buf_gstride": In(DIM_BITS),
+            **load_command_members(ab, depth),
             "mem": Out(ReadPort.Signature(addr_bits=ab, data_bytes=beat_bytes)),
             "w_addr": Out(range(depth)),
             "w_data": Out(8 * beat_bytes),

@@ -1,4 +1,5 @@
-"""The per-channel post-processing parameter memories (docs/firmware.md, "Post-processing")."""
+"""The per-channel post-processing parameters (docs/firmware.md, "Post-processing"): their
+memories, and the loader that fills them through the B load engine and checks every word."""
 
 from amaranth import *
 from amaranth.lib import wiring
@@ -8,8 +9,9 @@ from amaranth.lib.wiring import In, Out
 from spec.config import AccelConfig
 
 from .checker import PARAM_ARRAYS
+from .dma import load_command_members
 
-__all__ = ["ParamMemories"]
+__all__ = ["ParamMemories", "ParamLoader"]
 
 
 class ParamMemories(wiring.Component):
@@ -61,4 +63,92 @@ class ParamMemories(wiring.Component):
                          w.en.eq(self.w_en & self.load & (self.sel == i)),
                          r.addr.eq(self.ch >> lw), r.en.eq(self.ren),
                          getattr(self, name).eq(r.data.word_select(lane, 32) if lw else r.data)]
+        return m
+
+
+class ParamLoader(wiring.Component):
+    """Loads the parameter arrays a layer uses, in :data:`hw.checker.PARAM_ARRAYS` order, each
+    with one B load engine command (a row of ``4 * rows`` bytes from ``addr_<array>`` into the
+    memory ``sel``), and checks every word as it arrives: a multiplier must be positive, a
+    shift in [-31, 31].
+
+    ``start`` (one cycle, with the record latched) clears ``bad``; from the next cycle each
+    array takes one cycle, plus its load (until the engine's ``busy`` falls) when ``need`` has
+    its bit. Then ``done`` is high for one cycle, with ``bad`` final: a word is checked the cycle
+    after it is written, and the load's ``busy`` falls a cycle after its last word. While an
+    array loads, ``phase`` is high: the B load engine runs ``lb``'s command and its buffer
+    writes (``w_addr``, ``w_data``, ``w_en``) belong to the parameter memories.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        Uses ``b_beat_bytes``, ``dram_addr_bits``, ``buf_b_depth``.
+
+    Members
+    -------
+    start : ``In(1)``; need : ``In(3)``; addr_<array> : ``In(32)``; rows : ``In(32)``
+    lb : ``In(Signature(load_command_members))`` the B load engine command it drives
+    w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
+    phase : ``Out(1)``; sel : ``Out(range(3))``; done : ``Out(1)``; bad : ``Out(1)``
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        super().__init__({
+            "start": In(1), "need": In(len(PARAM_ARRAYS)), "rows": In(32),
+            **{f"addr_{name}": In(32) for name in PARAM_ARRAYS},
+            "lb": In(wiring.Signature(load_command_members(cfg.dram_addr_bits,
+                                                           cfg.buf_b_depth))),
+            "w_addr": In(range(cfg.buf_b_depth)), "w_data": In(8 * cfg.b_beat_bytes),
+            "w_en": In(1),
+            "phase": Out(1), "sel": Out(range(len(PARAM_ARRAYS))), "done": Out(1),
+            "bad": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        words = self._cfg.b_beat_bytes // 4
+        lw = words.bit_length() - 1
+        rows = self.rows
+        addrs = Array(getattr(self, f"addr_{name}") for name in PARAM_ARRAYS)
+        m.d.comb += [self.lb.p_addr.eq(addrs[self.sel]), self.lb.p_stride.eq(0),
+                     self.lb.p_rows.eq(1), self.lb.p_groups.eq((rows + words - 1) >> lw),
+                     self.lb.p_elems.eq(rows << 2), self.lb.p_buf_base.eq(0),
+                     self.lb.p_buf_gstride.eq(1)]
+
+        # every written word checked a cycle later (registered first)
+        c_en, c_sel = Signal(), Signal.like(self.sel)
+        c_addr, c_data = Signal.like(self.w_addr), Signal.like(self.w_data)
+        m.d.sync += [c_en.eq(self.w_en & self.phase), c_sel.eq(self.sel),
+                     c_addr.eq(self.w_addr), c_data.eq(self.w_data)]
+        word0 = c_addr << lw
+        for j in range(words):
+            word = c_data[32 * j:32 * (j + 1)]
+            live = c_en & (word0 + j < rows)
+            bad_mult = (c_sel == 1) & ((word == 0) | word[31])
+            bad_shift = (c_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
+            with m.If(live & (bad_mult | bad_shift)):
+                m.d.sync += self.bad.eq(1)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += self.bad.eq(0)
+                    m.next = PARAM_ARRAYS[0]
+            for i, name in enumerate(PARAM_ARRAYS):
+                after = PARAM_ARRAYS[i + 1] if i + 1 < len(PARAM_ARRAYS) else "END"
+                with m.State(name):
+                    m.d.comb += [self.phase.eq(1), self.sel.eq(i)]
+                    with m.If(self.need[i]):
+                        m.d.comb += self.lb.start.eq(1)
+                        m.next = f"{name}_wait"
+                    with m.Else():
+                        m.next = after
+                with m.State(f"{name}_wait"):
+                    m.d.comb += [self.phase.eq(1), self.sel.eq(i)]
+                    with m.If(~self.lb.busy):
+                        m.next = after
+            with m.State("END"):
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
         return m

@@ -15,7 +15,7 @@ from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
-from .params import ParamMemories
+from .params import ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort
 
@@ -127,12 +127,11 @@ class Sequencer(wiring.Component):
         m.submodules.store = se = StoreEngine(cfg)
         m.submodules.addrgen = ag = AddrGen(cfg)
         # per-channel post-processing parameters, loaded through the B load engine
-        wpb = cfg.b_beat_bytes // 4               # parameter words per B beat
-        lw = _log2(wpb)
         m.submodules.params = qm = ParamMemories(cfg)
-        q_phase = Signal()                        # a parameter array is loading
-        q_sel = Signal(range(len(PARAM_ARRAYS)))
-        m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(q_sel), qm.w_addr.eq(lb.w_addr),
+        m.submodules.param_loader = pl = ParamLoader(cfg)
+        q_phase = pl.phase                        # a parameter array is loading
+        m.d.comb += [pl.w_addr.eq(lb.w_addr), pl.w_data.eq(lb.w_data), pl.w_en.eq(lb.w_en)]
+        m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(pl.sel), qm.w_addr.eq(lb.w_addr),
                      qm.w_data.eq(lb.w_data), qm.w_en.eq(lb.w_en),
                      qm.ch.eq(se.q_ch), qm.ren.eq(se.q_ren),
                      se.q_bias.eq(qm.bias), se.q_mult.eq(qm.mult), se.q_shift.eq(qm.shift)]
@@ -257,6 +256,13 @@ class Sequencer(wiring.Component):
                      walk.c_mstep.eq(c_mstep)]
 
         # -- engine commands (parameters from the step registers; engines sample them on start) --
+        def load_next(engine, addr, stride, groups, elems, slot, half):
+            """A load engine's command for the next step: its k rows into the free half."""
+            return [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
+                    engine.p_rows.eq(nxt_keff), engine.p_groups.eq(groups),
+                    engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
+                    engine.p_buf_gstride.eq(pk)]
+
         nxt_pm, nxt_pn = eff(nxt["ml"], pm), eff(nxt["nl"], pn)
         st_pm, st_pn = eff(st["ml"], pm), eff(st["nl"], pn)
         nxt_keff = eff(nxt["kl"], pk)
@@ -278,21 +284,10 @@ class Sequencer(wiring.Component):
             ce.p_keff.eq(eff(cur["kl"], pk)),
             ce.p_accum.eq(cur["k0"] != 0),
 
-            la.p_addr.eq(nxt["a_kptr"] + nxt["m0"]),
-            la.p_stride.eq(d["a_stride"]),
-            la.p_rows.eq(nxt_keff),
-            la.p_groups.eq(nxt_gm),
-            la.p_elems.eq(nxt_pm),
-            la.p_buf_base.eq(Mux(a_slot, 0, half_a)),
-            la.p_buf_gstride.eq(pk),
-
-            lb.p_addr.eq(nxt["b_kptr"] + nxt["n0"]),
-            lb.p_stride.eq(d["b_stride"]),
-            lb.p_rows.eq(nxt_keff),
-            lb.p_groups.eq(nxt_gn),
-            lb.p_elems.eq(nxt_pn),
-            lb.p_buf_base.eq(Mux(b_slot, 0, half_b)),
-            lb.p_buf_gstride.eq(pk),
+            *load_next(la, nxt["a_kptr"] + nxt["m0"], d["a_stride"], nxt_gm, nxt_pm, a_slot,
+                       half_a),
+            *load_next(lb, nxt["b_kptr"] + nxt["n0"], d["b_stride"], nxt_gn, nxt_pn, b_slot,
+                       half_b),
 
             ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
             ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
@@ -337,31 +332,14 @@ class Sequencer(wiring.Component):
             with m.Else():
                 m.next = "ISSUE"
 
-        # While a parameter array loads, the B load engine copies it (one row of 4*m bytes)
-        # into the parameter memory selected by q_sel, and every multiplier / shift is checked.
-        q_bad = Signal()
-        q_addr = Array(L[f"{name}_addr"] for name in PARAM_ARRAYS)[q_sel]
+        # While a parameter array loads, the loader runs the B load engine: it copies the
+        # array (one row of 4*m bytes) into the parameter memory `pl.sel`, checking every word.
+        m.d.comb += [pl.need.eq(q_need), pl.rows.eq(M)]
+        m.d.comb += [getattr(pl, f"addr_{name}").eq(L[f"{name}_addr"]) for name in PARAM_ARRAYS]
+        m.d.comb += [lb.start.eq(pl.lb.start), pl.lb.busy.eq(lb.busy)]
         with m.If(q_phase):
-            m.d.comb += [
-                lb.p_addr.eq(q_addr), lb.p_stride.eq(0), lb.p_rows.eq(1),
-                lb.p_groups.eq((M + wpb - 1) >> lw), lb.p_elems.eq(M << 2),
-                lb.p_buf_base.eq(0), lb.p_buf_gstride.eq(1),
-            ]
-        # The words are checked one cycle after they are written (registered first); the last
-        # one's verdict is in q_bad before Q_END reads it (the load's busy falls a cycle after
-        # its last word, and the state machine needs another to reach Q_END).
-        qc_en, qc_sel = Signal(), Signal.like(q_sel)
-        qc_addr, qc_data = Signal.like(lb.w_addr), Signal.like(lb.w_data)
-        m.d.sync += [qc_en.eq(lb.w_en & q_phase), qc_sel.eq(q_sel), qc_addr.eq(lb.w_addr),
-                     qc_data.eq(lb.w_data)]
-        word0 = qc_addr << lw
-        for j in range(wpb):
-            word = qc_data[32 * j:32 * (j + 1)]
-            live = qc_en & (word0 + j < M)
-            bad_mult = (qc_sel == 1) & ((word == 0) | word[31])
-            bad_shift = (qc_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
-            with m.If(live & (bad_mult | bad_shift)):
-                m.d.sync += q_bad.eq(1)
+            m.d.comb += [getattr(lb, name).eq(getattr(pl.lb, name))
+                         for name in pl.lb.signature.members if name.startswith("p_")]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -378,39 +356,24 @@ class Sequencer(wiring.Component):
                         cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
                         a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
                         nxt.eq(walk.first),
-                        q_bad.eq(0),
                     ]
                     with m.If(chk.code != 0):
                         m.d.sync += error.eq(chk.code)
                         m.next = "FINISH"
                     with m.Elif(post):
-                        m.next = f"Q_{PARAM_ARRAYS[0].upper()}"
+                        m.d.comb += pl.start.eq(1)
+                        m.next = "PARAMS"
                     with m.Elif(dry):
                         m.next = "FINISH"
                     with m.Else():
                         launch()
-            # post-processing parameters: one B-port load per array the layer uses
-            for i, name in enumerate(PARAM_ARRAYS):
-                after = (f"Q_{PARAM_ARRAYS[i + 1].upper()}" if i + 1 < len(PARAM_ARRAYS)
-                         else "Q_END")
-                with m.State(f"Q_{name.upper()}"):
-                    m.d.comb += [q_phase.eq(1), q_sel.eq(i)]
-                    with m.If(q_need[i]):
-                        m.d.comb += lb.start.eq(1)
-                        m.next = f"Q_{name.upper()}_WAIT"
-                    with m.Else():
-                        m.next = after
-                with m.State(f"Q_{name.upper()}_WAIT"):
-                    m.d.comb += [q_phase.eq(1), q_sel.eq(i)]
-                    with m.If(~lb.busy):
-                        m.next = after
-            with m.State("Q_END"):
-                with m.If(q_bad):
+            with m.State("PARAMS"):             # post-processing parameters (ParamLoader)
+                with m.If(pl.done & pl.bad):
                     m.d.sync += error.eq(ErrorCode.BAD_QUANT)
                     m.next = "FINISH"
-                with m.Elif(dry):
+                with m.Elif(pl.done & dry):
                     m.next = "FINISH"
-                with m.Else():
+                with m.Elif(pl.done):
                     launch()
             with m.State("TABLES"):             # convolution tables on chip before the prologue
                 with m.If(~ag.tables_busy):
