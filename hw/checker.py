@@ -9,6 +9,8 @@ from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
+from .bits import log2
+
 #: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
 LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
 #: The post-processing parameter arrays, in load order.
@@ -21,10 +23,6 @@ FACTOR_BITS = MAX_DIM.bit_length()
 DIGITS = (FACTOR_BITS + 1) // 2
 
 __all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members"]
-
-
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
 
 def record_members(cfg: AccelConfig) -> dict:
@@ -89,7 +87,7 @@ class RecordChecker(wiring.Component):
         m = Module()
         cfg = self._cfg
         R, C = cfg.array_rows, cfg.array_cols
-        lr, lc = _log2(R), _log2(C)
+        lr, lc = log2(R), log2(C)
         d = {name: getattr(self, f"d_{name}") for name in DESC_FIELDS}
         L = {name: getattr(self, f"l_{name}") for name in LAYER_FIELDS}
         img_lo, img_hi = self.img_lo, self.img_hi
@@ -170,7 +168,7 @@ class RecordChecker(wiring.Component):
             m.d.sync += [a_hi.eq(a_base + p_a), b_hi.eq(Mux(is_conv, b_conv_hi, b_base + p_b)),
                          c_hi.eq(c_base + p_c), w_hi.eq(w_base + p_c)]
             if cfg.acc_bytes & (cfg.acc_bytes - 1) == 0:
-                m.d.sync += acc_need.eq(p_mn << _log2(cfg.acc_bytes))
+                m.d.sync += acc_need.eq(p_mn << log2(cfg.acc_bytes))
             else:
                 m.d.sync += acc_need.eq(p_mn * cfg.acc_bytes)
 
@@ -248,12 +246,12 @@ class RecordChecker(wiring.Component):
         rule(ErrorCode.BAD_WINDOW, d["c_addr"] < win_lo)
         rule(ErrorCode.BAD_WINDOW, w_hi > win_hi)
         rule(ErrorCode.BAD_WINDOW, overlaps_image(win_lo, win_hi))
-        rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:_log2(SECTION_ALIGN_BYTES)] != 0) |
+        rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:log2(SECTION_ALIGN_BYTES)] != 0) |
                                              (stats_hi > dram)))
         rule(ErrorCode.BAD_WINDOW, imaged & overlaps_image(stats, stats_hi))
         for i, name in enumerate(PARAM_ARRAYS):
             lo, hi = L[f"{name}_addr"], param_hi[i]
-            rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:_log2(PARAM_ALIGN)] != 0) | (hi > dram)))
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:log2(PARAM_ALIGN)] != 0) | (hi > dram)))
             rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~in_image(lo, hi))
 
         # -- one bit per code, then the priority of spec.desc.check -----------------------------

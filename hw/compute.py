@@ -8,6 +8,7 @@ from spec.config import AccelConfig
 from spec.desc import DIM_BITS
 
 from .array import SystolicArray
+from .bits import log2
 
 __all__ = ["ComputeEngine", "drain_cycles"]
 
@@ -114,7 +115,7 @@ class ComputeEngine(wiring.Component):
         b_row, b_in = Signal.like(self.b_raddr), Signal.like(self.b_raddr)
         acc_row, acc_im = Signal.like(self.acc_raddr), Signal.like(self.acc_raddr)
         tile_rows = Signal.like(self.acc_raddr)        # R * rstride
-        lr = R.bit_length() - 1
+        lr = log2(R)
 
         with m.If(self.start):
             acc0 = self.p_acc_base + (self.p_acc_rstride << lr) - self.p_acc_rstride

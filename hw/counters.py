@@ -7,6 +7,8 @@ from amaranth.lib.wiring import In, Out
 from spec.config import AccelConfig
 from spec.regmap import COUNTERS
 
+from .ports import named_members
+
 __all__ = ["PerfCounters", "CATEGORIES"]
 
 #: The counters of the MAC and stall categories a busy cycle can land in, in priority order;
@@ -39,14 +41,12 @@ class PerfCounters(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
-        members = {"start": In(1), "busy": In(1), "a_fire": In(1), "b_fire": In(1),
-                   "c_fire": In(1)}
-        for name in CATEGORIES:
-            members[f"in_{name}"] = In(1)
-            members[f"cat_{name}"] = Out(1)
-        for name in COUNTERS:
-            members[f"c_{name}"] = Out(32)
-        super().__init__(members)
+        super().__init__({
+            "start": In(1), "busy": In(1), "a_fire": In(1), "b_fire": In(1), "c_fire": In(1),
+            **named_members("in_", CATEGORIES, In(1)),
+            **named_members("cat_", CATEGORIES, Out(1)),
+            **named_members("c_", COUNTERS, Out(32)),
+        })
 
     def elaborate(self, platform):
         m = Module()

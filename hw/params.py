@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 
+from .bits import log2
 from .checker import PARAM_ARRAYS
 from .dma import load_command_members
 
@@ -50,7 +51,7 @@ class ParamMemories(wiring.Component):
         m = Module()
         cfg = self._cfg
         words = cfg.b_beat_bytes // 4
-        lw = words.bit_length() - 1
+        lw = log2(words)
         lane = Signal(max(lw, 1))
         with m.If(self.ren):
             m.d.sync += lane.eq(self.ch[:lw] if lw else 0)
@@ -108,7 +109,7 @@ class ParamLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         words = self._cfg.b_beat_bytes // 4
-        lw = words.bit_length() - 1
+        lw = log2(words)
         rows = self.rows
         addrs = Array(getattr(self, f"addr_{name}") for name in PARAM_ARRAYS)
         m.d.comb += [self.lb.p_addr.eq(addrs[self.sel]), self.lb.p_stride.eq(0),

@@ -3,7 +3,7 @@
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ReadPort", "WritePort", "CsrBus"]
+__all__ = ["ReadPort", "WritePort", "CsrBus", "named_members"]
 
 
 class ReadPort:
@@ -86,3 +86,9 @@ class CsrBus:
 
         def __repr__(self):
             return f"CsrBus.Signature(addr_bits={self.addr_bits})"
+
+
+def named_members(prefix: str, names, member) -> dict:
+    """``{prefix + name: member}`` for every name: a family of like signature members (for
+    example ``c_<counter>: Out(32)`` for every performance counter)."""
+    return {f"{prefix}{name}": member for name in names}

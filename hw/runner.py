@@ -10,7 +10,8 @@ from spec.desc import ErrorCode
 from spec.layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS_WORDS, SectionKind
 from spec.record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
 
-from .ports import ReadPort, WritePort
+from .bits import log2
+from .ports import ReadPort, WritePort, named_members
 from .sequencer import CATEGORIES
 
 __all__ = ["ImageRunner", "RECORD_BEATS"]
@@ -89,11 +90,9 @@ class ImageRunner(wiring.Component):
             "b_fire": In(1),
             "c_fire": In(1),
         }
-        for name in COUNTERS:
-            members[f"s_{name}"] = In(32)
-            members[f"c_{name}"] = Out(32)
-        for name in _LAYER_SUMMED:
-            members[f"s_cat_{name}"] = In(1)
+        members.update(named_members("s_", COUNTERS, In(32)))
+        members.update(named_members("c_", COUNTERS, Out(32)))
+        members.update(named_members("s_cat_", _LAYER_SUMMED, In(1)))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -167,7 +166,7 @@ class ImageRunner(wiring.Component):
         with m.If(hdr_sum):
             m.d.sync += [img_end.eq(img + total), l_need.eq(count * LAYER_RECORD_BYTES),
                          l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
-        align = SECTION_ALIGN_BYTES.bit_length() - 1
+        align = log2(SECTION_ALIGN_BYTES)
         structure = [
             (H["base_addr"] != img), (img[:align] != 0), (total[:align] != 0),
             (total < HEADER_BYTES), (img_end > cfg.dram_bytes), (count == 0),
@@ -239,7 +238,7 @@ class ImageRunner(wiring.Component):
 
         def fetch_record():
             m.d.comb += [f_start.eq(1),
-                         f_addr_in.eq(rec_base + (layer << (LAYER_RECORD_BYTES.bit_length() - 1))),
+                         f_addr_in.eq(rec_base + (layer << log2(LAYER_RECORD_BYTES))),
                          f_beats_in.eq(RECORD_BEATS(cfg))]
             m.d.sync += [to_hdr.eq(0), to_rec.eq(1), to_crc.eq(0)]
             m.next = "RECORD"
@@ -268,7 +267,7 @@ class ImageRunner(wiring.Component):
                     m.d.sync += self.error.eq(hdr_code)
                     m.next = "FINISH"
                 with m.Else():
-                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img), f_beats_in.eq(total >> (bb.bit_length() - 1)),
+                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img), f_beats_in.eq(total >> log2(bb)),
                                  crc.start.eq(1)]
                     m.d.sync += [to_hdr.eq(0), to_crc.eq(1)]
                     m.next = "CRC"

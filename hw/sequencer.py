@@ -11,19 +11,16 @@ from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
 from .addrgen import AddrGen
+from .bits import log2
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .compute import ComputeEngine
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
 from .params import ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
-from .ports import ReadPort, WritePort
+from .ports import ReadPort, WritePort, named_members
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
-
-
-def _log2(value: int) -> int:
-    return value.bit_length() - 1
 
 
 class Sequencer(wiring.Component):
@@ -82,17 +79,15 @@ class Sequencer(wiring.Component):
         }
         members.update(record_members(cfg))
         members["dry"] = In(1)
-        for name in COUNTERS:
-            members[f"c_{name}"] = Out(32)
-        for name in CATEGORIES:
-            members[f"cat_{name}"] = Out(1)
+        members.update(named_members("c_", COUNTERS, Out(32)))
+        members.update(named_members("cat_", CATEGORIES, Out(1)))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
         R, C = cfg.array_rows, cfg.array_cols
-        lr, lc = _log2(R), _log2(C)
+        lr, lc = log2(R), log2(C)
         half_a, half_b, half_acc = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2, cfg.acc_depth // 2
 
         # -- on-chip memories --------------------------------------------------------------------
