@@ -10,6 +10,7 @@ from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
 from .bits import log2
+from .ports import named_members
 
 #: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
 LAYER_FIELDS: tuple[str, ...] = tuple(n for n in LAYER_WORDS if not n.startswith("desc_"))
@@ -78,10 +79,8 @@ class RecordChecker(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
         ab = cfg.dram_addr_bits
-        members = {"start": In(1), "done": Out(1), "code": Out(8), **record_members(cfg)}
-        for name in ("a_kstep", "b_kstep", "c_mstep"):
-            members[name] = Out(ab)
-        super().__init__(members)
+        super().__init__({"start": In(1), "done": Out(1), "code": Out(8), **record_members(cfg),
+                          **named_members("", ("a_kstep", "b_kstep", "c_mstep"), Out(ab))})
 
     def elaborate(self, platform):
         m = Module()

@@ -90,10 +90,9 @@ class ImageRunner(wiring.Component):
             "b_fire": In(1),
             "c_fire": In(1),
         }
-        members.update(named_members("s_", COUNTERS, In(32)))
-        members.update(named_members("c_", COUNTERS, Out(32)))
-        members.update(named_members("s_cat_", _LAYER_SUMMED, In(1)))
-        super().__init__(members)
+        super().__init__({**members, **named_members("s_", COUNTERS, In(32)),
+                          **named_members("c_", COUNTERS, Out(32)),
+                          **named_members("s_cat_", _LAYER_SUMMED, In(1))})
 
     def elaborate(self, platform):
         m = Module()

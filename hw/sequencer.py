@@ -77,11 +77,9 @@ class Sequencer(wiring.Component):
                                            strided=True)),
             "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         }
-        members.update(record_members(cfg))
-        members["dry"] = In(1)
-        members.update(named_members("c_", COUNTERS, Out(32)))
-        members.update(named_members("cat_", CATEGORIES, Out(1)))
-        super().__init__(members)
+        super().__init__({**members, **record_members(cfg), "dry": In(1),
+                          **named_members("c_", COUNTERS, Out(32)),
+                          **named_members("cat_", CATEGORIES, Out(1))})
 
     def elaborate(self, platform):
         m = Module()
