@@ -439,22 +439,40 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
                out_addr=yb.addr, out_stride=pixels, bias=bias, requant=rq,
                op_kind=OpKind.FC if l.kind == "fc" else OpKind.GEMM)
         return
+    if l.kind == "conv":
+        _add_conv(b, l, w, bias, rq, xb, yb, cfg)
+        return
     parts = _chunks(m, cfg)
     for c0, c1 in parts:
         name = l.name if len(parts) == 1 else f"{l.name}[ch {c0}:{c1}]"
         rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1], shift=rq.shift[c0:c1])
-        if l.kind == "conv":
-            hp, wp = yb.padded_hw
-            s = dataclasses.replace(l.shape, out_channels=c1 - c0)
-            b.conv(name, shape=s, weights=w[c0:c1], x_addr=xb.addr,
+        rows = l.shape.n
+        b.gemm(name, weights=w[c0:c1], n=rows, b_addr=xb.addr, b_stride=rows,
+               out_addr=yb.addr + c0 * rows, out_stride=rows, bias=bias[c0:c1],
+               requant=rqc, op_kind=OpKind.FC)
+
+
+def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorBuffer,
+              yb: TensorBuffer, cfg: AccelConfig) -> None:
+    """A convolution into padded NCHW ``yb``: one ungrouped convolution per group (its input
+    channels are a contiguous slice of ``xb``, its output channels one of ``yb``), each split
+    into output-channel chunks of at most ``quant_entries``."""
+    s, groups = l.shape, l.shape.groups
+    per_out, per_in = s.out_channels // groups, s.in_channels // groups
+    hpi, wpi = xb.padded_hw
+    hp, wp = yb.padded_hw
+    for g in range(groups):
+        label = l.name if groups == 1 else f"{l.name}[g{g}]"
+        parts = [(g * per_out + c0, g * per_out + c1) for c0, c1 in _chunks(per_out, cfg)]
+        for c0, c1 in parts:
+            name = label if len(parts) == 1 else f"{label}[ch {c0}:{c1}]"
+            rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
+                                      shift=rq.shift[c0:c1])
+            sub = dataclasses.replace(s, in_channels=per_in, out_channels=c1 - c0, groups=1)
+            b.conv(name, shape=sub, weights=w[c0:c1], x_addr=xb.addr + g * per_in * hpi * wpi,
                    out_addr=yb.addr + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
-                   out_chan_stride=hp * wp, out_row_stride=None if wp == s.out_w else wp,
+                   out_chan_stride=hp * wp, out_row_stride=None if wp == sub.out_w else wp,
                    bias=bias[c0:c1], requant=rqc)
-        else:
-            rows = l.shape.n
-            b.gemm(name, weights=w[c0:c1], n=rows, b_addr=xb.addr, b_stride=rows,
-                   out_addr=yb.addr + c0 * rows, out_stride=rows, bias=bias[c0:c1],
-                   requant=rqc, op_kind=OpKind.FC)
 
 
 class _Refused(Exception):

@@ -543,8 +543,6 @@ def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
     building its image is the final word)."""
     if layer.kind == "conv":
         s = layer.shape
-        if s.groups != 1:
-            return f"grouped convolution (groups={s.groups}): the image builder runs one group"
         if s.batch != 1:
             return f"batch {s.batch}: the image builder runs batch-1 convolutions"
         if len(layer.in_shape) != 4:

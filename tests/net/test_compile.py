@@ -2,6 +2,7 @@
 (a numpy accelerator that executes the image records): bit-exact against the int8 reference."""
 
 import asyncio
+import dataclasses
 import json
 import zipfile
 
@@ -141,19 +142,50 @@ def _conv_model(nodes, inits, out_ch):
     return _model(nodes, inits, (1, 4, 8, 8), (1, out_ch, 8, 8))
 
 
-def test_grouped_conv_runs_on_the_host_with_a_reason():
-    rng = np.random.default_rng(0)
-    inits = {"w0": rng.normal(0, .3, (8, 2, 3, 3)).astype(np.float32),
-             "w1": rng.normal(0, .3, (8, 8, 3, 3)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="grouped", group=2,
-                              pads=[1, 1, 1, 1]),
+def _grouped_model(groups: int, in_ch: int = 4, mid: int = 8, stride: int = 1):
+    rng = np.random.default_rng(groups)
+    inits = {"w0": rng.normal(0, .3, (mid, in_ch // groups, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .3, (8, mid, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="grouped", group=groups,
+                              pads=[1, 1, 1, 1], strides=[stride, stride]),
              helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("Conv", ["r", "w1"], ["y"], name="plain", pads=[1, 1, 1, 1])]
-    q, low = _lowered(_conv_model(nodes, inits, 8))
+    side = -(-8 // stride)
+    return _model(nodes, inits, (1, in_ch, 8, 8), (1, 8, side, side))
+
+
+@pytest.mark.parametrize("groups, in_ch, mid, stride", [
+    (2, 4, 8, 1),            # grouped: two groups of 2 -> 4 channels
+    (4, 4, 4, 1),            # depthwise (group == C)
+    (4, 4, 8, 2),            # depthwise with a channel multiplier of 2, stride 2
+], ids=["grouped", "depthwise", "depthwise-x2-stride2"])
+def test_grouped_and_depthwise_convs_run_on_the_accelerator(groups, in_ch, mid, stride):
+    """One ungrouped convolution record per group (its channels are slices of the padded input
+    and output tensors), bit-exact against the int8 reference."""
+    q, low = _lowered(_grouped_model(groups, in_ch, mid, stride))
     net = compile_network(low, SMALL)
-    host = net.summary()["host_layers"]
-    assert list(host) == ["grouped"] and "groups=2" in host["grouped"]
-    assert [s.layer_names for s in net.steps if s.kind == "segment"] == [["plain"]]
+    assert net.summary()["host_layers"] == {}
+    (seg,) = net.segments
+    assert seg.layers == ["grouped", "plain"]
+    grouped = [r for r in seg.records if r.layer == "grouped"]
+    # the output goes to the next conv's padded buffer: one record per group and output row
+    side = -(-8 // stride)
+    assert [r.name for r in grouped] == [f"grouped[g{g}][row {p}]" for g in range(groups)
+                                         for p in range(side)]
+    assert {(r.m, r.k, r.n) for r in grouped} == {(mid // groups, in_ch // groups * 9, side)}
+    feeds = _x((1, in_ch, 8, 8))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def test_grouped_conv_wider_than_the_parameter_memories_splits_each_group():
+    """``quant_entries`` output channels at most per record: each group is chunked on its own."""
+    q, low = _lowered(_grouped_model(2, 4, 64))
+    cfg = dataclasses.replace(SMALL, quant_entries=16)
+    net = compile_network(low, cfg)
+    names = [r.name for r in net.segments[0].records if r.layer == "grouped"]
+    assert [n.split("[row")[0] for n in names[::8]] == [
+        "grouped[g0][ch 0:16]", "grouped[g0][ch 16:32]", "grouped[g1][ch 32:48]",
+        "grouped[g1][ch 48:64]"]
     feeds = _x((1, 4, 8, 8))
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
 
