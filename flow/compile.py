@@ -70,8 +70,8 @@ class CompileError(ModelError):
 class TensorBuffer:
     """One tensor in device memory.
 
-    ``layout``: ``nchw`` (batch-1 NCHW, each channel ``(H + pads[0] + pads[2]) x (W + pads[1] +
-    pads[3])`` with the halo holding ``halo``) or ``fm`` (features x tokens: the tensor
+    ``layout``: ``nchw`` (NCHW, image after image, each channel ``(H + pads[0] + pads[2]) x
+    (W + pads[1] + pads[3])`` with the halo holding ``halo``) or ``fm`` (features x tokens: the tensor
     ``(..., K)`` as ``K`` rows of ``tokens = prod(...)`` int8, i.e. transposed) or ``rowmajor``
     (the tensor as it is, e.g. an (M x N) GEMM output). ``offset`` is
     128 for a uint8 tensor (stored as ``x - 128``)."""
@@ -120,10 +120,10 @@ class TensorBuffer:
 
         a = np.frombuffer(raw, np.int8, self.nbytes)
         if self.layout == "nchw":
-            c = self.shape[1]
+            n, c = self.shape[:2]
             hp, wp = self.padded_hw
             t, l, _, _ = self.pads
-            y = a.reshape(1, c, hp, wp)[:, :, t:t + self.shape[2], l:l + self.shape[3]]
+            y = a.reshape(n, c, hp, wp)[:, :, t:t + self.shape[2], l:l + self.shape[3]]
         elif self.layout == "rowmajor":
             y = a.reshape(self.shape)
         else:
@@ -141,8 +141,8 @@ class TensorBuffer:
 
 def _nbytes(layout: str, shape: Sequence[int], pads=(0, 0, 0, 0)) -> int:
     if layout == "nchw":
-        _, c, h, w = shape
-        return c * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
+        n, c, h, w = shape
+        return n * c * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
     return int(np.prod(shape))
 
 
@@ -454,25 +454,31 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
 
 def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorBuffer,
               yb: TensorBuffer, cfg: AccelConfig) -> None:
-    """A convolution into padded NCHW ``yb``: one ungrouped convolution per group (its input
-    channels are a contiguous slice of ``xb``, its output channels one of ``yb``), each split
-    into output-channel chunks of at most ``quant_entries``."""
+    """A convolution into padded NCHW ``yb``: one batch-1 ungrouped convolution per image and
+    group (its input channels are a contiguous slice of ``xb``, its output channels one of
+    ``yb``), each split into output-channel chunks of at most ``quant_entries``."""
     s, groups = l.shape, l.shape.groups
     per_out, per_in = s.out_channels // groups, s.in_channels // groups
     hpi, wpi = xb.padded_hw
     hp, wp = yb.padded_hw
-    for g in range(groups):
-        label = l.name if groups == 1 else f"{l.name}[g{g}]"
-        parts = [(g * per_out + c0, g * per_out + c1) for c0, c1 in _chunks(per_out, cfg)]
-        for c0, c1 in parts:
-            name = label if len(parts) == 1 else f"{label}[ch {c0}:{c1}]"
-            rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
-                                      shift=rq.shift[c0:c1])
-            sub = dataclasses.replace(s, in_channels=per_in, out_channels=c1 - c0, groups=1)
-            b.conv(name, shape=sub, weights=w[c0:c1], x_addr=xb.addr + g * per_in * hpi * wpi,
-                   out_addr=yb.addr + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
-                   out_chan_stride=hp * wp, out_row_stride=None if wp == sub.out_w else wp,
-                   bias=bias[c0:c1], requant=rqc)
+    for n in range(s.batch):
+        x_img = xb.addr + n * s.in_channels * hpi * wpi
+        y_img = yb.addr + n * s.out_channels * hp * wp
+        for g in range(groups):
+            label = l.name + (f"[n{n}]" if s.batch > 1 else "") + (f"[g{g}]" if groups > 1
+                                                                    else "")
+            parts = [(g * per_out + c0, g * per_out + c1) for c0, c1 in _chunks(per_out, cfg)]
+            for c0, c1 in parts:
+                name = label if len(parts) == 1 else f"{label}[ch {c0}:{c1}]"
+                rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
+                                          shift=rq.shift[c0:c1])
+                sub = dataclasses.replace(s, in_channels=per_in, out_channels=c1 - c0, groups=1,
+                                          batch=1)
+                b.conv(name, shape=sub, weights=w[c0:c1],
+                       x_addr=x_img + g * per_in * hpi * wpi,
+                       out_addr=y_img + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
+                       out_chan_stride=hp * wp, out_row_stride=None if wp == sub.out_w else wp,
+                       bias=bias[c0:c1], requant=rqc)
 
 
 class _Refused(Exception):

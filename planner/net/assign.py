@@ -542,9 +542,6 @@ def accel_reason(layer: AccelLayer, cfg: AccelConfig) -> str | None:
     """Why ``layer`` cannot run on ``cfg`` (``None``: it can, as far as static checks tell;
     building its image is the final word)."""
     if layer.kind == "conv":
-        s = layer.shape
-        if s.batch != 1:
-            return f"batch {s.batch}: the image builder runs batch-1 convolutions"
         if len(layer.in_shape) != 4:
             return f"input rank {len(layer.in_shape)} is not 4"
     elif layer.kind == "fc":
