@@ -7,11 +7,12 @@ function of that dict, so it can be regenerated from the JSON without a simulato
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from .network import STALLS
 
-__all__ = ["markdown", "peer_rows", "plot_all", "PEER_COLUMNS"]
+__all__ = ["markdown", "peer_rows", "plot_all", "table", "PEER_COLUMNS"]
 
 #: Peer columns of the side-by-side table: (key in report["peers"], heading).
 PEER_COLUMNS = (
@@ -69,10 +70,16 @@ def peer_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows + [total, util]
 
 
+def table(head: list[str], align: str, rows: Iterable[list[str]]) -> list[str]:
+    """The lines of a Markdown table: ``head``, the alignment row ``align`` as given (e.g.
+    ``"|---|---:|"``), then ``rows`` of cells."""
+    return ["| " + " | ".join(head) + " |", align,
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
 def _table(head: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
     align = ["---" if i < right_from else "---:" for i in range(len(head))]
-    return ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |",
-            *("| " + " | ".join(row) + " |" for row in rows)]
+    return table(head, "| " + " | ".join(align) + " |", rows)
 
 
 def markdown(report: dict, plots: dict[str, str] | None = None) -> str:
