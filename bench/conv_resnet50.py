@@ -23,6 +23,8 @@ from planner.shapes import ConvShape
 from planner.workload import load_workload
 from tb.tools import build, missing_tool
 
+from .report import table
+
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKLOAD = Path(__file__).resolve().parent.parent / "planner" / "workloads" / "resnet50.json"
 
@@ -50,23 +52,29 @@ def run_layers(preset: str, layout: str, layers, work_dir: Path) -> list[dict]:
     return records
 
 
-def markdown(records: list[dict]) -> str:
-    lines = ["| layer | count | M x K x N | cycles | predicted (error) | MAC util "
-             "| stall load A / B / store / drain | runs | tables (B) |",
-             "|---|---:|---|---:|---:|---:|---|---:|---:|"]
-    for r in records:
-        s = r["shape"]
-        m = s["out_channels"] // s["groups"]
-        k = s["in_channels"] // s["groups"] * s["kernel_h"] * s["kernel_w"]
-        n = r["macs"] // (s["out_channels"] * k)
-        lines.append(
-            f"| {r['name']} | {r['count']} | {m}x{k}x{n} | {r['total_cycles']} | "
+#: Heading of the per-layer table, and its alignment row.
+TABLE_HEAD = ["layer", "count", "M x K x N", "cycles", "predicted (error)", "MAC util",
+              "stall load A / B / store / drain", "runs", "tables (B)"]
+TABLE_ALIGN = "|---|---:|---|---:|---:|---:|---|---:|---:|"
+
+
+def _cells(r: dict) -> list[str]:
+    """The table row of one layer record."""
+    s = r["shape"]
+    m = s["out_channels"] // s["groups"]
+    k = s["in_channels"] // s["groups"] * s["kernel_h"] * s["kernel_w"]
+    n = r["macs"] // (s["out_channels"] * k)
+    return [str(r["name"]), str(r["count"]), f"{m}x{k}x{n}", str(r["total_cycles"]),
             f"{r['predicted']['total_cycles']} "
-            f"({r['predicted']['total_cycles'] / r['total_cycles'] - 1:+.2%}) | "
-            f"{r['utilisation']:.1%} | {r['stall_load_a_cycles']} / {r['stall_load_b_cycles']} / "
-            f"{r['stall_store_cycles']} / {r['stall_drain_cycles']} | {r['run_count']} | "
-            f"{r['table_bytes']} |")
-    return "\n".join(lines)
+            f"({r['predicted']['total_cycles'] / r['total_cycles'] - 1:+.2%})",
+            f"{r['utilisation']:.1%}",
+            f"{r['stall_load_a_cycles']} / {r['stall_load_b_cycles']} / "
+            f"{r['stall_store_cycles']} / {r['stall_drain_cycles']}",
+            str(r["run_count"]), str(r["table_bytes"])]
+
+
+def markdown(records: list[dict]) -> str:
+    return "\n".join(table(TABLE_HEAD, TABLE_ALIGN, map(_cells, records)))
 
 
 def main(argv=None) -> int:

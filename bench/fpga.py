@@ -45,6 +45,8 @@ from pathlib import Path
 from hw.build import emit
 from spec.config import PRESETS
 
+from .report import table
+
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
            "DEVICE", "run_preset", "collect", "overflow"]
 
@@ -488,37 +490,51 @@ def collect(preset: str, variant: str = "dsp") -> dict:
     return row
 
 
+#: Heading of the results table, and its alignment row.
+TABLE_HEAD = ["preset", "array", "variant", "LUT4 (yosys)", "comb cells / FF (placed)",
+              "MULT18X18D", "DP16KD", "Fmax (MHz)", "critical path", "yosys / nextpnr (s)",
+              "note"]
+TABLE_ALIGN = "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"
+
+
+def _of(value, cap) -> str:
+    """``value / cap`` with thousands separators, or a dash when unknown."""
+    return "—" if value is None else f"{value:,} / {cap:,}"
+
+
+def _fmax(r: dict) -> str:
+    """The routed Fmax, else the placement estimate, else a dash."""
+    if r.get("fmax_routed_mhz") is not None:
+        return f"{r['fmax_routed_mhz']:.1f} (routed)"
+    if r.get("fmax_placed_mhz") is not None:
+        return f"{r['fmax_placed_mhz']:.1f} (placement estimate)"
+    return "—"
+
+
+def _path(cp: dict | None) -> str:
+    """The critical path in one line, or a dash."""
+    return "—" if not cp else (
+        f"{cp['from']} -> {cp['to']}: {cp['cells']} cells, "
+        + (f"{cp['logic_ns']} ns logic + {cp['routing_ns']} ns routing"
+           if "logic_ns" in cp else "") + f" (after {cp['after']})")
+
+
+def _cells(r: dict) -> list[str]:
+    """The table row of one preset's results."""
+    cells = r.get("yosys_cells", {})
+    mult = r.get("mult18", cells.get("mult18"))
+    bram = r.get("dp16kd", cells.get("dp16kd"))
+    placed = ("—" if r.get("comb") is None else
+              f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
+    return [str(r["preset"]), str(r["array"]), str(r["variant"]), f"{cells.get('lut4', 0):,}",
+            placed, _of(mult, DEVICE["mult18"]), _of(bram, DEVICE["dp16kd"]), _fmax(r),
+            _path(r.get("critical_path")),
+            f"{r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')}",
+            "; ".join(x for x in (r.get("error"), r.get("note")) if x)]
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| preset | array | variant | LUT4 (yosys) | comb cells / FF (placed) | MULT18X18D "
-             "| DP16KD | Fmax (MHz) | critical path | yosys / nextpnr (s) | note |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
-    for r in rows:
-        cells = r.get("yosys_cells", {})
-
-        def of(value, cap):
-            return "—" if value is None else f"{value:,} / {cap:,}"
-
-        mult = r.get("mult18", cells.get("mult18"))
-        bram = r.get("dp16kd", cells.get("dp16kd"))
-        placed = ("—" if r.get("comb") is None else
-                  f"{r['comb']:,} / {r['ff']:,} (of {DEVICE['luts']:,})")
-        if r.get("fmax_routed_mhz") is not None:
-            fmax = f"{r['fmax_routed_mhz']:.1f} (routed)"
-        elif r.get("fmax_placed_mhz") is not None:
-            fmax = f"{r['fmax_placed_mhz']:.1f} (placement estimate)"
-        else:
-            fmax = "—"
-        cp = r.get("critical_path")
-        path = "—" if not cp else (
-            f"{cp['from']} -> {cp['to']}: {cp['cells']} cells, "
-            + (f"{cp['logic_ns']} ns logic + {cp['routing_ns']} ns routing"
-               if "logic_ns" in cp else "") + f" (after {cp['after']})")
-        lines.append(
-            f"| {r['preset']} | {r['array']} | {r['variant']} | {cells.get('lut4', 0):,} | "
-            f"{placed} | {of(mult, DEVICE['mult18'])} | {of(bram, DEVICE['dp16kd'])} | {fmax} | "
-            f"{path} | {r.get('yosys_s', '—')} / {r.get('nextpnr_s', '—')} | "
-            f"{'; '.join(x for x in (r.get('error'), r.get('note')) if x)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(table(TABLE_HEAD, TABLE_ALIGN, map(_cells, rows))) + "\n"
 
 
 #: MULT18X18D the design needs outside the array: the requantiser's 32 x 31-bit multiply takes

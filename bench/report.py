@@ -7,11 +7,12 @@ function of that dict, so it can be regenerated from the JSON without a simulato
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from .network import STALLS
 
-__all__ = ["markdown", "peer_rows", "plot_all", "PEER_COLUMNS"]
+__all__ = ["markdown", "peer_rows", "plot_all", "table", "PEER_COLUMNS"]
 
 #: Peer columns of the side-by-side table: (key in report["peers"], heading).
 PEER_COLUMNS = (
@@ -69,10 +70,16 @@ def peer_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows + [total, util]
 
 
+def table(head: list[str], align: str, rows: Iterable[list[str]]) -> list[str]:
+    """The lines of a Markdown table: ``head``, the alignment row ``align`` as given (e.g.
+    ``"|---|---:|"``), then ``rows`` of cells."""
+    return ["| " + " | ".join(head) + " |", align,
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
 def _table(head: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
     align = ["---" if i < right_from else "---:" for i in range(len(head))]
-    return ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |",
-            *("| " + " | ".join(row) + " |" for row in rows)]
+    return table(head, "| " + " | ".join(align) + " |", rows)
 
 
 def markdown(report: dict, plots: dict[str, str] | None = None) -> str:
@@ -141,6 +148,13 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
     names = [r["name"] for r in layers]
     files = {}
 
+    def save(fig, title: str, name: str) -> None:
+        """Lay ``fig`` out, write it to ``out_dir / name`` and list it in ``files``."""
+        fig.tight_layout()
+        files[title] = name
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+
     # per-layer MAC utilisation bars (greedy beside when present)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(layers) + 2), 4.2))
     xs = range(len(layers))
@@ -159,10 +173,7 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
     ax.set_ylabel("MAC utilisation")
     ax.set_title(f"{report['network']} on {report['preset']}: per-layer MAC utilisation (RTL)")
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    files["per-layer MAC utilisation"] = f"{stem}-util.png"
-    fig.savefig(out_dir / files["per-layer MAC utilisation"], dpi=110)
-    plt.close(fig)
+    save(fig, "per-layer MAC utilisation", f"{stem}-util.png")
 
     # measured vs predicted (left) and the error per layer (right)
     fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(10, 4.5))
@@ -200,10 +211,7 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
     ax_err.legend(fontsize=8)
     fig.suptitle(f"{report['network']} on {report['preset']}: cycle model vs RTL, worst "
                  f"{report['totals']['worst_layer_prediction_error']:+.2%}")
-    fig.tight_layout()
-    files["measured vs predicted cycles"] = f"{stem}-predicted.png"
-    fig.savefig(out_dir / files["measured vs predicted cycles"], dpi=110)
-    plt.close(fig)
+    save(fig, "measured vs predicted cycles", f"{stem}-predicted.png")
 
     # roofline per port: x = MACs per byte on the binding memory port (compulsory traffic)
     cfg = report["config"]
@@ -241,8 +249,5 @@ def plot_all(report: dict, out_dir: Path, stem: str) -> dict[str, str]:
     ax.set_ylabel("MACs per cycle (measured)")
     ax.set_title(f"{report['network']} on {report['preset']}: roofline")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    files["roofline"] = f"{stem}-roofline.png"
-    fig.savefig(out_dir / files["roofline"], dpi=110)
-    plt.close(fig)
+    save(fig, "roofline", f"{stem}-roofline.png")
     return files

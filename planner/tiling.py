@@ -43,7 +43,7 @@ import math
 from typing import Literal
 
 from spec.config import AccelConfig
-from spec.desc import DESC_FIELDS, GemmDescriptor, check
+from spec.desc import DESC_FIELDS, GemmDescriptor, Tiling, check
 
 from .cost import predict_tiling, utilisation
 from .shapes import GemmShape
@@ -64,8 +64,9 @@ SPLITK_OUTER_M = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TilingPlan:
-    """A legal tiling of one GEMM, with the seed's output names (seed 000 step 5 loop nest).
+class TilingPlan(Tiling):
+    """A legal tiling of one GEMM, with the seed's output names (seed 000 step 5 loop nest):
+    the :class:`spec.desc.Tiling` fields, then the plan's derived numbers.
 
     ``loads_a`` / ``loads_b`` count how many times the whole operand is read from memory;
     ``predicted_util`` and ``predicted_cycles`` come from :func:`planner.cost.predict`;
@@ -73,17 +74,6 @@ class TilingPlan:
     ``seed+local``...).
     """
 
-    m: int
-    k: int
-    n: int
-    partition_m: int
-    partition_n: int
-    partition_k: int
-    tile_m: int
-    tile_n: int
-    outer_m: int
-    need_splitk: int
-    acc_buffer_needed: int
     loads_a: int
     loads_b: int
     predicted_cycles: int

@@ -10,8 +10,9 @@ the shape are refused with the layer named.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
+
+from spec.config import loads_unique
 
 from .shapes import ConvShape, GemmShape
 
@@ -46,15 +47,6 @@ def layer_gemm(shape: GemmShape | ConvShape) -> tuple[GemmShape, int, int | None
     if isinstance(shape, ConvShape):
         return shape.gemm, shape.groups, shape.b_tensor_bytes
     return shape, 1, None
-
-
-def _no_duplicates(pairs):
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r} in workload JSON")
-        seen[key] = value
-    return seen
 
 
 def _parse_layer(raw: dict, index: int) -> Layer:
@@ -99,7 +91,7 @@ def _parse_layer(raw: dict, index: int) -> Layer:
 
 def parse_workload(text: str, default_name: str = "workload") -> Workload:
     """Parse workload JSON text (duplicate keys refused)."""
-    data = json.loads(text, object_pairs_hook=_no_duplicates)
+    data = loads_unique(text, lambda key: ValueError(f"duplicate key {key!r} in workload JSON"))
     if not isinstance(data, dict) or not isinstance(data.get("layers"), list):
         raise ValueError("workload JSON must be an object with a 'layers' list")
     layers = tuple(_parse_layer(raw, i) for i, raw in enumerate(data["layers"]))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
-__all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError"]
+__all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError", "loads_unique"]
 
 #: Bumped whenever RTL or image semantics change; it is hashed into :attr:`AccelConfig.config_id`.
 FORMAT_VERSION = 1
@@ -20,6 +20,19 @@ FORMAT_VERSION = 1
 
 class ConfigError(ValueError):
     """An :class:`AccelConfig` field is outside its allowed range."""
+
+
+def loads_unique(text: str, duplicate: Callable[[str], Exception]) -> Any:
+    """``json.loads(text)``, but an object that repeats a key raises ``duplicate(key)`` instead
+    of keeping the last value."""
+    def no_duplicates(pairs):
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise duplicate(key)
+            seen[key] = value
+        return seen
+    return json.loads(text, object_pairs_hook=no_duplicates)
 
 
 def _is_pow2(value: int) -> bool:
@@ -276,14 +289,8 @@ class AccelConfig:
     @classmethod
     def from_json(cls, text: str) -> "AccelConfig":
         """Parse a JSON object; duplicate or unknown keys are refused, never merged."""
-        def no_duplicates(pairs):
-            seen = {}
-            for key, value in pairs:
-                if key in seen:
-                    raise ConfigError(f"duplicate AccelConfig field {key!r} in JSON")
-                seen[key] = value
-            return seen
-        values = json.loads(text, object_pairs_hook=no_duplicates)
+        values = loads_unique(
+            text, lambda key: ConfigError(f"duplicate AccelConfig field {key!r} in JSON"))
         if not isinstance(values, dict):
             raise ConfigError(f"AccelConfig JSON must be an object of fields, not "
                               f"{type(values).__name__}")

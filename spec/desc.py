@@ -30,8 +30,8 @@ import enum
 
 from .config import AccelConfig
 
-__all__ = ["ErrorCode", "GemmDescriptor", "DESC_FIELDS", "check", "DIM_BITS", "MAX_DIM",
-           "tensor_extents", "groups_n", "local_problem"]
+__all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "check",
+           "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
 #: registers, and MAX_DIM the largest value the 32-bit descriptor fields may carry.
@@ -68,8 +68,10 @@ class ErrorCode(enum.IntEnum):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class GemmDescriptor:
-    """One tiled GEMM as the sequencer executes it. Every field is an unsigned 32-bit word."""
+class Tiling:
+    """A GEMM shape with seed 000's tiling of it: the descriptor fields from ``m`` to
+    ``acc_buffer_needed``, in descriptor order (base of :class:`GemmDescriptor` and of
+    :class:`planner.tiling.TilingPlan`)."""
 
     m: int
     k: int
@@ -82,12 +84,29 @@ class GemmDescriptor:
     outer_m: int          # seed 000 outer loop flag: 1 = m partitions outside n partitions
     need_splitk: int
     acc_buffer_needed: int  # bytes of one accumulator half the plan uses
+
+
+@dataclasses.dataclass(frozen=True)
+class Operands:
+    """Where A (k-major), B and C live, with their row strides in bytes: the descriptor fields
+    from ``a_addr`` to ``c_stride``, in descriptor order (base of :class:`GemmDescriptor` and of
+    :class:`tb.placement.Placement`, which builds it positionally)."""
+
     a_addr: int
     a_stride: int
     b_addr: int
     b_stride: int
     c_addr: int
     c_stride: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GemmDescriptor(Operands, Tiling):
+    """One tiled GEMM as the sequencer executes it. Every field is an unsigned 32-bit word.
+
+    Fields, in register order: :class:`Tiling`'s, then :class:`Operands`', then the
+    convolution ones below (dataclass fields follow the bases in reverse MRO order)."""
+
     b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables
     off_addr: int = 0
     run_addr: int = 0

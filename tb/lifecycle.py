@@ -42,6 +42,16 @@ async def _start(h: Harness, d):
     await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
 
 
+async def _start_job(dut, seed: int, m: int, k: int, n: int):
+    """A fresh harness on ``dut`` running an ``m x k x n`` job of random data (not waited for):
+    ``(harness, rng for later jobs, descriptor, placement, expected C)``."""
+    h = await Harness.start(dut)
+    rng = np.random.default_rng(seed)
+    d, where, want = await _setup(h, m, k, n, rng)
+    await _start(h, d)
+    return h, rng, d, where, want
+
+
 async def _result(h: Harness, d, where, m, n):
     raw = await h.dump(where.c_addr, (m - 1) * where.c_stride + 4 * n)
     return c_from_bytes(raw, m, n, where.c_stride)
@@ -49,11 +59,8 @@ async def _result(h: Harness, d, where, m, n):
 
 @cocotb.test()
 async def start_and_writes_while_busy_are_ignored(dut):
-    h = await Harness.start(dut)
-    rng = np.random.default_rng(11)
     m, k, n = 9, 300, 11
-    d, where, want = await _setup(h, m, k, n, rng)
-    await _start(h, d)
+    h, _, d, where, want = await _start_job(dut, 11, m, k, n)
     await ClockCycles(dut.clk, 50)
     # mid-run: a second start, a run-image start and rewritten descriptor registers
     await h.csr_write(REG["CTRL"].offset, 1 << CTRL_BITS["START"])
@@ -72,11 +79,8 @@ async def start_and_writes_while_busy_are_ignored(dut):
 
 @cocotb.test()
 async def counters_read_while_running_only_grow(dut):
-    h = await Harness.start(dut)
-    rng = np.random.default_rng(12)
     m, k, n = 13, 700, 9
-    d, where, want = await _setup(h, m, k, n, rng)
-    await _start(h, d)
+    h, _, d, where, want = await _start_job(dut, 12, m, k, n)
     seen = []
     while True:
         status = await h.csr_read(REG["STATUS"].offset)
@@ -96,11 +100,8 @@ async def counters_read_while_running_only_grow(dut):
 
 @cocotb.test()
 async def reset_mid_run_then_a_clean_run(dut):
-    h = await Harness.start(dut)
-    rng = np.random.default_rng(13)
     m, k, n = 10, 500, 14
-    d, where, _ = await _setup(h, m, k, n, rng)
-    await _start(h, d)
+    h, rng, *_ = await _start_job(dut, 13, m, k, n)
     await ClockCycles(dut.clk, 400)
     assert await h.csr_read(REG["STATUS"].offset) & (1 << STATUS_BITS["BUSY"])
     dut.rst.value = 1

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import time
-import warnings
 
 import cocotb
 import numpy as np
@@ -34,6 +33,7 @@ from planner.shapes import ConvShape, GemmShape
 from .cases import register_budget_cycles
 from .conv import TILING_FIELDS, conv_on_rtl
 from .harness import Harness, a_image, b_image, c_from_bytes
+from .onnx_nodes import node_tests
 from .placement import descriptor, place
 
 #: The operators this module runs.
@@ -86,37 +86,20 @@ def collect_specs() -> list[dict]:
 
 @functools.cache
 def _collect_specs() -> list[dict]:
-    import onnx
-    from onnx.backend.test.case.node import collect_testcases
-
-    # collect_testcases(op_type) filters only on its first call in a process (module-level
-    # state, cached imports), so take every case and filter here; unrelated case generators
-    # warn on overflow while importing
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = {c.name: c for c in collect_testcases()}
     specs = []
-    for _, case in sorted(cases.items()):
-        graph = case.model.graph
-        if len(graph.node) != 1 or graph.node[0].op_type not in OPS:
-            continue
-        node = graph.node[0]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
-        for i, (inputs, outputs) in enumerate(case.data_sets):
-            by_name = dict(zip([v.name for v in graph.input], inputs))
-            arrays = {role: (by_name[name] if name else None)
-                      for role, name in zip(ROLES[node.op_type], node.input)}
-            if node.op_type == "MatMulInteger":
-                resolved = {}
-            else:
-                resolved = conv_attrs(attrs, arrays["x"].shape, arrays["w"].shape)
-            specs.append({
-                "name": case.name + (f"_{i}" if len(case.data_sets) > 1 else ""),
-                "op": node.op_type, "onnx_attrs": attrs,
-                "attrs": resolved,
-                "inputs": {k: (None if v is None else _array(v)) for k, v in arrays.items()},
-                "expected": _array(outputs[0])})
+    for name, node, raw_attrs, by_name, expected in node_tests(OPS):
+        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in raw_attrs.items()}
+        arrays = {role: (by_name[input_name] if input_name else None)
+                  for role, input_name in zip(ROLES[node.op_type], node.input)}
+        if node.op_type == "MatMulInteger":
+            resolved = {}
+        else:
+            resolved = conv_attrs(attrs, arrays["x"].shape, arrays["w"].shape)
+        specs.append({
+            "name": name, "op": node.op_type, "onnx_attrs": attrs,
+            "attrs": resolved,
+            "inputs": {k: (None if v is None else _array(v)) for k, v in arrays.items()},
+            "expected": _array(expected)})
     return specs
 
 

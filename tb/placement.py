@@ -8,21 +8,16 @@ import dataclasses
 import numpy as np
 
 from spec.config import AccelConfig
-from spec.desc import GemmDescriptor, check
+from spec.desc import GemmDescriptor, Operands, check
 
 __all__ = ["Placement", "place", "random_tiling", "descriptor", "align"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where A (k-major), B and C live, with their strides in bytes."""
+class Placement(Operands):
+    """Where A (k-major), B and C live, with their strides in bytes (the
+    :class:`spec.desc.Operands` fields), and the guard regions around C."""
 
-    a_addr: int
-    a_stride: int
-    b_addr: int
-    b_stride: int
-    c_addr: int
-    c_stride: int
     guard_bytes: int
     end: int            # first byte past the last region (guards included)
 

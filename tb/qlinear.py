@@ -21,7 +21,6 @@ roundings disagree are reported by :func:`compare`, never hidden.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import numpy as np
 
@@ -33,6 +32,8 @@ from planner.layout import padded_bytes, padded_dims
 from planner.requant import quantize_multiplier
 from planner.shapes import ConvShape
 from planner.zero_points import resolve_conv_pads
+
+from .onnx_nodes import node_tests
 
 __all__ = ["QCase", "collect_qlinear_cases", "lower", "Lowered", "compare"]
 
@@ -50,25 +51,11 @@ class QCase:
 
 def collect_qlinear_cases() -> list[QCase]:
     """Every node test of :data:`OPS` in the installed ``onnx`` wheel."""
-    import onnx
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = {c.name: c for c in collect_testcases()}
     out = []
-    for name, case in sorted(cases.items()):
-        graph = case.model.graph
-        if len(graph.node) != 1 or graph.node[0].op_type not in OPS:
-            continue
-        node = graph.node[0]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        for i, (inputs, outputs) in enumerate(case.data_sets):
-            by_name = dict(zip([v.name for v in graph.input], inputs))
-            roles = dict(zip(_ROLES[node.op_type], node.input))
-            arrays = {role: np.asarray(by_name[n]) for role, n in roles.items() if n}
-            out.append(QCase(name + (f"_{i}" if len(case.data_sets) > 1 else ""),
-                             node.op_type, arrays, attrs, np.asarray(outputs[0])))
+    for name, node, attrs, by_name, expected in node_tests(OPS):
+        roles = dict(zip(_ROLES[node.op_type], node.input))
+        arrays = {role: np.asarray(by_name[n]) for role, n in roles.items() if n}
+        out.append(QCase(name, node.op_type, arrays, attrs, np.asarray(expected)))
     return out
 
 

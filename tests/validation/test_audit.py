@@ -39,7 +39,7 @@ another function without this table following; line moves inside a function do n
 | spec/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |
 | spec/config.py | AccelConfig.from_dict | ConfigError | 1 | config: test_config_from_dict_unknown_fields |
 | spec/config.py | AccelConfig.from_json | ConfigError | 1 | config: test_config_from_json_must_be_object |
-| spec/config.py | AccelConfig.from_json.no_duplicates | ConfigError | 1 | config: test_config_from_json_duplicate_field |
+| spec/config.py | loads_unique.no_duplicates | duplicate | 1 | config: test_config_from_json_duplicate_field (raises the ConfigError from_json passes; parse_workload passes a ValueError, checked by the shapes area's workload duplicate-keys test) |
 | spec/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
 | spec/golden.py | _pair | ValueError | 1 | quant: test_conv2d_pairs |
 | spec/golden.py | conv2d_int8 | ValueError | 7 | quant: test_conv2d_dtype, test_conv2d_rank, test_conv2d_pads, test_conv2d_groups, test_conv2d_channels_per_group, test_conv2d_empty, test_conv2d_kernel_fit |
@@ -78,7 +78,6 @@ another function without this table following; line moves inside a function do n
 | planner/shapes.py | ConvShape.gemm | ValueError | 1 | shapes: test_conv_shape_gemm_dims |
 | planner/shapes.py | _check_int | ValueError | 1 | shapes: test_gemm_shape_dims, test_conv_shape_sizes, test_conv_shape_kernel_stride_dilation, test_conv_shape_pads, test_conv_shape_groups_range |
 | planner/tiling.py | to_descriptor | ValueError | 2 | shapes: test_to_descriptor_plan_shape, test_to_descriptor_lists_hw_rules |
-| planner/workload.py | _no_duplicates | ValueError | 1 | shapes: test_workload_duplicate_keys |
 | planner/workload.py | _parse_layer | ValueError | 8 | shapes: test_workload_layer_must_be_object, test_workload_count, test_workload_gemm_keys, test_workload_gemm_shape, test_workload_conv_keys, test_workload_conv_shape, test_workload_conv_output_size_must_agree, test_workload_kind |
 | planner/workload.py | parse_workload | ValueError | 1 | shapes: test_workload_top_level |
 
