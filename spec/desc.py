@@ -86,11 +86,11 @@ class Tiling:
     acc_buffer_needed: int  # bytes of one accumulator half the plan uses
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Operands:
     """Where A (k-major), B and C live, with their row strides in bytes: the descriptor fields
     from ``a_addr`` to ``c_stride``, in descriptor order (base of :class:`GemmDescriptor` and of
-    :class:`tb.placement.Placement`, which builds it positionally)."""
+    :class:`tb.placement.Placement`)."""
 
     a_addr: int
     a_stride: int

@@ -13,7 +13,7 @@ from spec.desc import GemmDescriptor, Operands, check
 __all__ = ["Placement", "place", "random_tiling", "descriptor", "align"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Placement(Operands):
     """Where A (k-major), B and C live, with their strides in bytes (the
     :class:`spec.desc.Operands` fields), and the guard regions around C."""
@@ -42,8 +42,9 @@ def place(m: int, k: int, n: int, cfg: AccelConfig, *, rng: np.random.Generator 
     b_end = b_addr + (k - 1) * b_stride + -(-n // c) * c
     c_addr = align(b_end + guard_bytes)
     c_end = c_addr + (m - 1) * c_stride + 4 * n
-    return Placement(a_addr, a_stride, b_addr, b_stride, c_addr, c_stride, guard_bytes,
-                     align(c_end + guard_bytes))
+    return Placement(a_addr=a_addr, a_stride=a_stride, b_addr=b_addr, b_stride=b_stride,
+                     c_addr=c_addr, c_stride=c_stride, guard_bytes=guard_bytes,
+                     end=align(c_end + guard_bytes))
 
 
 def random_tiling(m: int, k: int, n: int, cfg: AccelConfig, rng: np.random.Generator, *,
