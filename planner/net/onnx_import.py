@@ -9,10 +9,12 @@ shape derivation before tiling and assignment).
 
 What :func:`load_model` does, in order:
 
-1. **Parse and check.** Unreadable bytes, a missing default-domain opset, an opset older than
-   :data:`MIN_OPSET`, nodes whose inputs are never defined, duplicate outputs, cycles and
-   ``onnx.checker`` failures raise :class:`~planner.net.graph.ModelError` (a ``ValueError``)
-   naming the node and field.
+1. **Parse and check.** Unreadable bytes, a missing default-domain opset, nodes whose inputs
+   are never defined, duplicate outputs, cycles and ``onnx.checker`` failures raise
+   :class:`~planner.net.graph.ModelError` (a ``ValueError``) naming the node and field. A model
+   older than :data:`MIN_OPSET` (e.g. the opset-6 PyTorch-converted models in the ``onnx``
+   wheel's test data) is first converted to :data:`UPGRADE_OPSET` with
+   ``onnx.version_converter``; when the converter cannot lift a node, the error names it.
 2. **Inputs.** Initialisers listed as graph inputs (old exporters) become plain constants. Each
    given input shape is checked against the declared rank and fixed dimensions; symbolic
    dimensions (``dim_param``) are bound to the given values everywhere in the model.
@@ -44,7 +46,7 @@ from .graph import Graph, ModelError, Node, Tensor
 __all__ = ["MIN_OPSET", "UPGRADE_OPSET", "load_model", "import_onnx", "graph_from_model",
            "parse_input_shapes"]
 
-#: Oldest default-domain opset accepted (older models are refused, not guessed at).
+#: Oldest default-domain opset read as it is; older models are converted first (step 1).
 MIN_OPSET = 7
 #: Opset models older than 11 are upgraded to.
 UPGRADE_OPSET = 13
@@ -317,10 +319,9 @@ def load_model(src, input_shapes: InputShapes | None = None):
 
     model = _load_proto(src)
     opset = _default_opset(model)
-    if opset < MIN_OPSET:
-        raise ModelError(f"default-domain opset {opset} is older than {MIN_OPSET}, the oldest "
-                         f"supported")
     _name_nodes(model)
+    if opset < MIN_OPSET:
+        model, opset = _lift(model, opset), UPGRADE_OPSET
     _check_structure(model)
     try:
         onnx.checker.check_model(model)
@@ -348,6 +349,28 @@ def load_model(src, input_shapes: InputShapes | None = None):
     model.metadata_props.add(key="tessera.symbols",
                              value=",".join(f"{k}={v}" for k, v in sorted(symbols.items())))
     return model
+
+
+def _lift(model, opset: int):
+    """``model`` (default-domain opset older than :data:`MIN_OPSET`) converted to
+    :data:`UPGRADE_OPSET`; a :class:`ModelError` names the node the converter cannot lift."""
+    from onnx import version_converter
+
+    try:
+        lifted = version_converter.convert_version(model, UPGRADE_OPSET)
+    except Exception as e:                  # the converter raises RuntimeError from C++ asserts
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        types = sorted({n.op_type for n in model.graph.node}, key=len, reverse=True)
+        culprit = next((t for t in types if t in msg), None)
+        where = ""
+        if culprit is not None:
+            node = next(n for n in model.graph.node if n.op_type == culprit)
+            where = f" at node {node.name!r} ({culprit})"
+        raise ModelError(f"default-domain opset {opset} is older than {MIN_OPSET} and "
+                         f"onnx.version_converter cannot lift it to {UPGRADE_OPSET}{where}: "
+                         f"{msg}") from None
+    _name_nodes(lifted)                     # the converter adds unnamed nodes
+    return lifted
 
 
 def _dims(vi) -> tuple | None:

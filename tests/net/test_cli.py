@@ -2,10 +2,16 @@
 
 import json
 
+import numpy as np
 import onnx
+import pytest
+from onnx import numpy_helper
 
 from flow import tessera
 from planner.net.models import encoder_block, small_cnn
+from tb.tools import missing_tool
+
+from .conftest import LIGHT
 
 
 def test_explain_json_lists_every_op(tmp_path, timings_file, capsys):
@@ -77,3 +83,37 @@ def test_explain_errors_name_the_problem(tmp_path, timings_file, capsys):
     assert "NAME=D0,D1" in capsys.readouterr().err
     assert tessera.main(["explain", str(tmp_path / "nope.onnx")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+#: Opset-6 models of the onnx wheel's PyTorch-converted test data (batch 2: every image runs
+#: on the accelerator).
+OPSET6 = ["test_Conv2d", "test_Conv2d_depthwise_strided", "test_Conv2d_groups",
+          "test_Conv2d_dilated", "test_Linear", "test_Linear_no_bias"]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("name", OPSET6)
+def test_opset6_models_explain_compile_and_run_on_the_rtl_bit_exact(name, tmp_path, capsys):
+    reason = missing_tool("verilator")
+    if reason:
+        pytest.skip(reason)
+    model = LIGHT.parent / "pytorch-converted" / name / "model.onnx"
+    assert onnx.load(model).opset_import[0].version == 6
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString((model.parent / "test_data_set_0" / "input_0.pb").read_bytes())
+    np.save(tmp_path / "x.npy", numpy_helper.to_array(tensor))
+    assert tessera.main(["explain", str(model), "--config", "small", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["ops"]
+    accel = {r["op"] for r in rows if r["decision"] == "accel"}
+    assert len(accel) == 1
+    tsr = tmp_path / "m.tsr"
+    assert tessera.main(["compile", str(model), "-o", str(tsr), "--config", "small"]) == 0
+    capsys.readouterr()
+    report = tmp_path / "run.json"
+    assert tessera.main(["run", str(tsr), "--input", str(tmp_path / "x.npy"), "--sim",
+                         "verilator", "--compare", "--json", str(report),
+                         "--workdir", str(tmp_path / "sim")]) == 0
+    out = json.loads(report.read_text())
+    assert all(c["bit_exact"] for c in out["vs_golden"].values())
+    layers = [r for r in out["layers"] if r["where"] != "host"]
+    assert {r["layer"] for r in layers} == accel and all(r["cycles"] > 0 for r in layers)

@@ -77,11 +77,24 @@ def test_import_refuses_garbage_bytes_and_missing_files(tmp_path):
         import_onnx(tmp_path / "missing.onnx")
 
 
-def test_import_refuses_old_opsets_and_bad_attributes():
+def test_import_lifts_old_opsets_and_names_the_node_it_cannot_lift():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    with pytest.raises(ModelError, match="opset 5 is older than 7"):
-        load_model(_tiny([helper.make_node("Relu", ["x"], ["y"])], [x], [y], opset=5))
+    lifted = load_model(_tiny([helper.make_node("Relu", ["x"], ["y"])], [x], [y], opset=5))
+    assert [(o.domain, o.version) for o in lifted.opset_import if o.domain in ("", "ai.onnx")] \
+        == [("", 13)]
+    x4 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    y4 = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])
+    old = _tiny([helper.make_node("ImageScaler", ["x"], ["y"], name="scaler", scale=2.0)],
+                [x4], [y4], opset=6)
+    with pytest.raises(ModelError, match=r"opset 6 is older than 7 .* cannot lift it to 13 "
+                                         r"at node 'scaler' \(ImageScaler\)"):
+        load_model(old)
+
+
+def test_import_refuses_bad_attributes():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     bad = _tiny([helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=7)], [x], [y])
     with pytest.raises(ModelError, match="sm|axis"):
         load_model(bad)
