@@ -5,8 +5,10 @@
     python -m firmware inspect IMAGE
     python -m firmware validate IMAGE [--preset NAME | --config cfg.json] [--device-bytes N]
 
-``validate`` prints every problem (one per line) and exits 1, or prints ``valid`` and exits 0.
-Unreadable files and bad options exit 2.
+Both first say what they read (``IMAGE: firmware image, N bytes``). ``validate`` then prints
+every problem (one per line) and exits 1, or prints ``valid`` and exits 0. Unreadable files,
+files that are not images (a ``.tsr`` compiled network is a zip archive: ``tessera firmware``
+reads the images inside it) and bad options exit 2.
 """
 
 from __future__ import annotations
@@ -19,18 +21,27 @@ from spec.config import PRESETS, AccelConfig, ConfigError
 
 from .image import inspect, validate
 
-__all__ = ["main"]
+__all__ = ["main", "ZIP_MAGIC"]
 
 
 class _CliError(Exception):
     """A clean command-line error: printed to stderr, exit status 2."""
 
 
+#: The first bytes of a zip archive (a ``.tsr`` compiled network is one).
+ZIP_MAGIC = b"PK\x03\x04"
+
+
 def _read(path: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        blob = Path(path).read_bytes()
     except OSError as exc:
         raise _CliError(f"cannot read image {path!r}: {exc.strerror or exc}") from None
+    if blob.startswith(ZIP_MAGIC):
+        raise _CliError(f"{path} is a zip archive (a compiled network .tsr?), not a firmware "
+                        f"image; `tessera firmware validate|inspect {path}` reads every image "
+                        f"inside a .tsr")
+    return blob
 
 
 def _config(args) -> AccelConfig:
@@ -76,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         blob = _read(args.image)
+        print(f"{args.image}: firmware image, {len(blob)} bytes")
         if args.command == "inspect":
             sys.stdout.write(inspect(blob))
             return 0

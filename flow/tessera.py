@@ -3,7 +3,7 @@
 ::
 
     tessera plan ...        # python -m planner (tiling, cycle model, reports)
-    tessera firmware ...    # python -m firmware (inspect / validate images)
+    tessera firmware ...    # python -m firmware (inspect / validate images), and .tsr files
 
 Each subcommand is a function ``f(argv) -> int`` in its own module; this file only maps names
 to ``module:function`` (imported lazily, so ``tessera plan`` never imports the network stack).
@@ -20,8 +20,8 @@ __all__ = ["SUBCOMMANDS", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("planner.__main__:main",
              "tile GEMMs, convolutions or workload files (python -m planner)"),
-    "firmware": ("firmware.__main__:main",
-                 "inspect or validate firmware images (python -m firmware)"),
+    "firmware": ("flow.firmware_cli:main",
+                 "inspect or validate firmware images, or every image of a .tsr"),
     "explain": ("flow.cli:main", "assign an ONNX model's ops to host or accelerator, and why"),
     "compile": ("flow.cli:compile_main", "compile an ONNX model into accelerator images (.tsr)"),
     "run": ("flow.cli:run_main", "run a compiled network (.tsr) on the golden device or RTL"),

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -26,7 +27,21 @@ def test_cli_inspect_prints_dump(image_file, capsys):
 
 def test_cli_validate_valid(image_file, capsys):
     assert main(["validate", str(image_file), "--preset", "tiny"]) == 0
-    assert capsys.readouterr().out == "valid\n"
+    size = image_file.stat().st_size
+    assert capsys.readouterr().out == f"{image_file}: firmware image, {size} bytes\nvalid\n"
+
+
+def test_cli_refuses_a_zip_archive_and_says_what_it_is(tmp_path, capsys):
+    """A .tsr compiled network is a zip archive: the image commands say so instead of reading
+    its bytes as a header."""
+    path = tmp_path / "net.tsr"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("plan.json", "{}")
+    for command in ("validate", "inspect"):
+        assert main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "is a zip archive (a compiled network .tsr?), not a firmware image" in err
+        assert f"tessera firmware validate|inspect {path}" in err
 
 
 def test_cli_validate_config_file(image_file, tmp_path, capsys):
@@ -62,4 +77,4 @@ def test_cli_unreadable_files_are_clean_errors(tmp_path, image_file, capsys):
 def test_cli_module_entry_point(image_file):
     run = subprocess.run([sys.executable, "-m", "firmware", "validate", str(image_file),
                           "--preset", "tiny"], capture_output=True, text=True, check=False)
-    assert run.returncode == 0 and run.stdout == "valid\n", run.stderr
+    assert run.returncode == 0 and run.stdout.endswith("bytes\nvalid\n"), run.stderr

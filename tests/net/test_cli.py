@@ -1,6 +1,7 @@
 """``tessera explain``, and ``tessera compile`` taking its decisions."""
 
 import json
+import zipfile
 
 import numpy as np
 import onnx
@@ -117,3 +118,38 @@ def test_opset6_models_explain_compile_and_run_on_the_rtl_bit_exact(name, tmp_pa
     assert all(c["bit_exact"] for c in out["vs_golden"].values())
     layers = [r for r in out["layers"] if r["where"] != "host"]
     assert {r["layer"] for r in layers} == accel and all(r["cycles"] > 0 for r in layers)
+
+
+def test_firmware_validate_and_inspect_read_every_image_of_a_tsr(tmp_path, capsys):
+    path, tsr = tmp_path / "cnn.onnx", tmp_path / "cnn.tsr"
+    onnx.save(small_cnn(), path)
+    assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "small"]) == 0
+    capsys.readouterr()
+    assert tessera.main(["firmware", "validate", str(tsr)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{tsr}: compiled network 'cnn' for config_id 0xe4997fb1, 2 images"
+    assert out[1].startswith("segment0 (conv0, conv1, conv2, conv3), ")
+    assert out[1].endswith(" bytes: valid") and out[2].startswith("segment1 (fc), ")
+    # another configuration: every image is checked against it, and refused
+    assert tessera.main(["firmware", "validate", str(tsr), "--preset", "tiny"]) == 1
+    out = capsys.readouterr().out
+    assert "checked against config_id" in out and out.count("does not match the accelerator") == 2
+    assert tessera.main(["firmware", "inspect", str(tsr)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Tessera firmware image") == 2 and "== segment1 (fc)" in out
+    # a corrupted image inside the archive: its problems, indented under it
+    with zipfile.ZipFile(tsr) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    blob = bytearray(members["images/segment1.bin"])
+    blob[-1] ^= 0xFF
+    members["images/segment1.bin"] = bytes(blob)
+    with zipfile.ZipFile(tsr, "w") as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    assert tessera.main(["firmware", "validate", str(tsr)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith(": valid") and "problem(s)" in out[2]
+    assert any(line.startswith("  ") and "crc" in line.lower() for line in out[3:])
+    # python -m firmware itself says what a .tsr is
+    assert tessera.main(["firmware", "validate", str(tmp_path / "missing.tsr")]) == 2
+    assert "cannot read image" in capsys.readouterr().err

@@ -154,6 +154,15 @@ def test_firmware_unreadable_image(capsys, tmp_path, command):
     assert f"error: cannot read image {missing!r}: No such file or directory" in err
 
 
+@pytest.mark.parametrize("command", ["inspect", "validate"])
+def test_firmware_tsr_archive(capsys, tmp_path, command):
+    path = tmp_path / "net.tsr"
+    path.write_bytes(fw_cli.ZIP_MAGIC + bytes(60))
+    err = firmware(capsys, command, str(path))
+    assert f"error: {path} is a zip archive (a compiled network .tsr?), not a firmware image" \
+        in err
+
+
 def test_firmware_unreadable_config(capsys, tmp_path, image_file):
     missing = str(tmp_path / "cfg.json")
     err = firmware(capsys, "validate", str(image_file), "--config", missing)

@@ -1,0 +1,72 @@
+"""``tessera firmware``: ``python -m firmware`` for raw images, and for ``.tsr`` compiled
+networks every image inside them.
+
+::
+
+    tessera firmware validate NET.tsr [--preset NAME | --config cfg.json] [--device-bytes N]
+    tessera firmware inspect NET.tsr
+    tessera firmware validate IMAGE ...       # a raw image: exactly python -m firmware
+
+A ``.tsr`` (a zip archive, :meth:`flow.compile.CompiledNetwork.save`) is checked against the
+configuration it was compiled for unless ``--preset`` or ``--config`` names another. The output
+says what was read (``NET.tsr: compiled network 'name' for config_id ..., K images``), then one
+line per image (``segment0 (conv0, conv1): valid``, or its problems, indented). Exit status 0
+when every image is valid, 1 when one is not, 2 when the file cannot be read.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import firmware.__main__ as firmware_cli
+from firmware.image import inspect, validate
+
+from .compile import CompiledNetwork, CompileError
+
+__all__ = ["main"]
+
+
+def _is_archive(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(firmware_cli.ZIP_MAGIC)) == firmware_cli.ZIP_MAGIC
+    except OSError:
+        return False                # python -m firmware reports the unreadable file
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = firmware_cli._parser().parse_args(argv)
+    if not _is_archive(args.image):
+        return firmware_cli.main(argv)
+    try:
+        net = CompiledNetwork.load(args.image)
+        given = getattr(args, "config", None) is not None or any(
+            a.split("=")[0] == "--preset" for a in argv)
+        cfg = firmware_cli._config(args) if given else net.cfg
+    except (CompileError, firmware_cli._CliError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    segments = net.segments
+    print(f"{args.image}: compiled network {net.name!r} for config_id {net.cfg.config_id:#010x}, "
+          f"{len(segments)} image{'s' if len(segments) != 1 else ''}"
+          + ("" if cfg.config_id == net.cfg.config_id
+             else f"; checked against config_id {cfg.config_id:#010x}"))
+    status = 0
+    for seg in segments:
+        label = f"segment{seg.index} ({', '.join(seg.layers)}), {len(seg.image)} bytes"
+        if args.command == "inspect":
+            print(f"== {label}")
+            sys.stdout.write(inspect(seg.image, cfg))
+            continue
+        problems = validate(seg.image, cfg, device_bytes=args.device_bytes)
+        print(f"{label}: {'valid' if not problems else f'{len(problems)} problem(s)'}")
+        for problem in problems:
+            print(f"  {problem}")
+        status |= 1 if problems else 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
