@@ -21,10 +21,10 @@ from spec.config import PRESETS, AccelConfig, ConfigError
 
 from .image import inspect, validate
 
-__all__ = ["main", "ZIP_MAGIC"]
+__all__ = ["main", "build_parser", "config_from_args", "CliError", "ZIP_MAGIC"]
 
 
-class _CliError(Exception):
+class CliError(Exception):
     """A clean command-line error: printed to stderr, exit status 2."""
 
 
@@ -36,23 +36,23 @@ def _read(path: str) -> bytes:
     try:
         blob = Path(path).read_bytes()
     except OSError as exc:
-        raise _CliError(f"cannot read image {path!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot read image {path!r}: {exc.strerror or exc}") from None
     if blob.startswith(ZIP_MAGIC):
-        raise _CliError(f"{path} is a zip archive (a compiled network .tsr?), not a firmware "
+        raise CliError(f"{path} is a zip archive (a compiled network .tsr?), not a firmware "
                         f"image; `tessera firmware validate|inspect {path}` reads every image "
                         f"inside a .tsr")
     return blob
 
 
-def _config(args) -> AccelConfig:
+def config_from_args(args) -> AccelConfig:
     if args.config is None:
         return PRESETS[args.preset]
     try:
         return AccelConfig.from_json(Path(args.config).read_text())
     except OSError as exc:
-        raise _CliError(f"cannot read config {args.config!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot read config {args.config!r}: {exc.strerror or exc}") from None
     except (ConfigError, ValueError, TypeError) as exc:
-        raise _CliError(f"bad config {args.config!r}: {exc}") from None
+        raise CliError(f"bad config {args.config!r}: {exc}") from None
 
 
 def _device_bytes(text: str) -> int:
@@ -67,7 +67,7 @@ def _device_bytes(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m firmware", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="print a readable dump of an image")
@@ -84,15 +84,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         blob = _read(args.image)
         print(f"{args.image}: firmware image, {len(blob)} bytes")
         if args.command == "inspect":
             sys.stdout.write(inspect(blob))
             return 0
-        problems = validate(blob, _config(args), device_bytes=args.device_bytes)
-    except _CliError as exc:
+        problems = validate(blob, config_from_args(args), device_bytes=args.device_bytes)
+    except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for problem in problems:

@@ -37,15 +37,15 @@ def _is_archive(path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = firmware_cli._parser().parse_args(argv)
+    args = firmware_cli.build_parser().parse_args(argv)
     if not _is_archive(args.image):
         return firmware_cli.main(argv)
     try:
         net = CompiledNetwork.load(args.image)
         given = getattr(args, "config", None) is not None or any(
             a.split("=")[0] == "--preset" for a in argv)
-        cfg = firmware_cli._config(args) if given else net.cfg
-    except (CompileError, firmware_cli._CliError) as e:
+        cfg = firmware_cli.config_from_args(args) if given else net.cfg
+    except (CompileError, firmware_cli.CliError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     segments = net.segments
