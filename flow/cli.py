@@ -27,6 +27,7 @@ from rich.table import Table
 
 from flow.compile import CompiledNetwork, CompileError, compile_network
 from flow.execute import compare_outputs, layer_rows, run_network
+from flow.report import html_report
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
@@ -295,13 +296,17 @@ def _report_table(rows: list[dict], title: str, measured: bool) -> None:
 
 
 def run_main(argv: list[str] | None = None) -> int:
-    """``tessera run MODEL.tsr --input x.npy [--sim verilator|icarus|golden] [--json OUT]``"""
+    """``tessera run MODEL.tsr [--input x.npy] [--sim verilator|icarus|golden] [--json OUT]
+    [--html OUT]``"""
     parser = argparse.ArgumentParser(
         prog="tessera run",
         description="Run a compiled network (.tsr) on the golden device or the RTL.")
     parser.add_argument("network", help="compiled network (.tsr, from tessera compile)")
-    parser.add_argument("--input", required=True,
-                        help="input tensor (.npy for a single-input network, else .npz by name)")
+    parser.add_argument("--input", default=None,
+                        help="input tensor (.npy for a single-input network, else .npz by "
+                             "name); default: seeded standard-normal values (--seed)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the generated input when --input is not given")
     parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"))
     parser.add_argument("--workdir", default=None,
                         help="simulation directory (default: a temporary one)")
@@ -309,6 +314,9 @@ def run_main(argv: list[str] | None = None) -> int:
                         help="RTL: also run the golden device and require bit-exact outputs; "
                              "and compare with onnxruntime on the stored quantised model")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--html", default=None, metavar="OUT.html",
+                        help="write the report as a self-contained HTML page (table and a "
+                             "chart of each layer's cycles)")
     parser.add_argument("--output", default=None, metavar="OUT.npz",
                         help="write the graph outputs")
     args = parser.parse_args(argv)
@@ -318,7 +326,14 @@ def run_main(argv: list[str] | None = None) -> int:
 
     try:
         net = CompiledNetwork.load(args.network)
-        feeds = _feeds(args.input, net)
+        if args.input is None:
+            rng = np.random.default_rng(args.seed)
+            feeds = {name: rng.normal(0, 1, spec["shape"]).astype(spec["dtype"])
+                     for name, spec in net.inputs.items()}
+            print(f"input: generated, standard normal, seed {args.seed} "
+                  f"({', '.join(f'{n} {tuple(f.shape)}' for n, f in feeds.items())})")
+        else:
+            feeds = _feeds(args.input, net)
     except (CompileError, ValueError, OSError) as e:
         print(f"tessera run: {e}", file=sys.stderr)
         return 2
@@ -377,4 +392,6 @@ def run_main(argv: list[str] | None = None) -> int:
         np.savez(args.output, **run.outputs)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.html:
+        Path(args.html).write_text(html_report(report))
     return status

@@ -300,6 +300,29 @@ def test_cli_compile_and_golden_run(tmp_path, capsys):
     assert "not a compiled network" in capsys.readouterr().err
 
 
+def test_cli_run_generates_its_input_and_writes_an_html_report(tmp_path, capsys):
+    onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
+    assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "cnn.tsr"),
+                         "--config", "tiny"]) == 0
+    capsys.readouterr()
+    page = tmp_path / "r.html"
+    assert run_main([str(tmp_path / "cnn.tsr"), "--seed", "3", "--html", str(page),
+                     "--output", str(tmp_path / "gen.npz")]) == 0
+    assert "input: generated, standard normal, seed 3 (x (1, 3, 8, 8))" in \
+        capsys.readouterr().out
+    # the same values given explicitly: the same outputs
+    np.save(tmp_path / "x.npy", np.random.default_rng(3).normal(0, 1, (1, 3, 8, 8))
+            .astype(np.float32))
+    assert run_main([str(tmp_path / "cnn.tsr"), "--input", str(tmp_path / "x.npy"),
+                     "--output", str(tmp_path / "given.npz")]) == 0
+    with np.load(tmp_path / "gen.npz") as a, np.load(tmp_path / "given.npz") as b:
+        assert set(a.files) == set(b.files) and all(np.array_equal(a[k], b[k]) for k in a.files)
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and text.count("<svg") == 1
+    assert all(f">{name}</text>" in text for name in ("conv0", "conv1", "conv2", "conv3", "fc"))
+    assert "predicted" in text and "<table>" in text
+
+
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
     (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
     assert compile_main([str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "j.tsr")]) == 2
