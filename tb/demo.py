@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 from hw.build import emit
 from spec.config import PRESETS
@@ -61,7 +60,9 @@ def main(argv=None) -> int:
     out = emit(cfg)
     runner = build("verilator", out)
     print(f"Running {args.shapes} (seed {seed})...", flush=True)
-    test_dir = Path(tempfile.mkdtemp(prefix="demo-", dir=out))
+    test_dir = out / "demo"                 # reused: the last run's files, kept on FAIL
+    shutil.rmtree(test_dir, ignore_errors=True)
+    test_dir.mkdir()
     xml = runner.test(hdl_toplevel="sim_top", test_module="tb.planned", test_dir=test_dir,
                       extra_env={"ACCEL_BUILD": str(out), "TESSERA_PLANNED": args.shapes,
                                  "TESSERA_STRATEGY": args.strategy,

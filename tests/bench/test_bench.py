@@ -120,7 +120,8 @@ def test_report_markdown_has_layers_totals_and_peers():
 
 
 def test_report_json_markdown_and_plots_written(tmp_path):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="matplotlib is optional (the [bench] extra, which "
+                        "make bench installs); without it the plots are not tested")
     report = fake_report()
     md = write_report(report, tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
