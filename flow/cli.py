@@ -343,7 +343,12 @@ def run_main(argv: list[str] | None = None) -> int:
         task = bar.add_task(f"{net.name} on {args.sim}", total=layers_total)
 
         def on_event(ev: dict) -> None:
-            if ev.get("event") == "step":
+            if ev.get("event") == "build":
+                bar.update(task, description=f"{net.name} on {args.sim}: {ev['what']} "
+                                             f"({ev['elapsed_s']:.0f} s)")
+            elif ev.get("event") == "built" and ev["elapsed_s"] >= 1:
+                bar.console.print(f"{ev['what']}: {ev['elapsed_s']:.0f} s")
+            elif ev.get("event") == "step":
                 what = ev["name"] if ev["kind"] == "host" else \
                     f"{ev['name']} ({', '.join(ev['layers'])})"
                 bar.update(task, advance=len(ev["layers"]) or 1,

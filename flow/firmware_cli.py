@@ -17,7 +17,6 @@ when every image is valid, 1 when one is not, 2 when the file cannot be read.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import firmware.__main__ as firmware_cli
 from firmware.image import inspect, validate

@@ -1,6 +1,7 @@
 """``tessera explain``, and ``tessera compile`` taking its decisions."""
 
 import json
+import time
 import zipfile
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 from flow import tessera
+from flow.execute import _heartbeat
 from planner.net.models import encoder_block, small_cnn
 from tb.tools import missing_tool
 
@@ -153,3 +155,18 @@ def test_firmware_validate_and_inspect_read_every_image_of_a_tsr(tmp_path, capsy
     # python -m firmware itself says what a .tsr is
     assert tessera.main(["firmware", "validate", str(tmp_path / "missing.tsr")]) == 2
     assert "cannot read image" in capsys.readouterr().err
+
+
+def test_long_silent_steps_report_their_progress():
+    """Verilog generation and the simulator build say what they do, every ``every_s`` seconds,
+    and when they end (``tessera run`` shows it on its progress line)."""
+    events = []
+    with _heartbeat(events.append, "building", every_s=0.05):
+        time.sleep(0.3)
+    assert events[0] == {"event": "build", "what": "building", "elapsed_s": 0.0}
+    beats = [e for e in events if e["event"] == "build"]
+    assert len(beats) >= 3 and [e["elapsed_s"] for e in beats] == sorted(e["elapsed_s"]
+                                                                         for e in beats)
+    assert events[-1]["event"] == "built" and events[-1]["elapsed_s"] >= 0.3
+    with _heartbeat(None, "nothing"):           # no listener: no thread, no events
+        pass
