@@ -20,7 +20,6 @@ records and the tensors later steps need. Backends:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +36,7 @@ from flow.compile import CompiledNetwork, Segment, build_gemm_image
 from hw.build import emit
 from planner.net.reference import HostExecutor, _to_int8, run_layer
 from spec.config import AccelConfig
-from tb.tools import build, missing_tool
+from tb.tools import build, heartbeat, missing_tool
 
 __all__ = ["execute", "run_network", "NetworkRun", "SIMS", "layer_rows",
            "compare_outputs"]
@@ -192,34 +191,6 @@ def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: s
     return NetworkRun(sim, outputs, steps, time.perf_counter() - t0)
 
 
-@contextlib.contextmanager
-def _heartbeat(on_event: Event | None, what: str, every_s: float = 2.0):
-    """Around a long step that reports nothing itself (Verilog generation, the simulator
-    build): ``{"event": "build", "what": ..., "elapsed_s": ...}`` at its start and every
-    ``every_s`` seconds, ``{"event": "built", ...}`` at its end."""
-    if on_event is None:
-        yield
-        return
-    t0, stop = time.monotonic(), threading.Event()
-
-    def tell(event: str) -> None:
-        on_event({"event": event, "what": what, "elapsed_s": round(time.monotonic() - t0, 1)})
-
-    def beat() -> None:
-        while not stop.wait(every_s):
-            tell("build")
-
-    tell("build")
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        tell("built")
-
-
 def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
 
     reason = missing_tool(sim)
@@ -237,9 +208,9 @@ def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
     job = {"tsr": str(Path(tsr).resolve()), "feeds": "feeds.npz", "events": events.name,
            "result": result.name, "outputs": "outputs.npz"}
     (workdir / "net_job.json").write_text(json.dumps(job, indent=1) + "\n")
-    with _heartbeat(on_event, "generating Verilog"):
+    with heartbeat(on_event, "generating Verilog"):
         out = emit(net.cfg)
-    with _heartbeat(on_event, f"building the {sim} model (cached after the first use)"):
+    with heartbeat(on_event, f"building the {sim} model (cached after the first use)"):
         runner = build(sim, out, waves=os.getenv("WAVES") == "1")
     log = workdir / "sim.log"
     error: list[BaseException] = []

@@ -15,7 +15,7 @@ import sys
 from hw.build import emit
 from spec.config import PRESETS
 from spec.regmap import COUNTERS
-from tb.tools import build, missing_tool
+from tb.tools import build, heartbeat, missing_tool
 
 DEFAULT_SHAPES = "512x512x512,300x700x1000"
 
@@ -42,6 +42,14 @@ def report(records: list[dict], cfg) -> str:
     return "\n".join(lines)
 
 
+def _say(event: dict) -> None:
+    """A heartbeat line (tb.tools.heartbeat): what is running and for how long."""
+    if event["event"] == "build" and event["elapsed_s"] > 0:
+        print(f"  ... {event['what']}: {event['elapsed_s']:.0f} s", flush=True)
+    elif event["event"] == "built":
+        print(f"  {event['what']}: done in {event['elapsed_s']:.0f} s", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tb.demo", description=__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
@@ -57,8 +65,11 @@ def main(argv=None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"Building {args.preset} ({cfg.array_rows}x{cfg.array_cols}, config_id "
           f"{cfg.config_id:08x}) with Verilator...", flush=True)
-    out = emit(cfg)
-    runner = build("verilator", out)
+    with heartbeat(_say, "generating Verilog", every_s=10):
+        out = emit(cfg)
+    with heartbeat(_say, "compiling the Verilator model (cached after the first use)",
+                   every_s=10):
+        runner = build("verilator", out)
     print(f"Running {args.shapes} (seed {seed})...", flush=True)
     test_dir = out / "demo"                 # reused: the last run's files, kept on FAIL
     shutil.rmtree(test_dir, ignore_errors=True)

@@ -6,17 +6,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hw.build import TB_HDL, locked
 
-__all__ = ["SIMULATORS", "LINT_WAIVERS", "missing_tool", "prepare_env", "build", "icarus_source",
-           "lint"]
+__all__ = ["SIMULATORS", "LINT_WAIVERS", "missing_tool", "prepare_env", "build", "heartbeat",
+           "icarus_source", "lint"]
 
 #: simulator name -> executable that must be on PATH
 SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
@@ -182,3 +186,31 @@ if __name__ == "__main__":
         sys.exit(install())
     print("usage: python -m tb.tools install", file=sys.stderr)
     sys.exit(2)
+
+
+@contextlib.contextmanager
+def heartbeat(on_event: Callable[[dict], None] | None, what: str, every_s: float = 2.0):
+    """Around a long step that reports nothing itself (Verilog generation, the simulator
+    build): ``{"event": "build", "what": ..., "elapsed_s": ...}`` at its start and every
+    ``every_s`` seconds, ``{"event": "built", ...}`` at its end."""
+    if on_event is None:
+        yield
+        return
+    t0, stop = time.monotonic(), threading.Event()
+
+    def tell(event: str) -> None:
+        on_event({"event": event, "what": what, "elapsed_s": round(time.monotonic() - t0, 1)})
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            tell("build")
+
+    tell("build")
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        tell("built")

@@ -10,9 +10,8 @@ import pytest
 from onnx import numpy_helper
 
 from flow import tessera
-from flow.execute import _heartbeat
 from planner.net.models import encoder_block, small_cnn
-from tb.tools import missing_tool
+from tb.tools import heartbeat, missing_tool
 
 from .conftest import LIGHT
 
@@ -161,12 +160,12 @@ def test_long_silent_steps_report_their_progress():
     """Verilog generation and the simulator build say what they do, every ``every_s`` seconds,
     and when they end (``tessera run`` shows it on its progress line)."""
     events = []
-    with _heartbeat(events.append, "building", every_s=0.05):
+    with heartbeat(events.append, "building", every_s=0.05):
         time.sleep(0.3)
     assert events[0] == {"event": "build", "what": "building", "elapsed_s": 0.0}
     beats = [e for e in events if e["event"] == "build"]
     assert len(beats) >= 3 and [e["elapsed_s"] for e in beats] == sorted(e["elapsed_s"]
                                                                          for e in beats)
     assert events[-1]["event"] == "built" and events[-1]["elapsed_s"] >= 0.3
-    with _heartbeat(None, "nothing"):           # no listener: no thread, no events
+    with heartbeat(None, "nothing"):           # no listener: no thread, no events
         pass
