@@ -1,6 +1,7 @@
 """Float ONNX models built with ``onnx.helper`` for tests and demos: a small 5-layer CNN, a
-BERT-base-shaped transformer encoder block, a ResNet bottleneck block and a ReLU MLP (the last
-two have fusible producer/consumer pairs, docs/fusion.md). Weights are seeded random values.
+BERT-base-shaped transformer encoder block, a ResNet bottleneck block, a ReLU MLP (the last
+two have fusible producer/consumer pairs, docs/fusion.md) and a MobileNet-V2-style network of
+inverted residual blocks (depthwise convolutions). Weights are seeded random values.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import math
 
 import numpy as np
 
-__all__ = ["small_cnn", "encoder_block", "bottleneck", "mlp", "BERT_BASE"]
+__all__ = ["small_cnn", "encoder_block", "bottleneck", "mlp", "inverted_residual_net",
+           "BERT_BASE", "MOBILENET_BLOCKS"]
 
 #: BERT-base encoder dimensions.
 BERT_BASE = {"hidden": 768, "heads": 12, "ffn": 3072}
@@ -226,3 +228,64 @@ def mlp(*, tokens: int = 16, features: tuple[int, ...] = (64, 256, 64), seed: in
                                                        [tokens, features[0]])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT,
                                                 [tokens, features[-1]])], inits, "mlp")
+
+
+#: ``(out channels, expansion, stride)`` of each inverted residual block of
+#: :func:`inverted_residual_net` by default: MobileNet-V2's first stages, narrowed.
+MOBILENET_BLOCKS = ((16, 1, 1), (24, 6, 2), (24, 6, 1), (32, 6, 2), (32, 6, 1))
+
+
+def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 10,
+                          blocks=MOBILENET_BLOCKS, stem: int = 16, seed: int = 0):
+    """A MobileNet-V2-style network on ``1 x 3 x height x width``: a 3x3 stride-2 stem conv
+    (``stem`` channels, ReLU), then one inverted residual block per ``(out, expansion,
+    stride)`` of ``blocks`` — a 1x1 expand conv to ``in * expansion`` channels with ReLU
+    (omitted at expansion 1), a 3x3 depthwise conv (``group`` = its channels, pad 1, the block's
+    stride) with ReLU, a 1x1 project conv to ``out`` channels, and a residual ``Add`` when the
+    stride is 1 and ``in == out`` — then global average pooling, flatten and a Gemm head.
+    Input ``x``, output ``logits``."""
+    from onnx import TensorProto, helper
+
+    _check("height", height, 8, 4096)
+    _check("width", width, 8, 4096)
+    _check("classes", classes, 1, 100000)
+    _check("stem", stem, 1, 4096)
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {}
+    nodes = []
+
+    def conv(name, x, cin, cout, k, stride=1, group=1, relu=True):
+        w = rng.normal(0, math.sqrt(2 / (cin // group * k * k)),
+                       (cout, cin // group, k, k)).astype(np.float32)
+        inits[f"{name}_w"] = w
+        inits[f"{name}_b"] = rng.normal(0, 0.05, cout).astype(np.float32)
+        pad = k // 2
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name], name=name,
+                                      kernel_shape=[k, k], pads=[pad] * 4,
+                                      strides=[stride, stride], group=group))
+        if not relu:
+            return name
+        nodes.append(helper.make_node("Relu", [name], [f"{name}_relu"], name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    x, cin = conv("stem", "x", 3, stem, 3, stride=2), stem
+    for i, (cout, t, stride) in enumerate(blocks):
+        _check(f"blocks[{i}] expansion", t, 1, 64)
+        _check(f"blocks[{i}] stride", stride, 1, 2)
+        mid = cin * t
+        y = conv(f"b{i}_expand", x, cin, mid, 1) if t != 1 else x
+        y = conv(f"b{i}_dw", y, mid, mid, 3, stride=stride, group=mid)
+        y = conv(f"b{i}_project", y, mid, cout, 1, relu=False)
+        if stride == 1 and cin == cout:
+            nodes.append(helper.make_node("Add", [y, x], [f"b{i}_add"], name=f"b{i}_add"))
+            y = f"b{i}_add"
+        x, cin = y, cout
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    inits["fc_w"] = rng.normal(0, math.sqrt(1 / cin), (classes, cin)).astype(np.float32)
+    inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
+                                  transB=1))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
+    return _make(nodes, inputs, outputs, inits, "inverted_residual_net")

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from spec.config import PRESETS  # noqa: E402
 from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
-from planner.net.models import encoder_block, small_cnn  # noqa: E402
+from planner.net.models import encoder_block, inverted_residual_net, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
@@ -133,6 +133,26 @@ def test_depthwise_and_grouped_convs_on_rtl_bit_exact(tmp_path):
     rows = {r["layer"]: r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"}
     assert list(rows) == ["expand", "depthwise", "grouped", "project"]
     assert vs_ort["y"]["max_abs_diff_lsb"] <= 4
+
+
+@pytest.mark.rtl
+def test_inverted_residual_net_on_rtl_bit_exact(tmp_path):
+    """A MobileNet-V2-style network (stem, five inverted residual blocks with depthwise 3x3
+    convolutions and residual Adds, FC head) on ``small``: every conv on the accelerator,
+    bit-exact, each layer predicted within 6% (the stride-2 stem's gather is 5.4% under the
+    model, issue 22's known gap; docs/networks.md has the numbers: depthwise layers run one
+    record per channel and output row, at 1-5% MAC utilisation)."""
+    needs("verilator")
+    model = fold_batchnorm(load_model(inverted_residual_net()))
+    q = quantize_qdq(model, samples=2, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    net, rtl, vs_ort = _run_both(q, "small", feeds, tmp_path)
+    assert net.summary()["host_layers"] == {}
+    rows = [r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"]
+    assert len(rows) == 16 and sum("_dw" in r["layer"] for r in rows) == 5
+    for r in rows:
+        assert abs(r["cycles"] - r["predicted_cycles"]) <= 0.06 * r["predicted_cycles"], r
+    assert vs_ort["logits"]["max_abs_diff_lsb"] <= 6
 
 
 @pytest.mark.rtl
