@@ -76,7 +76,7 @@ class AccelConfig:
     block_m: int = 16
     block_n: int = 16
     sync_bytes: int = 4096
-    dram_addr_bits: int = 24
+    dram_addr_bits: int = 28
     #: On-chip convolution table capacities (entries; docs/conv_tables.md): offsets (one per
     #: k), runs (B-load segments) and lane groups (+1).
     conv_offset_entries: int = 8192
@@ -324,7 +324,7 @@ PRESETS: dict[str, AccelConfig] = {
     "fpga": AccelConfig(
         buf_a_bytes=64 << 10, buf_b_bytes=64 << 10, acc_buf_bytes=32 << 10,
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
-        quant_entries=1024, local_buf_bytes=64 << 10,
+        quant_entries=1024, local_buf_bytes=64 << 10, dram_addr_bits=24,
         # 4 requantiser lanes (12 MULT18X18D, a row every 4 cycles) leave the DSPs to the array
         requant_lanes=4),
 }

@@ -195,3 +195,54 @@ def test_light_resnet50_on_rtl_bit_exact(tmp_path):
     assert sum(len(s.layers) for s in net.segments) == 54        # 53 convs + the FC head
     (c,) = vs_ort.values()
     assert c["max_abs_diff_lsb"] <= 8
+
+
+def _fc_qdq_model(k: int, n: int, seed: int = 0):
+    """A quantised (QDQ) ``1 x k @ k x n`` fully connected layer built directly in int8: the
+    weights are an int8 initialiser (no float copy, no calibration), as onnxruntime's QDQ
+    format writes them."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    inits = [numpy_helper.from_array(w, "w_q"),
+             numpy_helper.from_array(np.array(2.0 ** -7, np.float32), "w_scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "w_zp"),
+             numpy_helper.from_array(np.array(2.0 ** -5, np.float32), "x_scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "x_zp"),
+             numpy_helper.from_array(np.array(float(np.sqrt(k)) * 2.0 ** -9, np.float32),
+                                     "y_scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "y_zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"], name="xq"),
+             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"], name="xd"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wd"], name="wd"),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"], name="fc"),
+             helper.make_node("QuantizeLinear", ["y", "y_scale", "y_zp"], ["yq"], name="yq"),
+             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["out"],
+                              name="out")]
+    graph = helper.make_graph(
+        nodes, f"fc_{k}x{n}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("k, n", [(4096, 4096), (25088, 4096), (768, 50257)],
+                         ids=["fc4096x4096", "vgg-fc25088x4096", "vocab768x50257"])
+def test_large_fc_layers_on_rtl_bit_exact(k, n, tmp_path):
+    """Fully connected layers whose weights exceed the old 16 MiB address space (up to 103 MB)
+    run on ``default`` (256 MiB of device memory), bit-exact against the golden device."""
+    needs("verilator")
+    cfg = PRESETS["default"]
+    model = _fc_qdq_model(k, n)
+    low = lower(import_onnx(model))
+    net = compile_network(low, cfg)
+    assert net.summary()["host_layers"] == {}
+    feeds = {"x": np.random.default_rng(1).normal(0, 1, (1, k)).astype(np.float32)}
+    rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path)
+    gold = run_network(net, feeds, sim="golden")
+    exact = compare_outputs(rtl.outputs, gold.outputs)
+    assert all(c["bit_exact"] for c in exact.values()), exact
+    print(f"fc {k}x{n} on default: {rtl.total_cycles} cycles (predicted "
+          f"{rtl.predicted_cycles}), wall {rtl.wall_s:.1f} s")

@@ -69,12 +69,17 @@ def test_cli_workload_costs_convolutions_with_the_conv_model(capsys):
 
 
 def test_cli_refuses_a_layer_the_config_cannot_address(capsys):
-    """A 4096x4096 FC layer (16 MiB of weights) does not fit default's 16 MiB address space:
-    the planner says so, naming the sizes, and prints no cycles (issue 18)."""
-    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 2
+    """A VGG-class FC layer fits default's 256 MiB; a 16384 x 16384 x 2048 GEMM (256 MiB of
+    weights) does not: the planner says so, naming the sizes, and prints no cycles (issue 18).
+    The 16 MiB ``fpga`` preset refuses the 4096 x 4096 FC that default plans."""
+    assert main(["plan", "--gemm", "4096,25088,1", "--preset", "default"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--gemm", "16384,16384,2048", "--preset", "default"]) == 2
     out = capsys.readouterr()
     assert out.out == ""
-    assert ("its operands need 16,797,696 bytes of device memory (A 16,777,216, B 4,096, "
-            "C 16,384 as int32), more than dram_bytes=16,777,216 (dram_addr_bits=24)") in out.err
-    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default", "--json"]) == 2
+    assert ("its operands need 436,207,616 bytes of device memory (A 268,435,456, B 33,554,432, "
+            "C 134,217,728 as int32), more than dram_bytes=268,435,456 (dram_addr_bits=28)") \
+        in out.err
+    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "fpga", "--json"]) == 2
     assert capsys.readouterr().out == ""
+    assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 0
