@@ -291,7 +291,8 @@ def test_rtl_post_processing_random(rtl_build, sim, cases, lanes, c_port, tmp_pa
     if lanes:
         return
     coverage.record("post", records)
-    if sim == "verilator":
+    if sim == "verilator" and cases == POST_CASES:
+        # the 80-case run covers every mode (a 30-case run misses one about once in 80 seeds)
         assert {r["mode"] for r in records if r["int8"]} == {"NONE", "RELU", "RELU6", "CLAMP"}
         assert any(r["shift_min"] < 0 for r in records) and any(r["bias"] for r in records)
         assert any(not r["int8"] and r["bias"] for r in records)
