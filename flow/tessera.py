@@ -12,6 +12,7 @@ to ``module:function`` (imported lazily, so ``tessera plan`` never imports the n
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 __all__ = ["SUBCOMMANDS", "main"]
@@ -48,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     module, function = SUBCOMMANDS[name][0].split(":")
-    return getattr(importlib.import_module(module), function)(rest)
+    try:
+        return getattr(importlib.import_module(module), function)(rest)
+    except BrokenPipeError:
+        # the reader went away (`tessera ... | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """``tessera explain``, and ``tessera compile`` taking its decisions."""
 
 import json
+import subprocess
+import sys
 import time
 import zipfile
 
@@ -169,3 +171,20 @@ def test_long_silent_steps_report_their_progress():
     assert events[-1]["event"] == "built" and events[-1]["elapsed_s"] >= 0.3
     with heartbeat(None, "nothing"):           # no listener: no thread, no events
         pass
+
+
+def test_tessera_stops_quietly_when_its_reader_goes_away(tmp_path):
+    """``tessera firmware inspect NET.tsr | head -1``: no BrokenPipeError traceback, exit 0.
+    The dump of the small CNN's two images is about 80 kB, more than a pipe's 64 kB buffer,
+    so the writer does meet the closed pipe."""
+    path, tsr = tmp_path / "cnn.onnx", tmp_path / "cnn.tsr"
+    onnx.save(small_cnn(), path)
+    assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "small"]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "flow.tessera", "firmware", "inspect",
+                             str(tsr)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(str(tsr).encode())
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
