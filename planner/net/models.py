@@ -37,20 +37,40 @@ def _make(nodes, inputs, outputs, inits, name):
     return model
 
 
+def _image_model(height: int, width: int, classes: int, seed: int, *, min_side: int):
+    """Check an image classifier's sizes; its seeded generator, initialisers and nodes."""
+    _check("height", height, min_side, 4096)
+    _check("width", width, min_side, 4096)
+    _check("classes", classes, 1, 100000)
+    return np.random.default_rng(seed), {}, []
+
+
+def _classifier(nodes, inits, rng, x: str, channels: int, classes: int, hw, name: str):
+    """Global average pooling, flatten and a Gemm head with ``classes`` outputs after ``x``
+    (``channels`` deep), on input ``x`` of ``1 x 3 x hw``: the model."""
+    from onnx import TensorProto, helper
+
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
+    inits["fc_w"] = rng.normal(0, math.sqrt(1 / channels), (classes, channels)).astype(
+        np.float32)
+    inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
+    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
+                                  transB=1))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *hw])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
+    return _make(nodes, inputs, outputs, inits, name)
+
+
 def small_cnn(*, height: int = 32, width: int = 32, classes: int = 10, batchnorm: bool = True,
               seed: int = 0):
     """A 5-layer CNN on ``1 x 3 x height x width``: four 3x3 convs (16, 32, 32, 64 channels;
     pad 1; strides 1, 2, 1, 2) with ReLU — the third followed by BatchNormalization when
     ``batchnorm`` — then global average pooling, flatten and a fully connected head (Gemm) with
     ``classes`` outputs. Input ``x``, output ``logits``."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    _check("height", height, 4, 4096)
-    _check("width", width, 4, 4096)
-    _check("classes", classes, 1, 100000)
-    rng = np.random.default_rng(seed)
-    inits: dict[str, np.ndarray] = {}
-    nodes = []
+    rng, inits, nodes = _image_model(height, width, classes, seed, min_side=4)
     chans = [3, 16, 32, 32, 64]
     strides = [1, 2, 1, 2]
     x = "x"
@@ -72,16 +92,7 @@ def small_cnn(*, height: int = 32, width: int = 32, classes: int = 10, batchnorm
             y = f"bn{i}"
         nodes.append(helper.make_node("Relu", [y], [f"relu{i}"], name=f"relu{i}"))
         x = f"relu{i}"
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
-    inits["fc_w"] = rng.normal(0, math.sqrt(1 / chans[-1]), (classes, chans[-1])).astype(
-        np.float32)
-    inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
-    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
-                                  transB=1))
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
-    return _make(nodes, inputs, outputs, inits, "small_cnn")
+    return _classifier(nodes, inits, rng, x, chans[-1], classes, (height, width), "small_cnn")
 
 
 def encoder_block(*, seq: int | None = 128, hidden: int = BERT_BASE["hidden"],
@@ -244,15 +255,10 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
     stride) with ReLU, a 1x1 project conv to ``out`` channels, and a residual ``Add`` when the
     stride is 1 and ``in == out`` — then global average pooling, flatten and a Gemm head.
     Input ``x``, output ``logits``."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    _check("height", height, 8, 4096)
-    _check("width", width, 8, 4096)
-    _check("classes", classes, 1, 100000)
     _check("stem", stem, 1, 4096)
-    rng = np.random.default_rng(seed)
-    inits: dict[str, np.ndarray] = {}
-    nodes = []
+    rng, inits, nodes = _image_model(height, width, classes, seed, min_side=8)
 
     def conv(name, x, cin, cout, k, stride=1, group=1, relu=True):
         w = rng.normal(0, math.sqrt(2 / (cin // group * k * k)),
@@ -280,12 +286,5 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
             nodes.append(helper.make_node("Add", [y, x], [f"b{i}_add"], name=f"b{i}_add"))
             y = f"b{i}_add"
         x, cin = y, cout
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1))
-    inits["fc_w"] = rng.normal(0, math.sqrt(1 / cin), (classes, cin)).astype(np.float32)
-    inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
-    nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
-                                  transB=1))
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
-    return _make(nodes, inputs, outputs, inits, "inverted_residual_net")
+    return _classifier(nodes, inits, rng, x, cin, classes, (height, width),
+                       "inverted_residual_net")
