@@ -189,17 +189,19 @@ if __name__ == "__main__":
 
 
 @contextlib.contextmanager
-def heartbeat(on_event: Callable[[dict], None] | None, what: str, every_s: float = 2.0):
+def heartbeat(on_event: Callable[[dict], None] | None, what: str, every_s: float = 2.0, *,
+              clock: Callable[[], float] = time.monotonic):
     """Around a long step that reports nothing itself (Verilog generation, the simulator
     build): ``{"event": "build", "what": ..., "elapsed_s": ...}`` at its start and every
-    ``every_s`` seconds, ``{"event": "built", ...}`` at its end."""
+    ``every_s`` seconds, ``{"event": "built", ...}`` at its end; ``elapsed_s`` is read from
+    ``clock``. Without ``on_event`` it does nothing (no thread)."""
     if on_event is None:
         yield
         return
-    t0, stop = time.monotonic(), threading.Event()
+    t0, stop = clock(), threading.Event()
 
     def tell(event: str) -> None:
-        on_event({"event": event, "what": what, "elapsed_s": round(time.monotonic() - t0, 1)})
+        on_event({"event": event, "what": what, "elapsed_s": round(clock() - t0, 1)})
 
     def beat() -> None:
         while not stop.wait(every_s):
