@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -57,6 +58,31 @@ CREATE TABLE IF NOT EXISTS measurements (
 
 class TuneDBError(ValueError):
     """The database file cannot be used with this code or this configuration."""
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float = BUSY_TIMEOUT_S):
+    """Switch ``conn``'s file to the WAL journal (a persistent setting), waiting for others.
+
+    Switching a new file from the rollback journal to WAL needs the file to itself, and SQLite
+    answers ``database is locked`` at once, without its busy handler, while another process holds
+    it (several builders creating one database together). The switch is retried for up to
+    ``timeout_s`` seconds, like every other wait on a busy database here; a file already in WAL
+    mode needs no switch.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) and "busy" not in str(err):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
 
 
 class Tiled:
@@ -142,7 +168,7 @@ class TuneDB:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 meta = cls._read_meta(conn, path)

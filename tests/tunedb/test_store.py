@@ -3,11 +3,13 @@
 import json
 import multiprocessing
 import sqlite3
+import threading
 
 import pytest
 
 from spec.config import PRESETS
 from planner.tunedb import SCHEMA_VERSION, TuneDB, TuneDBError
+from planner.tunedb.store import _enable_wal
 
 from .conftest import CFG, record
 
@@ -90,6 +92,27 @@ def test_store_concurrent_writers_lose_nothing(tmp_path):
         assert db.measurement_count() == 75
         mode = db._conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_store_switch_to_wal_waits_for_a_process_holding_the_file(tmp_path):
+    """The WAL switch is answered 'locked' without SQLite's busy handler; it is retried.
+
+    The CI once lost a writer this way: three builders creating one database together.
+    """
+    path = tmp_path / "new.tunedb"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("CREATE TABLE t (x)")
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _enable_wal(other, timeout_s=0.05)
+    release = threading.Timer(0.2, holder.execute, ("COMMIT",))
+    release.start()
+    _enable_wal(other)  # waits for the holder's commit, then switches
+    release.join()
+    assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    holder.close()
+    other.close()
 
 
 def test_store_refuses_a_config_definition_that_changed(tmp_path):
