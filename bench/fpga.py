@@ -379,7 +379,7 @@ def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
             "--lpf", "fpga_top.lpf",
             "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
             "--router", router, "--report", "report.json", "-l", "nextpnr.log",
-            *([] if route else ["--no-route"])]
+            *(["--sdf", "routed.sdf"] if route else ["--no-route"])]
 
 
 #: ``--submodule`` short names: one ``accel_top`` submodule alone in the same wrapper, to

@@ -10,14 +10,21 @@ from spec.desc import DIM_BITS
 from .array import SystolicArray
 from .bits import log2
 
-__all__ = ["ComputeEngine", "drain_cycles"]
+__all__ = ["FEED_CYCLES", "ComputeEngine", "drain_cycles"]
+
+
+#: Cycles from a beat's issue (its buffer read address) to the array's input: the buffer's
+#: synchronous read, then the operand register (block-RAM output and the padding mux are a
+#: register away from the first PE's multiplier; on the ECP5 that path alone limited the whole
+#: design to 52.6 MHz).
+FEED_CYCLES = 2
 
 
 def drain_cycles(cfg: AccelConfig) -> int:
     """Cycles the compute engine stays busy after the cycle that issues a partition's last beat:
-    1 (buffer read) + the array latency ``R + C`` + ``R - 1`` further result rows + 1
-    (accumulator write) = ``2R + C + 1``."""
-    return 2 * cfg.array_rows + cfg.array_cols + 1
+    :data:`FEED_CYCLES` (buffer read, operand register) + the array latency ``R + C`` + ``R - 1``
+    further result rows + 1 (accumulator write) = ``2R + C + 2``."""
+    return FEED_CYCLES + 2 * cfg.array_rows + cfg.array_cols
 
 
 class ComputeEngine(wiring.Component):
@@ -84,7 +91,7 @@ class ComputeEngine(wiring.Component):
     @property
     def drain_cycles(self) -> int:
         """See :func:`drain_cycles`; checked against the array's latency at elaboration."""
-        assert drain_cycles(self._cfg) == 1 + self.array.latency + self._cfg.array_rows
+        assert drain_cycles(self._cfg) == FEED_CYCLES + self.array.latency + self._cfg.array_rows
         return drain_cycles(self._cfg)
 
     def elaborate(self, platform):
@@ -174,7 +181,8 @@ class ComputeEngine(wiring.Component):
             with m.Else():
                 m.d.sync += drain.eq(drain - 1)
 
-        # beat issue: synchronous buffer reads, flags delayed one cycle to meet the data
+        # beat issue: synchronous buffer reads, then the operand register; the flags and the
+        # tag follow the data through both stages (FEED_CYCLES)
         real = Signal()
         m.d.comb += [
             real.eq(running & (k < keff)),
@@ -191,14 +199,19 @@ class ComputeEngine(wiring.Component):
             d_valid.eq(running), d_real.eq(real), d_first.eq(k == 0), d_last.eq(last_beat),
             d_tag.eq(Cat(tile_addr, accum)),
         ]
-        m.d.comb += [
+        # The operand register: data without reset (flags and tag reset), the padding beats'
+        # zeros selected in front of it.
+        op_a = Signal.like(arr.i_a, reset_less=True)
+        op_b = Signal.like(arr.i_b, reset_less=True)
+        m.d.sync += [
             arr.i_valid.eq(d_valid),
             arr.i_first.eq(d_first),
             arr.i_last.eq(d_last),
-            arr.i_a.eq(Mux(d_real, self.a_rdata, 0)),
-            arr.i_b.eq(Mux(d_real, self.b_rdata, 0)),
+            op_a.eq(Mux(d_real, self.a_rdata, 0)),
+            op_b.eq(Mux(d_real, self.b_rdata, 0)),
             arr.i_tag.eq(d_tag),
         ]
+        m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b)]
 
         # accumulator read-modify-write: read the cycle before a row leaves the array (the
         # array's e_* outputs), register the old value with the row, write one cycle after the

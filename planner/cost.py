@@ -58,10 +58,11 @@ class ModelConstants:
     """
 
     #: Pipeline drain after a step's last beat: ``rows * R + cols * C + extra`` cycles
-    #: (buffer read 1 + array latency R + C + R result rows; ComputeEngine.drain_cycles).
+    #: (buffer read 1 + operand register 1 + array latency R + C + R result rows;
+    #: ComputeEngine.drain_cycles).
     drain_rows_factor: int = 2
     drain_cols_factor: int = 1
-    drain_extra_cycles: int = 1
+    drain_extra_cycles: int = 2
     #: Control cycles at the end of every step (handshake of the three engines).
     step_ctrl_cycles: int = 2
     #: Descriptor validation / start-up cycles before the prologue loads: 4 control cycles

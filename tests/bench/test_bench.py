@@ -261,7 +261,9 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert auto_dsp_rows("fpga") == 9            # (156 - 3 * 4 lanes) // 16 rows on MULT18X18D
     args = nextpnr_args(route=False)
     assert "--no-route" in args and "--timing-allow-fail" in args and "--threads" not in args
-    assert "--no-route" not in nextpnr_args()
+    assert "--no-route" not in nextpnr_args() and "--sdf" not in args
+    routed = nextpnr_args()
+    assert routed[routed.index("--sdf") + 1] == "routed.sdf"   # the routed delays, for paths
     assert args[args.index("--lpf") + 1] == "fpga_top.lpf"
     assert args[args.index("--freq") + 1] == "100"
     relaxed = nextpnr_args(freq_mhz=62.5)
