@@ -12,7 +12,10 @@ For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this w
 router2`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
 tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
-``fpga.md``.
+``fpga.md``. A routed run also writes nextpnr's delays (``routed.sdf``), from which
+:mod:`bench.sta` lists the :data:`TOP_PATHS` worst register-to-register paths, one per
+start/end signal pair, with logic and routing time and the failing endpoints of each
+(``top_paths`` in the row, a table per design in ``fpga.md``).
 
 **Multipliers.** The ECP5-85k has 156 MULT18X18D. When the array's ``rows * cols`` int8
 multipliers and the rest of the design's multiplies do not fit (16x16: 256 + about 100),
@@ -46,9 +49,10 @@ from hw.build import emit
 from spec.config import PRESETS
 
 from .report import table
+from .sta import parse_sdf, worst_paths
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
-           "DEVICE", "run_preset", "collect", "overflow"]
+           "DEVICE", "run_preset", "collect", "overflow", "top_paths"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -487,7 +491,30 @@ def collect(preset: str, variant: str = "dsp") -> dict:
     if path and "critical_path" not in row:
         path["after"] = "routing" if row.get("fmax_routed_mhz") is not None else "placement"
         row["critical_path"] = path
+    sdf = work / "routed.sdf"
+    if sdf.exists() and row.get("fmax_routed_mhz") is not None:
+        row["top_paths"] = top_paths(sdf, 1000.0 / row["target_mhz"])
     return row
+
+
+#: Paths listed per routed design (``top_paths``: one per start/end signal pair, worst first).
+TOP_PATHS = 10
+
+
+def top_paths(sdf: Path, period_ns: float, top: int = TOP_PATHS) -> list[dict]:
+    """The ``top`` worst register-to-register paths of a routed design (:mod:`bench.sta` on
+    nextpnr's SDF), each with the endpoints of its signal pair slower than ``period_ns``.
+    Cached next to the SDF in ``paths.json`` (an SDF of the whole 8x8 takes a while to read)."""
+    cached = sdf.with_name("paths.json")
+    key = {"sdf_mtime": sdf.stat().st_mtime, "period_ns": period_ns, "top": top}
+    if cached.exists():
+        saved = json.loads(cached.read_text())
+        if saved.get("key") == key:
+            return saved["paths"]
+    graph = parse_sdf(sdf)
+    paths = [p.to_json(graph) for p in worst_paths(graph, top, period_ns=period_ns)]
+    cached.write_text(json.dumps({"key": key, "paths": paths}, indent=1))
+    return paths
 
 
 #: Heading of the results table, and its alignment row.
@@ -534,7 +561,21 @@ def _cells(r: dict) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    return "\n".join(table(TABLE_HEAD, TABLE_ALIGN, map(_cells, rows))) + "\n"
+    """The results table, then the worst paths of every routed row (from its SDF)."""
+    out = table(TABLE_HEAD, TABLE_ALIGN, map(_cells, rows))
+    for r in rows:
+        if r.get("top_paths"):
+            period = 1000.0 / r["target_mhz"]
+            out += ["", f"Worst paths of `{r['preset']}` ({r['variant']}), routed, one per "
+                    f"start/end signal pair (`python -m bench.sta {r['work_dir']}/routed.sdf`):",
+                    ""]
+            out += table(["#", "ns", "MHz", "logic / routing ns", f"endpoints over {period:g} ns",
+                          "from", "to"], "|---:|---:|---:|---:|---:|---|---|",
+                         ([str(i), f"{p['delay_ns']:.2f}", f"{p['fmax_mhz']:.1f}",
+                           f"{p['logic_ns']:.2f} / {p['routing_ns']:.2f}", str(p["endpoints"]),
+                           f"`{p['from']}`", f"`{p['to']}`"]
+                          for i, p in enumerate(r["top_paths"], 1)))
+    return "\n".join(out) + "\n"
 
 
 #: MULT18X18D the design needs outside the array: the requantiser's 32 x 31-bit multiply takes
