@@ -95,3 +95,24 @@ def test_build_light_modules_do_not_import_amaranth():
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_build_stamp_is_the_imported_sources_not_the_files_now(monkeypatch):
+    """A process stamps what it generates with the sources it imported: editing hw/ while a
+    test run is going must not label the old code's Verilog with the new files' hash."""
+    import hw.build as build
+
+    before = build._source_hash(CFG)
+
+    def edited(self):
+        raise AssertionError(f"{self} read again after import")
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    assert build._source_hash(CFG) == before
+    assert build._sources_digest.__doc__ and build._SOURCES == _fresh_digest()
+
+
+def _fresh_digest():
+    out = subprocess.run([sys.executable, "-c", "import hw.build as b; print(b._SOURCES.hex())"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return bytes.fromhex(out.stdout.strip())
