@@ -164,7 +164,8 @@ class StoreEngine(wiring.Component):
 
     Every byte strobe outside ``[win_lo, win_hi)`` is cleared at the port (the output window the
     layer declared; the sequencer's checks already keep the written range inside it, so this is
-    a second, independent guard). The accumulator read port is synchronous; a beat the port
+    a second, independent guard). The accumulator read port is synchronous and its word is
+    registered before anything uses it (two cycles from read to port); a beat the port
     refuses waits in a one-beat skid register and the pipeline holds from the next cycle
     (``acc_ren`` low), so no pipeline enable depends on the port's ``ready``. ``busy`` falls in the cycle after the last beat was
     acknowledged (``mem.bvalid``).
@@ -247,6 +248,12 @@ class StoreEngine(wiring.Component):
         out_valid = Signal()
         out_addr = Signal(ab)
         out_strb = Signal(W)
+        # stage 2: the accumulator word in a register (a block RAM's read port feeds no logic:
+        # on the ECP5 its clock-to-out alone is 5.8 ns), with its beat and row parameters
+        word_valid = Signal()
+        word_addr = Signal(ab)
+        word_strb = Signal(W)
+        word = Signal(8 * W, reset_less=True)
         # stages 2..1+latency: the post-processor (only used with `post`)
         lat = PostProc.row_latency_of(cfg)
         # With shared requantiser lanes a post-processed beat occupies the requantiser for
@@ -281,7 +288,7 @@ class StoreEngine(wiring.Component):
         skid_valid = Signal()
         skid_addr, skid_data = Signal(ab, reset_less=True), Signal(8 * W, reset_less=True)
         skid_strb = Signal(W, reset_less=True)
-        in_flight = Cat(out_valid, *d_valid, skid_valid).any()
+        in_flight = Cat(out_valid, word_valid, *d_valid, skid_valid).any()
         with m.If(self.busy & ~issuing & ~in_flight & all_acked):
             m.d.sync += self.busy.eq(0)
         with m.If(self.start):
@@ -305,15 +312,19 @@ class StoreEngine(wiring.Component):
         m.submodules.post = pp = PostProc(cfg)
         advance = Signal()
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
+        w_bias, w_mult, w_shift = Signal(32), Signal(31), Signal(6)    # stage 2's
         with m.If(advance):
             m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
-                         q_shift.eq(self.q_shift[:6])]
+                         q_shift.eq(self.q_shift[:6]),
+                         word_valid.eq(out_valid), word_addr.eq(out_addr),
+                         word_strb.eq(out_strb), word.eq(self.acc_rdata),
+                         w_bias.eq(q_bias), w_mult.eq(q_mult), w_shift.eq(q_shift)]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
         m.d.comb += [
-            fin_valid.eq(Mux(post, d_valid[-1], out_valid)),
-            fin_addr.eq(Mux(post, d_addr[-1], out_addr)),
-            fin_data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), self.acc_rdata)),
-            fin_strb.eq(Mux(post, d_strb[-1], out_strb)),
+            fin_valid.eq(Mux(post, d_valid[-1], word_valid)),
+            fin_addr.eq(Mux(post, d_addr[-1], word_addr)),
+            fin_data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), word)),
+            fin_strb.eq(Mux(post, d_strb[-1], word_strb)),
             advance.eq(~skid_valid),
             self.acc_ren.eq(advance),
             self.acc_raddr.eq(acc_addr),
@@ -323,11 +334,11 @@ class StoreEngine(wiring.Component):
             self.q_ren.eq(advance),
             self.q_ch.eq(Mux(self.start, self.p_ch0, ch + (go & glast))),
             pp.en.eq(advance),
-            pp.i_valid.eq(out_valid & post),
-            pp.i_data.eq(self.acc_rdata),
-            pp.i_bias.eq(Mux(bias, q_bias, 0)),
-            pp.i_mult.eq(q_mult),
-            pp.i_shift.eq(q_shift),
+            pp.i_valid.eq(word_valid & post),
+            pp.i_data.eq(word),
+            pp.i_bias.eq(Mux(bias, w_bias, 0)),
+            pp.i_mult.eq(w_mult),
+            pp.i_shift.eq(w_shift),
             pp.i_zero_point.eq(zp),
             pp.i_act_min.eq(act_min),
             pp.i_act_max.eq(act_max),
@@ -343,7 +354,7 @@ class StoreEngine(wiring.Component):
             m.d.sync += [skid_valid.eq(1), skid_addr.eq(fin_addr), skid_data.eq(fin_data),
                          skid_strb.eq(fin_strb)]
         with m.If(advance):
-            prev = (out_valid & post, out_addr, out_strb)
+            prev = (word_valid & post, word_addr, word_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):
                 m.d.sync += [v.eq(prev[0]), a.eq(prev[1]), st.eq(prev[2])]
                 prev = (v, a, st)

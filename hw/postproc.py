@@ -31,27 +31,30 @@ class PostProc(wiring.Component):
     stage  per lane (per-row parameter work rides along: thresholds and masks are wiring)
     ====== =====================================================================================
     1      ``x = acc + bias``
-    2      saturating ``x << left``: the bits at and above ``31 - left`` against ``x``'s sign
-           (the compare with ``(2**31 - 1) >> left`` as an AND-OR tree), shift, select
-    3      each multiplier's own copy of its two operands (on an FPGA the copies sit beside the
+    2      saturating ``x << left``, first half: the bits at and above ``31 - left`` against
+           ``x``'s sign (the compare with ``(2**31 - 1) >> left`` as an AND-OR tree) give the
+           overflow flags, and the shift itself, side by side
+    3      the select of the shifted value or a saturation bound (on the ECP5 the two halves in
+           one stage were the requantiser's slowest path, 74.7 MHz routed alone)
+    4      each multiplier's own copy of its two operands (on an FPGA the copies sit beside the
            multiplier, so neither the lane's logic nor the product's sums have to reach a DSP
            block within one cycle of work), one of them ``xl - xh``
-    4      three 18 x 18 products of ``x * mult`` in Karatsuba's form (one MULT18X18D each on
+    5      three 18 x 18 products of ``x * mult`` in Karatsuba's form (one MULT18X18D each on
            ECP5): ``xl*ml``, ``xh*mh`` and ``(xl - xh)*(mh - ml)`` of the 16-bit halves
-    5      the cross term ``xl*mh + xh*ml``, the three products' sum (carry-save, one chain)
-    6      the 64-bit product
-    7      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
+    6      the cross term ``xl*mh + xh*ml``, the three products' sum (carry-save, one chain)
+    7      the 64-bit product
+    8      ``SRDHM`` and the rounding offset of the right shift, in one add: SRDHM is
            ``floor((p + 2**30) / 2**31)`` (the same as gemmlowp's nudge and truncation), and
            adding the right shift's offset ``h * 2**31`` before the division adds ``h`` after it
-           (``h`` chosen by the sign of ``x``, known since stage 2)
-    8      ``>> right``
-    9      clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
+           (``h`` chosen by the sign of ``x``, known since stage 3)
+    9      ``>> right``
+    10     clamp to ``[act_min - zero_point, act_max - zero_point]``, ``+ zero_point``
     ====== =====================================================================================
 
     Latency: :attr:`row_latency` cycles from ``i_valid`` to ``o_valid``: :attr:`latency` with a
     lane per column. With shared lanes (``row_cycles = array_cols / lanes > 1``) a row stays in
     stage 1 for ``row_cycles`` cycles while its lane groups enter stage 2 one per cycle, and
-    stage 9 collects the groups into the output row, so the row leaves ``row_cycles - 1``
+    stage 10 collects the groups into the output row, so the row leaves ``row_cycles - 1``
     cycles later; rows must then arrive at least ``row_cycles`` ``en`` cycles apart. The
     pipeline advances only in cycles where ``en`` is high (a stalled memory port holds it);
     parameters are sampled with the row. :class:`hw.dma.StoreEngine` runs every post-processed
@@ -73,7 +76,7 @@ class PostProc(wiring.Component):
 
     #: Pipeline depth: cycles (with ``en``) from a row's first lane group at the input to its
     #: output, with one lane per column; :attr:`row_latency` is a row's whole latency.
-    latency = 9
+    latency = 10
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
@@ -159,16 +162,16 @@ class PostProc(wiring.Component):
         # stage before the one that uses it: a single register driving every lane's shifters or
         # MULT18X18Ds was the slowest net on an ECP5 (`keep` marks the deliberate duplicates;
         # bench.fpga's synthesis script keeps them apart).
-        mult_d = delay("mult", self.i_mult, 1, load=row_load)
+        mult_d = delay("mult", self.i_mult, 2, load=row_load)
         md = Signal(signed(18))                 # mh - ml of the multiplier's 16-bit halves
         m.d.comb += md.eq(self.i_mult[16:] - self.i_mult[:16])
-        md_d = delay("md", md, 1, load=row_load)
-        half_d = delay("half", half, 5, load=row_load)
-        half_neg_d = delay("half_neg", half_neg, 5, load=row_load)
-        right_d = delay("right", right, 6, load=row_load)
-        zp_d = delay("zp", self.i_zero_point, 7, load=row_load)
-        lo_d = delay("lo_rel", lo_rel, 7, load=row_load)
-        hi_d = delay("hi_rel", hi_rel, 7, load=row_load)
+        md_d = delay("md", md, 2, load=row_load)
+        half_d = delay("half", half, 6, load=row_load)
+        half_neg_d = delay("half_neg", half_neg, 6, load=row_load)
+        right_d = delay("right", right, 7, load=row_load)
+        zp_d = delay("zp", self.i_zero_point, 8, load=row_load)
+        lo_d = delay("lo_rel", lo_rel, 8, load=row_load)
+        hi_d = delay("hi_rel", hi_rel, 8, load=row_load)
 
         # 1: bias (wrapping), the row's lanes in positions 0 .. cols - 1
         x1 = [Signal(signed(32), name=f"x1_{p}", reset_less=True) for p in range(cols)]
@@ -193,30 +196,31 @@ class PostProc(wiring.Component):
             # 2: saturating left shift. x_max = 2**(31 - left) - 1, so a non-negative x exceeds
             # it iff one of its bits 31 - left .. 30 is set, and a negative x is below ~x_max
             # = -2**(31 - left) iff one of those bits is clear: AND-OR trees, no compare chain.
+            # The flags and the shift are registered side by side; 3 selects.
             high = ~x_max1[:31]                       # bits 31 - left .. 30
             sign = x1j[31]
-            over = (x1j[:31] & high).any()
-            under = (~x1j[:31] & high).any()
-            x2 = reg(f"x2_{j}", Mux(~sign & over, _I32_MAX,
-                                    Mux(sign & under, _I32_MIN, (x1j << left1)[:32].as_signed())))
+            over2 = reg(f"over2_{j}", ~sign & (x1j[:31] & high).any())
+            under2 = reg(f"under2_{j}", sign & (~x1j[:31] & high).any())
+            shifted2 = reg(f"shifted2_{j}", (x1j << left1)[:32].as_signed())
+            x2 = reg(f"x2_{j}", Mux(over2, _I32_MAX, Mux(under2, _I32_MIN, shifted2)))
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
-            # sign, not high's, can select the offset of stage 7
+            # sign, not high's, can select the offset of stage 8
             neg = delay(f"neg{j}", x2[31], 4)
-            # 3: operand copies, one pair per product (Karatsuba's three): x = xh * 2**16 + xl,
+            # 4: operand copies, one pair per product (Karatsuba's three): x = xh * 2**16 + xl,
             # mult = mh * 2**16 + ml (the low halves unsigned); xl - xh and mh - ml (per row,
             # from stage 0) fit 18 signed bits, so each product is one 18 x 18 multiplier
             xl = Cat(x2[:16], Const(0, 2)).as_signed()
             xh = x2[16:].as_signed()
-            mult2 = reg(f"mult2_{j}", mult_d[1], keep=True)
-            md2 = reg(f"md2_{j}", md_d[1], keep=True)
+            mult2 = reg(f"mult2_{j}", mult_d[2], keep=True)
+            md2 = reg(f"md2_{j}", md_d[2], keep=True)
             ml = Cat(mult2[:16], Const(0, 2)).as_signed()
             mh = Cat(mult2[16:], Const(0, 3)).as_signed()
             ops = {name: (reg(f"{name}_x{j}", a, keep=True), reg(f"{name}_m{j}", b, keep=True))
                    for name, a, b in (("ll", xl, ml), ("hh", xh, mh),
                                       ("dd", (xl - xh)[:18].as_signed(), md2))}
-            # 4: products ll = xl*ml, hh = xh*mh, dd = (xl - xh)*(mh - ml)
+            # 5: products ll = xl*ml, hh = xh*mh, dd = (xl - xh)*(mh - ml)
             ll, hh, dd = (reg(f"{name}{j}", a * b) for name, (a, b) in ops.items())
-            # 5: the cross term xl*mh + xh*ml = dd + ll + hh, as a carry-save add (one LUT
+            # 6: the cross term xl*mh + xh*ml = dd + ll + hh, as a carry-save add (one LUT
             # level) into one carry chain
             terms = [Signal(signed(36), name=f"{name}e{j}") for name in ("ll", "hh", "dd")]
             m.d.comb += [t.eq(v) for t, v in zip(terms, (ll, hh, dd))]
@@ -225,27 +229,27 @@ class PostProc(wiring.Component):
             cross5 = reg(f"cross5_{j}", ((ta ^ tb ^ tc).as_signed() + carries)[:36].as_signed())
             ll5 = reg(f"ll5_{j}", ll[:32])
             hh5 = reg(f"hh5_{j}", hh[:32].as_signed())
-            # 6: the product p = x * mult = ll + cross * 2**16 + hh * 2**32: ll (unsigned, 32
+            # 7: the product p = x * mult = ll + cross * 2**16 + hh * 2**32: ll (unsigned, 32
             # bits) and hh * 2**32 do not overlap, so one add (ll's low 16 bits pass through)
             p6 = reg(f"p6_{j}", Cat(ll5[:16], (Cat(ll5[16:], hh5).as_signed()
                                                + cross5)[:48]).as_signed())
-            # 7: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
+            # 8: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            half6 = reg(f"half6_{j}", half_d[5], keep=True)
-            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[5], keep=True)
+            half6 = reg(f"half6_{j}", half_d[6], keep=True)
+            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[6], keep=True)
             offset = Cat(Const(1, 1), Mux(neg[4], half_neg6, half6), Const(0, 1))
             t7 = reg(f"t7_{j}", (p6[30:].as_signed() + offset.as_signed()) >> 1)
-            # 8: right shift
-            right7 = reg(f"right7_{j}", right_d[6], keep=True)
+            # 9: right shift
+            right7 = reg(f"right7_{j}", right_d[7], keep=True)
             s8 = reg(f"s8_{j}", t7 >> right7)
-            # 9: clamp, zero point
-            lo8 = reg(f"lo8_{j}", lo_d[7], keep=True)
-            hi8 = reg(f"hi8_{j}", hi_d[7], keep=True)
-            zp8 = reg(f"zp8_{j}", zp_d[7], keep=True)
+            # 10: clamp, zero point
+            lo8 = reg(f"lo8_{j}", lo_d[8], keep=True)
+            hi8 = reg(f"hi8_{j}", hi_d[8], keep=True)
+            zp8 = reg(f"zp8_{j}", zp_d[8], keep=True)
             q = Mux(s8 < lo8, lo8, Mux(s8 > hi8, hi8, s8[:9].as_signed()))
             out_lanes.append((q + zp8)[:8] if shared else reg(f"out{j}", (q + zp8)[:8]))
         if shared:
-            # 9 (shared lanes): each lane group's results enter the top of the output row and
+            # 10 (shared lanes): each lane group's results enter the top of the output row and
             # move down one group per cycle: after the row's P groups it is whole, in order
             out = [Signal(8, name=f"out{p}", reset_less=True) for p in range(cols)]
             total = [Signal(32, name=f"sum{p}", reset_less=True) for p in range(cols)]

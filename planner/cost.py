@@ -72,13 +72,14 @@ class ModelConstants:
     finish_cycles: int = 2
     #: Extra cycles per load / store burst on top of issue time and latency.
     load_extra_cycles: int = 0
-    #: The store reads the accumulator one cycle before its first beat reaches the port.
-    store_extra_cycles: int = 1
+    #: The store reads the accumulator two cycles before its first beat reaches the port (the
+    #: read, then the word's register: hw.dma.StoreEngine).
+    store_extra_cycles: int = 2
     #: 1 if a store burst completes only after the write latency of its last beat.
     store_waits_latency: int = 1
     #: Extra store latency of a post-processed layer (bias / int8 output): the requantiser's
     #: pipeline depth (hw.postproc.PostProc.latency).
-    post_store_extra_cycles: int = 9
+    post_store_extra_cycles: int = 10
     #: Cycles between store beats when nothing else limits them: 1, or on a post-processed
     #: layer with shared requantiser lanes ``AccelConfig.post_row_cycles`` (:func:`post_consts`
     #: sets it; not an RTL constant but the config's, carried here with the store's other terms).
