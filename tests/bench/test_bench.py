@@ -270,9 +270,9 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert relaxed[relaxed.index("--freq") + 1] == "62.5"
     with pytest.raises(ValueError, match="freq_mhz=0"):
         nextpnr_args(freq_mhz=0)
-    assert nextpnr_args()[nextpnr_args().index("--router") + 1] == "router2"
-    one = nextpnr_args(router="router1")
-    assert one[one.index("--router") + 1] == "router1"
+    assert nextpnr_args()[nextpnr_args().index("--router") + 1] == "router1"
+    two = nextpnr_args(router="router2")
+    assert two[two.index("--router") + 1] == "router2"
     with pytest.raises(ValueError, match="router='router3'"):
         nextpnr_args(router="router3")
 
