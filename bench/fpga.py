@@ -14,8 +14,9 @@ tools only see the current directory, so every path is relative), and records LU
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
 ``fpga.md``. A routed run also writes nextpnr's delays (``routed.sdf``), from which
 :mod:`bench.sta` lists the :data:`TOP_PATHS` worst register-to-register paths, one per
-start/end signal pair, with logic and routing time and the failing endpoints of each
-(``top_paths`` in the row, a table per design in ``fpga.md``).
+start/end signal pair, with logic and routing time and the failing endpoints of each, and the
+failing endpoints per submodule (``top_paths`` and ``failing_by_module`` in the row, tables
+per design in ``fpga.md``).
 
 **Multipliers.** The ECP5-85k has 156 MULT18X18D. When the array's ``rows * cols`` int8
 multipliers and the rest of the design's multiplies do not fit (16x16: 256 + about 100),
@@ -49,10 +50,10 @@ from hw.build import emit
 from spec.config import PRESETS
 
 from .report import table
-from .sta import parse_sdf, worst_paths
+from .sta import failing_by_module, parse_sdf, worst_paths
 
 __all__ = ["parse_ports", "wrapper_verilog", "parse_yosys_stat", "parse_nextpnr_report",
-           "DEVICE", "run_preset", "collect", "overflow", "top_paths"]
+           "DEVICE", "run_preset", "collect", "overflow", "routed_timing"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -498,7 +499,7 @@ def collect(preset: str, variant: str = "dsp") -> dict:
         row["critical_path"] = path
     sdf = work / "routed.sdf"
     if sdf.exists() and row.get("fmax_routed_mhz") is not None:
-        row["top_paths"] = top_paths(sdf, 1000.0 / row["target_mhz"])
+        row.update(routed_timing(sdf, 1000.0 / row["target_mhz"]))
     return row
 
 
@@ -506,20 +507,25 @@ def collect(preset: str, variant: str = "dsp") -> dict:
 TOP_PATHS = 10
 
 
-def top_paths(sdf: Path, period_ns: float, top: int = TOP_PATHS) -> list[dict]:
-    """The ``top`` worst register-to-register paths of a routed design (:mod:`bench.sta` on
-    nextpnr's SDF), each with the endpoints of its signal pair slower than ``period_ns``.
-    Cached next to the SDF in ``paths.json`` (an SDF of the whole 8x8 takes a while to read)."""
+def routed_timing(sdf: Path, period_ns: float, top: int = TOP_PATHS) -> dict:
+    """:mod:`bench.sta` on a routed design's SDF: ``top_paths``, the ``top`` worst
+    register-to-register paths, each with the endpoints of its signal pair slower than
+    ``period_ns``, and ``failing_by_module``, those endpoints per submodule
+    (``[module, endpoints, worst ns]``). Cached next to the SDF in ``paths.json`` (the whole
+    8x8's SDF takes a few seconds to read)."""
     cached = sdf.with_name("paths.json")
     key = {"sdf_mtime": sdf.stat().st_mtime, "period_ns": period_ns, "top": top}
     if cached.exists():
         saved = json.loads(cached.read_text())
-        if saved.get("key") == key:
-            return saved["paths"]
+        if saved.get("key") == key and "timing" in saved:    # (not a cache of an older format)
+            return saved["timing"]
     graph = parse_sdf(sdf)
-    paths = [p.to_json(graph) for p in worst_paths(graph, top, period_ns=period_ns)]
-    cached.write_text(json.dumps({"key": key, "paths": paths}, indent=1))
-    return paths
+    timing = {"top_paths": [p.to_json(graph)
+                            for p in worst_paths(graph, top, period_ns=period_ns)],
+              "failing_by_module": [[mod, n, round(ns, 3)] for mod, n, ns
+                                    in failing_by_module(graph, period_ns)]}
+    cached.write_text(json.dumps({"key": key, "timing": timing}, indent=1))
+    return timing
 
 
 #: Heading of the results table, and its alignment row.
@@ -580,6 +586,11 @@ def markdown(rows: list[dict]) -> str:
                            f"{p['logic_ns']:.2f} / {p['routing_ns']:.2f}", str(p["endpoints"]),
                            f"`{p['from']}`", f"`{p['to']}`"]
                           for i, p in enumerate(r["top_paths"], 1)))
+        if r.get("failing_by_module"):
+            out += ["", f"Endpoints over {period:g} ns by the end register's submodule:", ""]
+            out += table(["submodule", "endpoints", "worst ns"], "|---|---:|---:|",
+                         ([f"`{mod}`", f"{n:,}", f"{ns:.2f}"]
+                          for mod, n, ns in r["failing_by_module"]))
     return "\n".join(out) + "\n"
 
 

@@ -17,7 +17,9 @@ itself, on the same numbers nextpnr used (the slow corner: the third value of ev
   data); input and output pads are not start or end points (the ``fpga_top`` wrapper registers
   every port, and nextpnr reports pad paths separately).
 
-:func:`worst_paths` reports the worst endpoint of each distinct (start, end) *signal* pair: a
+:func:`failing_by_module` counts the endpoints over a period per submodule of the end register
+(where the work is), and :func:`worst_paths` reports the worst endpoint of each distinct
+(start, end) *signal* pair: a
 32-bit adder's 32 failing endpoints are one entry, named by the registers' signal (the cell
 name without yosys's and nextpnr's ``_TRELLIS_FF_Q_7``-style suffixes). On the designs checked
 (``tests/bench/test_sta.py``, and the routed 8x8 against nextpnr's own report) the worst entry
@@ -34,7 +36,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["TimingGraph", "TimingPath", "parse_sdf", "worst_paths", "signal_name", "main"]
+__all__ = ["TimingGraph", "TimingPath", "parse_sdf", "worst_paths", "failing_by_module",
+           "signal_name", "main"]
 
 #: Pin names of clock inputs (flip-flop, block RAM ports, DSP register clocks).
 _CLOCK_PIN = re.compile(r"^(CLK[A-Z0-9]*|CLKI)$")
@@ -248,6 +251,28 @@ def worst_paths(graph: TimingGraph, top: int = 10, *,
     return out
 
 
+def failing_by_module(graph: TimingGraph, period_ns: float, *, depth: int = 3,
+                      top: int = 12) -> list[tuple[str, int, float]]:
+    """Endpoints slower than ``period_ns`` per submodule of their end register, most first:
+    ``(module, endpoints, worst path ns)``. The module is the cell name's hierarchical prefix
+    cut to ``depth`` levels (``u_accel.seq.store``); where the failures are, not just the worst.
+    """
+    if period_ns <= 0:
+        raise ValueError(f"period_ns={period_ns}: must be > 0")
+    arrival, _ = _arrivals(graph)
+    count: dict[str, int] = defaultdict(int)
+    worst: dict[str, float] = {}
+    for pin, setup in graph.setup.items():
+        if pin not in arrival or arrival[pin] + setup <= period_ns:
+            continue
+        parts = signal_name(pin.rsplit("/", 1)[0]).split(".")
+        module = ".".join(parts[:-1][:depth]) or "(top)"
+        count[module] += 1
+        worst[module] = max(worst.get(module, 0.0), arrival[pin] + setup)
+    ranked = sorted(count, key=lambda mod: (-count[mod], mod))
+    return [(mod, count[mod], worst[mod]) for mod in ranked[:top]]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sta", description=__doc__.split("\n")[0])
     parser.add_argument("sdf", type=Path, help="nextpnr's --sdf output (bench.fpga: routed.sdf)")
@@ -270,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
               f"routing {p.routing_ns:5.2f}  cells {len(p.cells):2}  endpoints over "
               f"{args.period:g} ns: {p.endpoints}")
         print(f"    from {p.start}\n    to   {p.end}")
+    print(f"\nendpoints over {args.period:g} ns by the end register's module:")
+    for module, n, ns in failing_by_module(graph, args.period):
+        print(f"  {n:6}  worst {ns:6.2f} ns  {module}")
     return 0
 
 

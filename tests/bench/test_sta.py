@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bench.sta import main, parse_sdf, signal_name, worst_paths
+from bench.sta import failing_by_module, main, parse_sdf, signal_name, worst_paths
 
 # Two flip-flop banks a[0..1] -> (one LUT) -> b[0..1], and a block RAM read -> multiplier -> p.
 # Delays in ps; the slow corner (third value) is the one that counts.
@@ -170,22 +170,42 @@ def test_sta_refuses_a_combinational_loop(tmp_path):
         worst_paths(parse_sdf(looped))
 
 
-def test_fpga_rows_carry_the_worst_paths_and_markdown_lists_them(sdf):
-    from bench.fpga import markdown, top_paths
+def test_failing_endpoints_by_module(sdf):
+    graph = parse_sdf(sdf)
+    # over 2 ns: p (12.76 ns, top level), b[1] (2.725) and b[0] (2.675), all at the top level
+    assert failing_by_module(graph, 2.0) == [("(top)", 3, pytest.approx(12.757))]
+    assert failing_by_module(graph, 2.7) == [("(top)", 2, pytest.approx(12.757))]
+    assert failing_by_module(graph, 20.0) == []
+    with pytest.raises(ValueError, match="period_ns=0"):
+        failing_by_module(graph, 0)
 
-    paths = top_paths(sdf, 2.0)
+
+def test_failing_endpoints_are_grouped_by_hierarchy(tmp_path):
+    path = tmp_path / "h.sdf"
+    path.write_text(SDF.replace("p_TRELLIS_FF_Q_3", "u.seq.store.p_TRELLIS_FF_Q_3"))
+    rows = failing_by_module(parse_sdf(path), 2.0, depth=2)
+    assert [(m, n) for m, n, _ in rows] == [("(top)", 2), ("u.seq", 1)]
+
+
+def test_fpga_rows_carry_the_worst_paths_and_markdown_lists_them(sdf):
+    from bench.fpga import markdown, routed_timing
+
+    timing = routed_timing(sdf, 2.0)
+    paths = timing["top_paths"]
     assert [p["from"] for p in paths] == ["u.buf.x.mem.0.1/DOB0", "a_TRELLIS_FF_Q_1/Q"]
+    assert timing["failing_by_module"] == [["(top)", 3, 12.757]]
     cached = sdf.with_name("paths.json")
-    assert json.loads(cached.read_text())["paths"] == paths
+    assert json.loads(cached.read_text())["timing"] == timing
     stamp = sdf.stat().st_mtime_ns
     sdf.write_text(SDF.replace("(1:2:2000) (1:2:2000)", "(1:2:200) (1:2:200)"))
     os.utime(sdf, ns=(stamp, stamp))
-    assert top_paths(sdf, 2.0) == paths          # same file time: the cache answers
+    assert routed_timing(sdf, 2.0) == timing     # same file time: the cache answers
     os.utime(sdf, (1, 1))                        # a new SDF: read again
-    assert top_paths(sdf, 2.0)[0]["delay_ns"] == pytest.approx(10.957)
+    assert routed_timing(sdf, 2.0)["top_paths"][0]["delay_ns"] == pytest.approx(10.957)
     row = {"preset": "small", "array": "8x8", "variant": "dsp", "target_mhz": 100,
-           "work_dir": "build/fpga/small", "yosys_cells": {}, "top_paths": paths}
+           "work_dir": "build/fpga/small", "yosys_cells": {}, **timing}
     text = markdown([row])
     assert "Worst paths of `small` (dsp)" in text and "endpoints over 10 ns" in text
     assert "| 1 | 12.76 | 78.4 | 9.76 / 3.00 | 1 | `u.buf.x.mem.0.1/DOB0` | `p_TRELLIS_FF_Q_3/M` |" \
         in text
+    assert "| `(top)` | 3 | 12.76 |" in text
