@@ -673,8 +673,18 @@ def main(argv=None) -> int:
 
 
 def _write(rows: list[dict], out: Path) -> int:
+    """Write this run's ``rows`` to ``fpga.json`` and ``fpga.md`` in ``out``. Rows already in
+    ``fpga.json`` that carry a ``"session"`` (measurements recorded in docs/bench.md) are kept
+    after the new ones; untagged rows of earlier runs are replaced."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fpga.json").write_text(json.dumps({"device": DEVICE, "rows": rows}, indent=1) + "\n")
+    path = out / "fpga.json"
+    kept = []
+    if path.exists():
+        try:
+            kept = [r for r in json.loads(path.read_text()).get("rows", []) if "session" in r]
+        except (ValueError, AttributeError):
+            print(f"warning: {path} is not a results file; overwriting it", file=sys.stderr)
+    path.write_text(json.dumps({"device": DEVICE, "rows": rows + kept}, indent=1) + "\n")
     (out / "fpga.md").write_text(markdown(rows))
     print(markdown(rows))
     print(f"wrote {out / 'fpga.json'} and fpga.md")

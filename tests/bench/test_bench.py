@@ -393,3 +393,19 @@ def test_fpga_every_submodule_name_is_a_module_of_the_generated_verilog():
     for short, path in SUBMODULES.items():
         assert f"module \\accel_top.{path} " in verilog or \
             f"module \\accel_top.{path}(" in verilog, short
+
+
+def test_fpga_results_keep_the_recorded_sessions(tmp_path):
+    """A new run replaces earlier untagged rows but keeps the rows docs/bench.md cites."""
+    from bench.fpga import _write
+
+    old = {"preset": "small", "array": "8x8", "variant": "dsp", "yosys_cells": {}}
+    (tmp_path / "fpga.json").write_text(json.dumps(
+        {"rows": [dict(old, session=7, fmax_mhz=52.6), dict(old, fmax_mhz=40.0)]}))
+    new = dict(old, fmax_mhz=54.5)
+    assert _write([new], tmp_path) == 0
+    rows = json.loads((tmp_path / "fpga.json").read_text())["rows"]
+    assert [r["fmax_mhz"] for r in rows] == [54.5, 52.6]
+    (tmp_path / "fpga.json").write_text("not json")
+    assert _write([new], tmp_path) == 0
+    assert json.loads((tmp_path / "fpga.json").read_text())["rows"] == [new]
