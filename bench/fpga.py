@@ -575,8 +575,8 @@ def markdown(rows: list[dict]) -> str:
     """The results table, then the worst paths of every routed row (from its SDF)."""
     out = table(TABLE_HEAD, TABLE_ALIGN, map(_cells, rows))
     for r in rows:
+        period = 1000.0 / r.get("target_mhz", FREQ_MHZ)
         if r.get("top_paths"):
-            period = 1000.0 / r["target_mhz"]
             out += ["", f"Worst paths of `{r['preset']}` ({r['variant']}), routed, one per "
                     f"start/end signal pair (`python -m bench.sta {r['work_dir']}/routed.sdf`):",
                     ""]
