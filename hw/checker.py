@@ -67,7 +67,8 @@ class RecordChecker(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; done : ``Out(1)``; code : ``Out(8)``
+    start : ``In(1)``; done : ``Out(1)``; code : ``Out(8)``; failed : ``Out(1)``: ``code != 0``
+    (an OR of registered bits, for the sequencer's launch decision)
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for every
     :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``
     a_kstep, b_kstep, c_mstep : ``Out(dram_addr_bits)``
@@ -79,7 +80,8 @@ class RecordChecker(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
         ab = cfg.dram_addr_bits
-        super().__init__({"start": In(1), "done": Out(1), "code": Out(8), **record_members(cfg),
+        super().__init__({"start": In(1), "done": Out(1), "code": Out(8), "failed": Out(1),
+                          **record_members(cfg),
                           **named_members("", ("a_kstep", "b_kstep", "c_mstep"), Out(ab))})
 
     def elaborate(self, platform):
@@ -266,5 +268,5 @@ class RecordChecker(wiring.Component):
         code = Const(0, 8)
         for i, err in reversed(list(enumerate(order))):
             code = Mux(failing[i], err.value, code)
-        m.d.comb += self.code.eq(code)
+        m.d.comb += [self.code.eq(code), self.failed.eq(failing.any())]
         return m

@@ -53,7 +53,8 @@ class ImageRunner(wiring.Component):
     start : ``In(1)``; image_addr : ``In(dram_addr_bits)``
     busy, done : ``Out(1)``; error : ``Out(8)``; layer_index : ``Out(32)``
     rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
-    rec_we : ``Out(1)``; rec_beat : ``Out(range(RECORD_BEATS))``; rec_data : ``Out(b beat)``
+    rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
+        a register); rec_data : ``Out(b beat)``
     seq_start, seq_dry : ``Out(1)``; seq_busy : ``In(1)``; seq_error : ``In(8)``
     stats_addr : ``In(32)`` the current record's ``stats_addr`` word
     img_lo, img_hi : ``Out(dram_addr_bits + 1)``
@@ -77,7 +78,7 @@ class ImageRunner(wiring.Component):
                                          strided=True)),
             "wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
             "rec_we": Out(1),
-            "rec_beat": Out(range(RECORD_BEATS(cfg))),
+            "rec_sel": Out(RECORD_BEATS(cfg)),
             "rec_data": Out(8 * cfg.b_beat_bytes),
             "seq_start": Out(1),
             "seq_dry": Out(1),
@@ -136,7 +137,14 @@ class ImageRunner(wiring.Component):
                         m.d.sync += [hdr[b * wpb + j].eq(self.rd.rdata[32 * j:32 * (j + 1)])
                                      for j in range(wpb)]
         H = {name: hdr[index] for name, index in HEADER_WORDS.items()}
-        m.d.comb += [self.rec_we.eq(beat_in & to_rec), self.rec_beat.eq(rs_idx),
+        # The record beat arriving, one-hot in a register (bit i: rs_idx == i), so each record
+        # register's load enable is one AND of flip-flops, not a compare of rs_idx.
+        rec_hot = Signal(RECORD_BEATS(cfg))
+        with m.If(f_start):
+            m.d.sync += rec_hot.eq(1)
+        with m.Elif(beat_in):
+            m.d.sync += rec_hot.eq(rec_hot << 1)
+        m.d.comb += [self.rec_we.eq(beat_in & to_rec), self.rec_sel.eq(rec_hot),
                      self.rec_data.eq(self.rd.rdata)]
 
         # -- CRC over the whole image, the crc32 word read as zero --------------------------------

@@ -188,9 +188,14 @@ class Sequencer(wiring.Component):
             m.d.sync += [d[name].eq(getattr(self, f"d_{name}")) for name in DESC_FIELDS]
             m.d.sync += [L[name].eq(getattr(self, f"l_{name}")) for name in LAYER_FIELDS]
             m.d.sync += [img_lo.eq(self.img_lo), img_hi.eq(self.img_hi), dry.eq(self.dry)]
-        int8_out = L["out_format"] == OutFormat.INT8
-        bias_on = L["bias_present"] == 1
-        post = bias_on | int8_out
+        # What the record decides for the whole run, registered from the latched record (valid
+        # from CHECK on, a cycle after the latch), so no launch or engine parameter path starts
+        # with a compare of record words.
+        int8_out, bias_on, post, is_conv = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [int8_out.eq(L["out_format"] == OutFormat.INT8),
+                     bias_on.eq(L["bias_present"] == 1),
+                     post.eq((L["out_format"] == OutFormat.INT8) | (L["bias_present"] == 1)),
+                     is_conv.eq(d["b_mode"] == 1)]
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
 
         M, K, N = d["m"], d["k"], d["n"]
@@ -201,12 +206,18 @@ class Sequencer(wiring.Component):
         m.d.comb += [getattr(chk, f"d_{name}").eq(d[name]) for name in DESC_FIELDS]
         m.d.comb += [getattr(chk, f"l_{name}").eq(L[name]) for name in LAYER_FIELDS]
         m.d.comb += [chk.img_lo.eq(img_lo), chk.img_hi.eq(img_hi)]
-        is_conv = d["b_mode"] == 1
         gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
-        m.d.sync += gn_all.eq((N + C - 1) >> lc)     # (registered: read after the checks)
+        ag_groups = Signal(DIM_BITS)                # gn_all + 1 (two cycles after the latch)
+        m.d.sync += [gn_all.eq((N + C - 1) >> lc),  # (registered: read after the checks)
+                     ag_groups.eq(gn_all + 1)]
         dram = cfg.dram_bytes
-        m.d.comb += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
+        m.d.sync += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
+        # the output window in the store's addresses: a local window in the local buffer's own
+        # addresses, like the store's (registered like the flags above)
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
+        st_win_lo, st_win_hi = Signal(cfg.dram_addr_bits + 1), Signal(cfg.dram_addr_bits + 1)
+        m.d.sync += [st_win_lo.eq(Mux(d["c_addr"] >= dram, win_lo - dram, win_lo)),
+                     st_win_hi.eq(Mux(d["c_addr"] >= dram, win_hi - dram, win_hi))]
 
         # -- step state: current step, next step, pending store ----------------------------------
         ab = cfg.dram_addr_bits
@@ -218,7 +229,7 @@ class Sequencer(wiring.Component):
         st = {"m0": Signal(DIM_BITS, name="st_m0"), "n0": Signal(DIM_BITS, name="st_n0"),
               "ml": Signal(DIM_BITS, name="st_ml"), "nl": Signal(DIM_BITS, name="st_nl"),
               "gnl": Signal(DIM_BITS, name="st_gnl"),
-              "c_mptr": Signal(ab, name="st_c_mptr"), "slot": Signal(name="st_slot")}
+              "c_addr": Signal(ab, name="st_c_addr"), "slot": Signal(name="st_slot")}
         st_valid = Signal()
         a_slot, b_slot, acc_slot = Signal(), Signal(), Signal()
         need_a, need_b = Signal(), Signal()
@@ -284,7 +295,7 @@ class Sequencer(wiring.Component):
 
             ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
             ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
-            ag.p_groups.eq(gn_all + 1),
+            ag.p_groups.eq(ag_groups),
             ag.p_b_addr.eq(d["b_addr"]),
             ag.p_k0.eq(nxt["k0"]),
             ag.p_rows.eq(nxt_keff),
@@ -293,14 +304,12 @@ class Sequencer(wiring.Component):
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
-            se.p_addr.eq(st["c_mptr"] + Mux(int8_out, st["n0"], st["n0"] << 2)),
+            se.p_addr.eq(st["c_addr"]),
             se.p_post.eq(post), se.p_int8.eq(int8_out), se.p_bias.eq(bias_on),
             se.p_ch0.eq(st["m0"]),
             se.p_zero_point.eq(L["out_zero_point"][:8]),
             se.p_act_min.eq(L["act_min"][:8]), se.p_act_max.eq(L["act_max"][:8]),
-            # a local window in the local buffer's own addresses, like the store's
-            se.p_win_lo.eq(Mux(c_loc, win_lo - dram, win_lo)),
-            se.p_win_hi.eq(Mux(c_loc, win_hi - dram, win_hi)),
+            se.p_win_lo.eq(st_win_lo), se.p_win_hi.eq(st_win_hi),
             se.p_stride.eq(d["c_stride"]),
             se.p_rows.eq(st_pm),
             se.p_groups.eq(st_gn),
@@ -350,7 +359,7 @@ class Sequencer(wiring.Component):
                         a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
                         nxt.eq(walk.first),
                     ]
-                    with m.If(chk.code != 0):
+                    with m.If(chk.failed):
                         m.d.sync += error.eq(chk.code)
                         m.next = "FINISH"
                     with m.Elif(post):
@@ -399,7 +408,10 @@ class Sequencer(wiring.Component):
                         m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
                                      st["ml"].eq(cur["ml"]), st["nl"].eq(cur["nl"]),
                                      st["gnl"].eq(cur["gnl"]),
-                                     st["c_mptr"].eq(cur["c_mptr"]), st["slot"].eq(acc_slot),
+                                     # the store's first address, summed here
+                                     st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
+                                                                         cur["n0"] << 2)),
+                                     st["slot"].eq(acc_slot),
                                      acc_slot.eq(~acc_slot)]
                     with m.If(nxt_valid | new_st):
                         m.next = "ISSUE"

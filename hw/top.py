@@ -127,7 +127,7 @@ class AccelTop(wiring.Component):
         for name, word in LAYER_WORDS.items():
             reg = Signal(32, name=f"rec_{name}")
             offset = REG[record_register(name)].offset
-            with m.If(run.rec_we & (run.rec_beat == word // wpb)):
+            with m.If(run.rec_we & run.rec_sel[word // wpb]):
                 lane = word % wpb
                 m.d.sync += reg.eq(run.rec_data[32 * lane:32 * (lane + 1)])
             with m.Elif(csr_write & (self.csr.addr == offset)):
