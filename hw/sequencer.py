@@ -191,11 +191,11 @@ class Sequencer(wiring.Component):
         # What the record decides for the whole run, registered from the latched record (valid
         # from CHECK on, a cycle after the latch), so no launch or engine parameter path starts
         # with a compare of record words.
-        int8_out, bias_on, post, is_conv = Signal(), Signal(), Signal(), Signal()
+        int8_out, bias_on, post, is_conv, outer_m = (Signal() for _ in range(5))
         m.d.sync += [int8_out.eq(L["out_format"] == OutFormat.INT8),
                      bias_on.eq(L["bias_present"] == 1),
                      post.eq((L["out_format"] == OutFormat.INT8) | (L["bias_present"] == 1)),
-                     is_conv.eq(d["b_mode"] == 1)]
+                     is_conv.eq(d["b_mode"] == 1), outer_m.eq(d["outer_m"] != 0)]
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
 
         M, K, N = d["m"], d["k"], d["n"]
@@ -227,8 +227,8 @@ class Sequencer(wiring.Component):
         cur, nxt = Signal(layout, name="cur"), Signal(layout, name="nxt")
         cur_valid, nxt_valid = Signal(), Signal()
         st = {"m0": Signal(DIM_BITS, name="st_m0"), "n0": Signal(DIM_BITS, name="st_n0"),
-              "ml": Signal(DIM_BITS, name="st_ml"), "nl": Signal(DIM_BITS, name="st_nl"),
-              "gnl": Signal(DIM_BITS, name="st_gnl"),
+              "me": Signal(DIM_BITS, name="st_me"), "ne": Signal(DIM_BITS, name="st_ne"),
+              "gne": Signal(DIM_BITS, name="st_gne"),
               "c_addr": Signal(ab, name="st_c_addr"), "slot": Signal(name="st_slot")}
         st_valid = Signal()
         a_slot, b_slot, acc_slot = Signal(), Signal(), Signal()
@@ -239,22 +239,13 @@ class Sequencer(wiring.Component):
         pmg, png, gm_all = Signal(DIM_BITS), Signal(DIM_BITS), Signal(DIM_BITS)
         m.d.sync += [pmg.eq(pm >> lr), png.eq(pn >> lc), gm_all.eq((M + R - 1) >> lr)]
 
-        def eff(left, part):
-            """Rows (or columns, or k) of a partition starting `left` before the edge."""
-            return Mux(left < part, left, part)
-
-        def eff_groups(left, groups_left, part, part_groups):
-            """Its array tiles: ceil(eff / R) = min(ceil(left / R), part / R), part a multiple
-            of R."""
-            return Mux(left < part, groups_left, part_groups)
-
         # the step after `nxt` in loop order (adv), and whether `nxt` is the last step
         m.submodules.walker = walk = StepWalker(cfg)
         adv, adv_last = walk.next, walk.last
         m.d.comb += [walk.step.eq(nxt), walk.m.eq(M), walk.n.eq(N), walk.k.eq(K),
                      walk.pm.eq(pm), walk.pn.eq(pn), walk.pk.eq(pk), walk.pmg.eq(pmg),
                      walk.png.eq(png), walk.gm_all.eq(gm_all), walk.gn_all.eq(gn_all),
-                     walk.outer_m.eq(d["outer_m"] != 0), walk.a_addr.eq(d["a_addr"]),
+                     walk.outer_m.eq(outer_m), walk.a_addr.eq(d["a_addr"]),
                      walk.b_addr.eq(d["b_addr"]), walk.c_addr.eq(d["c_addr"]),
                      walk.a_kstep.eq(a_kstep), walk.b_kstep.eq(b_kstep),
                      walk.c_mstep.eq(c_mstep)]
@@ -263,44 +254,36 @@ class Sequencer(wiring.Component):
         def load_next(engine, addr, stride, groups, elems, slot, half):
             """A load engine's command for the next step: its k rows into the free half."""
             return [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
-                    engine.p_rows.eq(nxt_keff), engine.p_groups.eq(groups),
+                    engine.p_rows.eq(nxt.ke), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
                     engine.p_buf_gstride.eq(pk)]
 
-        nxt_pm, nxt_pn = eff(nxt["ml"], pm), eff(nxt["nl"], pn)
-        st_pm, st_pn = eff(st["ml"], pm), eff(st["nl"], pn)
-        nxt_keff = eff(nxt["kl"], pk)
-        cur_gm = eff_groups(cur["ml"], cur["gml"], pm, pmg)
-        cur_gn = eff_groups(cur["nl"], cur["gnl"], pn, png)
-        nxt_gm = eff_groups(nxt["ml"], nxt["gml"], pm, pmg)
-        nxt_gn = eff_groups(nxt["nl"], nxt["gnl"], pn, png)
-        st_gn = eff_groups(st["nl"], st["gnl"], pn, png)
         m.d.comb += [
             ce.p_a_base.eq(Mux(a_slot, half_a, 0)),
             ce.p_b_base.eq(Mux(b_slot, half_b, 0)),
             ce.p_acc_base.eq(Mux(acc_slot, half_acc, 0)),
             ce.p_acc_rstride.eq(gn_max),
-            ce.p_gm.eq(cur_gm),
-            ce.p_gn.eq(cur_gn),
+            ce.p_gm.eq(cur["gme"]),
+            ce.p_gn.eq(cur["gne"]),
             ce.p_tile_mg.eq(d["tile_m"] >> lr),
             ce.p_tile_ng.eq(d["tile_n"] >> lc),
             ce.p_pk.eq(pk),
-            ce.p_keff.eq(eff(cur["kl"], pk)),
+            ce.p_keff.eq(cur["ke"]),
             ce.p_accum.eq(cur["k0"] != 0),
 
-            *load_next(la, nxt["a_kptr"] + nxt["m0"], d["a_stride"], nxt_gm, nxt_pm, a_slot,
-                       half_a),
-            *load_next(lb, nxt["b_kptr"] + nxt["n0"], d["b_stride"], nxt_gn, nxt_pn, b_slot,
-                       half_b),
+            *load_next(la, nxt["a_kptr"] + nxt["m0"], d["a_stride"], nxt["gme"], nxt["me"],
+                       a_slot, half_a),
+            *load_next(lb, nxt["b_kptr"] + nxt["n0"], d["b_stride"], nxt["gne"], nxt["ne"],
+                       b_slot, half_b),
 
             ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
             ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
             ag.p_groups.eq(ag_groups),
             ag.p_b_addr.eq(d["b_addr"]),
             ag.p_k0.eq(nxt["k0"]),
-            ag.p_rows.eq(nxt_keff),
+            ag.p_rows.eq(nxt["ke"]),
             ag.p_g0.eq(nxt["n0"] >> lc),
-            ag.p_gn.eq(nxt_gn),
+            ag.p_gn.eq(nxt["gne"]),
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
@@ -311,9 +294,9 @@ class Sequencer(wiring.Component):
             se.p_act_min.eq(L["act_min"][:8]), se.p_act_max.eq(L["act_max"][:8]),
             se.p_win_lo.eq(st_win_lo), se.p_win_hi.eq(st_win_hi),
             se.p_stride.eq(d["c_stride"]),
-            se.p_rows.eq(st_pm),
-            se.p_groups.eq(st_gn),
-            se.p_elems.eq(st_pn),
+            se.p_rows.eq(st["me"]),
+            se.p_groups.eq(st["gne"]),
+            se.p_elems.eq(st["ne"]),
             se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)),
             se.p_acc_rstride.eq(gn_max),
         ]
@@ -406,8 +389,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += [cur.eq(nxt), nxt.eq(adv)]
                     with m.If(new_st):
                         m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
-                                     st["ml"].eq(cur["ml"]), st["nl"].eq(cur["nl"]),
-                                     st["gnl"].eq(cur["gnl"]),
+                                     st["me"].eq(cur["me"]), st["ne"].eq(cur["ne"]),
+                                     st["gne"].eq(cur["gne"]),
                                      # the store's first address, summed here
                                      st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
                                                                          cur["n0"] << 2)),

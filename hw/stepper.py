@@ -13,14 +13,17 @@ __all__ = ["StepWalker", "step_layout"]
 def step_layout(cfg: AccelConfig) -> data.StructLayout:
     """One step's registers. Besides its origin (``m0``, ``n0``, ``k0``) a step carries what is
     left of the matrix from it (``ml = M - m0``, ``gml = ceil(ml / R)`` array-tile groups;
-    likewise for n and k) and its operand pointers, so every engine parameter is one compare and
-    a select from a register, and the walk's wrap tests are compares: no subtract-compare-add
-    chain in front of an engine."""
+    likewise for n and k), its partition's own extent (``me = min(ml, pm)`` rows and ``gme``
+    array-tile rows; likewise ``ne``, ``gne`` and ``ke``) and its operand pointers. Every engine
+    parameter is then a register (or a register plus a select of two), and the walk's wrap
+    tests are compares: no compare or subtract-compare-add chain in front of an engine."""
     ab = cfg.dram_addr_bits
     return data.StructLayout({
         "m0": DIM_BITS, "n0": DIM_BITS, "k0": DIM_BITS,
         "ml": DIM_BITS, "nl": DIM_BITS, "kl": DIM_BITS,      # M - m0, N - n0, K - k0
         "gml": DIM_BITS, "gnl": DIM_BITS,                    # ceil(ml / R), ceil(nl / C)
+        "me": DIM_BITS, "ne": DIM_BITS, "ke": DIM_BITS,      # min(ml, pm), min(nl, pn), ...
+        "gme": DIM_BITS, "gne": DIM_BITS,                    # ceil(me / R), ceil(ne / C)
         "a_kptr": ab,                                        # a_addr + k0 * a_stride
         "b_kptr": ab,                                        # b_addr + k0 * b_stride
         "c_mptr": ab,                                        # c_addr + m0 * c_stride
@@ -34,6 +37,9 @@ class StepWalker(wiring.Component):
     The split-K loop is innermost: k advances by ``pk`` until ``kl <= pk``, then wraps to 0 and
     the inner partition loop (n with ``outer_m``, else m) advances; when that wraps too, the
     outer one does. ``first`` is the layer's first step.
+
+    A partition's extent after an advance compares the step's remainder with twice the
+    partition (``ml - pm < pm`` is ``ml < 2 pm``), beside the subtract rather than after it.
 
     Parameters
     ----------
@@ -66,26 +72,43 @@ class StepWalker(wiring.Component):
         m = Module()
         s = self.step
 
+        def short(left, whole, part, fresh):
+            """Whether the partition is cut by the matrix's edge: ``whole < part`` at a fresh
+            loop, else ``left - part < part`` after the advance, compared as ``left < 2 part``
+            beside the subtract rather than after it."""
+            return (whole < part) if fresh else (left < (part << 1))
+
         def step_m(t, fresh):
             """Assignments to ``t``: m restarts at 0 (``fresh``) or advances a partition."""
+            cut = short(s.ml, self.m, self.pm, fresh)
             if fresh:
-                return [t.m0.eq(0), t.ml.eq(self.m), t.gml.eq(self.gm_all),
-                        t.c_mptr.eq(self.c_addr)]
-            return [t.m0.eq(s.m0 + self.pm), t.ml.eq(s.ml - self.pm),
-                    t.gml.eq(s.gml - self.pmg), t.c_mptr.eq(s.c_mptr + self.c_mstep)]
+                ml, gml, mptr = self.m, self.gm_all, self.c_addr
+                out = [t.m0.eq(0)]
+            else:
+                ml, gml, mptr = s.ml - self.pm, s.gml - self.pmg, s.c_mptr + self.c_mstep
+                out = [t.m0.eq(s.m0 + self.pm)]
+            return out + [t.ml.eq(ml), t.gml.eq(gml), t.c_mptr.eq(mptr),
+                          t.me.eq(Mux(cut, ml, self.pm)), t.gme.eq(Mux(cut, gml, self.pmg))]
 
         def step_n(t, fresh):
+            cut = short(s.nl, self.n, self.pn, fresh)
             if fresh:
-                return [t.n0.eq(0), t.nl.eq(self.n), t.gnl.eq(self.gn_all)]
-            return [t.n0.eq(s.n0 + self.pn), t.nl.eq(s.nl - self.pn),
-                    t.gnl.eq(s.gnl - self.png)]
+                nl, gnl, out = self.n, self.gn_all, [t.n0.eq(0)]
+            else:
+                nl, gnl, out = s.nl - self.pn, s.gnl - self.png, [t.n0.eq(s.n0 + self.pn)]
+            return out + [t.nl.eq(nl), t.gnl.eq(gnl),
+                          t.ne.eq(Mux(cut, nl, self.pn)), t.gne.eq(Mux(cut, gnl, self.png))]
 
         def step_k(t, fresh):
+            cut = short(s.kl, self.k, self.pk, fresh)
             if fresh:
-                return [t.k0.eq(0), t.kl.eq(self.k), t.a_kptr.eq(self.a_addr),
-                        t.b_kptr.eq(self.b_addr)]
-            return [t.k0.eq(s.k0 + self.pk), t.kl.eq(s.kl - self.pk),
-                    t.a_kptr.eq(s.a_kptr + self.a_kstep), t.b_kptr.eq(s.b_kptr + self.b_kstep)]
+                kl, out = self.k, [t.k0.eq(0), t.a_kptr.eq(self.a_addr),
+                                   t.b_kptr.eq(self.b_addr)]
+            else:
+                kl, out = s.kl - self.pk, [t.k0.eq(s.k0 + self.pk),
+                                           t.a_kptr.eq(s.a_kptr + self.a_kstep),
+                                           t.b_kptr.eq(s.b_kptr + self.b_kstep)]
+            return out + [t.kl.eq(kl), t.ke.eq(Mux(cut, kl, self.pk))]
 
         adv = self.next
 

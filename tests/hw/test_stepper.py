@@ -44,8 +44,8 @@ def test_walker_follows_the_schedule(preset):
             for _ in range(10_000):
                 ctx.set(dut.step, step)
                 walk.append({name: int(getattr(step, name)) for name in
-                             ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "a_kptr",
-                              "b_kptr", "c_mptr")})
+                             ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "me", "ne",
+                              "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr")})
                 if ctx.get(dut.last):
                     break
                 step = ctx.get(dut.next)
@@ -55,11 +55,16 @@ def test_walker_follows_the_schedule(preset):
     sim.add_testbench(bench)
     sim.run()
     for d, walk in zip(cases, walks):
+        pm, pn, pk = d.partition_m, d.partition_n, d.partition_k
         want = list(steps(d, cfg))
         assert [(w["m0"], w["n0"], w["k0"]) for w in walk] == [(s.m0, s.n0, s.k0) for s in want]
         for w in walk:
             assert (w["ml"], w["nl"], w["kl"]) == (d.m - w["m0"], d.n - w["n0"], d.k - w["k0"])
             assert (w["gml"], w["gnl"]) == (-(-w["ml"] // R), -(-w["nl"] // C))
+            # the partition's own extent, cut by the matrix's edge
+            me, ne, ke = min(w["ml"], pm), min(w["nl"], pn), min(w["kl"], pk)
+            assert (w["me"], w["ne"], w["ke"]) == (me, ne, ke)
+            assert (w["gme"], w["gne"]) == (-(-me // R), -(-ne // C))
             assert w["a_kptr"] == (d.a_addr + w["k0"] * d.a_stride) % (1 << ab)
             assert w["b_kptr"] == (d.b_addr + w["k0"] * d.b_stride) % (1 << ab)
             assert w["c_mptr"] == (d.c_addr + w["m0"] * d.c_stride) % (1 << ab)
