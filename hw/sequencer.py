@@ -364,8 +364,8 @@ class Sequencer(wiring.Component):
                 with m.If(~ag.tables_busy):
                     m.next = "ISSUE"
             with m.State("ISSUE"):
-                same_a = cur_valid & (cur["m0"] == nxt["m0"]) & (cur["k0"] == nxt["k0"])
-                same_b = cur_valid & (cur["n0"] == nxt["n0"]) & (cur["k0"] == nxt["k0"])
+                same_a = cur_valid & nxt["a_same"]      # (the walker's: no compares here)
+                same_b = cur_valid & nxt["b_same"]
                 m.d.comb += [
                     ce.start.eq(cur_valid),
                     la.start.eq(nxt_valid & ~same_a),

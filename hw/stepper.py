@@ -14,7 +14,9 @@ def step_layout(cfg: AccelConfig) -> data.StructLayout:
     """One step's registers. Besides its origin (``m0``, ``n0``, ``k0``) a step carries what is
     left of the matrix from it (``ml = M - m0``, ``gml = ceil(ml / R)`` array-tile groups;
     likewise for n and k), its partition's own extent (``me = min(ml, pm)`` rows and ``gme``
-    array-tile rows; likewise ``ne``, ``gne`` and ``ke``) and its operand pointers. Every engine
+    array-tile rows; likewise ``ne``, ``gne`` and ``ke``), its operand pointers, and whether its
+    A block (``m0``, ``k0``) and B block (``n0``, ``k0``) are the previous step's (``a_same``,
+    ``b_same``: that load is skipped; 0 for a layer's first step). Every engine
     parameter is then a register (or a register plus a select of two), and the walk's wrap
     tests are compares: no compare or subtract-compare-add chain in front of an engine."""
     ab = cfg.dram_addr_bits
@@ -27,6 +29,7 @@ def step_layout(cfg: AccelConfig) -> data.StructLayout:
         "a_kptr": ab,                                        # a_addr + k0 * a_stride
         "b_kptr": ab,                                        # b_addr + k0 * b_stride
         "c_mptr": ab,                                        # c_addr + m0 * c_stride
+        "a_same": 1, "b_same": 1,                            # A / B block as the step before
     })
 
 
@@ -37,6 +40,9 @@ class StepWalker(wiring.Component):
     The split-K loop is innermost: k advances by ``pk`` until ``kl <= pk``, then wraps to 0 and
     the inner partition loop (n with ``outer_m``, else m) advances; when that wraps too, the
     outer one does. ``first`` is the layer's first step.
+
+    ``a_same`` / ``b_same`` of ``next`` follow from the wrap tests: k stays only when it wraps
+    in a single k partition, m (n) when it does not move or wraps in a single partition.
 
     A partition's extent after an advance compares the step's remainder with twice the
     partition (``ml - pm < pm`` is ``ml < 2 pm``), beside the subtract rather than after it.
@@ -115,26 +121,33 @@ class StepWalker(wiring.Component):
         k_wrap = s.kl <= self.pk
         m_wrap = s.ml <= self.pm
         n_wrap = s.nl <= self.pn
+        # a loop that restarts at 0 keeps its origin only when it has a single partition
+        one_m, one_n, one_k = self.m <= self.pm, self.n <= self.pn, self.k <= self.pk
+        m_same, n_same, k_same = Signal(), Signal(), Signal()
         wrapped = Signal()
-        m.d.comb += adv.eq(s)
+        m.d.comb += [adv.eq(s), m_same.eq(1), n_same.eq(1), k_same.eq(0)]
         with m.If(~k_wrap):
             m.d.comb += step_k(adv, fresh=False)
         with m.Else():
-            m.d.comb += step_k(adv, fresh=True)
+            m.d.comb += step_k(adv, fresh=True) + [k_same.eq(one_k)]
             with m.If(self.outer_m):                # m outside, n inside
                 with m.If(~n_wrap):
-                    m.d.comb += step_n(adv, fresh=False)
+                    m.d.comb += step_n(adv, fresh=False) + [n_same.eq(0)]
                 with m.Else():
                     m.d.comb += step_n(adv, fresh=True) + step_m(adv, fresh=False)
+                    m.d.comb += [n_same.eq(one_n), m_same.eq(0)]
             with m.Else():                          # n outside, m inside
                 with m.If(~m_wrap):
-                    m.d.comb += step_m(adv, fresh=False)
+                    m.d.comb += step_m(adv, fresh=False) + [m_same.eq(0)]
                 with m.Else():
                     m.d.comb += step_m(adv, fresh=True) + step_n(adv, fresh=False)
+                    m.d.comb += [m_same.eq(one_m), n_same.eq(0)]
             m.d.comb += wrapped.eq(m_wrap & n_wrap)
+        m.d.comb += [adv.a_same.eq(k_same & m_same), adv.b_same.eq(k_same & n_same)]
         m.d.comb += self.last.eq(k_wrap & wrapped)
 
         # the first step: every loop fresh
         f = self.first
         m.d.comb += step_m(f, fresh=True) + step_n(f, fresh=True) + step_k(f, fresh=True)
+        m.d.comb += [f.a_same.eq(0), f.b_same.eq(0)]
         return m

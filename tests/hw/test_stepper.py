@@ -45,7 +45,8 @@ def test_walker_follows_the_schedule(preset):
                 ctx.set(dut.step, step)
                 walk.append({name: int(getattr(step, name)) for name in
                              ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "me", "ne",
-                              "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr")})
+                              "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr", "a_same",
+                              "b_same")})
                 if ctx.get(dut.last):
                     break
                 step = ctx.get(dut.next)
@@ -58,6 +59,14 @@ def test_walker_follows_the_schedule(preset):
         pm, pn, pk = d.partition_m, d.partition_n, d.partition_k
         want = list(steps(d, cfg))
         assert [(w["m0"], w["n0"], w["k0"]) for w in walk] == [(s.m0, s.n0, s.k0) for s in want]
+        # a_same / b_same: the step's A block (m0, k0) / B block (n0, k0) is the previous one's
+        prev = [None] + walk[:-1]
+        assert [w["a_same"] for w in walk] == [
+            int(p is not None and (p["m0"], p["k0"]) == (w["m0"], w["k0"])) for p, w in
+            zip(prev, walk)]
+        assert [w["b_same"] for w in walk] == [
+            int(p is not None and (p["n0"], p["k0"]) == (w["n0"], w["k0"])) for p, w in
+            zip(prev, walk)]
         for w in walk:
             assert (w["ml"], w["nl"], w["kl"]) == (d.m - w["m0"], d.n - w["n0"], d.k - w["k0"])
             assert (w["gml"], w["gnl"]) == (-(-w["ml"] // R), -(-w["nl"] // C))
