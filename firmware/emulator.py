@@ -18,6 +18,7 @@ implementation, not by the spec, and the result says so (``defined = False``).
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import struct
 import zlib
 
@@ -34,7 +35,18 @@ from spec.regmap import CTRL_BITS, REG, STATUS_BITS
 
 from .runtime import DeviceError
 
-__all__ = ["EmulationResult", "run_image", "EmulatorDevice", "DeviceMemory"]
+__all__ = ["EmulationResult", "run_image", "EmulatorDevice", "DeviceMemory", "zeroed_memory"]
+
+
+def zeroed_memory(size: int) -> mmap.mmap:
+    """``size`` writable zero bytes that cost memory only where they are written: an anonymous
+    mapping, whose pages the kernel supplies (zeroed) on first touch. A device address space of
+    2 GiB (``default``) therefore costs the pages of its image and tensors, where
+    ``bytearray(size)`` would fill all of it. It slices, assigns and exposes the buffer
+    protocol as a ``bytearray`` does, but cannot change size."""
+    if not (isinstance(size, int) and size > 0):
+        raise ValueError(f"zeroed_memory: size={size!r} must be a positive int")
+    return mmap.mmap(-1, size)
 
 
 @dataclasses.dataclass
@@ -226,7 +238,7 @@ class EmulatorDevice:
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.mem = bytearray(cfg.dram_bytes)
+        self.mem = zeroed_memory(cfg.dram_bytes)
         self._regs: dict[int, int] = {}
         self._error = 0
         self._layer_index = 0

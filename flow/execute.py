@@ -145,12 +145,14 @@ def _cycles(rep: dict) -> int | None:
 @dataclasses.dataclass
 class NetworkRun:
     """The outcome of one run: graph ``outputs``, per-step ``steps`` reports, the backend and
-    the wall time of the whole run (seconds, simulator start-up included)."""
+    the wall time of the whole run (seconds, simulator start-up included); on the RTL backends
+    also the simulator process's peak resident memory (bytes)."""
 
     sim: str
     outputs: dict[str, np.ndarray]
     steps: list[dict]
     wall_s: float
+    sim_peak_rss_bytes: int | None = None
 
     @property
     def measured(self) -> bool:
@@ -187,8 +189,8 @@ def run_network(net: CompiledNetwork, feeds: Mapping[str, np.ndarray], *, sim: s
         return NetworkRun(sim, outputs, steps, time.perf_counter() - t0)
     if workdir is None:
         raise ValueError("the RTL backends need a workdir")
-    outputs, steps = _run_rtl(net, feeds, sim, Path(workdir), tsr, on_event)
-    return NetworkRun(sim, outputs, steps, time.perf_counter() - t0)
+    outputs, steps, rss = _run_rtl(net, feeds, sim, Path(workdir), tsr, on_event)
+    return NetworkRun(sim, outputs, steps, time.perf_counter() - t0, rss)
 
 
 def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
@@ -254,7 +256,7 @@ def _run_rtl(net, feeds, sim, workdir: Path, tsr, on_event):
                            f"(log: {log})")
     with np.load(workdir / "outputs.npz", allow_pickle=False) as z:
         outputs = {n: z[n] for n in net.outputs}
-    return outputs, raw["steps"]
+    return outputs, raw["steps"], raw.get("peak_rss_bytes")
 
 
 # -- reports ---------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ between, in one simulation (launched by :func:`flow.execute.run_network`).
 ``$TESSERA_NET_JOB/net_job.json`` names the ``.tsr``, the feeds (``.npz``), the progress-event
 file (JSON lines, followed by the launching process) and where the results go: ``result.json``
 (per-step reports, or the error) and ``outputs.npz`` (the graph outputs). Checking is the
-caller's job.
+caller's job. The result also holds the simulator process's peak resident memory
+(``peak_rss_bytes``: the model, its memory and this Python), which the large-layer tests bound.
 """
 
 from __future__ import annotations
@@ -48,4 +49,20 @@ async def run_network(dut):
     finally:
         events.close()
     np.savez(job_dir / job["outputs"], **{n: env[n] for n in net.outputs})
-    (job_dir / job["result"]).write_text(json.dumps({"steps": steps}, indent=1) + "\n")
+    (job_dir / job["result"]).write_text(json.dumps(
+        {"steps": steps, "peak_rss_bytes": peak_rss_bytes()}, indent=1) + "\n")
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory in bytes: ``VmHWM`` of ``/proc/self/status``, the
+    high-water mark of the simulator's own address space. (``getrusage``'s ``ru_maxrss`` would
+    not do: Linux carries it across ``exec``, so it includes the launching Python's.) ``None``
+    where ``/proc`` is not available."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None

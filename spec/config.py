@@ -76,7 +76,11 @@ class AccelConfig:
     block_m: int = 16
     block_n: int = 16
     sync_bytes: int = 4096
-    dram_addr_bits: int = 28
+    #: DRAM is ``2**dram_addr_bits`` bytes and the on-chip local buffer sits just above it, so
+    #: device addresses are ``dram_addr_bits + 1`` bits: 31 (``default``) gives 2 GiB of DRAM in
+    #: a 32-bit device address space. 32 is allowed too, without the local buffer
+    #: (:meth:`local_unreachable`).
+    dram_addr_bits: int = 31
     #: On-chip convolution table capacities (entries; docs/conv_tables.md): offsets (one per
     #: k), runs (B-load segments) and lane groups (+1).
     conv_offset_entries: int = 8192

@@ -22,7 +22,7 @@ import numpy as np
 
 from firmware.demos import build_mlp
 from firmware.builder import ImageBuilder, Requant
-from firmware.emulator import DeviceMemory, run_image
+from firmware.emulator import DeviceMemory, run_image, zeroed_memory
 from firmware.image import reseal
 from spec.config import AccelConfig
 from spec.desc import DESC_FIELDS, GemmDescriptor, MAX_DIM
@@ -238,7 +238,7 @@ def fuzz_cases(cfg: AccelConfig, count: int, seed: int) -> tuple[list[FuzzCase],
     while len(cases) < count:
         base = bases[len(cases) % len(bases)]
         kind, blob = mutate(base.blob, rng, cfg)
-        mem = bytearray(cfg.dram_bytes)
+        mem = zeroed_memory(cfg.dram_bytes)
         for addr, data in [*loads[base.name], (0, blob)]:
             mem[addr:addr + len(data)] = data
         result = run_image(mem, 0, cfg)

@@ -29,10 +29,11 @@ GUARD = 0xA5      # byte pattern of C and its guard regions before a run
 
 
 async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
-                   dense: bool = False) -> dict:
+                   dense: bool = False, base: int = 0) -> dict:
     """Run one case end to end; assert bit-exact C, untouched guards and counter identities.
 
-    ``tiling`` defaults to a random legal one; ``dense`` places tensors without row padding.
+    ``tiling`` defaults to a random legal one; ``dense`` places tensors without row padding;
+    ``base`` is the device address the operands are laid out from.
     """
     cfg = h.cfg
     rng = np.random.default_rng(case.seed)
@@ -43,7 +44,7 @@ async def run_case(h: Harness, case: GemmCase, tiling: dict | None = None, *,
     if tiling is None:
         tiling = random_tiling(case.m, case.k, case.n, cfg, rng, outer_m=case.outer_m,
                                splitk=case.splitk)
-    where = place(case.m, case.k, case.n, cfg, rng=None if dense else rng)
+    where = place(case.m, case.k, case.n, cfg, rng=None if dense else rng, base=base)
     d = descriptor(case.m, case.k, case.n, tiling, where, cfg)
     c_lo = where.c_addr - where.guard_bytes
     c_hi = where.end
@@ -89,10 +90,12 @@ def _results_path():
 
 @cocotb.test()
 async def gemm_random_cases_match_golden(dut):
-    """Random shapes and random legal tilings, bit-exact against numpy."""
+    """Random shapes and random legal tilings, bit-exact against numpy; operands laid out from
+    device address ``$TESSERA_BASE`` (default 0; decimal or 0x hex)."""
     h = await Harness.start(dut)
     seed = int(os.environ.get("TESSERA_SEED", "1"))
     count = int(os.environ.get("TESSERA_CASES", "10"))
+    base = int(os.environ.get("TESSERA_BASE", "0"), 0)
     records = []
     shapes = os.environ.get("TESSERA_SHAPES")
     if shapes:
@@ -105,6 +108,6 @@ async def gemm_random_cases_match_golden(dut):
         cases = random_cases(h.cfg, seed, count)
     for case in cases:
         dut._log.info("case %s", case)
-        records.append(await run_case(h, case))
+        records.append(await run_case(h, case, base=base))
     with open(_results_path(), "w") as f:
         json.dump(records, f, indent=1)

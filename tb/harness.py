@@ -90,14 +90,17 @@ class Harness:
     async def load(self, regions: list[tuple[int, bytes]]):
         """Write ``regions`` (address, bytes) into the memory model; other bytes keep their
         contents."""
-        lines = []
         for addr, data in regions:
             if addr < 0 or addr + len(data) > self.cfg.dram_bytes:
                 raise ValueError(f"region [{addr:#x}, {addr + len(data):#x}) outside memory")
-            lines.append(f"@{addr:x}")
-            for i in range(0, len(data), 64):
-                lines.append(data[i:i + 64].hex(" "))
-        self.image_path.write_text("\n".join(lines) + "\n")
+        # written a MiB at a time: a 100 MB weight matrix never exists as one 300 MB string
+        with self.image_path.open("w") as f:
+            for addr, data in regions:
+                f.write(f"@{addr:x}\n")
+                for lo in range(0, len(data), 1 << 20):
+                    chunk = data[lo:lo + (1 << 20)]
+                    f.write("\n".join(chunk[i:i + 64].hex(" ") for i in range(0, len(chunk), 64)))
+                    f.write("\n")
         self.dut.dram_load.value = 1
         await RisingEdge(self.dut.clk)
         self.dut.dram_load.value = 0

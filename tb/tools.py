@@ -18,9 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hw.build import TB_HDL, locked
+from spec.config import AccelConfig
 
-__all__ = ["SIMULATORS", "LINT_WAIVERS", "missing_tool", "prepare_env", "build", "heartbeat",
-           "icarus_source", "lint"]
+__all__ = ["SIMULATORS", "LINT_WAIVERS", "ICARUS_MAX_ADDR_BITS", "missing_tool", "prepare_env",
+           "build", "check_icarus_memory", "heartbeat", "icarus_source", "lint"]
 
 #: simulator name -> executable that must be on PATH
 SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
@@ -116,6 +117,21 @@ def icarus_source(verilog: Path) -> Path:
     return out
 
 
+#: Largest address space the Icarus memory model holds: it has no DPI, so its memory is a dense
+#: byte array of ``2**dram_addr_bits`` bytes (Verilator's is paged; tb/hdl/dram_model.sv).
+ICARUS_MAX_ADDR_BITS = 24
+
+
+def check_icarus_memory(cfg: AccelConfig) -> None:
+    """Raise ``ValueError`` when ``cfg``'s address space is too large for the Icarus model."""
+    if cfg.dram_addr_bits > ICARUS_MAX_ADDR_BITS:
+        raise ValueError(
+            f"AccelConfig.dram_addr_bits={cfg.dram_addr_bits}: the Icarus memory model is a dense "
+            f"array and holds at most {ICARUS_MAX_ADDR_BITS} address bits "
+            f"({1 << ICARUS_MAX_ADDR_BITS - 20} MiB); simulate this config with Verilator, "
+            f"whose model is paged")
+
+
 def build(sim: str, build_dir: Path, *, waves: bool = False):
     """Build ``sim_top`` of an emitted config directory for ``sim``; return the cocotb runner.
 
@@ -129,8 +145,11 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     if sim == "verilator":
         _drop_public_flat_rw(runner)
         sources = [build_dir / "sim_top.v", hdl]
-        args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else [])
+        # the memory model's paged store (DPI-C), compiled into the simulator
+        args = list(VERILATOR_ARGS) + [str(TB_HDL / "dram_pages.cpp")] + (
+            ["--trace-fst", "--trace-structs"] if waves else [])
     else:
+        check_icarus_memory(AccelConfig.from_json((build_dir / "config.json").read_text()))
         with locked(build_dir / "sim_top_icarus.lock"):
             sources = [icarus_source(build_dir / "sim_top.v"), hdl]
         args = ["-g2012"]

@@ -21,6 +21,9 @@ class SimTop(wiring.Component):
     registers, and waits for ``done``; it never steps the clock. Memory bandwidth and latency of
     every port come from the config.
 
+    The memory model holds every ``dram_addr_bits`` up to 32: under Verilator it allocates only
+    the pages written; under Icarus it is a dense array (``tb.tools.ICARUS_MAX_ADDR_BITS``).
+
     Members
     -------
     clk : ``Out(1)`` the generated clock (for the testbench to synchronise register writes)
@@ -30,14 +33,7 @@ class SimTop(wiring.Component):
     dram_load, dram_dump : ``In(1)``; dram_dump_lo, dram_dump_hi : ``In(dram_addr_bits)``
     """
 
-    #: Largest memory the HDL model holds (a dense byte array).
-    MAX_DRAM_ADDR_BITS = 28
-
     def __init__(self, cfg: AccelConfig):
-        if cfg.dram_addr_bits > self.MAX_DRAM_ADDR_BITS:
-            raise ValueError(f"SimTop: AccelConfig.dram_addr_bits={cfg.dram_addr_bits} exceeds "
-                             f"{self.MAX_DRAM_ADDR_BITS}, the largest memory the simulation "
-                             f"model holds; simulate with a smaller address space")
         self._cfg = cfg
         super().__init__({
             "clk": Out(1),

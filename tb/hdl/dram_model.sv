@@ -3,7 +3,11 @@
 // tessera_clock: free-running clock generated in HDL, so simulations never step the clock from
 // Python (10 time units per cycle).
 //
-// tessera_dram: byte-addressed memory of 2**ADDR_BITS bytes with three ports:
+// tessera_dram: byte-addressed memory of 2**ADDR_BITS bytes (ADDR_BITS <= 32) with three ports.
+// Under Verilator the bytes live in a paged store (tb/hdl/dram_pages.cpp, through DPI-C) that
+// allocates only the 64 KiB pages written; under Icarus (no DPI) in a dense array, which
+// tb/tools.py allows up to ICARUS_MAX_ADDR_BITS. Both behave the same cycle for cycle: a read
+// sees the memory as it was before the same cycle's write. The ports:
 //   A and B read ports: one beat of A_BYTES / B_BYTES per accepted request; a request is
 //     accepted when `*_ready` is high; data returns `*_LAT` cycles after acceptance, in order.
 //     A B request reads its B_BYTES bytes at element stride `b_stride` (1 = contiguous) and
@@ -23,10 +27,11 @@
 // reproducible from the seed on every simulator.
 //
 // Host access (testbench only):
-//   `load` (one cycle): $readmemh from the file named by plusarg +DRAM_IMAGE=<path>. The file
-//     holds whitespace-separated bytes with `@<hex address>` directives; unnamed bytes keep
-//     their contents.
-//   `dump` (one cycle): $writememh of bytes [dump_lo, dump_hi] to +DRAM_DUMP=<path>.
+//   `load` (one cycle): reads the $readmemh-format file named by plusarg +DRAM_IMAGE=<path>
+//     (whitespace-separated bytes with `@<hex address>` directives; unnamed bytes keep their
+//     contents).
+//   `dump` (one cycle): writes bytes [dump_lo, dump_hi] to +DRAM_DUMP=<path> in $writememh's
+//     format.
 `timescale 1ns/1ps
 
 module tessera_clock (output reg clk);
@@ -150,7 +155,24 @@ module tessera_dram #(
 );
     localparam [ADDR_BITS-1:0] MASK = {ADDR_BITS{1'b1}};
     localparam FIFO_DEPTH = 64;
+`ifdef VERILATOR
+    // paged store in C++ (tb/hdl/dram_pages.cpp): holds only the pages written
+    import "DPI-C" function int tessera_mem_init(input int addr_bits);
+    import "DPI-C" function longint unsigned tessera_mem_get64(input longint unsigned addr);
+    import "DPI-C" function byte unsigned tessera_mem_get8(input longint unsigned addr);
+    import "DPI-C" function void tessera_mem_put64(input longint unsigned addr,
+        input longint unsigned data, input byte unsigned strb);
+    import "DPI-C" function longint tessera_mem_load(input string path);
+    import "DPI-C" function int tessera_mem_dump(input string path, input longint unsigned lo,
+        input longint unsigned hi);
+    initial begin
+        if (tessera_mem_init(ADDR_BITS) != 0) $fatal(1, "tessera_dram: ADDR_BITS=%0d", ADDR_BITS);
+    end
+`else
+    // dense byte array (Icarus has no DPI): 2**ADDR_BITS bytes, so tb/tools.py builds Icarus
+    // models only for small address spaces
     reg [7:0] mem [0:(1<<ADDR_BITS)-1];
+`endif
 
     // -- stall injection settings (plusargs, read once) --------------------------------------
     reg [31:0] stall_seed;
@@ -234,13 +256,46 @@ module tessera_dram #(
 
     reg [A_BYTES*8-1:0] a_word;
     reg [B_BYTES*8-1:0] b_word;
-    integer i, s;
+    integer i, s, w;
+`ifdef VERILATOR
+    reg [63:0] q;
+    reg [7:0] strb;
+`endif
     always @(posedge clk) begin
         // blocking temporaries: the bytes of this cycle's accepted requests
+`ifdef VERILATOR
+        // read on acceptance only (data of a stage whose valid bit is low is never looked at),
+        // then write: a read sees the memory before this cycle's write, as the dense array's
+        // nonblocking writes give
+        if (a_valid && a_ready)
+            for (i = 0; i < A_BYTES; i = i + 1) begin
+                if (i % 8 == 0) q = tessera_mem_get64(64'(a_addr) + 64'(i));
+                a_word[i*8 +: 8] = q[(i % 8)*8 +: 8];
+            end
+        if (b_valid && b_ready) begin
+            if (b_stride == 16'd1)
+                for (i = 0; i < B_BYTES; i = i + 1) begin
+                    if (i % 8 == 0) q = tessera_mem_get64(64'(b_addr) + 64'(i));
+                    b_word[i*8 +: 8] = q[(i % 8)*8 +: 8];
+                end
+            else
+                for (i = 0; i < B_BYTES; i = i + 1)
+                    b_word[i*8 +: 8] = tessera_mem_get8(64'(b_addr) + 64'(i) * 64'(b_stride));
+        end
+        if (!rst && c_valid && c_ready)
+            for (w = 0; w < C_BYTES; w = w + 8) begin
+                for (i = 0; i < 8; i = i + 1) begin
+                    q[i*8 +: 8] = (w + i < C_BYTES) ? c_data[(w + i)*8 +: 8] : 8'd0;
+                    strb[i] = (w + i < C_BYTES) && c_strb[w + i];
+                end
+                if (strb != 8'd0) tessera_mem_put64(64'(c_addr) + 64'(w), q, strb);
+            end
+`else
         for (i = 0; i < A_BYTES; i = i + 1)
             a_word[i*8 +: 8] = mem[(a_addr + i) & MASK];
         for (i = 0; i < B_BYTES; i = i + 1)
             b_word[i*8 +: 8] = mem[(b_addr + i * b_stride) & MASK];
+`endif
         if (rst) begin
             for (s = 0; s < A_LAT; s = s + 1) a_vpipe[s] <= 1'b0;
             for (s = 0; s < B_LAT; s = s + 1) b_vpipe[s] <= 1'b0;
@@ -259,13 +314,26 @@ module tessera_dram #(
         for (s = 1; s < B_LAT; s = s + 1) b_pipe[s] <= b_pipe[s-1];
     end
 
-    integer w;
+`ifndef VERILATOR
     always @(posedge clk) begin
         if (!rst && c_valid && c_ready)
             for (w = 0; w < C_BYTES; w = w + 1)
                 if (c_strb[w]) mem[(c_addr + w) & MASK] <= c_data[w*8 +: 8];
     end
+`endif
 
+`ifdef VERILATOR
+    string image_path, dump_path;
+    initial begin
+        if (!$value$plusargs("DRAM_IMAGE=%s", image_path)) image_path = "dram_image.hex";
+        if (!$value$plusargs("DRAM_DUMP=%s", dump_path)) dump_path = "dram_dump.hex";
+    end
+    always @(posedge clk) begin
+        if (load && tessera_mem_load(image_path) < 0) $fatal(1, "tessera_dram: load failed");
+        if (dump && tessera_mem_dump(dump_path, 64'(dump_lo), 64'(dump_hi)) != 0)
+            $fatal(1, "tessera_dram: dump failed");
+    end
+`else
     reg [8*1024-1:0] image_path;
     reg [8*1024-1:0] dump_path;
     initial begin
@@ -276,4 +344,5 @@ module tessera_dram #(
         if (load) $readmemh(image_path, mem);
         if (dump) $writememh(dump_path, mem, dump_lo, dump_hi);
     end
+`endif
 endmodule

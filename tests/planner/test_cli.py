@@ -69,17 +69,17 @@ def test_cli_workload_costs_convolutions_with_the_conv_model(capsys):
 
 
 def test_cli_refuses_a_layer_the_config_cannot_address(capsys):
-    """A VGG-class FC layer fits default's 256 MiB; a 16384 x 16384 x 2048 GEMM (256 MiB of
+    """A VGG-class FC layer fits default's 2 GiB; a 65536 x 32768 x 1024 GEMM (2 GiB of
     weights) does not: the planner says so, naming the sizes, and prints no cycles (issue 18).
     The 16 MiB ``fpga`` preset refuses the 4096 x 4096 FC that default plans."""
     assert main(["plan", "--gemm", "4096,25088,1", "--preset", "default"]) == 0
     capsys.readouterr()
-    assert main(["plan", "--gemm", "16384,16384,2048", "--preset", "default"]) == 2
+    assert main(["plan", "--gemm", "65536,32768,1024", "--preset", "default"]) == 2
     out = capsys.readouterr()
     assert out.out == ""
-    assert ("its operands need 436,207,616 bytes of device memory (A 268,435,456, B 33,554,432, "
-            "C 134,217,728 as int32), more than dram_bytes=268,435,456 (dram_addr_bits=28)") \
-        in out.err
+    assert ("its operands need 2,449,473,536 bytes of device memory (A 2,147,483,648, "
+            "B 33,554,432, C 268,435,456 as int32), more than dram_bytes=2,147,483,648 "
+            "(dram_addr_bits=31)") in out.err
     assert main(["plan", "--gemm", "4096,4096,1", "--preset", "fpga", "--json"]) == 2
     assert capsys.readouterr().out == ""
     assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 0

@@ -86,12 +86,12 @@ RANGE_CASES = [
     ("block_m", 1 << 17, "a multiple of 16 in [16, 65536]"),
     ("block_n", 0, "a multiple of 16 in [16, 65536]"),
     ("sync_bytes", 0, "in [1, 16777216]"),
-    ("local_buf_bytes", 16, "a power of two in [32, 268435456]"),
+    ("local_buf_bytes", 16, "a power of two in [32, 2147483648]"),
     ("requant_lanes", 3, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
     ("requant_lanes", 32, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
     ("requant_lanes", -1, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
-    ("local_buf_bytes", 3 << 10, "a power of two in [32, 268435456]"),
-    ("local_buf_bytes", 1 << 29, "a power of two in [32, 268435456]"),
+    ("local_buf_bytes", 3 << 10, "a power of two in [32, 2147483648]"),
+    ("local_buf_bytes", 1 << 32, "a power of two in [32, 2147483648]"),
     ("sync_bytes", (1 << 24) + 1, "in [1, 16777216]"),
 ]
 
@@ -301,11 +301,13 @@ def test_config_default_derived_numbers():
     assert (cfg.buf_a_depth, cfg.buf_b_depth, cfg.acc_depth) == (8192, 8192, 1024)
     assert (cfg.buf_a_half_bytes, cfg.acc_half_bytes) == (64 << 10, 32 << 10)
     assert cfg.macs_per_cycle == 256
-    assert (cfg.dram_addr_bits, cfg.dram_bytes) == (28, 256 << 20)
-    assert (cfg.local_base, cfg.local_buf_bytes, cfg.local_depth) == (1 << 28, 512 << 10, 32768)
-    assert cfg.is_local(1 << 28, (1 << 28) + (512 << 10))
-    assert not cfg.is_local((1 << 28) - 1, 1 << 28)
-    assert not cfg.is_local(1 << 28, (1 << 28) + (512 << 10) + 1)
+    # 2 GiB of DRAM, the local buffer above it: 32-bit device addresses
+    assert (cfg.dram_addr_bits, cfg.dram_bytes) == (31, 2 << 30)
+    assert (cfg.local_base, cfg.local_buf_bytes, cfg.local_depth) == (1 << 31, 512 << 10, 32768)
+    assert cfg.is_local(1 << 31, (1 << 31) + (512 << 10))
+    assert not cfg.is_local((1 << 31) - 1, 1 << 31)
+    assert not cfg.is_local(1 << 31, (1 << 31) + (512 << 10) + 1)
+    assert cfg.local_base + cfg.local_buf_bytes <= 1 << 32 and cfg.local_unreachable() is None
 
 
 # -- presets -------------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ def test_config_presets_sizes():
 def test_config_fpga_preset_is_default_with_smaller_memories():
     """`fpga` keeps default's array, ports and latencies and shrinks the on-chip memories, to a
     total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (12 MULT18X18D), and
-    it keeps the 16 MiB device memory (24-bit addresses) default had before it grew to 256 MiB."""
+    it keeps a 16 MiB device memory (24-bit addresses) where default has 2 GiB."""
     d, f = PRESETS["default"], PRESETS["fpga"]
     memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
                 "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
@@ -333,7 +335,7 @@ def test_config_fpga_preset_is_default_with_smaller_memories():
         if field not in (*memories, "requant_lanes", "dram_addr_bits"):
             assert getattr(f, field) == getattr(d, field), field
     assert (d.post_lanes, f.post_lanes, f.post_row_cycles) == (16, 4, 4)
-    assert (d.dram_addr_bits, f.dram_addr_bits) == (28, 24)
+    assert (d.dram_addr_bits, f.dram_addr_bits) == (31, 24)
     assert all(getattr(f, m) < getattr(d, m) for m in memories)
     assert f.buf_a_bytes + f.buf_b_bytes + f.acc_buf_bytes + f.local_buf_bytes == 224 << 10
 
