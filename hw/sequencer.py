@@ -192,9 +192,8 @@ class Sequencer(wiring.Component):
         # from CHECK on, a cycle after the latch), so no launch or engine parameter path starts
         # with a compare of record words.
         int8_out, bias_on, post, is_conv, outer_m = (Signal() for _ in range(5))
-        m.d.sync += [int8_out.eq(L["out_format"] == OutFormat.INT8),
-                     bias_on.eq(L["bias_present"] == 1),
-                     post.eq((L["out_format"] == OutFormat.INT8) | (L["bias_present"] == 1)),
+        is_int8, has_bias = L["out_format"] == OutFormat.INT8, L["bias_present"] == 1
+        m.d.sync += [int8_out.eq(is_int8), bias_on.eq(has_bias), post.eq(is_int8 | has_bias),
                      is_conv.eq(d["b_mode"] == 1), outer_m.eq(d["outer_m"] != 0)]
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
 
@@ -211,13 +210,14 @@ class Sequencer(wiring.Component):
         m.d.sync += [gn_all.eq((N + C - 1) >> lc),  # (registered: read after the checks)
                      ag_groups.eq(gn_all + 1)]
         dram = cfg.dram_bytes
-        m.d.sync += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(d["c_addr"] >= dram)]
+        c_local = d["c_addr"] >= dram
+        m.d.sync += [b_loc.eq(d["b_addr"] >= dram), c_loc.eq(c_local)]
         # the output window in the store's addresses: a local window in the local buffer's own
         # addresses, like the store's (registered like the flags above)
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
         st_win_lo, st_win_hi = Signal(cfg.dram_addr_bits + 1), Signal(cfg.dram_addr_bits + 1)
-        m.d.sync += [st_win_lo.eq(Mux(d["c_addr"] >= dram, win_lo - dram, win_lo)),
-                     st_win_hi.eq(Mux(d["c_addr"] >= dram, win_hi - dram, win_hi))]
+        m.d.sync += [st_win_lo.eq(Mux(c_local, win_lo - dram, win_lo)),
+                     st_win_hi.eq(Mux(c_local, win_hi - dram, win_hi))]
 
         # -- step state: current step, next step, pending store ----------------------------------
         ab = cfg.dram_addr_bits
