@@ -86,15 +86,18 @@ def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
 
 
 @pytest.mark.rtl
-def test_rtl_gemm_at_the_top_of_a_2_gib_memory(rtl_build, tmp_path, request):
-    """default's 31-bit DRAM (32-bit device addresses): operands laid out 3 MiB below the end
-    of the 2 GiB, so every address has bit 30 set and C's guard band ends near 2**31. Bit-exact,
-    guards untouched, counters equal to the model; the paged memory model holds only the pages
-    written."""
-    cfg = PRESETS["default"]
-    assert cfg.dram_addr_bits == 31
+@pytest.mark.parametrize("preset", ["default", "tiny-4gib"])
+def test_rtl_gemm_at_the_top_of_the_memory(rtl_build, preset, tmp_path, request):
+    """default's 31-bit DRAM (32-bit device addresses), and a 4 GiB DRAM where a config asks
+    for it (``tiny`` with ``dram_addr_bits = 32``): operands laid out 3 MiB below the end of the
+    memory, so the top address bit is set everywhere and C's guard band ends near the top.
+    Bit-exact, guards untouched, counters equal to the model; the paged memory model holds
+    only the pages written."""
+    cfg = (PRESETS["default"] if preset == "default"
+           else dataclasses.replace(PRESETS["tiny"], dram_addr_bits=32))
+    assert cfg.dram_addr_bits == (31 if preset == "default" else 32)
     base = cfg.dram_bytes - (3 << 20)
-    out = run(rtl_build, "verilator", "default", "tb.gemm", tmp_path, TESSERA_SEED=seed_for(request),
+    out = run(rtl_build, "verilator", cfg, "tb.gemm", tmp_path, TESSERA_SEED=seed_for(request),
               TESSERA_SHAPES="37x300x45,100x17x260,16x1000x16", TESSERA_BASE=hex(base))
     records = json.loads((out / "gemm_results.json").read_text())
     assert len(records) == 3
