@@ -42,11 +42,16 @@ def zeroed_memory(size: int) -> mmap.mmap:
     """``size`` writable zero bytes that cost memory only where they are written: an anonymous
     mapping, whose pages the kernel supplies (zeroed) on first touch. A device address space of
     2 GiB (``default``) therefore costs the pages of its image and tensors, where
-    ``bytearray(size)`` would fill all of it. It slices, assigns and exposes the buffer
-    protocol as a ``bytearray`` does, but cannot change size."""
+    ``bytearray(size)`` would fill all of it. The mapping is private (``MAP_PRIVATE`` where the
+    platform has it): reading a page never written maps the kernel's shared zero page and
+    costs nothing, where a shared anonymous mapping would allocate it. It indexes (ints),
+    slices (``bytes``), assigns and exposes the buffer protocol as a ``bytearray`` does, but
+    cannot change size, and iterating it yields 1-byte ``bytes`` (``mmap``'s rule): test it with
+    ``np.frombuffer(mem, np.uint8).any()``, not ``any(mem)``."""
     if not (isinstance(size, int) and size > 0):
         raise ValueError(f"zeroed_memory: size={size!r} must be a positive int")
-    return mmap.mmap(-1, size)
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    return mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
 
 
 @dataclasses.dataclass
@@ -123,10 +128,13 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
     if errs:
         return EmulationResult(errs[0][0], 0)
     total = header["total_bytes"]
-    blob = bytearray(mem[image_addr:image_addr + total])
-    at = 4 * HEADER_WORDS["crc32"]
-    blob[at:at + 4] = b"\0\0\0\0"
-    if zlib.crc32(blob) != header["crc32"]:
+    # the CRC of the image with its crc32 word as zeros, read in place (no copy of the image)
+    at = image_addr + 4 * HEADER_WORDS["crc32"]
+    view = memoryview(mem)
+    crc = zlib.crc32(view[image_addr:at])
+    crc = zlib.crc32(view[at + 4:image_addr + total], zlib.crc32(b"\0\0\0\0", crc))
+    view.release()
+    if crc != header["crc32"]:
         return EmulationResult(ErrorCode.BAD_CRC, 0)
     image = (image_addr, image_addr + total)
     first = image_addr + header["section_layers_offset"]

@@ -140,6 +140,8 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     from cocotb_tools.runner import get_runner
 
     prepare_env()
+    if sim == "icarus":     # before anything needs the simulator itself
+        check_icarus_memory(AccelConfig.from_json((build_dir / "config.json").read_text()))
     runner = get_runner(sim)
     hdl = TB_HDL / "dram_model.sv"
     if sim == "verilator":
@@ -149,7 +151,6 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
         args = list(VERILATOR_ARGS) + [str(TB_HDL / "dram_pages.cpp")] + (
             ["--trace-fst", "--trace-structs"] if waves else [])
     else:
-        check_icarus_memory(AccelConfig.from_json((build_dir / "config.json").read_text()))
         with locked(build_dir / "sim_top_icarus.lock"):
             sources = [icarus_source(build_dir / "sim_top.v"), hdl]
         args = ["-g2012"]

@@ -70,11 +70,12 @@ int hex_digit(int c) {
 extern "C" {
 
 // Called once from tessera_dram's initial block: sets the address space and forgets any
-// earlier contents. Returns 0, or -1 (with a message) for addr_bits outside [1, 32].
+// earlier contents. Returns 0, or -1 (with a message) for addr_bits outside [16, 32] (the
+// AccelConfig range; a space of at least one page keeps the word reads within the mask).
 int tessera_mem_init(int addr_bits) {
-    if (addr_bits < 1 || addr_bits > 32) {
-        std::fprintf(stderr, "tessera_dram: ADDR_BITS=%d, the paged model holds 1..32\n",
-                     addr_bits);
+    if (addr_bits < int(kPageBits) || addr_bits > 32) {
+        std::fprintf(stderr, "tessera_dram: ADDR_BITS=%d, the paged model holds %u..32\n",
+                     addr_bits, kPageBits);
         return -1;
     }
     store.addr_bits = unsigned(addr_bits);
@@ -114,7 +115,8 @@ void tessera_mem_put64(unsigned long long addr, unsigned long long data, unsigne
 // $readmemh's format for a byte array: whitespace-separated hex bytes, `@<hex address>`
 // directives, `//` line comments and `/* */` comments; bytes the file does not name keep their
 // contents. Returns the number of bytes written, or -1 (with a message) when the file cannot be
-// read or holds something else.
+// read, holds something else, or names an address outside the space (bytes before the bad
+// token are written).
 long long tessera_mem_load(const char* path) {
     require_ready("load");
     std::FILE* f = std::fopen(path, "rb");
@@ -132,10 +134,10 @@ long long tessera_mem_load(const char* path) {
     long long bad = -1;
     auto finish = [&]() -> bool {   // the end of a token: store a byte or move the address
         if (directive) {
-            if (digits == 0) return false;
+            if (digits == 0 || value > store.mask) return false;
             addr = value;
         } else if (digits > 0) {
-            if (value > 0xff) return false;
+            if (value > 0xff || addr > store.mask) return false;
             store.set(addr++, uint8_t(value));
             ++written;
         }
@@ -170,7 +172,12 @@ long long tessera_mem_load(const char* path) {
             }
         }
     }
+    bool read_error = std::ferror(f) != 0;
     std::fclose(f);
+    if (read_error) {
+        std::fprintf(stderr, "tessera_dram: error reading memory image %s\n", path);
+        return -1;
+    }
     if (bad < 0 && (slash || block_comment || !finish())) bad = (long long)pos;
     if (bad >= 0) {
         std::fprintf(stderr, "tessera_dram: %s: not a byte-wide $readmemh image at byte %lld\n",
@@ -181,9 +188,13 @@ long long tessera_mem_load(const char* path) {
 }
 
 // $writememh's format: an `@<hex address>` line, then the bytes [lo, hi] 16 to a line.
-// Returns 0, or -1 (with a message) when the file cannot be written.
+// Returns 0, or -1 (with a message) when lo > hi or the file cannot be written.
 int tessera_mem_dump(const char* path, unsigned long long lo, unsigned long long hi) {
     require_ready("dump");
+    if (lo > hi) {
+        std::fprintf(stderr, "tessera_dram: dump of [%#llx, %#llx]: lo > hi\n", lo, hi);
+        return -1;
+    }
     std::FILE* f = std::fopen(path, "wb");
     if (!f) {
         std::fprintf(stderr, "tessera_dram: cannot write memory dump %s\n", path);
@@ -192,6 +203,7 @@ int tessera_mem_dump(const char* path, unsigned long long lo, unsigned long long
     std::fprintf(f, "@%llx\n", lo);
     static const char hex[] = "0123456789abcdef";
     std::vector<char> line;
+    bool ok = true;
     for (uint64_t a = lo; a <= hi; a += 16) {
         line.clear();
         for (uint64_t b = a; b <= hi && b < a + 16; ++b) {
@@ -201,10 +213,12 @@ int tessera_mem_dump(const char* path, unsigned long long lo, unsigned long long
             line.push_back(hex[v & 15]);
         }
         line.push_back('\n');
-        std::fwrite(line.data(), 1, line.size(), f);
+        ok = ok && std::fwrite(line.data(), 1, line.size(), f) == line.size();
         if (a + 16 < a) break;   // hi at the top of a 64-bit space
     }
-    return std::fclose(f) == 0 ? 0 : -1;
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok) std::fprintf(stderr, "tessera_dram: error writing memory dump %s\n", path);
+    return ok ? 0 : -1;
 }
 
 }  // extern "C"

@@ -58,3 +58,13 @@ def test_golden_device_of_2_gib_costs_the_pages_written():
     assert len(dev.mem) == cfg.dram_bytes
     grown = _rss_bytes() - before
     assert grown < 64 << 20, f"the 2 GiB golden device made {grown:,} bytes resident"
+
+
+def test_reading_unwritten_memory_costs_nothing():
+    """A private mapping reads untouched pages as the kernel's zero page (a shared one would
+    allocate them): summing 256 MiB of never-written memory leaves the resident size alone."""
+    mem = zeroed_memory(256 << 20)
+    before = _rss_bytes()
+    assert not np.frombuffer(mem, np.uint8).any()
+    grown = _rss_bytes() - before
+    assert grown < 32 << 20, f"reading 256 MiB of zeros made {grown:,} bytes resident"

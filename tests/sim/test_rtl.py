@@ -89,10 +89,11 @@ def test_rtl_gemm_smoke_icarus(rtl_build, tmp_path, request):
 @pytest.mark.parametrize("preset", ["default", "tiny-4gib"])
 def test_rtl_gemm_at_the_top_of_the_memory(rtl_build, preset, tmp_path, request):
     """default's 31-bit DRAM (32-bit device addresses), and a 4 GiB DRAM where a config asks
-    for it (``tiny`` with ``dram_addr_bits = 32``): operands laid out 3 MiB below the end of the
-    memory, so the top address bit is set everywhere and C's guard band ends near the top.
-    Bit-exact, guards untouched, counters equal to the model; the paged memory model holds
-    only the pages written."""
+    for it (``tiny`` with ``dram_addr_bits = 32``): operands laid out from 3 MiB below the end
+    of the memory, so the top address bit is set in every address the engines issue (the image
+    is loaded at the full addresses: an engine that dropped the bit would read zeros). Bit-exact,
+    guards untouched, counters equal to the model; the paged memory model holds only the pages
+    written."""
     cfg = (PRESETS["default"] if preset == "default"
            else dataclasses.replace(PRESETS["tiny"], dram_addr_bits=32))
     assert cfg.dram_addr_bits == (31 if preset == "default" else 32)
