@@ -2,7 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -12,10 +12,14 @@ from spec.tables import RUN_ENTRY_BITS, RUN_ENTRY_FIELDS, run_field_bits
 
 from .ports import ReadPort
 
-__all__ = ["AddrGen", "RUN_ENTRY"]
+__all__ = ["AddrGen", "RUN_ENTRY", "GATHER_QUEUE"]
 
 #: A run-table entry as an Amaranth layout, from spec.tables's field list (bit 0 up).
 RUN_ENTRY = data.StructLayout(dict(RUN_ENTRY_FIELDS))
+
+#: Places in the gather's request queue: enough for one request per cycle through the walker's
+#: table reads, their register stage and the queue's own latency.
+GATHER_QUEUE = 8
 
 
 class AddrGen(wiring.Component):
@@ -31,9 +35,11 @@ class AddrGen(wiring.Component):
     memory request per run of that group: ``array_cols`` bytes at element stride ``stride`` from
     ``p_b_addr + base + off[p_k0 + kk]`` (``p_b_addr`` as sampled on ``tables_start``: the
     offsets are stored with it added), written to lanes ``lane_lo .. lane_lo+lane_cnt-1`` of
-    buffer row ``p_buf_base + g*p_buf_gstride + kk``. Requests issue at up to one per cycle, with
-    two bubble cycles per tap; ``gather_busy`` falls in the cycle after the last response was
-    written.
+    buffer row ``p_buf_base + g*p_buf_gstride + kk``. The first request reaches the port 7 cycles
+    after ``gather_start``; then requests issue at up to one per cycle with no pause between
+    taps, each when the port accepts it (``planner.convcost.gather_cycles`` is the exact
+    timing); between requests the port is shown stride 1. ``gather_busy`` falls in the cycle
+    after the last response was written.
 
     Table contents are trusted (the compiler produces them, the firmware validator checks them):
     a corrupt table can only make wrong buffer contents, never a memory write, and every walk is
@@ -160,51 +166,95 @@ class AddrGen(wiring.Component):
             with m.Else():
                 m.d.sync += [r_left.eq(r_left - 1), r_idx.eq(r_idx + 1)]
 
-        # -- gather: request side ----------------------------------------------------------------
+        # -- gather: a walker, two table-read stages and a request queue -------------------------
+        # The walker steps through (tap, run) pairs without a pause between taps, one table read
+        # per cycle, as long as the request queue has room for every entry in flight (`room`
+        # counts free places: queue places not holding or promised to an entry). The tables'
+        # outputs are registered (stage Q) before the address is summed into the queue, so no
+        # block-RAM output feeds an adder, and the port's `ready` only reaches the queue's read
+        # side and the counters, never the table reads.
         k0, rows = Signal(DIM_BITS, name="g_k0"), Signal(DIM_BITS, name="g_rows")
         buf_base = Signal.like(self.p_buf_base)
         gstride = Signal(DIM_BITS)
-        kk = Signal(DIM_BITS)
-        g = Signal(DIM_BITS)
-        run_idx, run_hi, run_lo = Signal(32), Signal(32), Signal(32)
-        row_base = Signal(range(cfg.buf_b_depth))      # buf_base + g * gstride
-        issuing = Signal()
+        run_lo, run_hi = Signal(32), Signal(32)
 
-        meta_row = Signal(range(cfg.buf_b_depth))
-        meta_lo = Signal(lanes_bits)
-        meta_cnt = Signal(lanes_bits + 1)
+        walking = Signal()                              # (tap, run) pairs left to read
+        w_go = Signal()                                 # read the pair this cycle
+        w_kk = Signal(DIM_BITS)                         # tap
+        w_kaddr = Signal(DIM_BITS)                      # k0 + tap: the offset table's address
+        w_ridx = Signal(32)                             # run
+        w_first, w_rlast, w_klast = Signal(), Signal(), Signal()
+        one_run = Signal()                              # the block's groups have one run
+        room = Signal(range(GATHER_QUEUE + 1), init=GATHER_QUEUE)
+
+        m.d.comb += [
+            w_go.eq(walking & (room != 0)),
+            off_r.addr.eq(w_kaddr), run_r.addr.eq(w_ridx),
+        ]
+        with m.If(w_go):
+            with m.If(w_rlast):                         # the tap's last run: next tap
+                m.d.sync += [w_ridx.eq(run_lo), w_rlast.eq(one_run), w_first.eq(1)]
+                with m.If(w_klast):
+                    m.d.sync += walking.eq(0)
+                with m.Else():
+                    m.d.sync += [w_kk.eq(w_kk + 1), w_kaddr.eq(w_kaddr + 1),
+                                 w_klast.eq(w_kk + 2 == rows)]
+            with m.Else():
+                m.d.sync += [w_ridx.eq(w_ridx + 1), w_rlast.eq(w_ridx + 2 == run_hi),
+                             w_first.eq(0)]
+
+        # stage D: the tables' outputs; stage Q: registered
+        d_valid, d_first = Signal(), Signal()
+        d_kk = Signal(DIM_BITS)
+        q_valid, q_first = Signal(), Signal()
+        q_off = Signal(32)
+        q_run = Signal(RUN_ENTRY)
+        q_krow = Signal(range(cfg.buf_b_depth))        # buf_base + tap: the tap's first row
+        m.d.sync += [
+            d_valid.eq(w_go), d_first.eq(w_first), d_kk.eq(w_kk),
+            q_valid.eq(d_valid), q_first.eq(d_first), q_krow.eq(buf_base + d_kk),
+            q_off.eq(off_r.data), q_run.eq(run_r.data),
+        ]
+        # into the queue: the request's address, and its buffer row buf_base + g*gstride + tap
+        req_layout = data.StructLayout({
+            "addr": ab, "stride": run_field_bits("stride"), "lo": lanes_bits,
+            "cnt": lanes_bits + 1, "row": range(cfg.buf_b_depth)})
+        m.submodules.req = req = SyncFIFOBuffered(width=req_layout.size, depth=GATHER_QUEUE)
+        grow = Signal(range(cfg.buf_b_depth))          # the row of the next run of this tap
+        row = Signal(range(cfg.buf_b_depth))
+        w_req = data.View(req_layout, req.w_data)
+        m.d.comb += [
+            row.eq(Mux(q_first, q_krow, grow)),
+            w_req.addr.eq(q_off + q_run.base), w_req.stride.eq(q_run.stride),
+            w_req.lo.eq(q_run.lane_lo), w_req.cnt.eq(q_run.lane_cnt), w_req.row.eq(row),
+            req.w_en.eq(q_valid),
+        ]
+        with m.If(q_valid):
+            m.d.sync += grow.eq(row + Mux(q_run.last, gstride, 0))
+
         # one entry per request in flight; an unbuffered FIFO: an entry written in cycle x is
         # readable in x + 1, before its response (port latency >= 1)
+        r_req = data.View(req_layout, req.r_data)
         m.submodules.meta = meta = SyncFIFO(
-            width=len(meta_row) + len(meta_lo) + len(meta_cnt),
+            width=len(r_req.row) + lanes_bits + lanes_bits + 1,
             depth=cfg.b_port_latency_cycles + 4)
         outstanding = Signal(range(cfg.b_port_latency_cycles + 6))
-
-        # The request in flight comes from registers (its address already summed); the run
-        # table's read port always holds the *next* run entry, and the offset and a tap's first
-        # run are read the cycle before the tap starts. So the port address is a register.
-        run = data.View(RUN_ENTRY, run_r.data)
-        cur_addr = Signal(ab)
-        cur_stride = Signal(run_field_bits("stride"))
-        cur_lane_lo = Signal(run_field_bits("lane_lo"))
-        cur_lane_cnt = Signal(run_field_bits("lane_cnt"))
-        cur_last = Signal()
-        tap_off = Signal(32)
-
-        def take_run(base_off):
-            """The request registers from the run entry on the read port."""
-            return [cur_addr.eq(base_off + run.base), cur_lane_lo.eq(run.lane_lo),
-                    cur_lane_cnt.eq(run.lane_cnt), cur_stride.eq(run.stride),
-                    cur_last.eq(run.last)]
-
         g_accept = Signal()
         g_resp = Signal()
+        m.d.comb += [
+            g_accept.eq(self.gather_busy & req.r_rdy & meta.w_rdy & self.mem.ready),
+            req.r_en.eq(g_accept),
+            meta.w_data.eq(Cat(r_req.row, r_req.lo, r_req.cnt)),
+            meta.w_en.eq(g_accept),
+        ]
+        with m.If(w_go & ~g_accept):
+            m.d.sync += room.eq(room - 1)
+        with m.Elif(~w_go & g_accept):
+            m.d.sync += room.eq(room + 1)
         with m.If(g_accept & ~g_resp):
             m.d.sync += outstanding.eq(outstanding + 1)
         with m.Elif(~g_accept & g_resp):
             m.d.sync += outstanding.eq(outstanding - 1)
-        # read enables: only where a state asks for a new entry (data otherwise holds)
-        m.d.comb += [off_r.en.eq(0), run_r.en.eq(0)]
 
         with m.FSM(name="gather"):
             with m.State("IDLE"):
@@ -213,73 +263,45 @@ class AddrGen(wiring.Component):
                              grp_hi_r.addr.eq(self.p_g0 + self.p_gn)]
                 with m.If(self.gather_start):
                     m.d.sync += [
-                        self.gather_busy.eq(1), issuing.eq(1),
+                        self.gather_busy.eq(1),
                         k0.eq(self.p_k0), rows.eq(self.p_rows),
-                        buf_base.eq(self.p_buf_base),
-                        gstride.eq(self.p_buf_gstride), kk.eq(0),
+                        buf_base.eq(self.p_buf_base), gstride.eq(self.p_buf_gstride),
                     ]
                     m.next = "GROUPS"
             with m.State("GROUPS"):            # the run range, registered
                 m.d.sync += [run_lo.eq(grp_lo_r.data), run_hi.eq(grp_hi_r.data)]
-                m.next = "RANGE"
-            with m.State("RANGE"):             # read the first tap's offset and first run
-                m.d.comb += [off_r.addr.eq(k0), off_r.en.eq(1),
-                             run_r.addr.eq(run_lo), run_r.en.eq(1)]
-                m.next = "TAP"
-            with m.State("TAP"):               # off[k0 + kk] and the first run are on the ports
-                m.d.comb += [run_r.addr.eq(run_lo + 1), run_r.en.eq(1)]
-                m.d.sync += [run_idx.eq(run_lo), g.eq(0), row_base.eq(buf_base),
-                             tap_off.eq(off_r.data)]
-                m.d.sync += take_run(off_r.data)
-                with m.If(run_lo == run_hi):   # no runs (corrupt or empty table): skip the tap
-                    m.next = "NEXT"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                m.d.comb += [
-                    self.mem.valid.eq(meta.w_rdy),
-                    g_accept.eq(meta.w_rdy & self.mem.ready),
-                    run_r.addr.eq(run_idx + 2),
-                    run_r.en.eq(g_accept),
+                m.next = "SETUP"
+            with m.State("SETUP"):             # the walker's start and its flags, from registers
+                m.d.sync += [
+                    walking.eq(run_lo != run_hi),       # no runs (empty or corrupt): no reads
+                    w_kk.eq(0), w_kaddr.eq(k0), w_ridx.eq(run_lo), w_first.eq(1),
+                    one_run.eq(run_lo + 1 == run_hi), w_rlast.eq(run_lo + 1 == run_hi),
+                    w_klast.eq(rows == 1),
                 ]
-                with m.If(g_accept):
-                    m.d.sync += run_idx.eq(run_idx + 1)
-                    m.d.sync += take_run(tap_off)
-                    with m.If(cur_last):
-                        m.d.sync += [g.eq(g + 1), row_base.eq(row_base + gstride)]
-                    with m.If(run_idx + 1 == run_hi):
-                        m.next = "NEXT"
-            with m.State("NEXT"):
-                with m.If(kk + 1 == rows):
-                    m.d.sync += issuing.eq(0)
-                    m.next = "DRAIN"
-                with m.Else():
-                    # the next tap's offset and first run, for TAP
-                    m.d.comb += [off_r.addr.eq(k0 + kk + 1), off_r.en.eq(1),
-                                 run_r.addr.eq(run_lo), run_r.en.eq(1)]
-                    m.d.sync += kk.eq(kk + 1)
-                    m.next = "TAP"
-            with m.State("DRAIN"):
-                with m.If((outstanding == 0) | ((outstanding == 1) & g_resp)):
+                m.next = "WALK"
+            with m.State("WALK"):              # until every request is answered
+                with m.If(~walking & (room == GATHER_QUEUE) &
+                          ((outstanding == 0) | ((outstanding == 1) & g_resp))):
                     m.d.sync += self.gather_busy.eq(0)
                     m.next = "IDLE"
 
         # -- the B port: the table loader and the gather never run at the same time -------------
+        # Without a request, the port is shown stride 1 (a dense beat's cost), so the memory's
+        # credit never banks for a stale strided request: every request of the gather costs
+        # exactly its own beats (planner.convcost.gather_cycles).
         with m.If(self.tables_busy):
             m.d.comb += [self.mem.addr.eq(t_addr), self.mem.valid.eq(t_issue),
                          self.mem.stride.eq(1)]
         with m.Else():
-            m.d.comb += [self.mem.addr.eq(cur_addr), self.mem.stride.eq(cur_stride)]
-        m.d.comb += [
-            meta.w_data.eq(Cat((row_base + kk)[:len(meta_row)], cur_lane_lo[:lanes_bits],
-                               cur_lane_cnt[:lanes_bits + 1])),
-            meta.w_en.eq(g_accept),
-        ]
+            m.d.comb += [self.mem.addr.eq(r_req.addr),
+                         self.mem.valid.eq(self.gather_busy & req.r_rdy & meta.w_rdy),
+                         self.mem.stride.eq(Mux(req.r_rdy, r_req.stride, 1))]
 
         # -- gather: response side ---------------------------------------------------------------
-        r_row = meta.r_data[:len(meta_row)]
-        r_lo = meta.r_data[len(meta_row):len(meta_row) + lanes_bits]
-        r_cnt = meta.r_data[len(meta_row) + lanes_bits:]
+        nrow = len(r_req.row)
+        r_row = meta.r_data[:nrow]
+        r_lo = meta.r_data[nrow:nrow + lanes_bits]
+        r_cnt = meta.r_data[nrow + lanes_bits:]
         m.d.comb += [
             g_resp.eq(self.gather_busy & self.mem.rvalid),
             meta.r_en.eq(g_resp),

@@ -8,12 +8,12 @@ the stall categories assigned as the RTL counters assign them. The GEMM-specific
 :class:`~planner.cost.ModelConstants`; the gather timing follows ``hw/addrgen.py``:
 
 * before the prologue the tables load, one 32-bit word per B request;
-* a gather spends 3 cycles finding its runs, then per tap issues one request per run of the
-  block's lane groups, each waiting for the credit its span costs (``tessera_strided_cost``),
-  with 2 bubble cycles between taps; it ends when the last response (port latency) is in.
+* a gather's first request reaches the port :data:`GATHER_FILL_CYCLES` after its start; then
+  it issues, tap after tap without a pause, one request per run of the block's lane groups,
+  each waiting for the credit its span costs (``tessera_strided_cost``); it ends when the last
+  response (port latency) is in.
 
-Gather timing is an approximation where credit carries over bubbles (runs of stride > 1); its
-error against the RTL is reported in ``docs/conv.md``.
+The gather timing is exact when the B port earns a beat per cycle (every preset).
 """
 
 from __future__ import annotations
@@ -31,7 +31,15 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
                    post_consts, with_post)
 from .offsets import ConvTables
 
-__all__ = ["run_beats", "gather_cycles", "table_load_cycles", "predict_conv"]
+__all__ = ["run_beats", "gather_cycles", "table_load_cycles", "predict_conv",
+           "GATHER_FILL_CYCLES", "GATHER_EMPTY_CYCLES"]
+
+#: Cycles from a gather's start to its first request on the B port (hw/addrgen.py): start,
+#: group-table read, walker setup, run/offset table read, their register, the request queue's
+#: write and its output register.
+GATHER_FILL_CYCLES = 7
+#: Busy cycles of a gather whose lane groups have no runs: start, group-table read, setup.
+GATHER_EMPTY_CYCLES = 3
 
 
 def run_beats(stride: np.ndarray, cfg: AccelConfig) -> np.ndarray:
@@ -46,15 +54,24 @@ def gather_cycles(beats: np.ndarray, k_eff: int, cfg: AccelConfig) -> int:
     """Cycles the gather of one block is busy: ``beats`` are the run costs of its lane groups
     (one request each per tap), repeated for ``k_eff`` taps.
 
-    3 cycles find the runs and read the first tap; each tap then issues its requests, a request
-    of ``b`` beats taking ``b`` cycles of credit, except that the tap's 2 bubble cycles (NEXT,
-    TAP) pre-charge the first one; the last response arrives ``b_port_latency_cycles`` after
-    the last request."""
+    ``hw/addrgen.py``: the start, the group-table read and the walker's setup take 3 cycles;
+    the first request reaches the port :data:`GATHER_FILL_CYCLES` cycles after the start; from
+    then on requests follow each other without a gap between taps, so the port's credit is the
+    only limit: a request of ``b`` beats is accepted when ``b * b_beat_bytes`` of credit is
+    there (the credit is one beat when a request is first shown: the address generator shows
+    stride 1 between requests, so no credit banks for a stale strided one). The last response
+    arrives ``b_port_latency_cycles`` after the last request, and the busy flag falls in the
+    cycle after it. Exact when a beat is earned in a cycle (``b_port_bytes_per_cycle ==
+    b_beat_bytes``, every preset); with a slower port, the credit left over from the previous
+    request can make a request one cycle earlier than this."""
     if len(beats) == 0:
-        return 3 + 3 * (k_eff - 1) + 1
-    cost = np.ceil(beats * (cfg.b_beat_bytes / cfg.b_port_bytes_per_cycle)).astype(np.int64)
-    issue = max(1, int(cost[0]) - 2) + int(cost[1:].sum())
-    return 3 + k_eff * issue + 2 * (k_eff - 1) + cfg.b_port_latency_cycles
+        return GATHER_EMPTY_CYCLES
+    need = int(np.asarray(beats, dtype=np.int64).sum()) * k_eff * cfg.b_beat_bytes
+    requests = len(beats) * k_eff
+    # request i is accepted at the first cycle with credit for it: beat + bpc * t >= its need
+    # plus everything before it (the credit only grows while the port waits for it)
+    last = max(requests - 1, -(-(need - cfg.b_beat_bytes) // cfg.b_port_bytes_per_cycle))
+    return GATHER_FILL_CYCLES + last + cfg.b_port_latency_cycles
 
 
 def table_load_cycles(tables: ConvTables, cfg: AccelConfig) -> int:

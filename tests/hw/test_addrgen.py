@@ -13,7 +13,13 @@ from planner.shapes import ConvShape
 OFF, RUN, GRP, XB, MEM = 1024, 2048, 3072, 4096, 8192
 
 
-def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7, latency=5):
+def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7, latency=5,
+             timing=None):
+    """Tables load, then one gather; ``timing`` (a dict) receives the gather's busy cycles.
+
+    The port is the memory model's credit limiter (tb/hdl/dram_model.sv): ``b_port_bytes_per_cycle``
+    of credit per cycle while the credit is below the presented request's cost, a request
+    accepted when its cost is there."""
     img = tables.to_bytes()
     mem = bytearray(MEM)
     mem[XB:XB + len(x_img)] = x_img
@@ -31,7 +37,8 @@ def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7,
         ctx.set(dut.p_runs, tables.run_count)
         ctx.set(dut.p_groups, len(tables.groups))
         ctx.set(dut.p_b_addr, XB)           # sampled with the tables (added to the offsets)
-        ctx.set(dut.mem.ready, 1)
+        beat, bpc = cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle
+        credit = beat
         pending = []
         for phase in ("tables", "gather"):
             if phase == "tables":
@@ -46,15 +53,19 @@ def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7,
             ctx.set(dut.tables_start, 0)
             ctx.set(dut.gather_start, 0)
             busy = dut.tables_busy if phase == "tables" else dut.gather_busy
+            busy_cycles = 0
             for cycle in range(2000):
+                stride = max(1, ctx.get(dut.mem.stride))
+                need = min(-(-((C - 1) * stride + 1) // beat), C) * beat
+                ctx.set(dut.mem.ready, credit >= need)
+                take = ctx.get(dut.mem.valid) and credit >= need
                 if pending and pending[0][0] == cycle:
                     ctx.set(dut.mem.rvalid, 1)
                     ctx.set(dut.mem.rdata, pending.pop(0)[1])
                 else:
                     ctx.set(dut.mem.rvalid, 0)
-                if ctx.get(dut.mem.valid):
+                if take:
                     addr = ctx.get(dut.mem.addr)
-                    stride = ctx.get(dut.mem.stride)
                     data = bytes(mem[(addr + i * stride) % MEM] for i in range(C))
                     pending.append((cycle + latency, int.from_bytes(data, "little")))
                 en = ctx.get(dut.w_en)
@@ -65,11 +76,18 @@ def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7,
                         if en >> lane & 1:
                             assert row[lane] is None, "lane written twice"
                             row[lane] = (data >> (8 * lane)) & 0xFF
+                if take:
+                    credit += bpc - need
+                elif credit < need:
+                    credit += bpc
                 if not ctx.get(busy) and not pending:
                     break
+                busy_cycles += 1
                 await ctx.tick()
             else:
                 raise AssertionError(f"{phase} did not finish")
+            if timing is not None:
+                timing[phase] = busy_cycles
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -105,3 +123,29 @@ def test_addrgen_gathers_the_blocks_the_tables_describe(layout):
                     row[lane] = x_img[base[pixel] + off[k0 + kk]]
             expect[buf_base + g * gstride + kk] = row
     assert buf == expect
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+@pytest.mark.parametrize("g0, gn, k0, rows", [(0, 1, 0, 1), (1, 3, 2, 5), (0, 4, 0, 9),
+                                              (2, 0, 0, 3)])
+def test_addrgen_gather_takes_the_modelled_cycles(stride, g0, gn, k0, rows):
+    """A gather's busy cycles behind the memory model's credit limiter equal
+    planner.convcost.gather_cycles exactly: no pause between taps, each request waits for the
+    credit of its own span only (the port is shown stride 1 between requests)."""
+    from planner.convcost import GATHER_EMPTY_CYCLES, gather_cycles, run_beats
+
+    cfg = PRESETS["tiny"]
+    shape = ConvShape(batch=1, in_channels=2, height=9, width=13, out_channels=1, kernel_h=3,
+                      kernel_w=3, stride_h=stride, stride_w=stride, pad_top=1, pad_left=1,
+                      pad_bottom=0, pad_right=2)
+    tables = compile_tables(shape, "NCHW", cfg)
+    timing = {}
+    simulate(cfg, tables, bytes(1024), rows=rows, g0=g0, gn=gn, k0=k0, gstride=max(rows, 7),
+             latency=cfg.b_port_latency_cycles, timing=timing)
+    lo, hi = int(tables.groups[g0]), int(tables.groups[g0 + gn])
+    beats = run_beats(tables.runs()["stride"], cfg)[lo:hi]
+    assert timing["gather"] == gather_cycles(beats, rows, cfg)
+    if gn == 0:
+        assert timing["gather"] == GATHER_EMPTY_CYCLES
+    elif stride > 1:
+        assert beats.max() > 1          # strided runs cost more than a beat: the credit matters
