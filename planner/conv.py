@@ -15,8 +15,9 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor, check
 
 from .convcost import predict_conv
+from .convplan import conv_descriptor
 from .cost import CycleBreakdown
-from .layout import Layout, group_base_bytes, padded_bytes
+from .layout import Layout
 from .offsets import ConvTables, compile_tables
 from .plan import plan_conv
 from .shapes import ConvShape
@@ -62,17 +63,11 @@ class ConvProgram:
 
     def _descriptor(self, group, x_addr, a_addr, c_addr, off_addr, run_addr, grp_addr,
                     c_stride=None, tiling=None) -> GemmDescriptor:
-        gemm = self.shape.gemm
         fields = {name: getattr(self.plan, name) for name in TILING_FIELDS}
         fields.update(tiling or {})
-        b_addr = x_addr + group_base_bytes(self.shape, self.layout, group)
-        return GemmDescriptor(
-            m=gemm.m, k=gemm.k, n=gemm.n, **fields,
-            a_addr=a_addr, a_stride=gemm.m,
-            b_addr=b_addr, b_stride=padded_bytes(self.shape, self.layout) - (b_addr - x_addr),
-            c_addr=c_addr, c_stride=4 * gemm.n if c_stride is None else c_stride,
-            b_mode=1, off_addr=off_addr, run_addr=run_addr, grp_addr=grp_addr,
-            run_count=self.tables.run_count)
+        return conv_descriptor(self.shape, self.layout, self.tables, fields, group,
+                               x_addr=x_addr, a_addr=a_addr, c_addr=c_addr, off_addr=off_addr,
+                               run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride)
 
     def predict(self, cfg: AccelConfig, tiling: dict | None = None) -> CycleBreakdown:
         """Predicted counters of the whole layer (every group; the groups run one after another).
@@ -85,6 +80,6 @@ class ConvProgram:
 def compile_conv(shape: ConvShape, layout: Layout | str, cfg: AccelConfig,
                  strategy: str = "best") -> ConvProgram:
     """Plan and compile one convolution layer for ``cfg`` (see the module docstring)."""
-    plan, _ = plan_conv(shape, cfg, strategy)
+    plan, _ = plan_conv(shape, cfg, strategy, Layout(layout).value)
     return ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
                        tables=compile_tables(shape, layout, cfg))

@@ -7,6 +7,8 @@ from typing import Literal
 
 from spec.config import AccelConfig
 
+from .convplan import conv_best_plan
+from .layout import Layout
 from .search import best_plan, greedy_plan, search
 from .shapes import ConvShape, GemmShape
 from .tiling import TilingPlan, seed_plan
@@ -46,9 +48,14 @@ def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
     raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
 
 
-def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best"
-              ) -> tuple[TilingPlan, int]:
-    """Plan a convolution: ``(plan of one group's GEMM, number of groups)`` (seed 000 mapping)."""
+def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
+              layout: str = "NCHW") -> tuple[TilingPlan, int]:
+    """Plan a convolution: ``(plan of one group's GEMM, number of groups)`` (seed 000 mapping).
+
+    ``best`` ranks tilings with the convolution model of the layer's tables in ``layout``
+    (:func:`planner.convplan.conv_best_plan`); the other strategies plan the GEMM."""
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
+    if strategy == "best":
+        return conv_best_plan(shape, cfg, Layout(layout).value), shape.groups
     return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from spec.config import AccelConfig
 
-from . import LayerCost, layer_cost, plan_gemm
+from . import LayerCost, layer_cost, plan_conv, plan_gemm
+from .shapes import ConvShape
 from .tiling import TilingPlan
 from .workload import Layer, Workload, layer_gemm, load_workload
 
@@ -40,7 +41,9 @@ def evaluate(workload: Workload, cfg: AccelConfig, strategies: tuple[str, ...], 
     for layer in workload.layers:
         gemm, groups, b_bytes = layer_gemm(layer.shape)
         plans = {s: plan_gemm(gemm, cfg, s, b_bytes if s in ("seed", "best") else None, db)
-                 for s in strategies}
+                 for s in strategies if s != "best" or not isinstance(layer.shape, ConvShape)}
+        if "best" in strategies and isinstance(layer.shape, ConvShape):
+            plans["best"] = plan_conv(layer.shape, cfg, "best")[0]   # the convolution model
         out.append(LayerResult(layer, layer.count * groups, plans))
     return out
 

@@ -20,7 +20,7 @@ GROUPED = ConvShape(batch=2, in_channels=8, height=9, width=7, out_channels=6, k
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_conv_program_plans_with_the_seed_conv_mapping(layout):
     program = compile_conv(SHAPE, layout, CFG)
-    plan, groups = plan_conv(SHAPE, CFG)
+    plan, groups = plan_conv(SHAPE, CFG, layout=layout)
     assert program.plan == plan and program.groups == groups == 1
     assert (program.plan.m, program.plan.k, program.plan.n) == (64, 576, 3136)
     assert program.tables.k == 576 and program.tables.n == 3136

@@ -1,0 +1,108 @@
+"""Tiling a convolution with the convolution model: the ``best`` plan of a convolution layer.
+
+The GEMM planner (:func:`planner.search.best_plan`) ranks tilings with the GEMM model, whose B
+loads are dense ``k x n`` reads. A convolution's B loads are gathers through its tables
+(:mod:`planner.convcost`), whose cost depends on the runs of each lane group and their strides:
+a stride-2 layer on a small map can be gather-bound under the tiling the GEMM model prefers.
+:func:`conv_best_plan` therefore starts from the GEMM planner's best plan and from the greedy
+plan and descends over the same neighbourhood as :func:`planner.search.refine`, ranking with
+:func:`planner.convcost.predict_conv` of the layer's own tables. The convolution model is exact
+on the RTL (``docs/conv.md``), so the plan it picks is never slower on the RTL than the two it
+starts from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from spec.config import AccelConfig
+from spec.desc import GemmDescriptor
+
+from .convcost import predict_conv
+from .cost import CycleBreakdown
+from .layout import Layout, group_base_bytes, padded_bytes
+from .offsets import ConvTables, compile_tables
+from .search import Candidate, _neighbours, best_plan, greedy_plan
+from .shapes import ConvShape
+from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
+
+__all__ = ["conv_descriptor", "conv_best_plan", "MAX_ROUNDS"]
+
+#: Rounds of steepest descent at most, per starting plan.
+MAX_ROUNDS = 32
+
+
+def conv_descriptor(shape: ConvShape, layout: Layout | str, tables: ConvTables,
+                    tiling: dict, group: int = 0, *, x_addr: int = 0, a_addr: int = 0,
+                    c_addr: int = 0, off_addr: int = 0, run_addr: int = 0, grp_addr: int = 0,
+                    c_stride: int | None = None) -> GemmDescriptor:
+    """The descriptor of group ``group`` of a convolution with ``tiling`` (the plan's
+    :data:`~planner.tiling.TILING_FIELDS`). Addresses default to 0: they do not change cycles.
+    Not checked against :func:`spec.desc.check` (:meth:`planner.conv.ConvProgram.descriptor`
+    checks)."""
+    layout = Layout(layout)
+    gemm = shape.gemm
+    b_addr = x_addr + group_base_bytes(shape, layout, group)
+    return GemmDescriptor(
+        m=gemm.m, k=gemm.k, n=gemm.n, **tiling,
+        a_addr=a_addr, a_stride=gemm.m,
+        b_addr=b_addr, b_stride=padded_bytes(shape, layout) - (b_addr - x_addr),
+        c_addr=c_addr, c_stride=4 * gemm.n if c_stride is None else c_stride,
+        b_mode=1, off_addr=off_addr, run_addr=run_addr, grp_addr=grp_addr,
+        run_count=tables.run_count)
+
+
+def _tiling(plan: TilingPlan) -> dict:
+    return {name: getattr(plan, name) for name in TILING_FIELDS}
+
+
+@functools.lru_cache(maxsize=1024)
+def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW") -> TilingPlan:
+    """The tiling of one group's GEMM with the fewest cycles the convolution model predicts,
+    found by steepest descent from the GEMM planner's ``best`` plan and from the ``greedy``
+    plan (ties: less accumulator, less traffic, larger ``partition_k``, then the GEMM plan).
+
+    The plan's ``predicted_cycles`` stays the GEMM model's number, as for every
+    :class:`~planner.tiling.TilingPlan`; ``strategy`` gets ``+conv`` when the descent moved
+    away from the GEMM plan. The convolution's own prediction is
+    :meth:`planner.conv.ConvProgram.predict` (or :func:`planner.layer_cost`).
+    """
+    if not isinstance(shape, ConvShape):
+        raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
+    gemm = shape.gemm
+    tables = compile_tables(shape, layout, cfg)
+    gemm_best = best_plan(gemm, cfg, shape.b_tensor_bytes)
+
+    @functools.cache
+    def key(c: Candidate) -> tuple:
+        plan = make_plan(gemm, cfg, c.partition_m, c.partition_n, c.partition_k, c.outer_m,
+                         "conv")
+        bd: CycleBreakdown = predict_conv(conv_descriptor(shape, layout, tables, _tiling(plan)),
+                                          tables, cfg)
+        return (bd.total_cycles, acc_bytes_for(c.partition_m, c.partition_n, cfg),
+                bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
+                c.partition_m, c.partition_n, -c.outer_m)
+
+    def candidate(plan: TilingPlan) -> Candidate:
+        return Candidate(plan.partition_m, plan.partition_n, plan.partition_k, plan.outer_m)
+
+    start = candidate(gemm_best)
+    best, best_key = start, key(start)
+    for origin in (start, candidate(greedy_plan(gemm, cfg))):
+        cur, cur_key = origin, key(origin)
+        for _ in range(MAX_ROUNDS):
+            step, step_key = cur, cur_key
+            for c in _neighbours(gemm, cfg, cur):
+                k = key(c)
+                if k < step_key:
+                    step, step_key = c, k
+            if step == cur:
+                break
+            cur, cur_key = step, step_key
+        if cur_key < best_key:
+            best, best_key = cur, cur_key
+    if best == start:
+        return gemm_best
+    return make_plan(gemm, cfg, best.partition_m, best.partition_n, best.partition_k,
+                     best.outer_m, f"{gemm_best.strategy}+conv")
