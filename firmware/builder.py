@@ -32,6 +32,7 @@ import numpy as np
 
 from planner.conv import compile_conv
 from planner.convcost import predict_conv
+from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
@@ -295,9 +296,15 @@ class ImageBuilder:
             records = [(rows[0], block)]
         else:
             records = [(0, gemm.n)] if whole else [(p, Q) for p in range(P)]
-        plan = program.plan if whole else plan_gemm(GemmShape(gemm.m, gemm.k, block),
-                                                    on_chip(self.cfg, c_local=c_local),
-                                                    self.strategy)
+        post = PostLoad(bias=bias is not None, requant=requant is not None)
+        if whole:
+            plan = program.plan
+        elif self.strategy == "best":       # ranked with the convolution model of its tables
+            plan = conv_best_plan(shape, self.cfg, "NCHW", pixels=block, c_local=c_local,
+                                  post=post)
+        else:
+            plan = plan_gemm(GemmShape(gemm.m, gemm.k, block),
+                             on_chip(self.cfg, c_local=c_local), self.strategy)
         for p, n in records:
             b_addr = x_addr + p * shape.stride_h * wp
             desc = dict(m=gemm.m, k=gemm.k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=gemm.m, b_addr=b_addr,
@@ -308,7 +315,6 @@ class ImageBuilder:
                         grp_addr=refs["grp"], run_count=tables.run_count)
             probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
                                       for key, v in desc.items()})
-            post = PostLoad(bias=bias is not None, requant=requant is not None)
             cycles = predict_conv(probe, tables, self.cfg, post=post, c_local=c_local)
             label = name if whole or rows else f"{name}[row {p}]"
             self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles)

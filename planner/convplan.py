@@ -20,11 +20,11 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 
 from .convcost import predict_conv
-from .cost import CycleBreakdown
+from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables
 from .search import Candidate, _neighbours, best_plan, greedy_plan
-from .shapes import ConvShape
+from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
 
 __all__ = ["conv_descriptor", "conv_best_plan", "MAX_ROUNDS"]
@@ -38,17 +38,19 @@ def conv_descriptor(shape: ConvShape, layout: Layout | str, tables: ConvTables,
                     c_addr: int = 0, off_addr: int = 0, run_addr: int = 0, grp_addr: int = 0,
                     c_stride: int | None = None) -> GemmDescriptor:
     """The descriptor of group ``group`` of a convolution with ``tiling`` (the plan's
-    :data:`~planner.tiling.TILING_FIELDS`). Addresses default to 0: they do not change cycles.
-    Not checked against :func:`spec.desc.check` (:meth:`planner.conv.ConvProgram.descriptor`
-    checks)."""
+    :data:`~planner.tiling.TILING_FIELDS`) over the output pixels ``tables`` cover (all of
+    them, or the first ``tables.n``: a block of rows). Addresses default to 0: they do not
+    change cycles. Not checked against :func:`spec.desc.check`
+    (:meth:`planner.conv.ConvProgram.descriptor` checks)."""
     layout = Layout(layout)
     gemm = shape.gemm
+    n = tables.n
     b_addr = x_addr + group_base_bytes(shape, layout, group)
     return GemmDescriptor(
-        m=gemm.m, k=gemm.k, n=gemm.n, **tiling,
+        m=gemm.m, k=gemm.k, n=n, **tiling,
         a_addr=a_addr, a_stride=gemm.m,
         b_addr=b_addr, b_stride=padded_bytes(shape, layout) - (b_addr - x_addr),
-        c_addr=c_addr, c_stride=4 * gemm.n if c_stride is None else c_stride,
+        c_addr=c_addr, c_stride=4 * n if c_stride is None else c_stride,
         b_mode=1, off_addr=off_addr, run_addr=run_addr, grp_addr=grp_addr,
         run_count=tables.run_count)
 
@@ -58,10 +60,17 @@ def _tiling(plan: TilingPlan) -> dict:
 
 
 @functools.lru_cache(maxsize=1024)
-def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW") -> TilingPlan:
+def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
+                   pixels: int | None = None, c_local: bool = False,
+                   post: PostLoad | None = None) -> TilingPlan:
     """The tiling of one group's GEMM with the fewest cycles the convolution model predicts,
     found by steepest descent from the GEMM planner's ``best`` plan and from the ``greedy``
     plan (ties: less accumulator, less traffic, larger ``partition_k``, then the GEMM plan).
+
+    ``pixels`` plans one record over the first ``pixels`` output pixels (a block of output
+    rows, as the firmware builder runs a layer whose output goes to a padded or fused buffer;
+    its GEMM plans go through ``on_chip(cfg, c_local=c_local)``); ``c_local`` and ``post``
+    are the record's as :func:`planner.convcost.predict_conv` takes them.
 
     The plan's ``predicted_cycles`` stays the GEMM model's number, as for every
     :class:`~planner.tiling.TilingPlan`; ``strategy`` gets ``+conv`` when the descent moved
@@ -70,17 +79,24 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW") -> 
     """
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
-    gemm = shape.gemm
-    tables = compile_tables(shape, layout, cfg)
-    gemm_best = best_plan(gemm, cfg, shape.b_tensor_bytes)
+    if pixels is None:
+        gemm, gcfg, b_bytes = shape.gemm, cfg, shape.b_tensor_bytes
+    else:
+        if not 1 <= pixels <= shape.gemm.n:
+            raise ValueError(f"pixels must be in [1, {shape.gemm.n}] (the output pixels of "
+                             f"{shape}), not {pixels!r}")
+        gemm = GemmShape(shape.gemm.m, shape.gemm.k, pixels)
+        gcfg, b_bytes = on_chip(cfg, c_local=c_local), None
+    tables = compile_tables(shape, layout, cfg, pixels=pixels)
+    gemm_best = best_plan(gemm, gcfg, b_bytes)
 
     @functools.cache
     def key(c: Candidate) -> tuple:
-        plan = make_plan(gemm, cfg, c.partition_m, c.partition_n, c.partition_k, c.outer_m,
+        plan = make_plan(gemm, gcfg, c.partition_m, c.partition_n, c.partition_k, c.outer_m,
                          "conv")
-        bd: CycleBreakdown = predict_conv(conv_descriptor(shape, layout, tables, _tiling(plan)),
-                                          tables, cfg)
-        return (bd.total_cycles, acc_bytes_for(c.partition_m, c.partition_n, cfg),
+        d = conv_descriptor(shape, layout, tables, _tiling(plan))
+        bd: CycleBreakdown = predict_conv(d, tables, cfg, post=post, c_local=c_local)
+        return (bd.total_cycles, acc_bytes_for(c.partition_m, c.partition_n, gcfg),
                 bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
                 c.partition_m, c.partition_n, -c.outer_m)
 
@@ -89,11 +105,11 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW") -> 
 
     start = candidate(gemm_best)
     best, best_key = start, key(start)
-    for origin in (start, candidate(greedy_plan(gemm, cfg))):
+    for origin in (start, candidate(greedy_plan(gemm, gcfg))):
         cur, cur_key = origin, key(origin)
         for _ in range(MAX_ROUNDS):
             step, step_key = cur, cur_key
-            for c in _neighbours(gemm, cfg, cur):
+            for c in _neighbours(gemm, gcfg, cur):
                 k = key(c)
                 if k < step_key:
                     step, step_key = c, k
@@ -104,5 +120,5 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW") -> 
             best, best_key = cur, cur_key
     if best == start:
         return gemm_best
-    return make_plan(gemm, cfg, best.partition_m, best.partition_n, best.partition_k,
+    return make_plan(gemm, gcfg, best.partition_m, best.partition_n, best.partition_k,
                      best.outer_m, f"{gemm_best.strategy}+conv")

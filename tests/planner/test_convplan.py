@@ -57,3 +57,30 @@ def test_conv_best_refuses_bad_arguments():
         conv_best_plan(RESNET50["pred"], CFG)
     with pytest.raises(ValueError):
         plan_conv(RESNET50["res3_0_branch2b"], CFG, "best", "NCWH")
+
+
+def test_conv_best_plans_a_block_of_output_rows_with_its_own_tables():
+    """A record over the first rows of a layer (the firmware builder's padded-output and fused
+    records) is ranked with the tables of those rows, on the on-chip config when its output
+    stays on chip, and is never predicted slower than the GEMM plan of the block."""
+    from planner.convcost import predict_conv
+    from planner.convplan import conv_descriptor
+    from planner.cost import PostLoad, on_chip
+    from planner.shapes import GemmShape
+    from planner.tiling import TILING_FIELDS
+
+    shape = RESNET50["res2_0_branch2b"]
+    post = PostLoad(bias=True, requant=True)
+    block = 2 * shape.out_w
+    tables = compile_tables(shape, "NCHW", CFG, pixels=block)
+
+    def cycles(plan):
+        d = conv_descriptor(shape, "NCHW", tables, {f: getattr(plan, f) for f in TILING_FIELDS})
+        return predict_conv(d, tables, CFG, post=post, c_local=True).total_cycles
+
+    plan = conv_best_plan(shape, CFG, "NCHW", pixels=block, c_local=True, post=post)
+    assert (plan.m, plan.k, plan.n) == (64, 576, block)
+    gemm = best_plan(GemmShape(64, 576, block), on_chip(CFG, c_local=True))
+    assert cycles(plan) <= cycles(gemm)
+    with pytest.raises(ValueError, match="pixels"):
+        conv_best_plan(shape, CFG, "NCHW", pixels=shape.gemm.n + 1)
