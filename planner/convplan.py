@@ -23,7 +23,7 @@ from .convcost import predict_conv
 from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables
-from .search import Candidate, _neighbours, best_plan, greedy_plan
+from .search import Candidate, best_plan, greedy_plan, refine
 from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
 
@@ -64,8 +64,8 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
                    pixels: int | None = None, c_local: bool = False,
                    post: PostLoad | None = None) -> TilingPlan:
     """The tiling of one group's GEMM with the fewest cycles the convolution model predicts,
-    found by steepest descent from the GEMM planner's ``best`` plan and from the ``greedy``
-    plan (ties: less accumulator, less traffic, larger ``partition_k``, then the GEMM plan).
+    found by steepest descent (:func:`planner.search.refine` with this model as its key) from
+    the GEMM planner's ``best`` plan and from the ``greedy`` plan (ties: less accumulator, less traffic, larger ``partition_k``, then the GEMM plan).
 
     ``pixels`` plans one record over the first ``pixels`` output pixels (a block of output
     rows, as the firmware builder runs a layer whose output goes to a padded or fused buffer;
@@ -105,19 +105,10 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
 
     start = candidate(gemm_best)
     best, best_key = start, key(start)
-    for origin in (start, candidate(greedy_plan(gemm, gcfg))):
-        cur, cur_key = origin, key(origin)
-        for _ in range(MAX_ROUNDS):
-            step, step_key = cur, cur_key
-            for c in _neighbours(gemm, gcfg, cur):
-                k = key(c)
-                if k < step_key:
-                    step, step_key = c, k
-            if step == cur:
-                break
-            cur, cur_key = step, step_key
-        if cur_key < best_key:
-            best, best_key = cur, cur_key
+    for origin in (gemm_best, greedy_plan(gemm, gcfg)):
+        found = refine(gemm, gcfg, origin, MAX_ROUNDS, key=key)
+        if key(found) < best_key:
+            best, best_key = found, key(found)
     if best == start:
         return gemm_best
     return make_plan(gemm, gcfg, best.partition_m, best.partition_n, best.partition_k,

@@ -23,7 +23,7 @@ balanced values is checked against ``exhaustive_k=True`` by the tests.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Callable, Iterator
 
 from spec.config import AccelConfig
 
@@ -188,24 +188,33 @@ def _neighbours(shape: GemmShape, cfg: AccelConfig, c: Candidate) -> Iterator[Ca
 
 
 def refine(shape: GemmShape, cfg: AccelConfig, start: TilingPlan, max_rounds: int = 64,
-           consts: ModelConstants = DEFAULT_CONSTANTS) -> Candidate:
+           consts: ModelConstants = DEFAULT_CONSTANTS,
+           key: Callable[[Candidate], tuple] | None = None) -> Candidate:
     """Steepest-descent local search over neighbouring legal tilings from ``start``.
 
     Neighbours change ``partition_m`` / ``partition_n`` by one block, double or halve them or
     make them cover the dim, move the split-K count by at most one (balanced ``partition_k``) or
-    take the largest fitting ``partition_k``, and flip the loop order.
+    take the largest fitting ``partition_k``, and flip the loop order. Candidates are ranked by
+    ``key`` (smaller is better; its first element the cycles), the GEMM model's by default,
+    whose lower bound then skips neighbours that cannot win (:mod:`planner.convplan` ranks with
+    the convolution model instead).
     """
+    gemm_key = key is None
+    if gemm_key:
+        def key(c: Candidate) -> tuple:
+            return _key(shape, cfg, c, consts)
     cur = Candidate(start.partition_m, start.partition_n, start.partition_k, start.outer_m)
-    cur_key = _key(shape, cfg, cur, consts)
+    cur_key = key(cur)
     for _ in range(max_rounds):
         best, best_key = cur, cur_key
         for c in _neighbours(shape, cfg, cur):
-            if lower_bound_cycles(shape.m, shape.k, shape.n, c.partition_m, c.partition_n,
-                                  c.partition_k, cfg, consts) > best_key[0]:
+            if gemm_key and lower_bound_cycles(shape.m, shape.k, shape.n, c.partition_m,
+                                               c.partition_n, c.partition_k, cfg,
+                                               consts) > best_key[0]:
                 continue  # cannot beat the best neighbour so far
-            key = _key(shape, cfg, c, consts)
-            if key < best_key:
-                best, best_key = c, key
+            k = key(c)
+            if k < best_key:
+                best, best_key = c, k
         if best == cur:
             break
         cur, cur_key = best, best_key
