@@ -149,3 +149,27 @@ def test_addrgen_gather_takes_the_modelled_cycles(stride, g0, gn, k0, rows):
         assert timing["gather"] == GATHER_EMPTY_CYCLES
     elif stride > 1:
         assert beats.max() > 1          # strided runs cost more than a beat: the credit matters
+
+
+@pytest.mark.parametrize("bpc", [1, 3])
+def test_addrgen_gather_on_a_port_slower_than_a_beat(bpc):
+    """With a B port that earns less than a beat per cycle, the credit left over from the
+    table load can let a gather finish one cycle before the model says, never later (the
+    model's documented bound)."""
+    import dataclasses
+
+    from planner.convcost import gather_cycles, run_beats
+
+    cfg = dataclasses.replace(PRESETS["tiny"], b_port_bytes_per_cycle=bpc)
+    for stride in (1, 2):
+        shape = ConvShape(batch=1, in_channels=2, height=9, width=13, out_channels=1,
+                          kernel_h=3, kernel_w=3, stride_h=stride, stride_w=stride, pad_top=1,
+                          pad_left=1, pad_bottom=0, pad_right=2)
+        tables = compile_tables(shape, "NCHW", cfg)
+        for g0, gn, rows in ((0, 1, 1), (1, 3, 5)):
+            timing = {}
+            simulate(cfg, tables, bytes(1024), rows=rows, g0=g0, gn=gn, gstride=7,
+                     latency=cfg.b_port_latency_cycles, timing=timing)
+            lo, hi = int(tables.groups[g0]), int(tables.groups[g0 + gn])
+            beats = run_beats(tables.runs()["stride"], cfg)[lo:hi]
+            assert 0 <= gather_cycles(beats, rows, cfg) - timing["gather"] <= 1
