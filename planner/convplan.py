@@ -13,7 +13,6 @@ starts from.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from spec.config import AccelConfig
