@@ -21,24 +21,20 @@ from spec.config import PRESETS  # noqa: E402
 import planner  # noqa: E402
 from planner import cost  # noqa: E402
 from planner.convplan import conv_best_plan  # noqa: E402
+from planner.report import plan_layer  # noqa: E402
 from planner.workload import layer_gemm  # noqa: E402
 
 
 def time_network(workload: planner.Workload, cfg, strategy: str) -> dict:
-    """Plan every layer as the compiler does: ``best`` plans a convolution with the
-    convolution model of its tables (:func:`planner.plan_conv`), the other strategies its GEMM.
+    """Plan every layer as the compiler does (:func:`planner.report.plan_layer`).
     ``predicted_total_cycles`` is the GEMM model's number of each plan."""
     cost._CACHE.clear()
     conv_best_plan.cache_clear()
     start = time.perf_counter()
     cycles = 0
     for layer in workload.layers:
-        gemm, groups, b_bytes = layer_gemm(layer.shape)
-        if strategy == "best" and isinstance(layer.shape, planner.ConvShape):
-            plan, _ = planner.plan_conv(layer.shape, cfg, strategy)
-        else:
-            plan = planner.plan_gemm(gemm, cfg, strategy,
-                                     b_bytes if strategy in ("seed", "best") else None)
+        _, groups, _ = layer_gemm(layer.shape)
+        plan = plan_layer(layer.shape, cfg, strategy)
         cycles += plan.predicted_cycles * groups * layer.count
     seconds = time.perf_counter() - start
     return {"strategy": strategy, "seconds": seconds, "layers": len(workload.layers),

@@ -12,11 +12,11 @@ from pathlib import Path
 from spec.config import AccelConfig
 
 from . import LayerCost, layer_cost, plan_conv, plan_gemm
-from .shapes import ConvShape
+from .shapes import ConvShape, GemmShape
 from .tiling import TilingPlan
 from .workload import Layer, Workload, layer_gemm, load_workload
 
-__all__ = ["LayerResult", "evaluate", "plan_table", "totals", "markdown_report",
+__all__ = ["LayerResult", "evaluate", "plan_layer", "plan_table", "totals", "markdown_report",
            "DEFAULT_WORKLOADS", "gap", "layer_costs", "cost_totals"]
 
 #: The networks of the acceptance table, in the shared workloads directory.
@@ -39,13 +39,21 @@ def evaluate(workload: Workload, cfg: AccelConfig, strategies: tuple[str, ...], 
     """Plan every layer with every strategy in ``strategies``."""
     out = []
     for layer in workload.layers:
-        gemm, groups, b_bytes = layer_gemm(layer.shape)
-        plans = {s: plan_gemm(gemm, cfg, s, b_bytes if s in ("seed", "best") else None, db)
-                 for s in strategies if s != "best" or not isinstance(layer.shape, ConvShape)}
-        if "best" in strategies and isinstance(layer.shape, ConvShape):
-            plans["best"] = plan_conv(layer.shape, cfg, "best")[0]   # the convolution model
+        _, groups, _ = layer_gemm(layer.shape)
+        plans = {s: plan_layer(layer.shape, cfg, s, db) for s in strategies}
         out.append(LayerResult(layer, layer.count * groups, plans))
     return out
+
+
+def plan_layer(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: str, db=None
+               ) -> TilingPlan:
+    """One layer's plan (of one group's GEMM) as the compiler makes it: ``best`` plans a
+    convolution with the convolution model of its tables (:func:`planner.plan_conv`); every
+    other strategy, and every GEMM, plans the GEMM (a convolution's B load counted once)."""
+    if strategy == "best" and isinstance(shape, ConvShape):
+        return plan_conv(shape, cfg, strategy)[0]
+    gemm, _, b_bytes = layer_gemm(shape)
+    return plan_gemm(gemm, cfg, strategy, b_bytes if strategy in ("seed", "best") else None, db)
 
 
 def totals(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> tuple[int, float]:
