@@ -20,7 +20,12 @@ from .params import ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort, named_members
 
-__all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES"]
+__all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES", "LOCAL_READ_LATENCY"]
+
+#: Cycles from a local-buffer read request to its data at the B load engine: the block RAM's
+#: synchronous read, then its output register (``planner.cost.ModelConstants``
+#: ``local_read_latency_cycles``).
+LOCAL_READ_LATENCY = 2
 
 
 class Sequencer(wiring.Component):
@@ -104,8 +109,11 @@ class Sequencer(wiring.Component):
         # The local buffer (operator fusion, docs/fusion.md): rows of one B beat at device
         # addresses [dram_bytes, dram_bytes + local_buf_bytes). A layer whose B lies there reads
         # it through `loc_r` instead of the B port, one whose C lies there writes it through
-        # `loc_w` instead of the C port; both answer one cycle after a request, at one beat per
-        # cycle. A layer never reads and writes the same local rows (checked like C vs B).
+        # `loc_w` instead of the C port, at one beat per cycle. A write is acknowledged one cycle
+        # after its request, a read answers :data:`LOCAL_READ_LATENCY` cycles after it: the
+        # block RAM's output is registered before the B buffer's write data (on the ECP5 that
+        # path, 6.5 ns of logic and 7 ns of routing, limited the whole 8x8 to 72 MHz). A layer
+        # never reads and writes the same local rows (checked like C vs B).
         m.submodules.local = loc = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.local_depth,
                                           init=[])
         loc_w = loc.write_port(granularity=8)
@@ -160,13 +168,16 @@ class Sequencer(wiring.Component):
                 b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data),
                 b_w.en.eq(Mux(lb.w_en & ~q_phase, (1 << cfg.b_beat_bytes) - 1, 0)),
             ]
-        loc_rvalid = Signal()
-        m.d.sync += loc_rvalid.eq(lb.mem.valid & lb_loc)
+        # local reads in flight: the block RAM's read, then its output register
+        loc_rvalid = Signal(LOCAL_READ_LATENCY)
+        loc_rdata = Signal(8 * cfg.b_beat_bytes, reset_less=True)
+        m.d.sync += [loc_rvalid.eq(Cat(lb.mem.valid & lb_loc, loc_rvalid[:-1])),
+                     loc_rdata.eq(loc_r.data)]
         m.d.comb += [
             loc_r.addr.eq(lb.mem.addr >> lc), loc_r.en.eq(lb.mem.valid & lb_loc),
             lb.mem.ready.eq(lb_loc | (self.b_rd.ready & ~conv)),
-            lb.mem.rdata.eq(Mux(lb_loc, loc_r.data, self.b_rd.rdata)),
-            lb.mem.rvalid.eq(Mux(lb_loc, loc_rvalid, self.b_rd.rvalid & ~conv)),
+            lb.mem.rdata.eq(Mux(lb_loc, loc_rdata, self.b_rd.rdata)),
+            lb.mem.rvalid.eq(Mux(lb_loc, loc_rvalid[-1], self.b_rd.rvalid & ~conv)),
             ag.mem.ready.eq(self.b_rd.ready & conv), ag.mem.rdata.eq(self.b_rd.rdata),
             ag.mem.rvalid.eq(self.b_rd.rvalid & conv),
         ]

@@ -89,6 +89,9 @@ class ModelConstants:
     param_ctrl_cycles: int = 2
     param_skip_cycles: int = 1
     param_end_cycles: int = 1
+    #: Cycles from a local-buffer read request to its data (hw.sequencer.LOCAL_READ_LATENCY:
+    #: the block RAM's read, then its output register); local writes are acknowledged in 1.
+    local_read_latency_cycles: int = 2
     #: Image runs (hw.runner): the sequencer's dry run of a record without parameters
     #: (CHECK_START, the checker's pipeline, CHECK, FINISH), the runner's control cycles per
     #: record (state hand-overs of both passes), and per image (start, the header check's three
@@ -359,13 +362,15 @@ def predict(plan: "TilingPlan", cfg: AccelConfig,
 
 def on_chip(cfg: AccelConfig, *, b_local: bool = False, c_local: bool = False) -> AccelConfig:
     """``cfg`` as the cycle model sees a layer whose B and/or C lies in the local buffer: the
-    sequencer serves that operand from the local buffer, which takes one beat per cycle and
-    answers one cycle after each request (hw/sequencer.py), so the port is modelled with the
-    beat as its bandwidth and a latency of 1. Parameter arrays still come through the B port
+    sequencer serves that operand from the local buffer, which takes one beat per cycle,
+    answers a read :attr:`ModelConstants.local_read_latency_cycles` after its request and
+    acknowledges a write one cycle after it (hw/sequencer.py), so the port is modelled with the
+    beat as its bandwidth and those latencies. Parameter arrays still come through the B port
     (use the real ``cfg`` for them)."""
     changes = {}
     if b_local:
-        changes.update(b_port_bytes_per_cycle=cfg.b_beat_bytes, b_port_latency_cycles=1)
+        changes.update(b_port_bytes_per_cycle=cfg.b_beat_bytes,
+                       b_port_latency_cycles=DEFAULT_CONSTANTS.local_read_latency_cycles)
     if c_local:
         changes.update(c_port_bytes_per_cycle=cfg.c_beat_bytes, c_port_latency_cycles=1)
     return dataclasses.replace(cfg, **changes) if changes else cfg

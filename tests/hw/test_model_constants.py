@@ -46,3 +46,9 @@ def test_model_start_and_dry_run_follow_the_checker_latency():
     # one control cycle replaced the checks before they had a pipeline of their own
     assert K.start_cycles == 4 + RecordChecker.latency
     assert K.dry_run_cycles == 2 + RecordChecker.latency
+
+
+def test_model_local_read_latency_equals_the_sequencers():
+    from hw.sequencer import LOCAL_READ_LATENCY
+
+    assert K.local_read_latency_cycles == LOCAL_READ_LATENCY
