@@ -40,9 +40,13 @@ class ComputeEngine(wiring.Component):
     Results of tile ``(tm, tn)``, row ``r``, go to accumulator row ``acc_base + (tm*array_rows +
     r)*acc_rstride + tn``; they overwrite it, or add to it when ``p_accum`` is set (split-K).
 
-    Latency: ``busy`` stays high :attr:`drain_cycles` cycles after the last beat is issued, so
-    that when it falls every result is in the accumulator. ``beat_real`` is high in cycles where
-    a non-padding beat is issued (the MAC-active counter).
+    Latency: ``running`` is high in the cycles that issue beats; ``busy`` stays high
+    :attr:`drain_cycles` cycles after the last beat is issued, so that when it falls every
+    result is in the accumulator. A new ``start`` may come while the engine drains (``busy`` and
+    not ``running``): the next partition's beats then follow the previous partition's through
+    the array like consecutive tiles of one partition, and their results, tagged with their own
+    accumulator rows, follow the previous results out. ``beat_real`` is high in cycles where a
+    non-padding beat is issued (the MAC-active counter).
 
     Parameters
     ----------
@@ -51,7 +55,7 @@ class ComputeEngine(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; busy, beat_real : ``Out(1)``
+    start : ``In(1)``; running, busy, beat_real : ``Out(1)``
     p_* : ``In(...)`` partition parameters, sampled on ``start``
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
@@ -63,6 +67,7 @@ class ComputeEngine(wiring.Component):
         self.array = SystolicArray(cfg, tag_bits=_bits(cfg.acc_depth) + 1)
         super().__init__({
             "start": In(1),
+            "running": Out(1),
             "busy": Out(1),
             "beat_real": Out(1),
             "p_a_base": In(range(cfg.buf_a_depth)),
@@ -110,7 +115,7 @@ class ComputeEngine(wiring.Component):
         accum = Signal()
         # loop counters: inner-tile origin (im, in_), array tile (tm, tn), beat k
         im, in_, tm, tn, k = (Signal(DIM_BITS, name=n) for n in ("im", "in_", "tm", "tn", "k"))
-        running = Signal()
+        running = self.running
         last_beat = Signal()
         drain = Signal(range(self.drain_cycles + 1))
         # Addresses kept as running sums instead of products (no multiplier, one add deep):

@@ -13,19 +13,33 @@ from spec.regmap import COUNTERS
 from .addrgen import AddrGen
 from .bits import log2
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
-from .compute import ComputeEngine
+from .compute import ComputeEngine, drain_cycles
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
 from .params import ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort, named_members
 
-__all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES", "LOCAL_READ_LATENCY"]
+__all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES", "LOCAL_READ_LATENCY", "PHASE_CTRL_CYCLES",
+           "store_wait_cycles"]
+
+#: Control cycles between two phases: the cycle ``WAIT`` sees every engine idle, then
+#: ``ISSUE`` (``planner.cost.ModelConstants.step_ctrl_cycles``).
+PHASE_CTRL_CYCLES = 2
 
 #: Cycles from a local-buffer read request to its data at the B load engine: the block RAM's
 #: synchronous read, then its output register (``planner.cost.ModelConstants``
 #: ``local_read_latency_cycles``).
 LOCAL_READ_LATENCY = 2
+
+
+def store_wait_cycles(cfg: AccelConfig) -> int:
+    """Cycles a phase's store waits after ``ISSUE`` before it starts: the rest of the previous
+    step's drain. That step issued its last beat :data:`PHASE_CTRL_CYCLES` before this
+    ``ISSUE`` at the earliest, and its last result is in the accumulator
+    :func:`~hw.compute.drain_cycles` after that beat; the store reads the accumulator from the
+    cycle after its start."""
+    return drain_cycles(cfg) - PHASE_CTRL_CYCLES
 
 
 class Sequencer(wiring.Component):
@@ -41,6 +55,10 @@ class Sequencer(wiring.Component):
     other halves of the A and B buffers (skipped for an operand whose block does not change),
     and the store of the accumulator half finished at step ``t-1``; the phase ends when all of
     them are done. An epilogue stores the last partition. Each phase costs two control cycles.
+    The compute of step ``t`` is done when its last beat is issued: the array's drain of that
+    step overlaps the next phase (the next step's beats follow it through the array), and only
+    the store of step ``t``'s results waits for it, :func:`store_wait_cycles` into the next
+    phase.
 
     With ``b_mode = 1`` (convolution) the run first loads the layer's tables into the
     :class:`~hw.addrgen.AddrGen` (before the prologue), and every B load is a gather through
@@ -314,8 +332,13 @@ class Sequencer(wiring.Component):
 
         b_busy = Signal()
         m.d.comb += b_busy.eq(lb.busy | ag.gather_busy | ag.tables_busy)
+        # the store of the previous step's results waits for its drain (store_wait_cycles)
+        st_hold = Signal(range(store_wait_cycles(cfg) + 1))
+        with m.If(st_hold != 0):
+            m.d.sync += st_hold.eq(st_hold - 1)
+        m.d.comb += se.start.eq(st_hold == 1)
         engines_busy = Signal()
-        m.d.comb += engines_busy.eq(ce.busy | la.busy | b_busy | se.busy)
+        m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | (st_hold != 0))
         error = Signal(8)
         m.d.comb += self.error.eq(error)
 
@@ -382,8 +405,8 @@ class Sequencer(wiring.Component):
                     la.start.eq(nxt_valid & ~same_a),
                     lb.start.eq(nxt_valid & ~same_b & ~conv),
                     ag.gather_start.eq(nxt_valid & ~same_b & conv),
-                    se.start.eq(st_valid),
                 ]
+                m.d.sync += st_hold.eq(Mux(st_valid, store_wait_cycles(cfg), 0))
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
                 m.next = "WAIT"
             with m.State("WAIT"):
@@ -417,7 +440,9 @@ class Sequencer(wiring.Component):
 
         # -- performance counters (busy covers the whole layer run) ------------------------------
         m.submodules.counters = pc = PerfCounters(cfg)
-        for name, cond in (("mac_active_cycles", ce.beat_real), ("stall_drain_cycles", ce.busy),
+        # drain: padding beats, and the store's wait for the previous step's results
+        for name, cond in (("mac_active_cycles", ce.beat_real),
+                           ("stall_drain_cycles", ce.running | (st_hold != 0)),
                            ("stall_load_a_cycles", la.busy), ("stall_load_b_cycles", b_busy),
                            ("stall_store_cycles", se.busy)):
             m.d.comb += [getattr(pc, f"in_{name}").eq(cond),

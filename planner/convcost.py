@@ -130,19 +130,17 @@ def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
             g0 = s.n0 // C
             rd_b += s.k_eff * int(groups[g0 + s.groups_n] - groups[g0]) * cfg.b_beat_bytes
         nxt = plan[i + 1] if i + 1 < len(plan) else None
-        busy = s.groups_m * s.groups_n * max(s.k_eff, R) + t.drain
+        beats = s.groups_m * s.groups_n * max(s.k_eff, R)
         real = s.groups_m * s.groups_n * s.k_eff
         ca = t.load_a(nxt.k_eff * nxt.groups_m) if nxt is not None and nxt.load_a else 0
         cb = gather(nxt) if nxt is not None and nxt.load_b else 0
-        cs = t.store(pending_store)
-        mac += real
-        drain += busy - real
-        sa += max(0, ca - busy)
-        sb += max(0, cb - max(busy, ca))
-        ss += max(0, cs - max(busy, ca, cb))
+        ph = t.phase(beats, real, ca, cb, pending_store)
+        mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
         wr_c += pending_store * cfg.c_beat_bytes
         pending_store = s.m_eff * s.groups_n if s.last_k else 0
-    ss += t.store(pending_store)
+    _, dr, _, _, st = t.phase(0, 0, 0, 0, pending_store)      # the epilogue: the last store
+    drain += dr
+    ss += st
     wr_c += pending_store * cfg.c_beat_bytes
     total = mac + drain + sa + sb + ss + ctrl
     return CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,

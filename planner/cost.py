@@ -143,13 +143,15 @@ def _port_cycles(beats: int, beat_bytes: int, bytes_per_cycle: int, latency: int
 class _Timing:
     """Per-config port and compute timings (pure helpers shared by both walks)."""
 
-    __slots__ = ("R", "C", "drain", "ctrl", "ab", "bb", "cb", "a", "b", "c")
+    __slots__ = ("R", "C", "drain", "ctrl", "wait", "ab", "bb", "cb", "a", "b", "c")
 
     def __init__(self, cfg: AccelConfig, k: ModelConstants):
         self.R, self.C = cfg.array_rows, cfg.array_cols
         self.drain = (k.drain_rows_factor * self.R + k.drain_cols_factor * self.C
                       + k.drain_extra_cycles)
         self.ctrl = k.step_ctrl_cycles
+        # the store's wait for the array's last results (hw.sequencer.store_wait_cycles)
+        self.wait = self.drain - k.step_ctrl_cycles
         self.ab, self.bb, self.cb = cfg.a_beat_bytes, cfg.b_beat_bytes, cfg.c_beat_bytes
         self.a = (cfg.a_beat_bytes, cfg.a_port_bytes_per_cycle,
                   cfg.a_port_latency_cycles, k.load_extra_cycles)
@@ -167,6 +169,19 @@ class _Timing:
 
     def store(self, beats: int) -> int:
         return _port_cycles(beats, *self.c)
+
+    def phase(self, beats: int, real: int, ca: int, cb: int,
+              store_beats: int) -> tuple[int, int, int, int, int]:
+        """``(mac, drain, load_a, load_b, store)`` cycles of one phase (control cycles apart):
+        ``beats`` issued by the compute engine (``real`` of them not padding), loads of ``ca``
+        and ``cb`` cycles, and a store of ``store_beats`` that starts :attr:`wait` cycles in
+        (the previous step's drain, which the compute overlaps). Waiting for the drain with
+        nothing to compute counts as drain; then, in priority order, A, B, store."""
+        wait = self.wait if store_beats else 0
+        cs = wait + self.store(store_beats) if store_beats else 0
+        e = max(beats, wait)
+        return (real, beats - real + e - beats, max(0, ca - e), max(0, cb - max(e, ca)),
+                max(0, cs - max(e, ca, cb)))
 
 
 def _check_tiling(m, k, n, pm, pn, pk, cfg):
@@ -211,23 +226,20 @@ def predict_reference(plan: "TilingPlan", cfg: AccelConfig,
     sb += max(0, cb - ca)
     pending_store = 0
     for idx, (gm, gn, pk_eff, pm_eff) in enumerate(dims):
-        busy = gm * gn * max(pk_eff, t.R) + t.drain
-        mac += gm * gn * pk_eff
-        drain += busy - gm * gn * pk_eff
         if idx + 1 < len(dims):
             ca, cb = t.load_a(loads[idx + 1][0]), t.load_b(loads[idx + 1][1])
         else:
             ca = cb = 0
-        cs = t.store(pending_store)
-        sa += max(0, ca - busy)
-        sb += max(0, cb - max(busy, ca))
-        ss += max(0, cs - max(busy, ca, cb))
+        ph = t.phase(gm * gn * max(pk_eff, t.R), gm * gn * pk_eff, ca, cb, pending_store)
+        mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
         ctrl += t.ctrl
         rd_a += loads[idx][0] * t.ab
         rd_b += loads[idx][1] * t.bb
         wr_c += pending_store * t.cb
         pending_store = pm_eff * gn if steps[idx][2] == nk - 1 else 0
-    ss += t.store(pending_store)
+    _, dr, _, _, st = t.phase(0, 0, 0, 0, pending_store)      # the epilogue: the last store
+    drain += dr
+    ss += st
     wr_c += pending_store * t.cb
     ctrl += consts.finish_cycles
     total = mac + drain + sa + sb + ss + ctrl
@@ -296,7 +308,7 @@ def predict_tiling(m: int, k: int, n: int, pm: int, pn: int, pk: int, outer_m: i
                 mi, ni, _, gm, gn, pk_eff, pm_eff = geo(o, i, q)
                 p = prev_of(o, i, q)
                 x = next_of(o, i, q)
-                busy = gm * gn * max(pk_eff, R) + t.drain
+                beats = gm * gn * max(pk_eff, R)
                 real = gm * gn * pk_eff
                 # Loads of this step (for byte counts) and of the next (for timing).
                 if p is None:
@@ -317,18 +329,20 @@ def predict_tiling(m: int, k: int, n: int, pm: int, pn: int, pk: int, outer_m: i
                     xmi, xni, xq, xgm, xgn, xpk, _ = geo(*x)
                     ca = t.load_a(xpk * xgm) if (xmi, xq) != (mi, q) else 0
                     cb = t.load_b(xpk * xgn) if (xq, xni) != (q, ni) else 0
-                cs = t.store(store_prev)
-                mac += w * real
-                drain += w * (busy - real)
-                sa += w * max(0, ca - busy)
-                sb += w * max(0, cb - max(busy, ca))
-                ss += w * max(0, cs - max(busy, ca, cb))
+                p_mac, p_drain, p_sa, p_sb, p_ss = t.phase(beats, real, ca, cb, store_prev)
+                mac += w * p_mac
+                drain += w * p_drain
+                sa += w * p_sa
+                sb += w * p_sb
+                ss += w * p_ss
                 rd_a += w * la * t.ab
                 rd_b += w * lb * t.bb
                 wr_c += w * store_prev * t.cb
     steps = nm * nn * nk
     ctrl = consts.start_cycles + steps * t.ctrl + consts.finish_cycles
-    ss += t.store(last_store)
+    _, dr, _, _, st = t.phase(0, 0, 0, 0, last_store)         # the epilogue: the last store
+    drain += dr
+    ss += st
     wr_c += last_store * t.cb
     total = mac + drain + sa + sb + ss + ctrl
     out = CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
@@ -459,15 +473,13 @@ def lower_bound_cycles(m: int, k: int, n: int, pm: int, pn: int, pk: int, cfg: A
     gm_sum, gn_sum = -(-m // R), -(-n // C)  # pm, pn are multiples of R, C: tiles add up
     pk_last = k - (nk - 1) * pk
     beats = (nk - 1) * max(pk, R) + max(pk_last, R)
-    drain = (consts.drain_rows_factor * R + consts.drain_cols_factor * C
-             + consts.drain_extra_cycles)
     steps = nm * nn * nk
-    compute = gm_sum * gn_sum * beats + steps * (drain + consts.step_ctrl_cycles)
+    compute = gm_sum * gn_sum * beats + steps * consts.step_ctrl_cycles
     t = _Timing(cfg, consts)
     gm0, gn0 = -(-min(pm, m) // R), -(-min(pn, n) // C)
     pro = max(t.load_a(min(pk, k) * gm0), t.load_b(min(pk, k) * gn0))
     pm_last, pn_last = m - (nm - 1) * pm, n - (nn - 1) * pn
-    epi = t.store(min(pm_last, pm) * -(-min(pn_last, pn) // C))
+    epi = t.wait + t.store(min(pm_last, pm) * -(-min(pn_last, pn) // C))
     return consts.start_cycles + pro + compute + epi + consts.finish_cycles
 
 

@@ -52,3 +52,15 @@ def test_model_local_read_latency_equals_the_sequencers():
     from hw.sequencer import LOCAL_READ_LATENCY
 
     assert K.local_read_latency_cycles == LOCAL_READ_LATENCY
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_model_store_wait_equals_the_sequencers(preset):
+    """The store of a partition waits for the drain of its last step (the drain overlaps the
+    next step's compute): the model's wait and phase control cycles are the sequencer's."""
+    from hw.sequencer import PHASE_CTRL_CYCLES, store_wait_cycles
+    from planner.cost import _Timing
+
+    cfg = PRESETS[preset]
+    assert K.step_ctrl_cycles == PHASE_CTRL_CYCLES
+    assert _Timing(cfg, K).wait == store_wait_cycles(cfg)
