@@ -18,7 +18,9 @@ The gather timing is exact when the B port earns a beat per cycle (every preset)
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,12 +28,13 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.schedule import steps
 
-from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
+from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _reps, _Timing,
                    off_chip_bytes, on_chip,
                    post_consts, with_post)
 from .offsets import ConvTables
 
 __all__ = ["run_beats", "gather_cycles", "table_load_cycles", "predict_conv",
+           "predict_conv_reference",
            "GATHER_FILL_CYCLES", "GATHER_EMPTY_CYCLES"]
 
 #: Cycles from a gather's start to its first request on the B port (hw/addrgen.py): start,
@@ -99,49 +102,129 @@ def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
     if d.b_mode != 1:
         raise ValueError(f"predict_conv needs a convolution descriptor (b_mode=1), not "
                          f"b_mode={d.b_mode}")
+    return _walk(d, tables, cfg, consts, _grouped_steps(d, cfg))
+
+
+def predict_conv_reference(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
+                           consts: ModelConstants = DEFAULT_CONSTANTS) -> CycleBreakdown:
+    """:func:`predict_conv` (no ``post``, ``c_local``) as a plain walk of every step of
+    :func:`spec.schedule.steps`: the specification the grouped walk is tested against."""
+    plan = list(steps(d, cfg))
+    walk = []
+    for i, s in enumerate(plan):
+        prev = plan[i - 1] if i else None
+        store = prev.m_eff * prev.groups_n if prev is not None and prev.last_k else 0
+        walk.append((1, s, plan[i + 1] if i + 1 < len(plan) else None, store))
+    return _walk(d, tables, cfg, consts, walk)
+
+
+def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
+    """The steps of :func:`spec.schedule.steps` as ``(weight, step, next, pending store)``,
+    with the split-K steps of an (m, n) block that cost the same grouped: within a block only
+    the first and the last two k steps can differ from the others (the first stores the block
+    before, the last two load a different next block or a shorter last k chunk)."""
+    R, C = cfg.array_rows, cfg.array_cols
+    ms = range(0, d.m, d.partition_m)
+    ns = range(0, d.n, d.partition_n)
+    blocks = [(m0, n0) for m0 in ms for n0 in ns] if d.outer_m else \
+        [(m0, n0) for n0 in ns for m0 in ms]
+    nk = -(-d.k // d.partition_k)
+
+    def coords(b, q):
+        if q < 0:
+            b, q = b - 1, nk - 1
+        elif q >= nk:
+            b, q = b + 1, 0
+        return (b, q) if 0 <= b < len(blocks) else None
+
+    @functools.cache
+    def step(b, q) -> _Step:
+        m0, n0 = blocks[b]
+        k0 = q * d.partition_k
+        prev = coords(b, q - 1)
+        pm0, pn0 = blocks[prev[0]] if prev else (None, None)
+        pk0 = prev[1] * d.partition_k if prev else None
+        m_eff, n_eff = min(d.partition_m, d.m - m0), min(d.partition_n, d.n - n0)
+        return _Step(m0, n0, k0, m_eff, n_eff, min(d.partition_k, d.k - k0), -(-m_eff // R),
+                     -(-n_eff // C), prev is None or (pm0, pk0) != (m0, k0),
+                     prev is None or (pn0, pk0) != (n0, k0), q == nk - 1)
+
+    reps = _reps(nk)
+    for b in range(len(blocks)):
+        for q, w in reps:
+            s = step(b, q)
+            nxt, prev = coords(b, q + 1), coords(b, q - 1)
+            p = step(*prev) if prev else None
+            store = p.m_eff * p.groups_n if p is not None and p.last_k else 0
+            yield w, s, step(*nxt) if nxt else None, store
+
+
+class _Step(NamedTuple):
+    """:class:`spec.schedule.Step`'s fields in a tuple (the grouped walk builds many)."""
+
+    m0: int
+    n0: int
+    k0: int
+    m_eff: int
+    n_eff: int
+    k_eff: int
+    groups_m: int
+    groups_n: int
+    load_a: bool
+    load_b: bool
+    last_k: bool
+
+
+def _walk(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig, consts: ModelConstants,
+          walk) -> CycleBreakdown:
+    """The counters of the phases ``walk`` gives as ``(weight, step, next step, pending
+    store beats)``, the first of them step 0."""
     t = _Timing(cfg, consts)
     R, C = cfg.array_rows, cfg.array_cols
     stride = tables.runs()["stride"]
     beats_all = run_beats(stride, cfg)
     groups = tables.groups.astype(np.int64)
+    gathers: dict[tuple[int, int, int], int] = {}
 
     def gather(s) -> int:
-        g0 = s.n0 // C
-        lo, hi = groups[g0], groups[g0 + s.groups_n]
-        return gather_cycles(beats_all[lo:hi], s.k_eff, cfg)
+        key = (s.n0, s.groups_n, s.k_eff)
+        if key not in gathers:
+            g0 = s.n0 // C
+            lo, hi = groups[g0], groups[g0 + s.groups_n]
+            gathers[key] = gather_cycles(beats_all[lo:hi], s.k_eff, cfg)
+        return gathers[key]
 
-    plan = list(steps(d, cfg))
     mac = drain = sa = sb = ss = 0
-    # + 1: the sequencer's TABLES state hands over to the prologue in a control cycle
-    ctrl = consts.start_cycles + len(plan) * t.ctrl + consts.finish_cycles + 1
     rd_a = rd_b = wr_c = 0
     table = table_load_cycles(tables, cfg)
     sb += table
     rd_b += (tables.k + 2 * tables.run_count + len(tables.groups)) * cfg.b_beat_bytes
-    # prologue: loads of step 0
-    first = plan[0]
-    la0, lb0 = t.load_a(first.k_eff * first.groups_m), gather(first)
-    sa += la0
-    sb += max(0, lb0 - la0)
+    n_steps = 0
     pending_store = 0
-    for i, s in enumerate(plan):
-        rd_a += s.k_eff * s.groups_m * cfg.a_beat_bytes if s.load_a else 0
+    for i, (w, s, nxt, store) in enumerate(walk):
+        if i == 0:                      # prologue: loads of step 0
+            la0, lb0 = t.load_a(s.k_eff * s.groups_m), gather(s)
+            sa += la0
+            sb += max(0, lb0 - la0)
+        n_steps += w
+        rd_a += w * s.k_eff * s.groups_m * cfg.a_beat_bytes if s.load_a else 0
         if s.load_b:
             g0 = s.n0 // C
-            rd_b += s.k_eff * int(groups[g0 + s.groups_n] - groups[g0]) * cfg.b_beat_bytes
-        nxt = plan[i + 1] if i + 1 < len(plan) else None
+            rd_b += w * s.k_eff * int(groups[g0 + s.groups_n] - groups[g0]) * cfg.b_beat_bytes
         beats = s.groups_m * s.groups_n * max(s.k_eff, R)
         real = s.groups_m * s.groups_n * s.k_eff
         ca = t.load_a(nxt.k_eff * nxt.groups_m) if nxt is not None and nxt.load_a else 0
         cb = gather(nxt) if nxt is not None and nxt.load_b else 0
-        ph = t.phase(beats, real, ca, cb, pending_store)
-        mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
-        wr_c += pending_store * cfg.c_beat_bytes
+        ph = t.phase(beats, real, ca, cb, store)
+        mac, drain, sa, sb, ss = (x + w * y for x, y in zip((mac, drain, sa, sb, ss), ph))
+        wr_c += w * store * cfg.c_beat_bytes
         pending_store = s.m_eff * s.groups_n if s.last_k else 0
     _, dr, _, _, st = t.phase(0, 0, 0, 0, pending_store)      # the epilogue: the last store
     drain += dr
     ss += st
     wr_c += pending_store * cfg.c_beat_bytes
+    # + 1: the sequencer's TABLES state hands over to the prologue in a control cycle
+    ctrl = consts.start_cycles + n_steps * t.ctrl + consts.finish_cycles + 1
     total = mac + drain + sa + sb + ss + ctrl
     return CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
                           stall_load_a_cycles=sa, stall_load_b_cycles=sb, stall_store_cycles=ss,

@@ -22,7 +22,7 @@ from .convcost import predict_conv
 from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables
-from .search import Candidate, best_plan, greedy_plan, refine
+from .search import Candidate, best_plan, greedy_plan, refine, search
 from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
 
@@ -64,7 +64,11 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
                    post: PostLoad | None = None) -> TilingPlan:
     """The tiling of one group's GEMM with the fewest cycles the convolution model predicts,
     found by steepest descent (:func:`planner.search.refine` with this model as its key) from
-    the GEMM planner's ``best`` plan and from the ``greedy`` plan (ties: less accumulator, less traffic, larger ``partition_k``, then the GEMM plan).
+    the GEMM planner's ``best`` plan, the ``greedy`` plan and the GEMM oracle's
+    (:func:`planner.search.search`) (ties: less accumulator, less traffic, larger
+    ``partition_k``, then the GEMM plan). The oracle's start matters where the B port is the
+    bound: a 3x3 128->32 conv on 14x14 descends from it to 86.1% (every B block gathered once,
+    short split-K steps), from the other two only to 84.1%.
 
     ``pixels`` plans one record over the first ``pixels`` output pixels (a block of output
     rows, as the firmware builder runs a layer whose output goes to a padded or fused buffer;
@@ -104,7 +108,7 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
 
     start = candidate(gemm_best)
     best, best_key = start, key(start)
-    for origin in (gemm_best, greedy_plan(gemm, gcfg)):
+    for origin in (gemm_best, greedy_plan(gemm, gcfg), search(gemm, gcfg)):
         found = refine(gemm, gcfg, origin, MAX_ROUNDS, key=key)
         if key(found) < best_key:
             best, best_key = found, key(found)
