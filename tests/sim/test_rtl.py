@@ -227,6 +227,7 @@ def test_rtl_conv_gather_bound_layers_exact(rtl_build, tmp_path):
     # what the gather and the convolution planner bought (docs/conv.md): deterministic counts
     assert records["res5_0_branch2b"]["utilisation"] > 0.74        # 57.0% before session 11
     assert records["5x5_32_64_28"]["utilisation"] > 0.85
+    assert records["3x3_128_32_14"]["utilisation"] > 0.85         # 83.4% in session 11
 
 
 #: Degenerate convolutions: a fully connected layer (1x1 kernel on a 1x1 map, batch 3, lanes
