@@ -39,10 +39,12 @@ def test_walker_follows_the_schedule(preset):
                             (dut.a_kstep, a_kstep % (1 << ab)), (dut.b_kstep, b_kstep % (1 << ab)),
                             (dut.c_mstep, c_mstep % (1 << ab))):
                 ctx.set(port, v)
+            await ctx.tick().repeat(2)          # the walker's compares are registered
             step = ctx.get(dut.first)
             walk = []
             for _ in range(10_000):
                 ctx.set(dut.step, step)
+                await ctx.tick().repeat(2)
                 walk.append({name: int(getattr(step, name)) for name in
                              ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "me", "ne",
                               "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr", "a_same",
@@ -52,7 +54,8 @@ def test_walker_follows_the_schedule(preset):
                 step = ctx.get(dut.next)
             walks.append(walk)
 
-    sim = Simulator(dut)            # combinational: no clock
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
     for d, walk in zip(cases, walks):
