@@ -396,7 +396,8 @@ def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
 #: time it without the rest (its own placement and routing; no competition for DSP columns).
 SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array",
               "store": "seq.store", "load_a": "seq.load_a", "load_b": "seq.load_b",
-              "addrgen": "seq.addrgen", "compute": "seq.compute", "runner": "runner"}
+              "addrgen": "seq.addrgen", "compute": "seq.compute", "runner": "runner",
+              "walker": "seq.walker", "checker": "seq.checker"}
 
 
 def work_dir(preset: str, variant: str = "dsp") -> Path:

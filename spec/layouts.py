@@ -46,8 +46,9 @@ class OutFormat(enum.IntEnum):
 #:
 #: Every cycle from the one after ``start`` up to and including the one that raises ``done``
 #: counts in ``total_cycles`` and in exactly one of the six ``*_cycles`` categories, tested in
-#: this priority order: a real (non-padding) beat is issued to the array (``mac_active``); the compute
-#: engine is busy otherwise: padding beats, pipeline fill and drain (``stall_drain``); the A load
+#: this priority order: a real (non-padding) beat is issued to the array (``mac_active``); a
+#: padding beat is issued, or a store waits for the array to drain the step before it
+#: (``stall_drain``: the drain itself overlaps the next step's beats); the A load
 #: is busy (``stall_load_a``); the B load is busy (``stall_load_b``); the store is busy
 #: (``stall_store``); none of them: descriptor checks and per-step control (``stall_ctrl``).
 #: Byte counters count whole beats accepted by each memory port.
