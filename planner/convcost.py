@@ -18,7 +18,7 @@ The gather timing is exact when the B port earns a beat per cycle (every preset)
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 from typing import NamedTuple
 
@@ -130,33 +130,43 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
         [(m0, n0) for n0 in ns for m0 in ms]
     nk = -(-d.k // d.partition_k)
 
-    def coords(b, q):
-        if q < 0:
-            b, q = b - 1, nk - 1
-        elif q >= nk:
-            b, q = b + 1, 0
-        return (b, q) if 0 <= b < len(blocks) else None
+    memo: dict[tuple[int, int], _Step] = {}
 
-    @functools.cache
     def step(b, q) -> _Step:
+        got = memo.get((b, q))
+        if got is not None:
+            return got
         m0, n0 = blocks[b]
         k0 = q * d.partition_k
-        prev = coords(b, q - 1)
-        pm0, pn0 = blocks[prev[0]] if prev else (None, None)
-        pk0 = prev[1] * d.partition_k if prev else None
+        if q:                                   # the step before: same block, k before
+            pm0, pn0, pk0 = m0, n0, k0 - d.partition_k
+        elif b:                                 # the previous block's last k step
+            (pm0, pn0), pk0 = blocks[b - 1], (nk - 1) * d.partition_k
+        else:
+            pm0 = pn0 = pk0 = None
+        first = pk0 is None
         m_eff, n_eff = min(d.partition_m, d.m - m0), min(d.partition_n, d.n - n0)
-        return _Step(m0, n0, k0, m_eff, n_eff, min(d.partition_k, d.k - k0), -(-m_eff // R),
-                     -(-n_eff // C), prev is None or (pm0, pk0) != (m0, k0),
-                     prev is None or (pn0, pk0) != (n0, k0), q == nk - 1)
+        got = memo[b, q] = _Step(
+            m0, n0, k0, m_eff, n_eff, min(d.partition_k, d.k - k0), -(-m_eff // R),
+            -(-n_eff // C), first or (pm0, pk0) != (m0, k0), first or (pn0, pk0) != (n0, k0),
+            q == nk - 1)
+        return got
 
     reps = _reps(nk)
+    last = len(blocks) - 1
     for b in range(len(blocks)):
         for q, w in reps:
-            s = step(b, q)
-            nxt, prev = coords(b, q + 1), coords(b, q - 1)
-            p = step(*prev) if prev else None
-            store = p.m_eff * p.groups_n if p is not None and p.last_k else 0
-            yield w, s, step(*nxt) if nxt else None, store
+            if q + 1 < nk:
+                nxt = step(b, q + 1)
+            else:
+                nxt = step(b + 1, 0) if b < last else None
+            # a block's first step stores the block before it (its last step is the last k)
+            if q == 0 and b:
+                p = step(b - 1, nk - 1)
+                store = p.m_eff * p.groups_n
+            else:
+                store = 0
+            yield w, step(b, q), nxt, store
 
 
 class _Step(NamedTuple):
@@ -201,6 +211,9 @@ def _walk(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig, consts: Model
     rd_b += (tables.k + 2 * tables.run_count + len(tables.groups)) * cfg.b_beat_bytes
     n_steps = 0
     pending_store = 0
+    # phases with the same inputs cost the same: count them, then cost each kind once
+    phases: collections.Counter = collections.Counter()
+    load_a: dict[int, int] = {}
     for i, (w, s, nxt, store) in enumerate(walk):
         if i == 0:                      # prologue: loads of step 0
             la0, lb0 = t.load_a(s.k_eff * s.groups_m), gather(s)
@@ -211,14 +224,21 @@ def _walk(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig, consts: Model
         if s.load_b:
             g0 = s.n0 // C
             rd_b += w * s.k_eff * int(groups[g0 + s.groups_n] - groups[g0]) * cfg.b_beat_bytes
-        beats = s.groups_m * s.groups_n * max(s.k_eff, R)
-        real = s.groups_m * s.groups_n * s.k_eff
-        ca = t.load_a(nxt.k_eff * nxt.groups_m) if nxt is not None and nxt.load_a else 0
+        tiles = s.groups_m * s.groups_n
+        if nxt is not None and nxt.load_a:
+            a_beats = nxt.k_eff * nxt.groups_m
+            ca = load_a.get(a_beats)
+            if ca is None:
+                ca = load_a[a_beats] = t.load_a(a_beats)
+        else:
+            ca = 0
         cb = gather(nxt) if nxt is not None and nxt.load_b else 0
-        ph = t.phase(beats, real, ca, cb, store)
-        mac, drain, sa, sb, ss = (x + w * y for x, y in zip((mac, drain, sa, sb, ss), ph))
+        phases[tiles * max(s.k_eff, R), tiles * s.k_eff, ca, cb, store] += w
         wr_c += w * store * cfg.c_beat_bytes
         pending_store = s.m_eff * s.groups_n if s.last_k else 0
+    for inputs, w in phases.items():
+        ph = t.phase(*inputs)
+        mac, drain, sa, sb, ss = (x + w * y for x, y in zip((mac, drain, sa, sb, ss), ph))
     _, dr, _, _, st = t.phase(0, 0, 0, 0, pending_store)      # the epilogue: the last store
     drain += dr
     ss += st
