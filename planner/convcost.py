@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import NamedTuple
 
 import numpy as np
 
 from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
-from spec.schedule import steps
+from spec.schedule import Step, steps
 
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _reps, _Timing,
                    off_chip_bytes, on_chip,
@@ -130,9 +129,9 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
         [(m0, n0) for n0 in ns for m0 in ms]
     nk = -(-d.k // d.partition_k)
 
-    memo: dict[tuple[int, int], _Step] = {}
+    memo: dict[tuple[int, int], Step] = {}
 
-    def step(b, q) -> _Step:
+    def step(b, q) -> Step:
         got = memo.get((b, q))
         if got is not None:
             return got
@@ -146,10 +145,11 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
             pm0 = pn0 = pk0 = None
         first = pk0 is None
         m_eff, n_eff = min(d.partition_m, d.m - m0), min(d.partition_n, d.n - n0)
-        got = memo[b, q] = _Step(
-            m0, n0, k0, m_eff, n_eff, min(d.partition_k, d.k - k0), -(-m_eff // R),
-            -(-n_eff // C), first or (pm0, pk0) != (m0, k0), first or (pn0, pk0) != (n0, k0),
-            q == nk - 1)
+        got = memo[b, q] = Step(
+            m0=m0, n0=n0, k0=k0, m_eff=m_eff, n_eff=n_eff, k_eff=min(d.partition_k, d.k - k0),
+            groups_m=-(-m_eff // R), groups_n=-(-n_eff // C),
+            load_a=first or (pm0, pk0) != (m0, k0), load_b=first or (pn0, pk0) != (n0, k0),
+            last_k=q == nk - 1)
         return got
 
     reps = _reps(nk)
@@ -167,22 +167,6 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
             else:
                 store = 0
             yield w, step(b, q), nxt, store
-
-
-class _Step(NamedTuple):
-    """:class:`spec.schedule.Step`'s fields in a tuple (the grouped walk builds many)."""
-
-    m0: int
-    n0: int
-    k0: int
-    m_eff: int
-    n_eff: int
-    k_eff: int
-    groups_m: int
-    groups_n: int
-    load_a: bool
-    load_b: bool
-    last_k: bool
 
 
 def _walk(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig, consts: ModelConstants,
