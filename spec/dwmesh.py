@@ -1,0 +1,225 @@
+"""Depthwise 3x3 convolution on a rotating mesh: the dataflow of issue 18, as a numpy model.
+
+The matrix unit cannot run a depthwise convolution well as a GEMM: output ``(c, p)`` needs input
+``X[c][p + tap]``, which depends on both the PE's row and its column, while A reaches a PE by
+its row and B by its column (docs/architecture.md, "Depthwise convolution: the rotating mesh").
+The design this module models gives every PE ``(i, j)`` an int8 register ``x[i][j]`` that
+takes part in one of five moves per cycle:
+
+* ``FILL``: the mesh shifts up two rows, and rows ``R-2`` and ``R-1`` are loaded from a
+  buffer-A word and a buffer-B word (one padded input row each: both buffers hold rows of a
+  channel's padded map with the layouts they already have, A k-major with ``a_stride`` = the
+  map's row pitch, B row-major);
+* ``LEFT``, ``RIGHT``, ``UP``: a rotation inside *rings*: every row is a ring of ``ring_c``
+  registers and every column a ring of ``ring_r`` (``C`` and ``R``, or ``C/2`` and ``R/2`` in
+  the quadrant mode, where the four quadrants hold four channels);
+* ``HOLD``.
+
+A *tap* beat multiplies every ``x[i][j]`` by its quadrant's weight (broadcast, one weight per
+quadrant and tap) into the PE's accumulator, which the array already has, with the beat's
+``first`` / ``last`` flags; the rotation after it happens at the same clock edge. A tile is
+``R/2`` fill beats, then the nine taps of a serpentine walk over the 3x3 window with eight
+rotations (right, right, down, left, left, down, right, right in window terms), so PE
+``(i, j)`` accumulates ``sum W[dy][dx] * P[y0 + i + dy][x0 + j + dx]`` for the tile's patch
+``P``. Outputs whose window would leave the patch are not valid, except where the wrap of a
+ring lands on the same value (a zero pad row on both sides): so a 16x16 patch computes 14x14
+outputs (15x15 when the map's two pads meet in the ring), and an 8x8 quadrant holds a whole
+7x7 map with its pads (the zero pads on the right and bottom are the wrapped zero pads of the
+left and top).
+
+Stride 2 uses row phases: the patch of phase ``p`` holds padded rows ``2a + p`` (a load with
+twice the row pitch), the phase-0 patch takes the taps with ``dy`` = 0 and 2 (six beats, one
+``UP`` in between), a second fill the phase-1 patch and the three taps with ``dy = 1``; the
+accumulators carry the sum across the fill. Columns keep full resolution, so only the PEs of
+even columns hold outputs: 15 x 7 per tile on a 16x16 mesh.
+
+:func:`mesh_depthwise` runs this schedule move by move and returns the outputs and the cycles
+it took (fill and tap beats; the pipeline's start and drain are the array's, as for a GEMM).
+It is the golden model the RTL of the mesh will be compared with, and the bound the planner
+will cost; :func:`spec.golden.conv2d_int8` with ``groups == C`` is its reference
+(``tests/spec/test_dwmesh.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "mac_utilisation"]
+
+#: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
+#: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
+#: the window one column right; "UP" brings the value from below: one row down.
+SERPENTINE = (((0, 0), "LEFT"), ((0, 1), "LEFT"), ((0, 2), "UP"), ((1, 2), "RIGHT"),
+              ((1, 1), "RIGHT"), ((1, 0), "UP"), ((2, 0), "LEFT"), ((2, 1), "LEFT"),
+              ((2, 2), None))
+#: Stride 2, per row phase: phase 0 takes dy = 0 and 2 (window rows 0 and 1 of the phase), phase
+#: 1 takes dy = 1 (its window row 0). Entries: (dy, dx, rotation after).
+PHASE_TAPS = {0: ((0, 0, "LEFT"), (0, 1, "LEFT"), (0, 2, "UP"), (2, 2, "RIGHT"),
+                  (2, 1, "RIGHT"), (2, 0, None)),
+              1: ((1, 0, "LEFT"), (1, 1, "LEFT"), (1, 2, None))}
+
+
+@dataclass(frozen=True)
+class MeshTile:
+    """One patch run: ``channels`` and the output window ``[oy0, oy0 + th) x [ox0, ox0 + tw)``
+    it computes. ``split`` is (1, 1) for one channel on the whole mesh, (2, 2) for the quadrant
+    mode (four channels, rings of ``R/2`` and ``C/2``), (2, 1) for stride 2's halves (two
+    channels, one above the other, rings of ``R/2`` rows)."""
+    channels: tuple[int, ...]
+    oy0: int
+    ox0: int
+    th: int
+    tw: int
+    split: tuple[int, int] = (1, 1)
+
+    @property
+    def quad(self) -> bool:
+        return self.split != (1, 1)
+
+
+def _check(x, w, stride, pad, rows, cols):
+    if not (isinstance(x, np.ndarray) and x.dtype == np.int8 and x.ndim == 3):
+        raise ValueError(f"mesh_depthwise: x must be an int8 array (C, H, W), not "
+                         f"{getattr(x, 'dtype', type(x))} of shape {getattr(x, 'shape', None)}")
+    if not (isinstance(w, np.ndarray) and w.dtype == np.int8 and w.shape == (x.shape[0], 3, 3)):
+        raise ValueError(f"mesh_depthwise: w must be an int8 array (C, 3, 3) = "
+                         f"({x.shape[0]}, 3, 3), not {getattr(w, 'shape', None)}")
+    if stride not in (1, 2):
+        raise ValueError(f"mesh_depthwise: stride={stride!r} must be 1 or 2")
+    if pad not in (0, 1):
+        raise ValueError(f"mesh_depthwise: pad={pad!r} must be 0 or 1 (3x3 windows)")
+    if rows < 4 or cols < 4 or rows % 2 or cols % 2:
+        raise ValueError(f"mesh_depthwise: a {rows}x{cols} mesh must have even sides >= 4")
+
+
+def out_size(h: int, pad: int, stride: int) -> int:
+    """Output extent of a 3x3 window over ``h`` inputs with ``pad`` on both sides."""
+    return (h + 2 * pad - 3) // stride + 1
+
+
+def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: int,
+               cols: int) -> list[MeshTile]:
+    """The patch runs of a depthwise layer, channel-major (every tile of a channel, then the
+    next channel), in the order the mesh runs them."""
+    oh, ow = out_size(h, pad, stride), out_size(w, pad, stride)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"mesh_depthwise: a {h}x{w} map with pad {pad} has no 3x3 window")
+    tiles = []
+    if stride == 1:
+        # a whole map with pads 1 fits a quadrant's rings when its padded size is ring + 1
+        # (the lost pad row / column is the wrapped one); without the wrap, ring - 2
+        quad_h, quad_w = rows // 2 - (2 if pad == 0 else 1), cols // 2 - (2 if pad == 0 else 1)
+        if oh <= quad_h and ow <= quad_w:
+            for c0 in range(0, channels, 4):
+                group = tuple(range(c0, min(c0 + 4, channels)))
+                tiles.append(MeshTile(group, 0, 0, oh, ow, (2, 2)))
+            return tiles
+        th, tw = rows - 2, cols - 2
+    else:
+        th, tw = rows - 1, (cols - 1) // 2
+        # two channels' row phases one above the other, when a phase fits half the rows
+        if oh <= rows // 2 - 1 and ow <= tw:
+            for c0 in range(0, channels, 2):
+                group = tuple(range(c0, min(c0 + 2, channels)))
+                tiles.append(MeshTile(group, 0, 0, oh, ow, (2, 1)))
+            return tiles
+    for c in range(channels):
+        for oy0 in range(0, oh, th):
+            for ox0 in range(0, ow, tw):
+                tiles.append(MeshTile((c,), oy0, ox0, min(th, oh - oy0), min(tw, ow - ox0)))
+    return tiles
+
+
+def tile_cycles(tile: MeshTile, stride: int, rows: int) -> int:
+    """Beats of one tile: ``rows / 2`` fill beats per row phase, one beat per tap."""
+    return (rows // 2 + 9) if stride == 1 else (2 * (rows // 2) + 9)
+
+
+def _rotate(mesh: np.ndarray, move: str, ring_r: int, ring_c: int) -> np.ndarray:
+    """``mesh`` after one rotation inside rings of ``ring_r`` rows and ``ring_c`` columns."""
+    rows, cols = mesh.shape
+    blocks = mesh.reshape(rows // ring_r, ring_r, cols // ring_c, ring_c)
+    if move == "LEFT":              # x[i][j] <- x[i][j + 1]
+        blocks = np.roll(blocks, -1, axis=3)
+    elif move == "RIGHT":           # x[i][j] <- x[i][j - 1]
+        blocks = np.roll(blocks, 1, axis=3)
+    elif move == "UP":              # x[i][j] <- x[i + 1][j]
+        blocks = np.roll(blocks, -1, axis=1)
+    else:
+        raise ValueError(f"unknown move {move!r}")
+    return blocks.reshape(rows, cols)
+
+
+def _fill(mesh: np.ndarray, patch: np.ndarray) -> tuple[np.ndarray, int]:
+    """Fill ``mesh`` with ``patch`` (rows x cols) two rows per beat, bottom entry: the first
+    beat's rows end at the top. Returns the new mesh and the beats taken."""
+    rows = mesh.shape[0]
+    for b in range(rows // 2):
+        mesh = np.concatenate([mesh[2:], patch[2 * b:2 * b + 2]])
+    return mesh, rows // 2
+
+
+def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 1,
+                   rows: int = 16, cols: int = 16) -> tuple[np.ndarray, int]:
+    """Depthwise 3x3 convolution of ``x`` (C, H, W) int8 with ``w`` (C, 3, 3) int8 on a
+    ``rows`` x ``cols`` rotating mesh, move by move. Returns the int32 output (C, OH, OW),
+    wrapping like the accumulators, and the beats the tiles took (:func:`tile_cycles`)."""
+    _check(x, w, stride, pad, rows, cols)
+    channels, h, wd = x.shape
+    tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
+    oh, ow = out_size(h, pad, stride), out_size(wd, pad, stride)
+    padded = np.zeros((channels, h + 2 * pad, wd + 2 * pad), np.int64)
+    padded[:, pad:pad + h, pad:pad + wd] = x
+    out = np.zeros((channels, oh, ow), np.int64)
+    cycles = 0
+    for tile in tiles:
+        mesh = np.zeros((rows, cols), np.int64)
+        acc = np.zeros((rows, cols), np.int64)
+        sr, sc = tile.split
+        hr, hc = rows // sr, cols // sc
+        ring_r, ring_c = hr, hc
+        weights = np.zeros((sr * sc, 3, 3), np.int64)
+        weights[:len(tile.channels)] = w[list(tile.channels)]
+        # each PE's weight: its region's channel's (one region unless the mesh is split)
+        wmap = lambda dy, dx: np.kron(weights[:, dy, dx].reshape(sr, sc),     # noqa: E731
+                                      np.ones((hr, hc), np.int64))
+        taps_of = {0: SERPENTINE} if stride == 1 else {
+            p: tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)}
+        schedule = []
+        for phase, taps in taps_of.items():
+            patch = np.zeros((rows, cols), np.int64)      # past the map: the loads' zero fill
+            for q, c in enumerate(tile.channels):
+                qi, qj = divmod(q, sc)
+                y0, x0 = stride * tile.oy0 + phase, stride * tile.ox0
+                part = padded[c, y0:, x0:x0 + hc][::stride][:hr]
+                patch[qi * hr:qi * hr + part.shape[0], qj * hc:qj * hc + part.shape[1]] = part
+            schedule.append((patch, taps))
+        first = True
+        for patch, taps in schedule:
+            mesh, beats = _fill(mesh, patch)
+            cycles += beats
+            for (dy, dx), move in taps:
+                prod = mesh * wmap(dy, dx)
+                acc = prod if first else acc + prod
+                first = False
+                cycles += 1
+                if move is not None:
+                    mesh = _rotate(mesh, move, ring_r, ring_c)
+        for q, c in enumerate(tile.channels):
+            qi, qj = divmod(q, sc)
+            region = acc[qi * hr:qi * hr + tile.th * 1, qj * hc:(qj + 1) * hc]
+            out[c, tile.oy0:tile.oy0 + tile.th, tile.ox0:tile.ox0 + tile.tw] = \
+                region[:, 0:stride * tile.tw:stride]
+    wrapped = ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+    return wrapped, cycles
+
+
+def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
+                    rows: int = 16, cols: int = 16) -> float:
+    """MACs over ``rows * cols`` times the tiles' beats: the mesh's bound for a layer."""
+    tiles = plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols)
+    macs = channels * out_size(h, pad, stride) * out_size(w, pad, stride) * 9
+    beats = sum(tile_cycles(t, stride, rows) for t in tiles)
+    return macs / (beats * rows * cols)

@@ -1,0 +1,93 @@
+"""The rotating mesh's depthwise dataflow (spec/dwmesh.py) against the grouped convolution."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from spec.dwmesh import (SERPENTINE, PHASE_TAPS, mac_utilisation, mesh_depthwise, out_size,
+                         plan_tiles, tile_cycles)
+from spec.golden import conv2d_int8
+
+
+def _reference(x, w, stride, pad):
+    c = x.shape[0]
+    return conv2d_int8(x[None], w[:, None], stride=(stride, stride), pads=(pad,) * 4,
+                       groups=c)[0]
+
+
+def _random(rng, c, h, w):
+    return (rng.integers(-128, 128, (c, h, w), dtype=np.int8),
+            rng.integers(-128, 128, (c, 3, 3), dtype=np.int8))
+
+
+@pytest.mark.parametrize("c,h,w,stride,pad", [
+    (3, 7, 7, 1, 1),      # quadrant mode, the pads meet through the rings' wrap
+    (5, 7, 5, 1, 1),      # quadrants, a partial group of channels
+    (2, 14, 14, 1, 1),    # one 16x16 patch, 14x14 outputs
+    (2, 20, 31, 1, 1),    # ragged tiles in both directions
+    (1, 6, 6, 1, 0),      # no padding
+    (2, 14, 14, 2, 1),    # stride 2 halves: two channels' row phases
+    (3, 29, 17, 2, 1),    # stride 2, whole-mesh tiles, ragged
+    (2, 9, 9, 2, 0),
+    (2, 1, 1, 1, 1),      # a single pixel
+    (4, 15, 15, 1, 1),
+])
+def test_mesh_matches_grouped_convolution(c, h, w, stride, pad):
+    rng = np.random.default_rng(c * 1000 + h * 10 + w)
+    x, wt = _random(rng, c, h, w)
+    got, cycles = mesh_depthwise(x, wt, stride=stride, pad=pad)
+    np.testing.assert_array_equal(got, _reference(x, wt, stride, pad))
+    tiles = plan_tiles(c, h, w, stride=stride, pad=pad, rows=16, cols=16)
+    assert cycles == sum(tile_cycles(t, stride, 16) for t in tiles)
+
+
+@settings(max_examples=40, deadline=None)
+@given(c=st.integers(1, 6), h=st.integers(1, 40), w=st.integers(1, 40),
+       stride=st.sampled_from([1, 2]), pad=st.sampled_from([0, 1]),
+       size=st.sampled_from([(4, 4), (8, 8), (16, 16), (8, 16)]), seed=st.integers(0, 2**16))
+def test_mesh_random_shapes_and_meshes(c, h, w, stride, pad, size, seed):
+    if out_size(h, pad, stride) < 1 or out_size(w, pad, stride) < 1:
+        return
+    rng = np.random.default_rng(seed)
+    x, wt = _random(rng, c, h, w)
+    got, _ = mesh_depthwise(x, wt, stride=stride, pad=pad, rows=size[0], cols=size[1])
+    np.testing.assert_array_equal(got, _reference(x, wt, stride, pad))
+
+
+def test_extreme_values_wrap_like_the_accumulators():
+    x = np.full((1, 5, 5), -128, np.int8)
+    w = np.full((1, 3, 3), -128, np.int8)
+    got, _ = mesh_depthwise(x, w)
+    np.testing.assert_array_equal(got, _reference(x, w, 1, 1))
+    assert got[0, 2, 2] == 9 * 128 * 128
+
+
+def test_walks_visit_every_tap_once():
+    assert sorted(t for t, _ in SERPENTINE) == [(dy, dx) for dy in range(3) for dx in range(3)]
+    phased = [(dy, dx) for p in (0, 1) for dy, dx, _ in PHASE_TAPS[p]]
+    assert sorted(phased) == [(dy, dx) for dy in range(3) for dx in range(3)]
+    assert all(dy % 2 == p for p in (0, 1) for dy, _, _ in PHASE_TAPS[p])
+
+
+def test_mobilenet_v2_depthwise_bounds():
+    """The bound the design gives MobileNet-V2's depthwise layers on the 16x16 (docs/
+    architecture.md's table): stride 1 at 40.5%, stride 2 at 13.8%."""
+    for h, ch in ((112, 32), (56, 144), (28, 192), (14, 384), (14, 576), (7, 960)):
+        assert mac_utilisation(ch, h, h, stride=1) == pytest.approx(9 * 196 / (17 * 256))
+    for h, ch in ((112, 96), (56, 144), (28, 192), (14, 576)):
+        assert mac_utilisation(ch, h, h, stride=2) == pytest.approx(0.1378125)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(x=np.zeros((2, 4, 4), np.int16)), "x must be an int8 array"),
+    (dict(w=np.zeros((3, 3, 3), np.int8)), r"w must be an int8 array \(C, 3, 3\) = \(2, 3, 3\)"),
+    (dict(stride=3), "stride=3 must be 1 or 2"),
+    (dict(pad=2), "pad=2 must be 0 or 1"),
+    (dict(rows=6, cols=5), "even sides"),
+    (dict(x=np.zeros((2, 2, 2), np.int8), pad=0), "has no 3x3 window"),
+])
+def test_bad_input_is_named(kwargs, match):
+    args = dict(x=np.zeros((2, 4, 4), np.int8), w=np.zeros((2, 3, 3), np.int8))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        mesh_depthwise(args.pop("x"), args.pop("w"), **args)
