@@ -49,15 +49,45 @@ class SystolicArray(wiring.Component):
     o_tag : ``Out(tag_bits)``
     e_valid, e_r, e_tag : the values ``o_valid``, ``o_r``, ``o_tag`` take in the next cycle
     (for a memory read that must be issued a cycle before its row arrives)
+
+    With ``mesh=True`` the array also has the depthwise *mesh mode* of issue 18 (design and
+    golden model: docs/architecture.md, :mod:`spec.dwmesh`; the compute engine does not drive
+    it yet). Every PE then holds an int8 ``x`` that makes one move per cycle (``i_move``:
+    :data:`MOVES`): ``FILL`` shifts the mesh up two rows and loads rows ``R-2`` and ``R-1``
+    from ``i_fill`` (row ``R-2`` in its low half), ``LEFT`` / ``RIGHT`` / ``UP`` rotate its
+    rows and columns as rings. A *tap* (``i_tap``, with ``i_first`` / ``i_last`` as for a
+    beat) multiplies every ``x`` by its region's weight (``i_w``: four int8, region ``q`` in
+    bits ``8q ..``; ``i_split`` (:data:`SPLITS`) says which: ``2 * (i >= R/2) + (j >= C/2)``
+    for quadrants, ``i >= R/2`` for halves, 0 for the whole mesh) into the PE's accumulator, before the same cycle's move.
+    All PEs compute at once, so the last tap's results leave ``mesh_latency`` cycles later, all
+    columns together, bottom row first, with ``o_tag`` = ``i_tag`` sampled with the last tap.
+    The modes take turns: ``i_mesh`` (which switches every PE's multiplier to ``x`` and the
+    weights) may rise only once a GEMM tile's last beat has passed the last PE (``R + C - 2``
+    cycles after it entered); a GEMM beat may enter in the cycle after the last mesh tap. As
+    with GEMM tiles, a tile of either kind must span at least ``R`` cycles so that the drains
+    do not overlap.
+
+    i_mesh : ``In(1)`` (only with ``mesh``): this cycle's ``i_tap``, ``i_first``, ``i_last`` are
+    the mesh's; ``i_move`` : ``In(3)``; ``i_split`` : ``In(2)``; ``i_fill`` : ``In(2 * C * 8)``;
+    ``i_w`` : ``In(32)``; ``i_tap`` : ``In(1)``
     """
 
-    def __init__(self, cfg: AccelConfig, *, tag_bits: int):
+    #: ``i_move`` codes of the mesh mode
+    MOVES = {"HOLD": 0, "FILL": 1, "LEFT": 2, "RIGHT": 3, "UP": 4}
+    #: ``i_split`` codes: (row rings, column rings) per mesh
+    SPLITS = {(1, 1): 0, (2, 2): 1, (2, 1): 2}
+
+    def __init__(self, cfg: AccelConfig, *, tag_bits: int, mesh: bool = False):
         if tag_bits < 1:
             raise ValueError(f"SystolicArray tag_bits must be >= 1, not {tag_bits!r}")
+        rows, cols = cfg.array_rows, cfg.array_cols
         self._cfg = cfg
         self._tag_bits = tag_bits
-        rows, cols = cfg.array_rows, cfg.array_cols
-        super().__init__({
+        self._mesh = mesh
+        extra = {"i_mesh": In(1), "i_move": In(3), "i_split": In(2),
+                 "i_fill": In(2 * cols * cfg.operand_bits), "i_w": In(4 * cfg.operand_bits),
+                 "i_tap": In(1)} if mesh else {}
+        super().__init__({**extra,
             "i_valid": In(1),
             "i_first": In(1),
             "i_last": In(1),
@@ -77,6 +107,10 @@ class SystolicArray(wiring.Component):
     def latency(self) -> int:
         """Cycles from the last beat of a tile to its first result row."""
         return self._cfg.array_rows + self._cfg.array_cols
+
+    #: Cycles from a mesh tile's last tap to its first result row: the product register, then
+    #: the capture, read straight out (every column at once, no deskew)
+    mesh_latency = 2
 
     def elaborate(self, platform):
         m = Module()
@@ -114,6 +148,9 @@ class SystolicArray(wiring.Component):
         # (row 0 has no shift stage: see the drain below)
         sh = [row if i else None for i, row in enumerate(grid(signed(ab), "sh"))]
 
+        mesh = self._mesh
+        if mesh:
+            x, w_pe, t_flags, t_last = self._mesh_logic(m)
         for i in range(R):
             for j in range(C):
                 a_in = a_west[i].as_signed() if j == 0 else a_out[i][j - 1]
@@ -124,9 +161,16 @@ class SystolicArray(wiring.Component):
                 # happens one cycle after the operands pass: with the flags the PE forwards.
                 prod = Signal(signed(2 * ob), name=f"pe{i}_{j}_prod")
                 prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p", reset_less=True)
-                m.d.comb += prod.eq(a_in * b_in)
+                if mesh:
+                    # one operand pair per mode, selected by the mode of this cycle's input
+                    m.d.comb += prod.eq(Mux(self.i_mesh, x[i][j], a_in)
+                                        * Mux(self.i_mesh, w_pe[i][j], b_in))
+                    flags = Mux(t_flags[0], t_flags, f_out[i][j])
+                else:
+                    m.d.comb += prod.eq(a_in * b_in)
+                    flags = f_out[i][j]
                 m.d.sync += prod_q.eq(prod)
-                valid, first, last = f_out[i][j][0], f_out[i][j][1], f_out[i][j][2]
+                valid, first, last = flags[0], flags[1], flags[2]
                 total = Signal(signed(ab), name=f"pe{i}_{j}_sum")
                 m.d.comb += total.eq(Mux(first, 0, acc[i][j]) + prod_q)
                 with m.If(valid):
@@ -143,7 +187,7 @@ class SystolicArray(wiring.Component):
         for j in range(C):
             f_bottom = f_out[R - 1][j]
             load = Signal(name=f"drain_load{j}")
-            m.d.sync += load.eq(f_bottom[0] & f_bottom[2])
+            m.d.sync += load.eq((f_bottom[0] & f_bottom[2]) | (t_last if mesh else 0))
             for i in range(1, R):
                 with m.If(load):
                     m.d.sync += sh[i][j].eq(cap[i - 1][j])
@@ -152,13 +196,37 @@ class SystolicArray(wiring.Component):
             bottom = Signal(signed(ab), name=f"drain_out{j}")
             m.d.comb += bottom.eq(Mux(load, cap[R - 1][j], sh[R - 1][j] if R > 1 else 0))
             # Deskew: column j leaves j cycles after column 0; delay it to align the row.
-            col_out.append(delayed(bottom, C - 1 - j, f"deskew{j}", data=True))
+            skewed = delayed(bottom, C - 1 - j, f"deskew{j}", data=True)
+            if mesh:
+                # mesh tiles finish in every column at once: their rows bypass the deskew
+                bypass = Signal(name=f"mesh_rows{j}")
+                out_j = Signal(signed(ab), name=f"drain_col{j}")
+                m.d.comb += out_j.eq(Mux(bypass, bottom, skewed))
+                col_out.append((out_j, bypass))
+            else:
+                col_out.append((skewed, None))
 
         # -- tag and row index: the tile's tag enters with its last beat and comes out with its
         # first result row, `latency` cycles later; rows then follow on consecutive cycles.
         tag_in = Signal(self._tag_bits + 1)
         m.d.comb += tag_in.eq(Cat(self.i_tag, self.i_valid & self.i_last))
         tag_e = delayed(tag_in, self.latency - 1, "tag")
+        if mesh:
+            # a mesh tile's tag joins at the stage that announces its rows on time
+            mtag = Signal(self._tag_bits + 1, name="mesh_tag")
+            m.d.comb += mtag.eq(Cat(self.i_tag, self.i_mesh & self.i_tap & self.i_last))
+            mtag_e = delayed(mtag, self.mesh_latency - 1, "mesh_tag")
+            merged = Signal.like(tag_e, name="tag_e")
+            m.d.comb += merged.eq(Mux(mtag_e[-1], mtag_e, tag_e))
+            tag_e = merged
+            # a mesh tile's rows, from the first one's announcement until all R have left
+            rows_left = Signal(range(R + 1), name="mesh_rows_left")
+            with m.If(mtag_e[-1]):
+                m.d.sync += rows_left.eq(R)
+            with m.Elif(rows_left != 0):
+                m.d.sync += rows_left.eq(rows_left - 1)
+            for _, bypass in col_out:
+                m.d.comb += bypass.eq(rows_left != 0)
         # e_*: the rows one cycle ahead of o_* (o_* is e_* registered)
         row_tag = Signal(self._tag_bits)
         s = Signal(range(R + 1))      # rows still to announce of the current tile
@@ -170,5 +238,46 @@ class SystolicArray(wiring.Component):
             m.d.sync += s.eq(s - 1)
         m.d.sync += [self.o_valid.eq(self.e_valid), self.o_tag.eq(self.e_tag),
                      self.o_r.eq(self.e_r)]
-        m.d.comb += self.o_row.eq(Cat(*col_out))
+        m.d.comb += self.o_row.eq(Cat(*(c for c, _ in col_out)))
         return m
+
+    def _mesh_logic(self, m):
+        """The mesh's registers and moves, each region's weight, and the taps' flags (valid,
+        first, last a cycle later, like a PE's forwarded flags). Returns ``(x, w, flags,
+        last)``: the ``x`` grid, each PE's weight, the flags and the drain's load request."""
+        cfg = self._cfg
+        R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
+        x = [[Signal(signed(ob), name=f"pe{i}_{j}_x", reset_less=True) for j in range(C)]
+             for i in range(R)]
+        mv = self.MOVES
+        split_rows = (self.i_split == self.SPLITS[(2, 2)]) | (self.i_split == self.SPLITS[(2, 1)])
+        split_cols = self.i_split == self.SPLITS[(2, 2)]
+        hr, hc = R // 2, C // 2
+
+        fill = [self.i_fill[ob * C * r:ob * C * (r + 1)] for r in range(2)]
+        for i in range(R):
+            for j in range(C):
+                with m.Switch(self.i_move):
+                    with m.Case(mv["FILL"]):
+                        src = x[i + 2][j] if i < R - 2 else fill[i - (R - 2)][ob * j:ob * (j + 1)]
+                        m.d.sync += x[i][j].eq(src)
+                    for name, d in (("LEFT", 1), ("RIGHT", -1)):
+                        with m.Case(mv[name]):
+                            k = j + d
+                            m.d.sync += x[i][j].eq(x[i][k % C])
+                    with m.Case(mv["UP"]):
+                        m.d.sync += x[i][j].eq(x[(i + 1) % R][j])
+        # each quadrant's weight under the current split
+        w = [self.i_w[ob * q:ob * (q + 1)].as_signed() for q in range(4)]
+        w_quad = [[Signal(signed(ob), name=f"mesh_w{qi}{qj}") for qj in range(2)]
+                  for qi in range(2)]
+        for qi in range(2):
+            for qj in range(2):
+                m.d.comb += w_quad[qi][qj].eq(
+                    Mux(split_cols, w[2 * qi + qj], Mux(split_rows, w[qi], w[0])))
+        w_pe = [[w_quad[i // hr][j // hc] for j in range(C)] for i in range(R)]
+        flags = Signal(3, name="mesh_flags")
+        m.d.sync += flags.eq(Cat(self.i_mesh & self.i_tap, self.i_first, self.i_last))
+        last = Signal(name="mesh_last")
+        m.d.comb += last.eq(flags[0] & flags[2])
+        return x, w_pe, flags, last

@@ -10,9 +10,8 @@ takes part in one of five moves per cycle:
   buffer-A word and a buffer-B word (one padded input row each: both buffers hold rows of a
   channel's padded map with the layouts they already have, A k-major with ``a_stride`` = the
   map's row pitch, B row-major);
-* ``LEFT``, ``RIGHT``, ``UP``: a rotation inside *rings*: every row is a ring of ``ring_c``
-  registers and every column a ring of ``ring_r`` (``C`` and ``R``, or ``C/2`` and ``R/2`` in
-  the quadrant mode, where the four quadrants hold four channels);
+* ``LEFT``, ``RIGHT``, ``UP``: a rotation: every row of the mesh is a ring of ``C``
+  registers and every column a ring of ``R``;
 * ``HOLD``.
 
 A *tap* beat multiplies every ``x[i][j]`` by its quadrant's weight (broadcast, one weight per
@@ -22,10 +21,12 @@ quadrant and tap) into the PE's accumulator, which the array already has, with t
 rotations (right, right, down, left, left, down, right, right in window terms), so PE
 ``(i, j)`` accumulates ``sum W[dy][dx] * P[y0 + i + dy][x0 + j + dx]`` for the tile's patch
 ``P``. Outputs whose window would leave the patch are not valid, except where the wrap of a
-ring lands on the same value (a zero pad row on both sides): so a 16x16 patch computes 14x14
-outputs (15x15 when the map's two pads meet in the ring), and an 8x8 quadrant holds a whole
-7x7 map with its pads (the zero pads on the right and bottom are the wrapped zero pads of the
-left and top).
+ring lands on the same value, a zero pad. So a 16x16 patch computes 14x14 outputs, and in
+the *quadrant* mode the four 8x8 quadrants hold four channels' 7x7 maps with their pads, each
+quadrant with its own channel's weight: the bottom (right) zero pad of a quadrant's map is not
+in the quadrant, and the rotation brings in the row (column) below it instead, which is the top
+(left) zero pad of the next quadrant's map (or, at the mesh's edge, of the first): zero
+either way. The quadrants need no rings of their own.
 
 Stride 2 uses row phases: the patch of phase ``p`` holds padded rows ``2a + p`` (a load with
 twice the row pitch), the phase-0 patch takes the taps with ``dy`` = 0 and 2 (six beats, one
@@ -65,8 +66,8 @@ PHASE_TAPS = {0: ((0, 0, "LEFT"), (0, 1, "LEFT"), (0, 2, "UP"), (2, 2, "RIGHT"),
 class MeshTile:
     """One patch run: ``channels`` and the output window ``[oy0, oy0 + th) x [ox0, ox0 + tw)``
     it computes. ``split`` is (1, 1) for one channel on the whole mesh, (2, 2) for the quadrant
-    mode (four channels, rings of ``R/2`` and ``C/2``), (2, 1) for stride 2's halves (two
-    channels, one above the other, rings of ``R/2`` rows)."""
+    mode (four channels, one per ``R/2`` x ``C/2`` quadrant), (2, 1) for stride 2's halves
+    (two channels, one above the other)."""
     channels: tuple[int, ...]
     oy0: int
     ox0: int
@@ -108,8 +109,8 @@ def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: in
         raise ValueError(f"mesh_depthwise: a {h}x{w} map with pad {pad} has no 3x3 window")
     tiles = []
     if stride == 1:
-        # a whole map with pads 1 fits a quadrant's rings when its padded size is ring + 1
-        # (the lost pad row / column is the wrapped one); without the wrap, ring - 2
+        # a whole map with pads 1 fits a quadrant when its padded size is one more than the
+        # quadrant's (the missing zero pad is the next quadrant's, rotated in); else two less
         quad_h, quad_w = rows // 2 - (2 if pad == 0 else 1), cols // 2 - (2 if pad == 0 else 1)
         if oh <= quad_h and ow <= quad_w:
             for c0 in range(0, channels, 4):
@@ -137,19 +138,15 @@ def tile_cycles(tile: MeshTile, stride: int, rows: int) -> int:
     return (rows // 2 + 9) if stride == 1 else (2 * (rows // 2) + 9)
 
 
-def _rotate(mesh: np.ndarray, move: str, ring_r: int, ring_c: int) -> np.ndarray:
-    """``mesh`` after one rotation inside rings of ``ring_r`` rows and ``ring_c`` columns."""
-    rows, cols = mesh.shape
-    blocks = mesh.reshape(rows // ring_r, ring_r, cols // ring_c, ring_c)
+def _rotate(mesh: np.ndarray, move: str) -> np.ndarray:
+    """``mesh`` after one rotation: rows and columns are rings of the whole mesh."""
     if move == "LEFT":              # x[i][j] <- x[i][j + 1]
-        blocks = np.roll(blocks, -1, axis=3)
-    elif move == "RIGHT":           # x[i][j] <- x[i][j - 1]
-        blocks = np.roll(blocks, 1, axis=3)
-    elif move == "UP":              # x[i][j] <- x[i + 1][j]
-        blocks = np.roll(blocks, -1, axis=1)
-    else:
-        raise ValueError(f"unknown move {move!r}")
-    return blocks.reshape(rows, cols)
+        return np.roll(mesh, -1, axis=1)
+    if move == "RIGHT":             # x[i][j] <- x[i][j - 1]
+        return np.roll(mesh, 1, axis=1)
+    if move == "UP":                # x[i][j] <- x[i + 1][j]
+        return np.roll(mesh, -1, axis=0)
+    raise ValueError(f"unknown move {move!r}")
 
 
 def _fill(mesh: np.ndarray, patch: np.ndarray) -> tuple[np.ndarray, int]:
@@ -179,7 +176,6 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
         acc = np.zeros((rows, cols), np.int64)
         sr, sc = tile.split
         hr, hc = rows // sr, cols // sc
-        ring_r, ring_c = hr, hc
         weights = np.zeros((sr * sc, 3, 3), np.int64)
         weights[:len(tile.channels)] = w[list(tile.channels)]
         # each PE's weight: its region's channel's (one region unless the mesh is split)
@@ -206,7 +202,7 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
                 first = False
                 cycles += 1
                 if move is not None:
-                    mesh = _rotate(mesh, move, ring_r, ring_c)
+                    mesh = _rotate(mesh, move)
         for q, c in enumerate(tile.channels):
             qi, qj = divmod(q, sc)
             region = acc[qi * hr:qi * hr + tile.th * 1, qj * hc:(qj + 1) * hc]

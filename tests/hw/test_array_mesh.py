@@ -1,0 +1,114 @@
+"""The array's depthwise mesh mode (hw/array.py, ``mesh=True``) against spec/dwmesh.py."""
+
+import numpy as np
+import pytest
+
+from hw.array import SystolicArray
+from spec.config import PRESETS
+from spec.dwmesh import PHASE_TAPS, SERPENTINE, mesh_depthwise, plan_tiles
+
+from .test_array import pack, unpack_signed
+from .util import run_sim
+
+
+def _beats(x, w, stride, pad, rows, cols):
+    """The mesh's input per cycle for every tile of a layer, as spec.dwmesh schedules them:
+    (move, split, fill rows, weights, tap, first, last, tile index)."""
+    channels, h, wd = x.shape
+    padded = np.zeros((channels, h + 2 * pad, wd + 2 * pad), np.int64)
+    padded[:, pad:pad + h, pad:pad + wd] = x
+    tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
+    beats = []
+    for t, tile in enumerate(tiles):
+        sr, sc = tile.split
+        hr, hc = rows // sr, cols // sc
+        split = SystolicArray.SPLITS[tile.split]
+        weights = np.zeros((4, 3, 3), np.int64)
+        for q, c in enumerate(tile.channels):
+            weights[q] = w[c]
+        walks = {0: SERPENTINE} if stride == 1 else {
+            p: tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)}
+        taps_done = 0
+        for phase, taps in walks.items():
+            patch = np.zeros((rows, cols), np.int64)
+            for q, c in enumerate(tile.channels):
+                qi, qj = divmod(q, sc)
+                part = padded[c, stride * tile.oy0 + phase:, stride * tile.ox0:][::stride]
+                part = part[:hr, :hc]
+                patch[qi * hr:qi * hr + part.shape[0], qj * hc:qj * hc + part.shape[1]] = part
+            for b in range(rows // 2):
+                beats.append(("FILL", split, patch[2 * b:2 * b + 2], None, 0, 0, 0, t))
+            for (dy, dx), move in taps:
+                taps_done += 1
+                beats.append((move or "HOLD", split, None, weights[:, dy, dx], 1,
+                              taps_done == 1, taps_done == 9, t))
+    return tiles, beats
+
+
+@pytest.mark.parametrize("channels,h,w,stride,pad,split", [
+    (5, 3, 3, 1, 1, (2, 2)),        # quadrants (4 + 1 channels): the pads meet through the wrap
+    (2, 4, 4, 1, 0, (2, 2)),        # quadrants without padding
+    (2, 7, 7, 1, 1, (1, 1)),        # whole-mesh tiles (6 x 6 outputs on the 8x8)
+    (2, 20, 17, 1, 1, (1, 1)),      # ragged
+    (3, 6, 6, 2, 1, (2, 1)),        # stride 2 halves (two channels' row phases)
+    (1, 29, 17, 2, 1, (1, 1)),      # stride 2, whole mesh
+])
+def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
+    cfg = PRESETS["small"]
+    R, C = cfg.array_rows, cfg.array_cols
+    rng = np.random.default_rng(channels * 100 + h)
+    x = rng.integers(-128, 128, (channels, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (channels, 3, 3), dtype=np.int8)
+    x[0, 0, :] = -128                   # the extreme product in every column
+    wt[0] = -128
+    expect, _ = mesh_depthwise(x, wt, stride=stride, pad=pad, rows=R, cols=C)
+    tiles, beats = _beats(x, wt, stride, pad, R, C)
+    assert {t.split for t in tiles} == {split}
+    dut = SystolicArray(cfg, tag_bits=8, mesh=True)
+    rows_out = {}
+    last_tap_cycle = {}
+
+    async def producer(ctx):
+        for cycle, (move, split, fill, wts, tap, first, last, t) in enumerate(beats):
+            ctx.set(dut.i_mesh, 1)
+            ctx.set(dut.i_move, SystolicArray.MOVES[move])
+            ctx.set(dut.i_split, split)
+            ctx.set(dut.i_fill, 0 if fill is None else pack(fill.reshape(-1), 8))
+            ctx.set(dut.i_w, 0 if wts is None else pack(wts, 8))
+            ctx.set(dut.i_tap, tap)
+            ctx.set(dut.i_first, first)
+            ctx.set(dut.i_last, last)
+            ctx.set(dut.i_tag, t)
+            if last:
+                last_tap_cycle[t] = cycle
+            await ctx.tick()
+        ctx.set(dut.i_mesh, 0)
+        ctx.set(dut.i_tap, 0)
+
+    async def monitor(ctx):
+        for cycle in range(len(beats) + R + 8):
+            if ctx.get(dut.o_valid):
+                t, r = ctx.get(dut.o_tag), ctx.get(dut.o_r)
+                rows_out.setdefault(t, []).append(
+                    (cycle, r, unpack_signed(ctx.get(dut.o_row), 32, C)))
+            await ctx.tick()
+
+    run_sim(dut, producer, monitor)
+    got = np.zeros_like(expect)
+    for t, tile in enumerate(tiles):
+        out = rows_out[t]
+        assert [r for _, r, _ in out] == list(range(R - 1, -1, -1))
+        assert out[0][0] == last_tap_cycle[t] + SystolicArray.mesh_latency
+        assert [c for c, _, _ in out] == list(range(out[0][0], out[0][0] + R))
+        acc = np.zeros((R, C), np.int64)
+        for _, r, row in out:
+            acc[r] = row
+        sr, sc = tile.split
+        hr, hc = R // sr, C // sc
+        for q, c in enumerate(tile.channels):
+            qi, qj = divmod(q, sc)
+            region = acc[qi * hr:qi * hr + tile.th, qj * hc:(qj + 1) * hc]
+            got[c, tile.oy0:tile.oy0 + tile.th, tile.ox0:tile.ox0 + tile.tw] = \
+                region[:, 0:stride * tile.tw:stride]
+    np.testing.assert_array_equal(got, expect)
+
