@@ -47,7 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "mac_utilisation"]
+__all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
+           "mac_utilisation", "out_size", "SERPENTINE", "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -212,10 +213,18 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
     return wrapped, cycles
 
 
+def store_beats(tile: MeshTile) -> int:
+    """C-port beats of one tile's results: one store per channel, a beat per output row (a
+    quadrant's store picks its columns with the store's byte window)."""
+    return len(tile.channels) * tile.th
+
+
 def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
                     rows: int = 16, cols: int = 16) -> float:
-    """MACs over ``rows * cols`` times the tiles' beats: the mesh's bound for a layer."""
+    """MACs over ``rows * cols`` times the cycles of the tiles, each the larger of its beats
+    and its stores' C-port beats (a tile's stores overlap the next tile's beats, one beat per
+    cycle): the mesh's bound for a layer."""
     tiles = plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols)
     macs = channels * out_size(h, pad, stride) * out_size(w, pad, stride) * 9
-    beats = sum(tile_cycles(t, stride, rows) for t in tiles)
-    return macs / (beats * rows * cols)
+    cycles = sum(max(tile_cycles(t, stride, rows), store_beats(t)) for t in tiles)
+    return macs / (cycles * rows * cols)
