@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
-           "mac_utilisation", "out_size", "SERPENTINE", "PHASE_TAPS"]
+           "mac_utilisation", "out_size", "padded_input", "walks", "tile_patches",
+           "tile_weights", "scatter_results", "SERPENTINE", "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -159,6 +160,61 @@ def _fill(mesh: np.ndarray, patch: np.ndarray) -> tuple[np.ndarray, int]:
     return mesh, rows // 2
 
 
+def padded_input(x: np.ndarray, pad: int) -> np.ndarray:
+    """``x`` (C, H, W) with ``pad`` zero rows and columns around each map (int64)."""
+    channels, h, w = x.shape
+    padded = np.zeros((channels, h + 2 * pad, w + 2 * pad), np.int64)
+    padded[:, pad:pad + h, pad:pad + w] = x
+    return padded
+
+
+def walks(stride: int) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
+    """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1."""
+    if stride == 1:
+        return [SERPENTINE]
+    return [tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
+
+
+def tile_patches(tile: MeshTile, padded: np.ndarray, *, stride: int, rows: int,
+                 cols: int) -> list[np.ndarray]:
+    """The ``rows`` x ``cols`` patch of each row phase of ``tile`` (zeros past the map, as the
+    loads fill them): region ``q`` of a split mesh holds channel ``tile.channels[q]``."""
+    sr, sc = tile.split
+    hr, hc = rows // sr, cols // sc
+    patches = []
+    for phase in range(len(walks(stride))):
+        patch = np.zeros((rows, cols), np.int64)
+        for q, c in enumerate(tile.channels):
+            qi, qj = divmod(q, sc)
+            y0, x0 = stride * tile.oy0 + phase, stride * tile.ox0
+            part = padded[c, y0:, x0:x0 + hc][::stride][:hr]
+            patch[qi * hr:qi * hr + part.shape[0], qj * hc:qj * hc + part.shape[1]] = part
+        patches.append(patch)
+    return patches
+
+
+def tile_weights(tile: MeshTile, w: np.ndarray) -> np.ndarray:
+    """Each region's 3x3 weights (4, 3, 3): the tile's channels' in region order, zeros for
+    regions without a channel."""
+    weights = np.zeros((4, 3, 3), np.int64)
+    weights[:len(tile.channels)] = w[list(tile.channels)]
+    return weights
+
+
+def scatter_results(tile: MeshTile, acc: np.ndarray, out: np.ndarray, *, stride: int) -> None:
+    """Copy a tile's results from the mesh's accumulators ``acc`` (rows x cols) into ``out``
+    (C, OH, OW): region ``q``'s PE ``(i, stride * j)`` holds output ``(oy0 + i, ox0 + j)`` of
+    its channel."""
+    rows, cols = acc.shape
+    sr, sc = tile.split
+    hr, hc = rows // sr, cols // sc
+    for q, c in enumerate(tile.channels):
+        qi, qj = divmod(q, sc)
+        region = acc[qi * hr:qi * hr + tile.th, qj * hc:(qj + 1) * hc]
+        out[c, tile.oy0:tile.oy0 + tile.th, tile.ox0:tile.ox0 + tile.tw] = \
+            region[:, 0:stride * tile.tw:stride]
+
+
 def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 1,
                    rows: int = 16, cols: int = 16) -> tuple[np.ndarray, int]:
     """Depthwise 3x3 convolution of ``x`` (C, H, W) int8 with ``w`` (C, 3, 3) int8 on a
@@ -167,48 +223,29 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
     _check(x, w, stride, pad, rows, cols)
     channels, h, wd = x.shape
     tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
-    oh, ow = out_size(h, pad, stride), out_size(wd, pad, stride)
-    padded = np.zeros((channels, h + 2 * pad, wd + 2 * pad), np.int64)
-    padded[:, pad:pad + h, pad:pad + wd] = x
-    out = np.zeros((channels, oh, ow), np.int64)
+    padded = padded_input(x, pad)
+    out = np.zeros((channels, out_size(h, pad, stride), out_size(wd, pad, stride)), np.int64)
     cycles = 0
     for tile in tiles:
         mesh = np.zeros((rows, cols), np.int64)
         acc = np.zeros((rows, cols), np.int64)
         sr, sc = tile.split
-        hr, hc = rows // sr, cols // sc
-        weights = np.zeros((sr * sc, 3, 3), np.int64)
-        weights[:len(tile.channels)] = w[list(tile.channels)]
+        weights = tile_weights(tile, w)[:sr * sc]
         # each PE's weight: its region's channel's (one region unless the mesh is split)
-        wmap = lambda dy, dx: np.kron(weights[:, dy, dx].reshape(sr, sc),     # noqa: E731
-                                      np.ones((hr, hc), np.int64))
-        taps_of = {0: SERPENTINE} if stride == 1 else {
-            p: tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)}
-        schedule = []
-        for phase, taps in taps_of.items():
-            patch = np.zeros((rows, cols), np.int64)      # past the map: the loads' zero fill
-            for q, c in enumerate(tile.channels):
-                qi, qj = divmod(q, sc)
-                y0, x0 = stride * tile.oy0 + phase, stride * tile.ox0
-                part = padded[c, y0:, x0:x0 + hc][::stride][:hr]
-                patch[qi * hr:qi * hr + part.shape[0], qj * hc:qj * hc + part.shape[1]] = part
-            schedule.append((patch, taps))
+        ones = np.ones((rows // sr, cols // sc), np.int64)
         first = True
-        for patch, taps in schedule:
+        patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
+        for patch, taps in zip(patches, walks(stride)):
             mesh, beats = _fill(mesh, patch)
             cycles += beats
             for (dy, dx), move in taps:
-                prod = mesh * wmap(dy, dx)
+                prod = mesh * np.kron(weights[:, dy, dx].reshape(sr, sc), ones)
                 acc = prod if first else acc + prod
                 first = False
                 cycles += 1
                 if move is not None:
                     mesh = _rotate(mesh, move)
-        for q, c in enumerate(tile.channels):
-            qi, qj = divmod(q, sc)
-            region = acc[qi * hr:qi * hr + tile.th * 1, qj * hc:(qj + 1) * hc]
-            out[c, tile.oy0:tile.oy0 + tile.th, tile.ox0:tile.ox0 + tile.tw] = \
-                region[:, 0:stride * tile.tw:stride]
+        scatter_results(tile, acc, out, stride=stride)
     wrapped = ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     return wrapped, cycles
 

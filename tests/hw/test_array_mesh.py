@@ -5,7 +5,8 @@ import pytest
 
 from hw.array import SystolicArray
 from spec.config import PRESETS
-from spec.dwmesh import PHASE_TAPS, SERPENTINE, mesh_depthwise, plan_tiles
+from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, scatter_results, tile_patches,
+                         tile_weights, walks)
 
 from .test_array import pack, unpack_signed
 from .util import run_sim
@@ -15,27 +16,15 @@ def _beats(x, w, stride, pad, rows, cols):
     """The mesh's input per cycle for every tile of a layer, as spec.dwmesh schedules them:
     (move, split, fill rows, weights, tap, first, last, tile index)."""
     channels, h, wd = x.shape
-    padded = np.zeros((channels, h + 2 * pad, wd + 2 * pad), np.int64)
-    padded[:, pad:pad + h, pad:pad + wd] = x
+    padded = padded_input(x, pad)
     tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
     beats = []
     for t, tile in enumerate(tiles):
-        sr, sc = tile.split
-        hr, hc = rows // sr, cols // sc
         split = SystolicArray.SPLITS[tile.split]
-        weights = np.zeros((4, 3, 3), np.int64)
-        for q, c in enumerate(tile.channels):
-            weights[q] = w[c]
-        walks = {0: SERPENTINE} if stride == 1 else {
-            p: tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)}
+        weights = tile_weights(tile, w)
         taps_done = 0
-        for phase, taps in walks.items():
-            patch = np.zeros((rows, cols), np.int64)
-            for q, c in enumerate(tile.channels):
-                qi, qj = divmod(q, sc)
-                part = padded[c, stride * tile.oy0 + phase:, stride * tile.ox0:][::stride]
-                part = part[:hr, :hc]
-                patch[qi * hr:qi * hr + part.shape[0], qj * hc:qj * hc + part.shape[1]] = part
+        patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
+        for patch, taps in zip(patches, walks(stride)):
             for b in range(rows // 2):
                 beats.append(("FILL", split, patch[2 * b:2 * b + 2], None, 0, 0, 0, t))
             for (dy, dx), move in taps:
@@ -103,12 +92,6 @@ def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
         acc = np.zeros((R, C), np.int64)
         for _, r, row in out:
             acc[r] = row
-        sr, sc = tile.split
-        hr, hc = R // sr, C // sc
-        for q, c in enumerate(tile.channels):
-            qi, qj = divmod(q, sc)
-            region = acc[qi * hr:qi * hr + tile.th, qj * hc:(qj + 1) * hc]
-            got[c, tile.oy0:tile.oy0 + tile.th, tile.ox0:tile.ox0 + tile.tw] = \
-                region[:, 0:stride * tile.tw:stride]
+        scatter_results(tile, acc, got, stride=stride)
     np.testing.assert_array_equal(got, expect)
 

@@ -1,0 +1,128 @@
+"""Depthwise feeder: one depthwise tile's beats for the array's mesh mode (issue 18)."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from spec.config import AccelConfig
+from spec.dwmesh import PHASE_TAPS, SERPENTINE
+
+from .array import SystolicArray
+from .compute import FEED_CYCLES
+
+__all__ = ["DwFeeder", "tile_program"]
+
+
+def tile_program(rows: int, stride: int) -> list[tuple[str, int, int, bool, bool]]:
+    """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
+    walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
+    buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``)
+    multiplies, then makes ``move``."""
+    walks = [SERPENTINE] if stride == 1 else [
+        tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
+    beats, taps = [], 0
+    for phase, walk in enumerate(walks):
+        beats += [("FILL", phase * (rows // 2) + b, 0, False, False) for b in range(rows // 2)]
+        for (dy, dx), move in walk:
+            taps += 1
+            beats.append((move or "HOLD", 0, 3 * dy + dx, taps == 1, taps == 9))
+    return beats
+
+
+class DwFeeder(wiring.Component):
+    """Issues a depthwise tile to :class:`hw.array.SystolicArray`'s mesh mode.
+
+    A tile (``start``, parameters sampled with it) is :func:`tile_program`'s beats: ``R/2``
+    fill beats per row phase (one with stride 1, two with stride 2), each reading word
+    ``p_a_base + w`` of buffer A and ``p_b_base + w`` of buffer B (the patch's even and odd
+    rows, as the load engines put them there), and the taps, each with its four regions'
+    weights from ``p_w`` (region ``q``'s tap ``t`` in bits ``8 (9 q + t)``). Beats reach the
+    array :data:`hw.compute.FEED_CYCLES` cycles after their issue (the buffers' synchronous
+    read, then the operand register), as the compute engine's do. ``ready`` is high when a
+    ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
+    bubble. ``p_tag`` is the tile's tag, sampled with its last tap by the array.
+
+    Members
+    -------
+    start : ``In(1)``; ready, running : ``Out(1)``
+    p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
+    p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
+    rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
+    o_mesh, o_move, o_split, o_fill, o_w, o_tap, o_first, o_last, o_tag : ``Out``, the array's
+    ``i_mesh`` .. ``i_tag``
+    """
+
+    def __init__(self, cfg: AccelConfig, *, tag_bits: int):
+        if cfg.array_rows != cfg.array_cols:
+            raise ValueError(f"DwFeeder: the mesh fills whole rows from buffer-A words, so the "
+                             f"array must be square, not {cfg.array_rows}x{cfg.array_cols}")
+        self._cfg = cfg
+        C, ob = cfg.array_cols, cfg.operand_bits
+        super().__init__({
+            "start": In(1), "ready": Out(1), "running": Out(1),
+            "p_stride2": In(1), "p_split": In(2),
+            "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
+            "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits),
+            "rd_en": Out(1),
+            "a_raddr": Out(range(cfg.buf_a_depth)), "a_rdata": In(8 * cfg.a_beat_bytes),
+            "b_raddr": Out(range(cfg.buf_b_depth)), "b_rdata": In(8 * cfg.b_beat_bytes),
+            "o_mesh": Out(1), "o_move": Out(3), "o_split": Out(2), "o_fill": Out(2 * C * ob),
+            "o_w": Out(4 * ob), "o_tap": Out(1), "o_first": Out(1), "o_last": Out(1),
+            "o_tag": Out(tag_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        R, ob = cfg.array_rows, cfg.operand_bits
+        assert FEED_CYCLES == 2     # the two stages below
+        programs = {s: tile_program(R, s) for s in (1, 2)}
+        rom = programs[1] + programs[2]
+        start2 = len(programs[1])
+        moves = SystolicArray.MOVES
+        # one ROM entry per beat: move, word, tap, first, last, end of the program
+        move_t = Array(Const(moves[b[0]], 3) for b in rom)
+        word_t = Array(Const(b[1], range(R)) for b in rom)
+        tap_t = Array(Const(b[2], range(9)) for b in rom)
+        first_t = Array(Const(b[3], 1) for b in rom)
+        last_t = Array(Const(b[4], 1) for b in rom)
+        end_t = Array(Const(i in (start2 - 1, len(rom) - 1), 1) for i in range(len(rom)))
+
+        pc = Signal(range(len(rom)))
+        split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
+        w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
+        at_end = Signal()
+        m.d.comb += [at_end.eq(self.running & end_t[pc]),
+                     self.ready.eq(~self.running | at_end)]
+        with m.If(self.running):
+            m.d.sync += pc.eq(pc + 1)
+            with m.If(at_end):
+                m.d.sync += self.running.eq(0)
+        with m.If(self.start & self.ready):
+            m.d.sync += [self.running.eq(1), pc.eq(Mux(self.p_stride2, start2, 0)),
+                         split.eq(self.p_split), a_base.eq(self.p_a_base),
+                         b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag)]
+
+        fill = Signal()
+        m.d.comb += [
+            fill.eq(self.running & (move_t[pc] == moves["FILL"])),
+            self.rd_en.eq(fill),
+            self.a_raddr.eq(a_base + word_t[pc]),
+            self.b_raddr.eq(b_base + word_t[pc]),
+        ]
+        # the tap's weights, one per region
+        tap_w = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
+                    for q in range(4))
+        # stage 1: the buffers' read is in flight; stage 2: the operand register
+        s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
+              (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
+               ("last", 1), ("tag", len(tag)))]
+        is_tap = self.running & ~fill
+        m.d.sync += [d.eq(v) for d, v in zip(s1, (
+            self.running, Mux(self.running, move_t[pc], moves["HOLD"]), split, tap_w, is_tap,
+            is_tap & first_t[pc], is_tap & last_t[pc], tag))]
+        outs = (self.o_mesh, self.o_move, self.o_split, self.o_w, self.o_tap, self.o_first,
+                self.o_last, self.o_tag)
+        m.d.sync += [o.eq(d) for o, d in zip(outs, s1)]
+        m.d.sync += self.o_fill.eq(Cat(self.a_rdata, self.b_rdata))
+        return m
