@@ -49,7 +49,8 @@ import numpy as np
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "out_size", "padded_input", "walks", "tile_patches",
-           "tile_weights", "scatter_results", "SERPENTINE", "PHASE_TAPS"]
+           "tile_weights", "scatter_results", "run_tile", "BlockLoad", "TileStore",
+           "TileSteps", "layer_steps", "SERPENTINE", "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -103,9 +104,11 @@ def out_size(h: int, pad: int, stride: int) -> int:
 
 
 def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: int,
-               cols: int) -> list[MeshTile]:
+               cols: int, split: bool = True) -> list[MeshTile]:
     """The patch runs of a depthwise layer, channel-major (every tile of a channel, then the
-    next channel), in the order the mesh runs them."""
+    next channel), in the order the mesh runs them; ``split=False``: whole-mesh tiles only (a
+    split mesh's fill words hold two channels' rows, which plain padded NCHW cannot give one
+    load)."""
     oh, ow = out_size(h, pad, stride), out_size(w, pad, stride)
     if oh < 1 or ow < 1:
         raise ValueError(f"mesh_depthwise: a {h}x{w} map with pad {pad} has no 3x3 window")
@@ -114,7 +117,7 @@ def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: in
         # a whole map with pads 1 fits a quadrant when its padded size is one more than the
         # quadrant's (the missing zero pad is the next quadrant's, rotated in); else two less
         quad_h, quad_w = rows // 2 - (2 if pad == 0 else 1), cols // 2 - (2 if pad == 0 else 1)
-        if oh <= quad_h and ow <= quad_w:
+        if split and oh <= quad_h and ow <= quad_w:
             for c0 in range(0, channels, 4):
                 group = tuple(range(c0, min(c0 + 4, channels)))
                 tiles.append(MeshTile(group, 0, 0, oh, ow, (2, 2)))
@@ -123,7 +126,7 @@ def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: in
     else:
         th, tw = rows - 1, (cols - 1) // 2
         # two channels' row phases one above the other, when a phase fits half the rows
-        if oh <= rows // 2 - 1 and ow <= tw:
+        if split and oh <= rows // 2 - 1 and ow <= tw:
             for c0 in range(0, channels, 2):
                 group = tuple(range(c0, min(c0 + 2, channels)))
                 tiles.append(MeshTile(group, 0, 0, oh, ow, (2, 1)))
@@ -215,6 +218,31 @@ def scatter_results(tile: MeshTile, acc: np.ndarray, out: np.ndarray, *, stride:
             region[:, 0:stride * tile.tw:stride]
 
 
+def run_tile(tile: MeshTile, patches: list[np.ndarray], weights: np.ndarray, *,
+             stride: int) -> tuple[np.ndarray, int]:
+    """One tile on the mesh, move by move: fill each row phase's patch, take its taps.
+    ``weights``: (4, 3, 3), region order. Returns the accumulators (exact int64) and the
+    beats taken."""
+    rows, cols = patches[0].shape
+    sr, sc = tile.split
+    # each PE's weight: its region's channel's (one region unless the mesh is split)
+    ones = np.ones((rows // sr, cols // sc), np.int64)
+    mesh = np.zeros((rows, cols), np.int64)
+    acc = np.zeros((rows, cols), np.int64)
+    first, beats = True, 0
+    for patch, taps in zip(patches, walks(stride)):
+        mesh, fill = _fill(mesh, patch)
+        beats += fill
+        for (dy, dx), move in taps:
+            prod = mesh * np.kron(weights[:sr * sc, dy, dx].reshape(sr, sc), ones)
+            acc = prod if first else acc + prod
+            first = False
+            beats += 1
+            if move is not None:
+                mesh = _rotate(mesh, move)
+    return acc, beats
+
+
 def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 1,
                    rows: int = 16, cols: int = 16) -> tuple[np.ndarray, int]:
     """Depthwise 3x3 convolution of ``x`` (C, H, W) int8 with ``w`` (C, 3, 3) int8 on a
@@ -227,27 +255,82 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
     out = np.zeros((channels, out_size(h, pad, stride), out_size(wd, pad, stride)), np.int64)
     cycles = 0
     for tile in tiles:
-        mesh = np.zeros((rows, cols), np.int64)
-        acc = np.zeros((rows, cols), np.int64)
-        sr, sc = tile.split
-        weights = tile_weights(tile, w)[:sr * sc]
-        # each PE's weight: its region's channel's (one region unless the mesh is split)
-        ones = np.ones((rows // sr, cols // sc), np.int64)
-        first = True
         patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
-        for patch, taps in zip(patches, walks(stride)):
-            mesh, beats = _fill(mesh, patch)
-            cycles += beats
-            for (dy, dx), move in taps:
-                prod = mesh * np.kron(weights[:, dy, dx].reshape(sr, sc), ones)
-                acc = prod if first else acc + prod
-                first = False
-                cycles += 1
-                if move is not None:
-                    mesh = _rotate(mesh, move)
+        acc, beats = run_tile(tile, patches, tile_weights(tile, w), stride=stride)
+        cycles += beats
         scatter_results(tile, acc, out, stride=stride)
     wrapped = ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     return wrapped, cycles
+
+
+@dataclass(frozen=True)
+class BlockLoad:
+    """A block load into one buffer, as the load engines do it: word ``k`` (``k < words``) is
+    the ``nbytes`` bytes at ``addr + k * stride``, zero past ``nbytes`` (up to the word's
+    width); words from ``words`` on are not loaded (stale: they only reach outputs that are
+    not stored)."""
+    addr: int
+    stride: int
+    words: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TileStore:
+    """One channel's results of a tile: ``rows`` accumulator rows from ``acc_row0`` (their
+    columns ``col0 + stride * j``, packed by the drain), row ``r`` written at ``addr + r *
+    row_stride``, ``cols`` elements."""
+    channel: int
+    addr: int
+    row_stride: int
+    rows: int
+    cols: int
+    acc_row0: int
+    col0: int
+
+
+@dataclass(frozen=True)
+class TileSteps:
+    """A tile's loads (one A and one B block per row phase: the patch's even and odd rows)
+    and its stores."""
+    tile: MeshTile
+    loads: tuple[tuple[BlockLoad, BlockLoad], ...]
+    stores: tuple[TileStore, ...]
+
+
+def layer_steps(channels: int, h: int, w: int, *, stride: int, pad: int, x_addr: int,
+                chan_stride: int, out_addr: int, out_chan_stride: int, out_row_stride: int,
+                rows: int = 16, cols: int = 16) -> list[TileSteps]:
+    """The loads and stores of a depthwise layer whose input is padded NCHW at ``x_addr``
+    (channel ``c``'s padded map at ``x_addr + c * chan_stride``, rows of ``w + 2 * pad``
+    bytes) and whose output element ``(c, p, q)`` goes to ``out_addr + c * out_chan_stride +
+    p * out_row_stride + q``: the contract between the planner and the sequencer's depthwise
+    steps (whole-mesh tiles; the split mesh needs a pair-interleaved layout)."""
+    hp, wp = h + 2 * pad, w + 2 * pad
+    if chan_stride < hp * wp:
+        raise ValueError(f"layer_steps: chan_stride={chan_stride} is less than a padded map "
+                         f"({hp} x {wp} = {hp * wp} bytes)")
+    ow = out_size(w, pad, stride)
+    if out_row_stride < ow:
+        raise ValueError(f"layer_steps: out_row_stride={out_row_stride} < out_w={ow}")
+    steps = []
+    for tile in plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols,
+                           split=False):
+        (c,) = tile.channels
+        loads = []
+        for phase in range(len(walks(stride))):
+            y0 = stride * tile.oy0 + phase           # the phase's first padded row
+            x0 = stride * tile.ox0
+            present = min(rows, -(-(hp - y0) // stride))      # patch rows inside the map
+            nbytes = min(cols, wp - x0)
+            base = x_addr + c * chan_stride + y0 * wp + x0
+            pitch = 2 * stride * wp                            # two patch rows
+            loads.append((BlockLoad(base, pitch, -(-present // 2), nbytes),
+                          BlockLoad(base + stride * wp, pitch, present // 2, nbytes)))
+        store = TileStore(c, out_addr + c * out_chan_stride + tile.oy0 * out_row_stride
+                          + tile.ox0, out_row_stride, tile.th, tile.tw, 0, 0)
+        steps.append(TileSteps(tile, tuple(loads), (store,)))
+    return steps
 
 
 def store_beats(tile: MeshTile) -> int:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.dwmesh import (SERPENTINE, PHASE_TAPS, mac_utilisation, mesh_depthwise, out_size,
-                         plan_tiles, tile_cycles)
+from spec.dwmesh import (PHASE_TAPS, SERPENTINE, layer_steps, mac_utilisation, mesh_depthwise,
+                         out_size, padded_input, plan_tiles, run_tile, tile_cycles, tile_weights)
 from spec.golden import conv2d_int8
 
 
@@ -93,3 +93,65 @@ def test_bad_input_is_named(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         mesh_depthwise(args.pop("x"), args.pop("w"), **args)
+
+
+@pytest.mark.parametrize("c,h,w,stride,pad,size", [
+    (3, 20, 31, 1, 1, 16), (2, 7, 7, 1, 1, 16), (2, 29, 17, 2, 1, 16), (3, 14, 14, 2, 1, 16),
+    (2, 9, 9, 2, 0, 8), (4, 11, 6, 1, 0, 8)])
+def test_layer_steps_replayed_on_a_memory_give_the_convolution(c, h, w, stride, pad, size):
+    """Execute the steps as the hardware will: block loads from a byte memory into buffer
+    words (stale words full of garbage), the mesh run on the words, the stores into the
+    output layout; the result is the grouped convolution."""
+    rng = np.random.default_rng(c * 31 + h + stride)
+    x, wt = _random(rng, c, h, w)
+    hp, wp = h + 2 * pad, w + 2 * pad
+    chan_stride, x_addr = hp * wp + 5, 64                  # a gap between maps
+    oh, ow = out_size(h, pad, stride), out_size(w, pad, stride)
+    out_addr, row_stride = 40_000, ow + 3                  # a padded output's interior
+    mem = rng.integers(-128, 128, 80_000).astype(np.int64)  # garbage everywhere else
+    for ch in range(c):
+        base = x_addr + ch * chan_stride
+        mem[base:base + hp * wp] = padded_input(x, pad)[ch].reshape(-1)
+    steps = layer_steps(c, h, w, stride=stride, pad=pad, x_addr=x_addr,
+                        chan_stride=chan_stride, out_addr=out_addr,
+                        out_chan_stride=oh * row_stride, out_row_stride=row_stride,
+                        rows=size, cols=size)
+    out_mem = np.full(80_000, -999, np.int64)
+
+    def words(load):
+        got = rng.integers(-128, 128, (size // 2, size)).astype(np.int64)   # stale words
+        for k in range(load.words):
+            got[k] = 0
+            got[k, :load.nbytes] = mem[load.addr + k * load.stride:
+                                       load.addr + k * load.stride + load.nbytes]
+        return got
+
+    for step in steps:
+        patches = []
+        for a_load, b_load in step.loads:
+            patch = np.zeros((size, size), np.int64)
+            patch[0::2], patch[1::2] = words(a_load), words(b_load)
+            patches.append(patch)
+        acc, _ = run_tile(step.tile, patches, tile_weights(step.tile, wt), stride=stride)
+        for st in step.stores:
+            for r in range(st.rows):
+                row = acc[st.acc_row0 + r, st.col0::stride][:st.cols]
+                out_mem[st.addr + r * st.row_stride:st.addr + r * st.row_stride + st.cols] = row
+    got = np.stack([np.stack([out_mem[out_addr + ch * oh * row_stride + p * row_stride:][:ow]
+                              for p in range(oh)]) for ch in range(c)])
+    wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+    np.testing.assert_array_equal(wrapped, _reference(x, wt, stride, pad))
+    # the stores wrote nothing outside the output windows
+    written = np.flatnonzero(out_mem != -999)
+    inside = [(out_addr + ch * oh * row_stride + p * row_stride + q)
+              for ch in range(c) for p in range(oh) for q in range(ow)]
+    assert sorted(written.tolist()) == sorted(inside)
+
+
+def test_layer_steps_reject_layouts_that_overlap():
+    with pytest.raises(ValueError, match="chan_stride=10 is less than a padded map"):
+        layer_steps(2, 4, 4, stride=1, pad=1, x_addr=0, chan_stride=10, out_addr=0,
+                    out_chan_stride=16, out_row_stride=4)
+    with pytest.raises(ValueError, match="out_row_stride=3 < out_w=4"):
+        layer_steps(2, 4, 4, stride=1, pad=1, x_addr=0, chan_stride=36, out_addr=0,
+                    out_chan_stride=16, out_row_stride=3)
