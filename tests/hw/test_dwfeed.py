@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The depthwise feeder (hw/dwfeed.py) driving the array's mesh mode from buffer words, against
 spec/dwmesh.py, tiles back to back."""
 
