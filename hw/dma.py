@@ -232,7 +232,7 @@ class StoreEngine(wiring.Component):
         zp, act_min, act_max = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
         win_lo, win_hi = Signal(ab + 1), Signal(ab + 1)
         issuing = Signal()
-        row = Signal(DIM_BITS)
+        row_rem = Signal(DIM_BITS)          # rows after the current one
         g = Signal(DIM_BITS)
         row_addr = Signal(ab)
         addr = Signal(ab)
@@ -247,7 +247,10 @@ class StoreEngine(wiring.Component):
         # stage 1: the accumulator (and parameter) read is in flight; data valid in this stage
         out_valid = Signal()
         out_addr = Signal(ab)
-        out_strb = Signal(W)
+        # the beat's strobes in two parts, combined in stage 2: the row's valid elements and
+        # the window guard (compares of registers, then one AND-select a stage later)
+        out_emask = Signal(cols)
+        out_guard = Signal(W)
         # stage 2: the accumulator word in a register (a block RAM's read port feeds no logic:
         # on the ECP5 its clock-to-out alone is 5.8 ns), with its beat and row parameters
         word_valid = Signal()
@@ -299,7 +302,8 @@ class StoreEngine(wiring.Component):
                 post.eq(self.p_post), int8.eq(self.p_int8), bias.eq(self.p_bias),
                 zp.eq(self.p_zero_point), act_min.eq(self.p_act_min),
                 act_max.eq(self.p_act_max), win_lo.eq(self.p_win_lo), win_hi.eq(self.p_win_hi),
-                row.eq(0), g.eq(0), row_addr.eq(self.p_addr), addr.eq(self.p_addr),
+                row_rem.eq(self.p_rows - 1), g.eq(0), row_addr.eq(self.p_addr),
+                addr.eq(self.p_addr),
                 ch.eq(self.p_ch0),
                 acc_row.eq(self.p_acc_base), acc_addr.eq(self.p_acc_base),
                 left.eq(self.p_elems),
@@ -317,7 +321,10 @@ class StoreEngine(wiring.Component):
             m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
                          q_shift.eq(self.q_shift[:6]),
                          word_valid.eq(out_valid), word_addr.eq(out_addr),
-                         word_strb.eq(out_strb), word.eq(self.acc_rdata),
+                         word_strb.eq(Mux(int8 & post, Cat(out_emask, Const(0, W - cols)),
+                                          Cat(*(b.replicate(E) for b in out_emask)))
+                                      & out_guard),
+                         word.eq(self.acc_rdata),
                          w_bias.eq(q_bias), w_mult.eq(q_mult), w_shift.eq(q_shift)]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
         m.d.comb += [
@@ -347,12 +354,16 @@ class StoreEngine(wiring.Component):
             self.mem.data.eq(Mux(skid_valid, skid_data, fin_data)),
             self.mem.strb.eq(Mux(skid_valid, skid_strb, fin_strb)),
         ]
+        # The skid register takes the last stage's beat in every cycle it is empty (its enable
+        # is `~skid_valid`, a flip-flop, rather than a function of the port's handshake, which
+        # would fan out to its 8 * W data bits); it holds a beat when the port refused it.
+        with m.If(~skid_valid):
+            m.d.sync += [skid_addr.eq(fin_addr), skid_data.eq(fin_data), skid_strb.eq(fin_strb)]
         with m.If(skid_valid):
             with m.If(accepted):
                 m.d.sync += skid_valid.eq(0)
         with m.Elif(fin_valid & ~accepted):
-            m.d.sync += [skid_valid.eq(1), skid_addr.eq(fin_addr), skid_data.eq(fin_data),
-                         skid_strb.eq(fin_strb)]
+            m.d.sync += skid_valid.eq(1)
         with m.If(advance):
             prev = (word_valid & post, word_addr, word_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):
@@ -364,8 +375,6 @@ class StoreEngine(wiring.Component):
         # are kept as running registers beside `addr` (and `row_addr`), so the guard is compares
         # of registers, not a subtract first.
         elem_mask = _byte_mask(left, cols)
-        strb32 = Cat(*(b.replicate(E) for b in elem_mask))
-        strb8 = Cat(elem_mask, Const(0, W - cols))
         guard = ~_byte_mask(below, W) & _byte_mask(above, W)
         step = Mux(int8 & post, cols, W)
         with m.If(advance):
@@ -374,16 +383,16 @@ class StoreEngine(wiring.Component):
                 m.d.sync += gap.eq(Mux(go & post, P - 1, Mux(gap != 0, gap - 1, 0)))
             with m.If(go):
                 m.d.sync += [
-                    out_addr.eq(addr),
-                    out_strb.eq(Mux(int8 & post, strb8, strb32) & guard),
+                    out_addr.eq(addr), out_emask.eq(elem_mask), out_guard.eq(guard),
                 ]
                 with m.If(glast):
-                    m.d.sync += [g.eq(0), row.eq(row + 1), row_addr.eq(row_addr + stride),
+                    m.d.sync += [g.eq(0), row_rem.eq(row_rem - 1),
+                                 row_addr.eq(row_addr + stride),
                                  addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
                                  acc_addr.eq(acc_row + rstride), left.eq(elems), ch.eq(ch + 1),
                                  below_row.eq(below_row - stride), below.eq(below_row - stride),
                                  above_row.eq(above_row - stride), above.eq(above_row - stride),
-                                 glast.eq(one_group), rlast.eq(row + 2 == rows)]
+                                 glast.eq(one_group), rlast.eq(row_rem == 1)]
                     with m.If(rlast):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
