@@ -27,8 +27,19 @@ def load_command_members(ab: int, depth: int) -> dict:
 
 
 def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
-    """Bit ``b`` set when ``b < valid_bytes`` (``valid_bytes`` may be negative or > beat)."""
-    return Cat(*(valid_bytes > b for b in range(beat_bytes)))
+    """Bit ``b`` set when ``b < valid_bytes`` (``valid_bytes`` may be negative or > beat).
+
+    Built as one shared test of the bits above the beat (negative, or at least the next power
+    of two) and a compare of the low bits per byte, rather than ``beat_bytes`` compares of the
+    whole value (which synthesis turns into as many carry chains)."""
+    low_bits = (beat_bytes - 1).bit_length()          # the low bits hold 0 .. 2**low_bits - 1
+    if len(valid_bytes) <= low_bits + 1:
+        return Cat(*(valid_bytes > b for b in range(beat_bytes)))
+    value = Value.cast(valid_bytes)
+    negative = value[-1] if value.shape().signed else Const(0, 1)
+    big = ~negative & value[low_bits:].any()           # >= 2**low_bits >= beat_bytes
+    low = value[:low_bits]
+    return Cat(*(~negative & (big | (low > b)) for b in range(beat_bytes)))
 
 
 class LoadEngine(wiring.Component):
