@@ -180,12 +180,17 @@ class ImageRunner(wiring.Component):
             (l_size != l_need), (l_off[:align] != 0), (l_off < HEADER_BYTES), (l_end > total)]
         bad_format, bad_config = Signal(), Signal()
         bad_structure = Signal(len(structure))
+        # whether any check failed, registered beside the checks: HEADER_CHECK's branch (which
+        # starts the CRC fetch, resetting the fetcher's counters) reads one flip-flop, not an OR
+        bad_any = Signal()
         with m.If(hdr_cmp):
+            format_bad = ((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION))
+            config_bad = H["config_id"] != cfg.config_id
             m.d.sync += [
-                bad_format.eq((H["magic"] != IMAGE_MAGIC) |
-                              (H["format_version"] != FORMAT_VERSION)),
-                bad_config.eq(H["config_id"] != cfg.config_id),
+                bad_format.eq(format_bad),
+                bad_config.eq(config_bad),
                 bad_structure.eq(Cat(*structure)),
+                bad_any.eq(format_bad | config_bad | Cat(*structure).any()),
             ]
         hdr_code = Mux(bad_format, ErrorCode.BAD_IMAGE,
                        Mux(bad_config, ErrorCode.CONFIG_MISMATCH,
@@ -270,7 +275,7 @@ class ImageRunner(wiring.Component):
                 m.d.comb += hdr_cmp.eq(1)
                 m.next = "HEADER_CHECK"
             with m.State("HEADER_CHECK"):
-                with m.If(hdr_code != 0):
+                with m.If(bad_any):
                     m.d.sync += self.error.eq(hdr_code)
                     m.next = "FINISH"
                 with m.Else():
