@@ -39,7 +39,8 @@ def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
     negative = value[-1] if value.shape().signed else Const(0, 1)
     big = ~negative & value[low_bits:].any()           # >= 2**low_bits >= beat_bytes
     low = value[:low_bits]
-    return Cat(*(~negative & (big | (low > b)) for b in range(beat_bytes)))
+    top = (1 << low_bits) - 1                          # no low value exceeds it: only `big`
+    return Cat(*(~negative & (big | (low > b)) if b < top else big for b in range(beat_bytes)))
 
 
 class LoadEngine(wiring.Component):
