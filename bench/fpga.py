@@ -321,12 +321,18 @@ def _errors(log: Path) -> list[str]:
             if line.startswith("ERROR")][-3:]
 
 
-def variant_name(*, nodsp: bool = False, dsp_rows: int | None = None) -> str:
+def variant_name(*, nodsp: bool = False, dsp_rows: int | None = None,
+                 submodule: str | None = None) -> str:
     """``dsp`` (every multiply on MULT18X18D), ``nodsp`` (``synth_ecp5 -nodsp``: every multiply
     in LUTs) or ``dsprowsK`` (the array's rows ``0 .. K-1`` on MULT18X18D, its other rows' int8
-    multipliers in LUTs; every other multiply on MULT18X18D)."""
+    multipliers in LUTs; every other multiply on MULT18X18D); for a submodule alone, its name
+    (``<name>-nodsp`` with ``nodsp``), so that the two runs have directories of their own."""
     if nodsp and dsp_rows is not None:
         raise ValueError("nodsp and dsp_rows exclude each other")
+    if submodule is not None:
+        if dsp_rows is not None:
+            raise ValueError("dsp_rows applies to a whole design, not to a submodule alone")
+        return submodule + ("-nodsp" if nodsp else "")
     return "nodsp" if nodsp else ("dsp" if dsp_rows is None else f"dsprows{dsp_rows}")
 
 
@@ -412,7 +418,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     :data:`SUBMODULES`); return its row (errors included)."""
 
     cfg = PRESETS[preset]
-    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows) if submodule is None else submodule
+    variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows, submodule=submodule)
     module = "accel_top" if submodule is None else "\\accel_top." + SUBMODULES[submodule]
     src = emit(cfg)
     work = work_dir(preset, variant)
@@ -647,7 +653,8 @@ def main(argv=None) -> int:
         for p in args.presets.split(","):
             for d in sorted((ROOT / "build" / "fpga").glob(f"{p}*")):
                 variant = "dsp" if d.name == p else d.name[len(p) + 1:]
-                if d.is_dir() and (variant in ("dsp", "nodsp", *SUBMODULES)
+                if d.is_dir() and (variant in ("dsp", "nodsp")
+                                   or variant.removesuffix("-nodsp") in SUBMODULES
                                    or variant.startswith("dsprows")):
                     rows.append(collect(p, variant))
         return _write(rows, args.out)
@@ -661,11 +668,11 @@ def main(argv=None) -> int:
         if args.dsp_rows not in ("auto", "all"):
             dsp_rows = int(args.dsp_rows)
         runs = [{"dsp_rows": dsp_rows}] + ([{"nodsp": True}] if args.nodsp else [])
-        if args.submodule:
-            runs = [{"submodule": args.submodule}]
+        if args.submodule:      # --nodsp: the submodule also with every multiply in LUTs
+            runs = [{"submodule": args.submodule}] + (
+                [{"submodule": args.submodule, "nodsp": True}] if args.nodsp else [])
         for kw in runs:
-            print(f"{preset} {kw.get('submodule') or variant_name(**kw)}: yosys + nextpnr ...",
-                  flush=True)
+            print(f"{preset} {variant_name(**kw)}: yosys + nextpnr ...", flush=True)
             rows.append(run_preset(preset, route=not args.no_route,
                                    nextpnr_timeout=args.nextpnr_timeout or None,
                                    freq_mhz=args.freq, router=args.router, **kw))

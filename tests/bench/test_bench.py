@@ -256,6 +256,11 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert variant_name(dsp_rows=2) == "dsprows2"
     with pytest.raises(ValueError):
         variant_name(nodsp=True, dsp_rows=2)
+    # a submodule alone, and in LUTs, in directories of their own
+    assert variant_name(submodule="array") == "array"
+    assert variant_name(submodule="array", nodsp=True) == "array-nodsp"
+    with pytest.raises(ValueError, match="not to a submodule alone"):
+        variant_name(submodule="array", dsp_rows=2)
     assert auto_dsp_rows("small") is None        # 64 + 3 * 8 <= 156: all on MULT18X18D
     assert auto_dsp_rows("default") is not None  # 256 array multipliers alone exceed 156
     assert auto_dsp_rows("fpga") == 9            # (156 - 3 * 4 lanes) // 16 rows on MULT18X18D
