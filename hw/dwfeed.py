@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.dwmesh import PHASE_TAPS, SERPENTINE
+from spec.dwmesh import walks
 
 from .array import SystolicArray
 from .compute import FEED_CYCLES
@@ -18,10 +18,8 @@ def tile_program(rows: int, stride: int) -> list[tuple[str, int, int, bool, bool
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``)
     multiplies, then makes ``move``."""
-    walks = [SERPENTINE] if stride == 1 else [
-        tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
     beats, taps = [], 0
-    for phase, walk in enumerate(walks):
+    for phase, walk in enumerate(walks(stride)):
         beats += [("FILL", phase * (rows // 2) + b, 0, False, False) for b in range(rows // 2)]
         for (dy, dx), move in walk:
             taps += 1

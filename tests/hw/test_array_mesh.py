@@ -4,33 +4,32 @@ import numpy as np
 import pytest
 
 from hw.array import SystolicArray
+from hw.dwfeed import tile_program
 from spec.config import PRESETS
 from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, scatter_results, tile_patches,
-                         tile_weights, walks)
+                         tile_weights)
 
 from .test_array import pack, unpack_signed
 from .util import run_sim
 
 
 def _beats(x, w, stride, pad, rows, cols):
-    """The mesh's input per cycle for every tile of a layer, as spec.dwmesh schedules them:
-    (move, split, fill rows, weights, tap, first, last, tile index)."""
+    """The mesh's input per cycle for every tile of a layer, the feeder's program
+    (``hw.dwfeed.tile_program``) with its words' rows: (move, split, fill rows, weights, tap,
+    first, last, tile index)."""
     channels, h, wd = x.shape
     padded = padded_input(x, pad)
     tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
     beats = []
     for t, tile in enumerate(tiles):
         split = SystolicArray.SPLITS[tile.split]
-        weights = tile_weights(tile, w)
-        taps_done = 0
-        patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
-        for patch, taps in zip(patches, walks(stride)):
-            for b in range(rows // 2):
-                beats.append(("FILL", split, patch[2 * b:2 * b + 2], None, 0, 0, 0, t))
-            for (dy, dx), move in taps:
-                taps_done += 1
-                beats.append((move or "HOLD", split, None, weights[:, dy, dx], 1,
-                              taps_done == 1, taps_done == 9, t))
+        weights = tile_weights(tile, w).reshape(4, 9)
+        rows_of = np.concatenate(tile_patches(tile, padded, stride=stride, rows=rows, cols=cols))
+        for move, word, tap, first, last in tile_program(rows, stride):
+            if move == "FILL":        # word k: rows 2k, 2k+1 of the phases' patches
+                beats.append(("FILL", split, rows_of[2 * word:2 * word + 2], None, 0, 0, 0, t))
+            else:
+                beats.append((move, split, None, weights[:, tap], 1, first, last, t))
     return tiles, beats
 
 
