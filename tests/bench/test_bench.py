@@ -280,6 +280,14 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
     assert two[two.index("--router") + 1] == "router2"
     with pytest.raises(ValueError, match="router='router3'"):
         nextpnr_args(router="router3")
+    assert "--placer-heap-timingweight" not in args and "--seed" not in args  # nextpnr's own
+    tuned = nextpnr_args(timing_weight=40, seed=7)
+    assert tuned[tuned.index("--placer-heap-timingweight") + 1] == "40"
+    assert tuned[tuned.index("--seed") + 1] == "7"
+    with pytest.raises(ValueError, match="timing_weight=0"):
+        nextpnr_args(timing_weight=0)
+    with pytest.raises(ValueError, match="seed=-1"):
+        nextpnr_args(seed=-1)
 
 
 def test_fpga_lpf_puts_the_clock_on_a_clock_pin():
