@@ -44,7 +44,8 @@ from spec.desc import GemmDescriptor
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
-from .image import Image, ImageError, Layer, decode, encode, image_bytes, section_layout
+from .image import (Image, ImageError, Layer, decode, encode, image_bytes, section_layout,
+                    with_a_crcs)
 
 __all__ = ["Requant", "ImageBuilder", "BuiltLayer", "image_overhead", "predicted_image_cycles"]
 
@@ -371,7 +372,8 @@ class ImageBuilder:
             rec = layer_record(d, **f)
             lo, hi = written_range(rec)
             rec["out_window_lo"], rec["out_window_hi"] = lo, hi
-            errs = check_record(rec, self.cfg, image=image_range, read_words=read_words)
+            errs = check_record(rec, self.cfg, image=image_range,
+                                weights_at=base[SectionKind.WEIGHTS], read_words=read_words)
             problems += [f"layer {name!r}: {code.name}: {msg}" for code, msg in errs]
             layer = Layer(desc=d, out_window_lo=lo, out_window_hi=hi, **f)
             built.append(BuiltLayer(
@@ -380,9 +382,11 @@ class ImageBuilder:
                                       + predicted.wr_c_bytes)))
         if problems:
             raise ImageError("image breaks hardware rules:\n  " + "\n  ".join(problems))
-        image = Image(config_id=self.cfg.config_id, layers=tuple(b.layer for b in built),
-                      sections={k: bytes(v) for k, v in self._blobs.items()},
-                      base_addr=self.image_addr)
+        image = with_a_crcs(Image(config_id=self.cfg.config_id,
+                                  layers=tuple(b.layer for b in built),
+                                  sections={k: bytes(v) for k, v in self._blobs.items()},
+                                  base_addr=self.image_addr), self.cfg)
+        built = [dataclasses.replace(b, layer=layer) for b, layer in zip(built, image.layers)]
         return encode(image), built
 
 
@@ -392,9 +396,11 @@ def _post_of(layer: Layer) -> PostLoad:
 
 def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
     """Cycles the run of image ``blob`` spends outside its layers
-    (:func:`planner.cost.image_overhead_cycles`)."""
+    (:func:`planner.cost.image_overhead_cycles`; the CRC pass reads the bytes before the
+    weights section)."""
     image = decode(blob)
-    return image_overhead_cycles(len(blob), [(layer.desc.m, _post_of(layer))
+    crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
+    return image_overhead_cycles(crc_bytes, [(layer.desc.m, _post_of(layer))
                                              for layer in image.layers], cfg)
 
 

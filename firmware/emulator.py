@@ -2,10 +2,12 @@
 
 :func:`run_image` takes device memory (a bytearray) and an image address and does what an image
 run does, in the same order, from the same rules: the header checks
-(:func:`spec.record.check_header`), the CRC, the check pass (:func:`spec.record.check_record` on
+(:func:`spec.record.check_header`), the CRC of the image up to its weights, the check pass (:func:`spec.record.check_record` on
 every record, parameters included), then each layer: A and B read from memory (B through the
 convolution tables for CONV layers), ``spec.golden`` arithmetic (int32 wrapping accumulation,
-bias, requantisation), C written row by row, and the statistics record (its ``layer_index``
+bias, requantisation), C written row by row, the check of the layer's A loads against its
+``a_crc`` (a mismatch ends the run with BAD_WEIGHTS after the layer's writes, before its
+statistics), and the statistics record (its ``layer_index``
 word; the counter words are cycle counts this model does not know, written as 0 and listed in
 :attr:`EmulationResult.counter_words` so comparisons can skip them).
 
@@ -32,6 +34,7 @@ from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_B
                           OutFormat)
 from spec.record import LAYER_RECORD_BYTES, check_header, check_record, out_bytes, signed32
 from spec.regmap import CTRL_BITS, REG, STATUS_BITS
+from spec.schedule import a_load_crc
 
 from .runtime import DeviceError
 
@@ -128,11 +131,12 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
     if errs:
         return EmulationResult(errs[0][0], 0)
     total = header["total_bytes"]
-    # the CRC of the image with its crc32 word as zeros, read in place (no copy of the image)
+    # the CRC of the image up to its weights with the crc32 word as zeros, read in place
     at = image_addr + 4 * HEADER_WORDS["crc32"]
+    weights_at = image_addr + header["section_weights_offset"]
     view = memoryview(mem)
     crc = zlib.crc32(view[image_addr:at])
-    crc = zlib.crc32(view[at + 4:image_addr + total], zlib.crc32(b"\0\0\0\0", crc))
+    crc = zlib.crc32(view[at + 4:weights_at], zlib.crc32(b"\0\0\0\0", crc))
     view.release()
     if crc != header["crc32"]:
         return EmulationResult(ErrorCode.BAD_CRC, 0)
@@ -142,14 +146,21 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
     for i in range(header["layer_count"]):
         words = m.words(first + i * LAYER_RECORD_BYTES, len(LAYER_WORDS))
         rec = dict(zip(LAYER_WORDS, words))
-        errs = check_record(rec, cfg, image=image, read_words=m.words)
+        errs = check_record(rec, cfg, image=image, weights_at=weights_at, read_words=m.words)
         if errs:
             return EmulationResult(errs[0][0], i)
         records.append(rec)
     result = EmulationResult(ErrorCode.NONE, len(records) - 1)
     for i, rec in enumerate(records):
+        d = GemmDescriptor(**{name: rec[f"desc_{name}"] for name in DESC_FIELDS})
+        # the A beats as the layer loads them (the check pass put A inside the image, which no
+        # layer writes): their CRC is known before the layer runs, compared when it ends
+        a_crc = a_load_crc(d, cfg, lambda addr, n: bytes(mem[addr:addr + n]))
         if result.defined:
             result.defined = _run_layer(m, rec, cfg, result, track)
+        if a_crc != rec["a_crc"]:
+            result.error, result.layer_index = ErrorCode.BAD_WEIGHTS, i
+            return result
         stats = rec["stats_addr"]
         words = [0] * (STATS_BYTES // 4)
         words[STATS_WORDS["layer_index"]] = i

@@ -11,8 +11,10 @@ order, each starting on a :data:`SECTION_ALIGN_BYTES` boundary:
   records hold absolute device addresses into them.
 
 Every word is a little-endian u32; signed fields are stored as two's complement. The CRC32
-(:func:`zlib.crc32`, the IEEE 802.3 polynomial) covers the whole image with the ``crc32`` word
-read as 0. ``base_addr`` is the header's ``base_addr`` word (see :data:`BASE_ADDR_WORD`).
+(:func:`zlib.crc32`, the IEEE 802.3 polynomial) covers the image up to its WEIGHTS section
+(header, records, tables, parameters) with the ``crc32`` word read as 0; the weights are checked
+as they stream in: each record's ``a_crc`` is the CRC-32 of the A beats its layer loads
+(:func:`spec.schedule.a_load_crc`), set by :func:`with_a_crcs`. ``base_addr`` is the header's ``base_addr`` word (see :data:`BASE_ADDR_WORD`).
 docs/firmware.md describes the bytes; its tables are :func:`format_tables_markdown`'s output.
 """
 
@@ -23,12 +25,14 @@ import struct
 import zlib
 
 from spec.config import FORMAT_VERSION, PRESETS, AccelConfig
-from spec.desc import DESC_FIELDS, GemmDescriptor, groups_n
+from spec.desc import DESC_FIELDS, GemmDescriptor, groups_n, tensor_extents
+from spec.schedule import a_load_crc
 from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record)
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
                           LAYER_WORDS, OpKind, OutFormat, PostMode, SectionKind)
 
 __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "inspect", "reseal",
+           "with_a_crcs",
            "format_tables_markdown", "section_layout", "image_bytes", "SECTION_ALIGN_BYTES",
            "HEADER_BYTES", "LAYER_RECORD_BYTES", "BASE_ADDR_WORD", "SIGNED_LAYER_FIELDS"]
 
@@ -76,6 +80,7 @@ class Layer:
     mult_addr: int = 0
     shift_addr: int = 0
     stats_addr: int = 0
+    a_crc: int = 0
 
     def __post_init__(self):
         if not isinstance(self.desc, GemmDescriptor):
@@ -187,18 +192,57 @@ def _signed(value: int) -> int:
 
 
 def _crc(blob: bytes) -> int:
+    """The header's CRC: bytes ``[0, section_weights_offset)`` (clipped to the blob) with the
+    ``crc32`` word as zeros."""
     at = 4 * HEADER_WORDS["crc32"]
-    return zlib.crc32(blob[:at] + b"\0\0\0\0" + blob[at + 4:])
+    end = struct.unpack_from("<I", blob, 4 * HEADER_WORDS[_section_field(SectionKind.WEIGHTS,
+                                                                         "offset")])[0]
+    end = max(min(end, len(blob)), at + 4)
+    return zlib.crc32(blob[at + 4:end], zlib.crc32(b"\0\0\0\0", zlib.crc32(blob[:at])))
 
 
 def reseal(blob: bytes) -> bytes:
-    """``blob`` with its crc32 word recomputed (for tools and tests that patch an image)."""
+    """``blob`` with its crc32 word recomputed (for tools and tests that patch an image). The
+    records' ``a_crc`` words are left as they are (:func:`with_a_crcs` computes them)."""
     at = 4 * HEADER_WORDS["crc32"]
     return blob[:at] + struct.pack("<I", _crc(blob)) + blob[at + 4:]
 
 
-def encode(image: Image) -> bytes:
-    """The bytes of ``image``: header, then each section 64-byte aligned, zero padded."""
+def _a_crc(blob: bytes, base: int, d: GemmDescriptor, cfg: AccelConfig) -> int | None:
+    """The CRC-32 of ``d``'s A loads (:func:`spec.schedule.a_load_crc`) from the image ``blob``
+    placed at ``base``; ``None`` when A does not lie inside the image."""
+    lo, hi = tensor_extents(d, cfg)["a"]
+    if not (base <= lo and hi <= base + len(blob)):
+        return None
+    return a_load_crc(d, cfg, lambda addr, n: blob[addr - base:addr - base + n])
+
+
+def with_a_crcs(image: Image, cfg: AccelConfig) -> Image:
+    """``image`` with every layer's ``a_crc`` computed: the CRC-32 of the A beats the layer
+    loads on ``cfg`` (:func:`spec.schedule.a_load_crc`), from the image's own bytes. Raises
+    :class:`ImageError` when a layer's A does not lie inside the image (an image run refuses
+    such a record: BAD_WINDOW)."""
+    if image.config_id != cfg.config_id:
+        raise ImageError(f"Image.config_id={image.config_id:#010x} is not cfg's "
+                         f"{cfg.config_id:#010x}")
+    blob = encode(image, seal=False)
+    start = image.base_addr
+    layers = []
+    for i, layer in enumerate(image.layers):
+        crc = _a_crc(blob, start, layer.desc, cfg)
+        if crc is None:
+            lo, hi = tensor_extents(layer.desc, cfg)["a"]
+            raise ImageError(f"layer {i}: A operand [{lo:#x}, {hi:#x}) (desc_a_addr="
+                             f"{layer.desc.a_addr:#x}) is not inside the image [{start:#x}, "
+                             f"{start + len(blob):#x}): its a_crc cannot be known")
+        layers.append(dataclasses.replace(layer, a_crc=crc))
+    return dataclasses.replace(image, layers=tuple(layers))
+
+
+def encode(image: Image, *, seal: bool = True) -> bytes:
+    """The bytes of ``image``: header, then each section 64-byte aligned, zero padded, the
+    crc32 word computed (``seal=False``: left 0). The records' ``a_crc`` words are the layers'
+    own (:func:`with_a_crcs`)."""
     layout = image.section_offsets()
     total = image_bytes(layout)
     out = bytearray(total)
@@ -221,7 +265,7 @@ def encode(image: Image) -> bytes:
     for kind in BLOB_SECTIONS:
         offset, size = layout[kind]
         out[offset:offset + size] = image.sections[kind]
-    return reseal(bytes(out))
+    return reseal(bytes(out)) if seal else bytes(out)
 
 
 def _header(blob: bytes) -> dict[str, int]:
@@ -355,6 +399,12 @@ def validate(blob: bytes, cfg: AccelConfig, *, device_bytes: int | None = None) 
             if oa < ob + sb and ob < oa + sa:
                 problems.append(f"section {ka.name} [{oa:#x}, {oa + sa:#x}) overlaps section "
                                 f"{kb.name} [{ob:#x}, {ob + sb:#x})")
+    w_off = h[_section_field(SectionKind.WEIGHTS, "offset")]
+    l_end = h[_section_field(SectionKind.LAYERS, "offset")] + \
+        h[_section_field(SectionKind.LAYERS, "bytes")]
+    if w_off < l_end:
+        problems.append(f"section_weights_offset={w_off:#x} is before the end of the layer "
+                        f"records ({l_end:#x}): the CRC covers only the bytes before it")
     count = h["layer_count"]
     layers_size = h[_section_field(SectionKind.LAYERS, "bytes")]
     if layers_size != count * LAYER_RECORD_BYTES:
@@ -363,6 +413,7 @@ def validate(blob: bytes, cfg: AccelConfig, *, device_bytes: int | None = None) 
     if SectionKind.LAYERS not in good:
         return problems
     image_range = (base, base + len(blob))
+    weights_at = base + h[_section_field(SectionKind.WEIGHTS, "offset")]
 
     def dev_range(kind: SectionKind) -> tuple[int, int] | None:
         if kind not in good:
@@ -374,12 +425,12 @@ def validate(blob: bytes, cfg: AccelConfig, *, device_bytes: int | None = None) 
     n_records = min(count, good[SectionKind.LAYERS][1] // LAYER_RECORD_BYTES)
     for i in range(n_records):
         rec = _record(blob, layers_off + i * LAYER_RECORD_BYTES)
-        problems += [f"layer {i}: {msg}" for msg in _layer_problems(rec, cfg, blob, good,
-                                                                    dev_range, mem, image_range)]
+        problems += [f"layer {i}: {msg}" for msg in _layer_problems(
+            rec, cfg, blob, good, dev_range, mem, image_range, weights_at)]
     return problems
 
 
-def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[str]:
+def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range, weights_at) -> list[str]:
     out: list[str] = []
     d = _desc(rec)
     words = {name: rec[name] & 0xFFFF_FFFF for name in LAYER_WORDS}
@@ -390,7 +441,13 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range) -> list[s
 
     # the hardware's rules, in its priority order (spec.record.check_record)
     out += [f"{code.name}: {msg}" for code, msg in
-            check_record(words, cfg, image=image_range, read_words=read_words)]
+            check_record(words, cfg, image=image_range, weights_at=weights_at,
+                         read_words=read_words)]
+    if not out:
+        crc = _a_crc(blob, image_range[0], d, cfg)
+        if crc is not None and crc != rec["a_crc"]:
+            out.append(f"BAD_WEIGHTS: a_crc={rec['a_crc']:#010x} does not match the CRC-32 of "
+                       f"the layer's A loads, {crc:#010x} (firmware.image.with_a_crcs)")
     for word, value in sorted(rec["_reserved"].items()):
         out.append(f"reserved word {word}={value:#x} must be 0")
 
@@ -498,7 +555,8 @@ _HEADER_DOC = {
     "format_version": "`spec.config.FORMAT_VERSION` the image was written for",
     "config_id": "`AccelConfig.config_id` of the accelerator it targets (the CONFIG_ID register)",
     "total_bytes": "length of the image in bytes, a multiple of 64",
-    "crc32": "CRC-32 (zlib / IEEE 802.3) of the whole image with this word read as 0",
+    "crc32": "CRC-32 (zlib / IEEE 802.3) of the image's first `section_weights_offset` bytes "
+             "(everything before the weights) with this word read as 0",
     "layer_count": "number of layer records in the LAYERS section",
     "section_count": "number of sections in the table (always 4 in v1)",
     "base_addr": "device address the image is placed at, 64-byte aligned",
@@ -520,6 +578,9 @@ _LAYER_DOC = {
     "out_window_hi": "one past the last device byte the layer may write",
     "stats_addr": "image runs: device address (64-byte aligned, outside the image) of the "
                   "layer's 64-byte statistics record (its counters, then its index)",
+    "a_crc": "image runs: CRC-32 (zlib) of the A beats the layer loads, in load order, bytes "
+             "past `m` as zeros (`spec.schedule.a_load_crc`); a mismatch when the layer ends "
+             "stops the run with BAD_WEIGHTS",
 }
 
 _DESC_DOC = "`GemmDescriptor.{}` (spec/desc.py)"

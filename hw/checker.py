@@ -29,11 +29,14 @@ __all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members"]
 def record_members(cfg: AccelConfig) -> dict:
     """The signature members of a layer record: ``d_<field>`` (``In(32)``) for every descriptor
     field, ``l_<field>`` (``In(32)``) for every :data:`LAYER_FIELDS` name, and ``img_lo``,
-    ``img_hi`` (``In(dram_addr_bits + 1)``: the image an image run executes, 0 otherwise)."""
+    ``img_hi`` (``In(dram_addr_bits + 1)``: the image an image run executes, 0 otherwise) and
+    ``img_wt`` (the address of its weights section: the header's CRC covers ``[img_lo,
+    img_wt)``, A loads check the rest; 0 otherwise)."""
     members = {f"d_{name}": In(32) for name in DESC_FIELDS}
     members.update({f"l_{name}": In(32) for name in LAYER_FIELDS})
     members["img_lo"] = In(cfg.dram_addr_bits + 1)
     members["img_hi"] = In(cfg.dram_addr_bits + 1)
+    members["img_wt"] = In(cfg.dram_addr_bits + 1)
     return members
 
 
@@ -91,7 +94,7 @@ class RecordChecker(wiring.Component):
         lr, lc = log2(R), log2(C)
         d = {name: getattr(self, f"d_{name}") for name in DESC_FIELDS}
         L = {name: getattr(self, f"l_{name}") for name in LAYER_FIELDS}
-        img_lo, img_hi = self.img_lo, self.img_hi
+        img_lo, img_hi, img_wt = self.img_lo, self.img_hi, self.img_wt
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
 
@@ -195,6 +198,10 @@ class RecordChecker(wiring.Component):
         def overlaps_image(lo, hi):
             return (lo < img_hi) & (img_lo < hi)
 
+        def reads_weights(lo, hi):
+            """[lo, hi) overlaps the image's weights part [img_wt, img_hi)."""
+            return (lo < img_hi) & (img_wt < hi)
+
         dram, loc_end = cfg.dram_bytes, cfg.local_base + cfg.local_buf_bytes
         b_loc, c_loc = d["b_addr"] >= dram, d["c_addr"] >= dram
         imaged = img_hi != 0
@@ -250,10 +257,16 @@ class RecordChecker(wiring.Component):
         rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:log2(SECTION_ALIGN_BYTES)] != 0) |
                                              (stats_hi > dram)))
         rule(ErrorCode.BAD_WINDOW, imaged & overlaps_image(stats, stats_hi))
+        # image runs: A inside the image (its loads are checked against a_crc), B and the
+        # tables outside its weights part (the header's CRC covers [img_lo, img_wt))
+        rule(ErrorCode.BAD_WINDOW, imaged & ~in_image(d["a_addr"], a_hi))
+        rule(ErrorCode.BAD_WINDOW, imaged & reads_weights(d["b_addr"], b_hi))
+        for lo, hi in tables:
+            rule(ErrorCode.BAD_WINDOW, imaged & is_conv & reads_weights(lo, hi))
         for i, name in enumerate(PARAM_ARRAYS):
             lo, hi = L[f"{name}_addr"], param_hi[i]
             rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:log2(PARAM_ALIGN)] != 0) | (hi > dram)))
-            rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~in_image(lo, hi))
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~((img_lo <= lo) & (hi <= img_wt)))
 
         # -- one bit per code, then the priority of spec.desc.check -----------------------------
         order = [ErrorCode.BAD_SHAPE, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_PARTITION_N,

@@ -32,12 +32,16 @@ class ImageRunner(wiring.Component):
 
     1. Fetch the header; check it (:func:`spec.record.check_header`: magic, format version,
        ``config_id``, structure).
-    2. Read the whole image once through a CRC-32 (:data:`CRC_ALGORITHM`; the ``crc32`` word
-       reads as 0) and compare with the header's (``BAD_CRC``).
+    2. Read the image up to its weights section (``section_weights_offset`` bytes: header,
+       records, tables, parameters) once through a CRC-32 (:data:`CRC_ALGORITHM`; the ``crc32``
+       word reads as 0) and compare with the header's (``BAD_CRC``). The weights are checked as
+       the layers load them: the sequencer's CRC of each layer's A beats against the record's
+       ``a_crc`` (``seq_a_bad``).
     3. *Check pass*: fetch every layer record into the record registers and run the sequencer
        ``dry`` (all of :func:`spec.record.check_record`, parameter arrays included). The first
        failing layer ends the run with its code; nothing has been written.
-    4. *Run pass*: fetch each record again, run it, then write its statistics record
+    4. *Run pass*: fetch each record again, run it, check its A loads (``BAD_WEIGHTS``: the run
+       ends after the layer's writes, before its statistics), then write its statistics record
        (:data:`spec.layouts.STATS_WORDS`, :data:`spec.layouts.STATS_BYTES` bytes) at its
        ``stats_addr``.
 
@@ -55,9 +59,9 @@ class ImageRunner(wiring.Component):
     rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
     rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
         a register); rec_data : ``Out(b beat)``
-    seq_start, seq_dry : ``Out(1)``; seq_busy : ``In(1)``; seq_error : ``In(8)``
+    seq_start, seq_dry : ``Out(1)``; seq_busy, seq_a_bad : ``In(1)``; seq_error : ``In(8)``
     stats_addr : ``In(32)`` the current record's ``stats_addr`` word
-    img_lo, img_hi : ``Out(dram_addr_bits + 1)``
+    img_lo, img_hi, img_wt : ``Out(dram_addr_bits + 1)`` (the image, its weights section)
     s_<counter> : ``In(32)`` the sequencer's counters (for the statistics records);
     s_cat_<counter> : ``In(1)`` for the MAC and stall categories: the sequencer counts this
     cycle in that counter; c_<counter> : ``Out(32)`` the image's
@@ -84,9 +88,11 @@ class ImageRunner(wiring.Component):
             "seq_dry": Out(1),
             "seq_busy": In(1),
             "seq_error": In(8),
+            "seq_a_bad": In(1),
             "stats_addr": In(32),
             "img_lo": Out(ab + 1),
             "img_hi": Out(ab + 1),
+            "img_wt": Out(ab + 1),
             "a_fire": In(1),
             "b_fire": In(1),
             "c_fire": In(1),
@@ -166,18 +172,22 @@ class ImageRunner(wiring.Component):
         total, count = H["total_bytes"], H["layer_count"]
         l_off = H[f"section_{SectionKind.LAYERS.name.lower()}_offset"]
         l_size = H[f"section_{SectionKind.LAYERS.name.lower()}_bytes"]
+        w_off = H[f"section_{SectionKind.WEIGHTS.name.lower()}_offset"]
         img_end = Signal(64)
+        img_wt = Signal(64)
         l_need = Signal(64)
         l_end = Signal(64)
         rec_base = Signal(ab)                        # the first layer record's address
         with m.If(hdr_sum):
-            m.d.sync += [img_end.eq(img + total), l_need.eq(count * LAYER_RECORD_BYTES),
+            m.d.sync += [img_end.eq(img + total), img_wt.eq(img + w_off),
+                         l_need.eq(count * LAYER_RECORD_BYTES),
                          l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
         align = log2(SECTION_ALIGN_BYTES)
         structure = [
             (H["base_addr"] != img), (img[:align] != 0), (total[:align] != 0),
             (total < HEADER_BYTES), (img_end > cfg.dram_bytes), (count == 0),
-            (l_size != l_need), (l_off[:align] != 0), (l_off < HEADER_BYTES), (l_end > total)]
+            (l_size != l_need), (l_off[:align] != 0), (l_off < HEADER_BYTES), (l_end > total),
+            (w_off[:align] != 0), (w_off < l_end), (w_off > total)]
         bad_format, bad_config = Signal(), Signal()
         bad_structure = Signal(len(structure))
         # whether any check failed, registered beside the checks: HEADER_CHECK's branch (which
@@ -196,7 +206,8 @@ class ImageRunner(wiring.Component):
                        Mux(bad_config, ErrorCode.CONFIG_MISMATCH,
                            Mux(bad_structure.any(), ErrorCode.BAD_IMAGE, 0)))
         m.d.comb += [self.img_lo.eq(Mux(self.busy, img, 0)),
-                     self.img_hi.eq(Mux(self.busy, img_end, 0))]
+                     self.img_hi.eq(Mux(self.busy, img_end, 0)),
+                     self.img_wt.eq(Mux(self.busy, img_wt, 0))]
 
         # -- statistics writer ---------------------------------------------------------------------
         W = cfg.c_beat_bytes
@@ -279,8 +290,8 @@ class ImageRunner(wiring.Component):
                     m.d.sync += self.error.eq(hdr_code)
                     m.next = "FINISH"
                 with m.Else():
-                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img), f_beats_in.eq(total >> log2(bb)),
-                                 crc.start.eq(1)]
+                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img),
+                                 f_beats_in.eq(w_off >> log2(bb)), crc.start.eq(1)]
                     m.d.sync += [to_hdr.eq(0), to_crc.eq(1)]
                     m.next = "CRC"
             with m.State("CRC"):
@@ -300,6 +311,9 @@ class ImageRunner(wiring.Component):
                 with m.If(~self.seq_busy):
                     with m.If(self.seq_error != 0):
                         m.d.sync += self.error.eq(self.seq_error)
+                        m.next = "FINISH"
+                    with m.Elif(run_pass & self.seq_a_bad):
+                        m.d.sync += self.error.eq(ErrorCode.BAD_WEIGHTS)
                         m.next = "FINISH"
                     with m.Elif(run_pass):
                         m.d.sync += [st_active.eq(1), st_issue.eq(0), st_ack.eq(0),

@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import wiring
+from amaranth.lib.crc import catalog
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -22,6 +23,10 @@ from .ports import ReadPort, WritePort, named_members
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES", "LOCAL_READ_LATENCY", "PHASE_CTRL_CYCLES",
            "store_wait_cycles"]
+
+#: The CRC of the A beats a layer loads (the record's ``a_crc``): CRC-32 as zlib computes it,
+#: over each beat's bytes in address order.
+A_CRC_ALGORITHM = catalog.CRC32_ISO_HDLC
 
 #: Control cycles between two phases: the cycle ``WAIT`` sees every engine idle, then
 #: ``ISSUE`` (``planner.cost.ModelConstants.step_ctrl_cycles``).
@@ -69,8 +74,13 @@ class Sequencer(wiring.Component):
     multiplier and shift arrays it uses into on-chip parameter memories (through the B port),
     checking every multiplier and shift (``BAD_QUANT``), and each store then goes through the
     :class:`~hw.postproc.PostProc`. Every rule of :func:`spec.record.check_record` is checked in
-    ``CHECK`` (``img_lo``/``img_hi``: the image an image run executes, both 0 otherwise). With
-    ``dry`` the run stops after the checks and the parameter load: it reads, never writes.
+    ``CHECK`` (``img_lo``/``img_hi``: the image an image run executes, both 0 otherwise;
+    ``img_wt`` its weights section). With ``dry`` the run stops after the checks and the
+    parameter load: it reads, never writes.
+
+    Every A beat written into buffer A also goes through a CRC-32 (zlib's), restarted by
+    ``start``: ``a_bad`` is high when it differs from the record's ``a_crc``
+    (:func:`spec.schedule.a_load_crc`); an image run checks it when a run-pass layer ends.
 
     Parameters
     ----------
@@ -81,7 +91,8 @@ class Sequencer(wiring.Component):
     -------
     start : ``In(1)``; busy, done : ``Out(1)``; error : ``Out(8)``
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for
-    every :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``; dry : ``In(1)``
+    every :data:`LAYER_FIELDS` name; img_lo, img_hi, img_wt : ``In(dram_addr_bits + 1)``;
+    dry : ``In(1)``; a_bad : ``Out(1)`` (registered; valid a few cycles after the last A load)
     c_<counter> : ``Out(32)`` for every :data:`spec.regmap.COUNTERS` name
     cat_<counter> : ``Out(1)`` for every :data:`CATEGORIES` name: this cycle counts there
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
@@ -99,6 +110,7 @@ class Sequencer(wiring.Component):
             "b_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
                                            strided=True)),
             "c_wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
+            "a_bad": Out(1),
         }
         super().__init__({**members, **record_members(cfg), "dry": In(1),
                           **named_members("c_", COUNTERS, Out(32)),
@@ -211,12 +223,13 @@ class Sequencer(wiring.Component):
         # -- latched descriptor ------------------------------------------------------------------
         d = {name: Signal(32, name=f"desc_{name}") for name in DESC_FIELDS}
         L = {name: Signal(32, name=f"layer_{name}") for name in LAYER_FIELDS}
-        img_lo, img_hi = Signal(cfg.dram_addr_bits + 1), Signal(cfg.dram_addr_bits + 1)
+        img_lo, img_hi, img_wt = (Signal(cfg.dram_addr_bits + 1) for _ in range(3))
         dry = Signal()
         with m.If(self.start & ~self.busy):
             m.d.sync += [d[name].eq(getattr(self, f"d_{name}")) for name in DESC_FIELDS]
             m.d.sync += [L[name].eq(getattr(self, f"l_{name}")) for name in LAYER_FIELDS]
-            m.d.sync += [img_lo.eq(self.img_lo), img_hi.eq(self.img_hi), dry.eq(self.dry)]
+            m.d.sync += [img_lo.eq(self.img_lo), img_hi.eq(self.img_hi), img_wt.eq(self.img_wt),
+                         dry.eq(self.dry)]
         # What the record decides for the whole run, registered from the latched record (valid
         # from CHECK on, a cycle after the latch), so no launch or engine parameter path starts
         # with a compare of record words.
@@ -233,7 +246,17 @@ class Sequencer(wiring.Component):
         m.submodules.checker = chk = RecordChecker(cfg)
         m.d.comb += [getattr(chk, f"d_{name}").eq(d[name]) for name in DESC_FIELDS]
         m.d.comb += [getattr(chk, f"l_{name}").eq(L[name]) for name in LAYER_FIELDS]
-        m.d.comb += [chk.img_lo.eq(img_lo), chk.img_hi.eq(img_hi)]
+        m.d.comb += [chk.img_lo.eq(img_lo), chk.img_hi.eq(img_hi), chk.img_wt.eq(img_wt)]
+
+        # -- the CRC of the A beats (the record's a_crc), a register stage after the buffer's
+        # write port so it adds nothing to the load engine's paths
+        m.submodules.a_crc = a_crc = A_CRC_ALGORITHM(data_width=8 * cfg.a_beat_bytes).create()
+        a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
+        a_beat_valid = Signal()
+        m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
+        m.d.comb += [a_crc.start.eq(self.start & ~self.busy), a_crc.data.eq(a_beat),
+                     a_crc.valid.eq(a_beat_valid)]
+        m.d.sync += self.a_bad.eq(a_crc.crc != L["a_crc"])
         gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
         ag_groups = Signal(DIM_BITS)                # gn_all + 1 (two cycles after the latch)
         m.d.sync += [gn_all.eq((N + C - 1) >> lc),  # (registered: read after the checks)

@@ -95,6 +95,7 @@ class AccelTop(wiring.Component):
             run.c_fire.eq(self.c_wr.valid & self.c_wr.ready),
             run.seq_busy.eq(seq.busy), run.seq_error.eq(seq.error),
             seq.dry.eq(run.seq_dry), seq.img_lo.eq(run.img_lo), seq.img_hi.eq(run.img_hi),
+            seq.img_wt.eq(run.img_wt), run.seq_a_bad.eq(seq.a_bad),
         ]
         for name in COUNTERS:
             m.d.comb += getattr(run, f"s_{name}").eq(getattr(seq, f"c_{name}"))

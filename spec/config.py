@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar
 __all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError", "loads_unique"]
 
 #: Bumped whenever RTL or image semantics change; it is hashed into :attr:`AccelConfig.config_id`.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ConfigError(ValueError):

@@ -65,6 +65,7 @@ class ErrorCode(enum.IntEnum):
     BAD_IMAGE = 15          # magic, format version or the image structure
     CONFIG_MISMATCH = 16    # the image's config_id is not this accelerator's
     BAD_CRC = 17            # the image's CRC-32 does not match its bytes
+    BAD_WEIGHTS = 18        # a layer's A loads do not match its record's a_crc (after it ran)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

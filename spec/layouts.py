@@ -85,6 +85,8 @@ def _layer_words() -> dict[str, int]:
         "out_window_lo",    # the only bytes this layer may write: [lo, hi)
         "out_window_hi",
         "stats_addr",       # image runs: the layer's STATS_BYTES counter record goes here
+        "a_crc",            # image runs: CRC-32 of the A beats the layer loads, in load order
+                            # (spec.schedule.a_load_crc); checked when the layer ends
     ]
     if len(names) > LAYER_RECORD_WORDS:
         raise AssertionError("layer record overflows its words")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .config import FORMAT_VERSION, AccelConfig
-from .desc import DESC_FIELDS, ErrorCode, GemmDescriptor, check
+from .desc import DESC_FIELDS, ErrorCode, GemmDescriptor, check, tensor_extents
 from .layouts import (IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS, LAYER_USED_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
 
@@ -68,13 +68,14 @@ def written_range(rec: Mapping[str, int]) -> tuple[int, int]:
 
 def layer_record(desc: GemmDescriptor, **fields: int) -> dict[str, int]:
     """A complete record (u32 words by name) for ``desc``: int32 output, no bias, ``op_kind``
-    from ``b_mode``, the output window exactly the written range, ``stats_addr`` 0; ``fields``
+    from ``b_mode``, the output window exactly the written range, ``stats_addr`` and ``a_crc``
+    0; ``fields``
     override any of them (signed values are stored as two's complement)."""
     rec = {f"desc_{name}": getattr(desc, name) for name in DESC_FIELDS}
     rec.update(op_kind=int(OpKind.CONV if desc.b_mode == 1 else OpKind.GEMM),
                out_format=int(OutFormat.INT32), post_mode=int(PostMode.NONE), out_zero_point=0,
                act_min=-128, act_max=127, bias_addr=0, bias_present=0, mult_addr=0,
-               shift_addr=0, stats_addr=0)
+               shift_addr=0, stats_addr=0, a_crc=0)
     unknown = set(fields) - set(LAYER_WORDS)
     if unknown:
         raise KeyError(f"not layer record fields: {', '.join(sorted(unknown))}; the fields are "
@@ -94,13 +95,17 @@ def _params(rec: Mapping[str, int]) -> list[str]:
 
 
 def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
-                 image: tuple[int, int] | None = None,
+                 image: tuple[int, int] | None = None, weights_at: int | None = None,
                  read_words: Callable[[int, int], list[int]] | None = None,
                  ) -> list[tuple[ErrorCode, str]]:
     """Every rule the layer record ``rec`` breaks on ``cfg``, in RTL priority order.
 
     ``image`` is the ``[lo, hi)`` device range of the image in an image run (``None``: a
-    register-mode run, which has no image and writes no statistics record). ``read_words(addr,
+    register-mode run, which has no image and writes no statistics record). ``weights_at`` is
+    the device address of the image's weights section: the header's CRC covers ``[lo,
+    weights_at)``, the rest of the image is checked only as A loads it (``a_crc``); so in an image
+    run A lies inside the image, B and the tables outside ``[weights_at, hi)`` and the parameter
+    arrays inside ``[lo, weights_at)`` (default ``hi``: no weights part). ``read_words(addr,
     count)`` returns device memory as u32 words; given it, the multiplier and shift arrays are
     checked too (the hardware checks them while loading them, after every other rule passed).
     """
@@ -161,6 +166,19 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
             f"inside the output window [out_window_lo={lo:#x}, out_window_hi={hi:#x})")
     if image is not None:
         i_lo, i_hi = image
+        w_at = i_hi if weights_at is None else weights_at
+        ext = tensor_extents(_desc(rec), cfg, out_bytes=ob)
+        a_lo, a_hi = ext["a"]
+        if not (i_lo <= a_lo and a_hi <= i_hi):
+            bad(ErrorCode.BAD_WINDOW, f"A operand [{a_lo:#x}, {a_hi:#x}) is not inside the image "
+                                      f"[{i_lo:#x}, {i_hi:#x}): an image run checks every A "
+                                      "load against the record's a_crc")
+        for name, (e_lo, e_hi) in ext.items():
+            if name not in ("a", "c") and e_lo < i_hi and w_at < e_hi:
+                bad(ErrorCode.BAD_WINDOW,
+                    f"{'B operand' if name == 'b' else name + ' table'} [{e_lo:#x}, {e_hi:#x}) "
+                    f"reads the image's weights part [{w_at:#x}, {i_hi:#x}), which only A loads "
+                    "are checked in")
         if lo < i_hi and i_lo < hi:
             bad(ErrorCode.BAD_WINDOW, f"output window [{lo:#x}, {hi:#x}) overlaps the image "
                                       f"[{i_lo:#x}, {i_hi:#x})")
@@ -173,9 +191,11 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
     for name in _params(rec):
         p_lo = rec[name]
         p_hi = p_lo + 4 * rec["desc_m"]
-        inside = image is None or (image[0] <= p_lo and p_hi <= image[1])
+        p_end = None if image is None else (image[1] if weights_at is None else weights_at)
+        inside = image is None or (image[0] <= p_lo and p_hi <= p_end)
         if p_lo % PARAM_ALIGN or p_hi > mem or not inside:
-            where = "" if image is None else f" and inside the image [{image[0]:#x}, {image[1]:#x})"
+            where = ("" if image is None else
+                     f" and inside the image's CRC-checked part [{image[0]:#x}, {p_end:#x})")
             bad(ErrorCode.BAD_WINDOW,
                 f"{name}={p_lo:#x}: m={rec['desc_m']} int32 [{p_lo:#x}, {p_hi:#x}) must be "
                 f"{PARAM_ALIGN}-byte aligned, inside dram_bytes={mem:#x}{where}")
@@ -205,7 +225,8 @@ def _section(kind: SectionKind, what: str) -> str:
 def check_header(header: Mapping[str, int], cfg: AccelConfig, *,
                  image_addr: int) -> list[tuple[ErrorCode, str]]:
     """Every rule the hardware applies to an image header before it reads the rest, in RTL
-    priority order (the CRC is checked after these pass, over ``total_bytes`` bytes).
+    priority order (the CRC is checked after these pass, over the image's first
+    ``section_weights_offset`` bytes: everything before its weights section).
 
     ``header`` maps :data:`spec.layouts.HEADER_WORDS` names to u32 words; ``image_addr`` is the
     IMAGE_ADDR register (where the host placed the image).
@@ -229,6 +250,7 @@ def check_header(header: Mapping[str, int], cfg: AccelConfig, *,
     total, count = header["total_bytes"], header["layer_count"]
     l_off, l_size = header[_section(SectionKind.LAYERS, "offset")], \
         header[_section(SectionKind.LAYERS, "bytes")]
+    w_off = header[_section(SectionKind.WEIGHTS, "offset")]
     rules = [
         (header["base_addr"] != image_addr,
          f"base_addr={header['base_addr']:#x} but the image was placed at IMAGE_ADDR="
@@ -247,6 +269,10 @@ def check_header(header: Mapping[str, int], cfg: AccelConfig, *,
         (l_off % SECTION_ALIGN_BYTES != 0 or l_off < HEADER_BYTES or l_off + l_size > total,
          f"section_layers_offset={l_off:#x} (+{l_size} bytes) must be {SECTION_ALIGN_BYTES}-byte "
          f"aligned, past the header and inside total_bytes={total}"),
+        (w_off % SECTION_ALIGN_BYTES != 0 or w_off < l_off + l_size or w_off > total,
+         f"section_weights_offset={w_off:#x} (the end of the CRC-checked part) must be "
+         f"{SECTION_ALIGN_BYTES}-byte aligned, past the layer records (which end at "
+         f"{l_off + l_size:#x}) and inside total_bytes={total}"),
     ]
     for broken, msg in rules:
         if broken:

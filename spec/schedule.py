@@ -9,12 +9,15 @@ walks these steps, and the RTL tests check the byte and MAC-beat counters agains
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+import zlib
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
 
 from .config import AccelConfig
 from .desc import GemmDescriptor
 
-__all__ = ["Step", "steps", "traffic"]
+__all__ = ["Step", "steps", "traffic", "a_load_crc"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,3 +90,31 @@ def traffic(d: GemmDescriptor, cfg: AccelConfig,
             out["wr_c_bytes"] += s.m_eff * s.groups_n * cfg.c_beat_bytes
         out["mac_active_cycles"] += s.groups_m * s.groups_n * s.k_eff
     return out
+
+
+def a_load_crc(d: GemmDescriptor, cfg: AccelConfig, read: Callable[[int, int], bytes]) -> int:
+    """CRC-32 (:func:`zlib.crc32`) of the A beats a run of ``d`` writes into buffer A, in the
+    order the load engine writes them: the record word ``a_crc`` an image run checks when the
+    layer ends (``ErrorCode.BAD_WEIGHTS``; docs/firmware.md).
+
+    Every step that loads A (:func:`steps`) loads rows ``k0 .. k0 + k_eff - 1``, each as
+    ``groups_m`` beats of ``a_beat_bytes``, row by row: row ``kk``'s bytes are
+    ``A[kk, m0 .. m0 + m_eff - 1]`` (from ``a_addr + kk * a_stride + m0``) and zeros up to the
+    whole beats (the engine masks bytes past ``m_eff``, so memory past the matrix never counts).
+    ``read(addr, nbytes)`` returns device memory."""
+    if not isinstance(d, GemmDescriptor):
+        raise TypeError(f"a_load_crc needs a GemmDescriptor, not {type(d).__name__}")
+    span = (d.k - 1) * d.a_stride + d.m
+    raw = np.frombuffer(bytes(read(d.a_addr, span)), np.uint8)
+    if raw.size != span:
+        raise ValueError(f"read({d.a_addr:#x}, {span}) returned {raw.size} bytes")
+    rows = np.lib.stride_tricks.as_strided(raw, shape=(d.k, d.m), strides=(d.a_stride, 1),
+                                           writeable=False)      # A[kk, i], k-major
+    w = cfg.a_beat_bytes
+    crc = 0
+    for s in steps(d, cfg):
+        if s.load_a:
+            block = np.zeros((s.k_eff, s.groups_m * w), np.uint8)
+            block[:, :s.m_eff] = rows[s.k0:s.k0 + s.k_eff, s.m0:s.m0 + s.m_eff]
+            crc = zlib.crc32(block.tobytes(), crc)
+    return crc

@@ -13,7 +13,7 @@ from spec.layouts import (HEADER_WORDS, IMAGE_MAGIC, LAYER_WORDS, OpKind, OutFor
                           SectionKind)
 from firmware.image import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, Image,
                             ImageError, Layer, decode, encode, format_tables_markdown, inspect,
-                            reseal, validate)
+                            reseal, validate, with_a_crcs)
 
 CFG = PRESETS["tiny"]
 BASE = 0x10000
@@ -44,7 +44,8 @@ def legal_image(out_format=OutFormat.INT8) -> Image:
                   bias_addr=quant_addr, bias_present=1, mult_addr=quant_addr + 4 * m,
                   shift_addr=quant_addr + 8 * m,
                   out_window_lo=0x30000, out_window_hi=0x30000 + 8 * 48)
-    image = Image(config_id=CFG.config_id, layers=(layer,), sections=sections, base_addr=BASE)
+    image = with_a_crcs(Image(config_id=CFG.config_id, layers=(layer,), sections=sections,
+                              base_addr=BASE), CFG)
     assert image.section_addr(SectionKind.QUANT) == quant_addr
     assert image.section_addr(SectionKind.WEIGHTS) == weights_addr
     return image
@@ -159,8 +160,28 @@ def test_decode_bad_magic_version_crc():
         decode(patch_header(blob, "magic", 0xDEADBEEF))
     with pytest.raises(ImageError, match="format_version=99"):
         decode(patch_header(blob, "format_version", 99))
-    with pytest.raises(ImageError, match="crc32="):
-        decode(blob[:-1] + b"\x01")
+    quant = struct.unpack_from("<I", blob, 4 * HEADER_WORDS["section_quant_offset"])[0]
+    with pytest.raises(ImageError, match="crc32="):      # the parameters are under the CRC
+        decode(blob[:quant] + bytes([blob[quant] ^ 1]) + blob[quant + 1:])
+
+
+def test_weights_are_checked_by_a_crc_not_by_the_header_crc():
+    """The header's CRC ends where the weights begin: a changed weight byte decodes, and
+    validate() names the layer whose A loads no longer match its a_crc."""
+    image = legal_image()
+    blob = encode(image)
+    at = struct.unpack_from("<I", blob, 4 * HEADER_WORDS["section_weights_offset"])[0]
+    first = image.layers[0].desc.a_addr - BASE                # the first weight byte A loads
+    assert first >= at
+    bad = blob[:first] + bytes([blob[first] ^ 0x10]) + blob[first + 1:]
+    assert decode(bad).layers == image.layers
+    found = validate(bad, CFG)
+    assert len(found) == 1 and found[0].startswith("layer 0: BAD_WEIGHTS: a_crc=")
+    assert f"{image.layers[0].a_crc:#010x}" in found[0]
+    # with_a_crcs is what makes the record right again
+    fixed = with_a_crcs(decode(bad), CFG)
+    assert validate(encode(fixed), CFG) == []
+
 
 
 def test_decode_bad_enum_names_layer_and_field():

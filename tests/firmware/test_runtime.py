@@ -15,7 +15,7 @@ from firmware.runtime import DeviceError, LayerStats, RunReport, RunTimeout, Run
 from spec.config import PRESETS
 from spec.desc import ErrorCode
 from spec.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
-from spec.record import layer_record
+from spec.record import HEADER_BYTES, layer_record
 from spec.regmap import CTRL_BITS, REG, REGISTERS, STATUS_BITS, record_register
 
 CFG = PRESETS["tiny"]
@@ -177,8 +177,16 @@ def test_runtime_load_image_refuses_invalid_image_listing_problems(mlp):
 
 def test_runtime_load_image_refuses_bad_crc():
     blob = bytearray(one_layer_image(0))
-    blob[-1] ^= 0xFF                        # not resealed
+    blob[HEADER_BYTES] ^= 0xFF              # a record byte, not resealed
     with pytest.raises(ImageError, match="crc32"):
+        run(Runtime(FakeDevice(), CFG).load_image(bytes(blob)))
+
+
+def test_runtime_load_image_refuses_a_changed_weight():
+    blob = bytearray(one_layer_image(0))
+    a_addr = decode(bytes(blob)).layers[0].desc.a_addr
+    blob[a_addr] ^= 0x01                    # the header's CRC does not cover the weights
+    with pytest.raises(ImageError, match="layer 0: BAD_WEIGHTS: a_crc="):
         run(Runtime(FakeDevice(), CFG).load_image(bytes(blob)))
 
 
@@ -278,7 +286,7 @@ def test_runtime_run_image_of_unknown_image_has_no_layer_stats():
 
 def test_runtime_run_image_after_unchecked_undecodable_image_has_no_layer_stats(mlp):
     bad = bytearray(mlp.blob)
-    bad[-1] ^= 1                                # CRC no longer matches: decode() refuses it
+    bad[HEADER_BYTES] ^= 1                      # CRC no longer matches: decode() refuses it
     dev = FakeDevice(on_done=lambda d, budget: d.finish(image=True))
     rt = Runtime(dev, CFG)
 

@@ -2,6 +2,7 @@
 words), and a refused record touches no memory port. Amaranth simulation of the Sequencer alone
 (no memory model needed)."""
 
+import dataclasses
 import os
 import random
 
@@ -53,13 +54,21 @@ def adversarial_descriptors(cfg, rng, count):
             fields.update(bias_present=1, bias_addr=D // 8 + 8192)
         for name in rng.sample(LAYER_FIELDS, rng.randrange(0, 3)):
             fields[name] = rng.choice([wild(), rng.randrange(-130, 130) & 0xFFFF_FFFF])
-        rec = layer_record(desc, **fields)
-        # images: the image range the runner passes (0, 0 in register mode)
-        image = None
+        # images: the image range the runner passes (0, 0 in register mode) and where its
+        # weights part starts; A, B and the parameters sometimes placed in either part
+        image, weights_at = None, None
         if rng.random() < 0.3:
             lo = rng.choice([0, D // 8, D // 2 - 4096, D - 4096])
             image = (lo, lo + rng.choice([64, 4096, 16384]))
-        yield rec, image
+            weights_at = rng.choice([image[1], lo + 64, (lo + image[1]) // 2 & ~63])
+            if rng.random() < 0.5:
+                desc = dataclasses.replace(desc, a_addr=rng.choice([lo, weights_at]))
+            if rng.random() < 0.3:
+                desc = dataclasses.replace(desc, b_addr=rng.choice([lo, max(weights_at - 8, 0)]))
+            if rng.random() < 0.3:
+                fields.update(out_format=1, mult_addr=lo, shift_addr=lo + 256)
+        rec = layer_record(desc, **fields)
+        yield rec, image, weights_at
 
 
 def test_sequencer_checks_match_python_rules():
@@ -75,7 +84,7 @@ def test_sequencer_checks_match_python_rules():
     seen = set()
 
     async def bench(ctx):
-        for d, image in records:
+        for d, image, weights_at in records:
             ctx.set(rst, 1)
             await ctx.tick()
             ctx.set(rst, 0)
@@ -85,11 +94,12 @@ def test_sequencer_checks_match_python_rules():
                 ctx.set(getattr(seq, f"l_{name}"), d[name])
             ctx.set(seq.img_lo, image[0] if image else 0)
             ctx.set(seq.img_hi, image[1] if image else 0)
+            ctx.set(seq.img_wt, weights_at if image else 0)
             ctx.set(seq.dry, 1)          # never start the engines: only the checks matter here
             ctx.set(seq.start, 1)
             await ctx.tick()
             ctx.set(seq.start, 0)
-            errs = check_record(d, cfg, image=image)
+            errs = check_record(d, cfg, image=image, weights_at=weights_at)
             want = int(errs[0][0]) if errs else 0
             seen.add(want)
             # CHECK_START, the checker's pipeline, CHECK, then FINISH for a refused record

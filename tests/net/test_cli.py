@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 from flow import tessera
 from planner.net.models import encoder_block, small_cnn
+from spec.config import PRESETS
 from tb.tools import heartbeat, missing_tool
 
 from .conftest import LIGHT
@@ -131,7 +132,8 @@ def test_firmware_validate_and_inspect_read_every_image_of_a_tsr(tmp_path, capsy
     capsys.readouterr()
     assert tessera.main(["firmware", "validate", str(tsr)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{tsr}: compiled network 'cnn' for config_id 0xe4997fb1, 2 images"
+    cid = PRESETS["small"].config_id
+    assert out[0] == f"{tsr}: compiled network 'cnn' for config_id {cid:#010x}, 2 images"
     assert out[1].startswith("segment0 (conv0, conv1, conv2, conv3), ")
     assert out[1].endswith(" bytes: valid") and out[2].startswith("segment1 (fc), ")
     # another configuration: every image is checked against it, and refused
@@ -145,7 +147,7 @@ def test_firmware_validate_and_inspect_read_every_image_of_a_tsr(tmp_path, capsy
     with zipfile.ZipFile(tsr) as z:
         members = {n: z.read(n) for n in z.namelist()}
     blob = bytearray(members["images/segment1.bin"])
-    blob[-1] ^= 0xFF
+    blob[64] ^= 0xFF                        # its first record, under the header's CRC
     members["images/segment1.bin"] = bytes(blob)
     with zipfile.ZipFile(tsr, "w") as z:
         for n, data in members.items():

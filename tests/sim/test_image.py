@@ -11,10 +11,10 @@ import pytest
 
 from firmware.demos import budget_cycles, build_cnn, build_mlp
 from examples.run import run_network
-from firmware.image import decode, reseal
+from firmware.image import decode, reseal, validate
 from spec.config import PRESETS
 from spec.desc import ErrorCode
-from spec.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES
+from spec.layouts import COUNTERS, HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS
 from spec.record import HEADER_BYTES
 from tb.jobs import ImageRun, run_jobs
 from tb.tools import missing_tool
@@ -136,7 +136,7 @@ def bad_images(net, cfg):
     yield ("layer_count", reseal(_patch_header(blob, "layer_count", last + 2)),
            ErrorCode.BAD_IMAGE, None)
     flipped = bytearray(blob)
-    flipped[len(blob) - 100] ^= 0x10               # a weight byte, CRC not updated
+    flipped[image.layers[0].mult_addr - image.base_addr + 1] ^= 0x10   # under the CRC, not resealed
     yield "crc", bytes(flipped), ErrorCode.BAD_CRC, None
     yield ("act_bounds", _patch_record(_patch_record(blob, last, "act_min", 5), last, "act_max",
                                        4), ErrorCode.BAD_LAYER, last)
@@ -197,10 +197,58 @@ def test_image_refused_with_code_and_no_writes(sim, tmp_path):
     assert len(good.layers) == len(net.layers)
 
 
+def weight_flipped(net, layer: int) -> bytes:
+    """``net``'s image with one byte of ``layer``'s weights changed (A[0, 1]); the header's CRC
+    does not cover the weights, so only the layer's a_crc notices."""
+    image = decode(net.blob)
+    at = image.layers[layer].desc.a_addr - image.base_addr + 1
+    return net.blob[:at] + bytes([net.blob[at] ^ 0x21]) + net.blob[at + 1:]
+
+
+@pytest.mark.rtl
+def test_image_weights_checked_as_the_layers_load_them(tmp_path):
+    """A changed weight byte passes the header's CRC and ends the run with BAD_WEIGHTS when the
+    layer that loads it ends: LAYER_INDEX names it, the layers before it ran and wrote their
+    statistics, its own statistics record is not written; the emulator says the same."""
+    from firmware.emulator import run_image, zeroed_memory
+
+    needs("verilator")
+    cfg = PRESETS["tiny"]
+    net = build_mlp(cfg, seed=4)
+    last = len(net.layers) - 1
+    cases = [(layer, weight_flipped(net, layer)) for layer in (0, last)]
+    for layer, blob in cases:                       # the host's validator names it too
+        assert [p for p in validate(blob, cfg) if "BAD_WEIGHTS" in p], layer
+    stats = [("stats%d" % i, layer.stats_addr, STATS_BYTES)
+             for i, layer in enumerate(decode(net.blob).layers)]
+    runs = [ImageRun(blob, budget_cycles=budget_cycles(net), check=False, load=net.load,
+                     read=stats) for _, blob in cases]
+    results = run_jobs(runs, cfg, workdir=tmp_path, sim="verilator")
+    index = 4 * STATS_WORDS["layer_index"]
+    for (layer, blob), result in zip(cases, results):
+        assert result.error_name == "BAD_WEIGHTS", (layer, result.error_name)
+        assert result.layer_index == layer
+        # statistics of the layers before it only (the records start zeroed)
+        for i in range(len(net.layers)):
+            record = result.reads[f"stats{i}"]
+            if i < layer:
+                assert struct.unpack_from("<I", record, index)[0] == i, (layer, i)
+                assert struct.unpack_from("<I", record, 0)[0] > 0, (layer, i)
+            else:
+                assert record == bytes(STATS_BYTES), (layer, i)
+        mem = zeroed_memory(cfg.dram_bytes)
+        base = decode(blob).base_addr
+        mem[base:base + len(blob)] = blob
+        for addr, data in net.load:
+            mem[addr:addr + len(data)] = data
+        emulated = run_image(mem, base, cfg)
+        assert (emulated.error, emulated.layer_index) == (ErrorCode.BAD_WEIGHTS, layer)
+        print(f"weights of layer {layer} -> {result.error_name} at layer "
+              f"{result.layer_index} in {result.counters['total_cycles']} cycles")
+
+
 def test_bad_image_cases_break_what_they_say():
     """The Python rules agree with the codes the RTL test expects (spec.record, validator)."""
-    from firmware.image import validate
-
     cfg = PRESETS["tiny"]
     net = build_mlp(cfg, seed=4)
     assert validate(net.blob, cfg) == []

@@ -62,7 +62,8 @@ def test_desc_error_codes_are_stable():
         ("BAD_PARTITION_K", 4), ("BAD_TILE", 5), ("BUF_A_OVERFLOW", 6), ("BUF_B_OVERFLOW", 7),
         ("ACC_OVERFLOW", 8), ("BAD_ADDRESS", 9), ("BAD_FLAGS", 10),
         ("BAD_TABLE", 11), ("BAD_LAYER", 12), ("BAD_WINDOW", 13), ("BAD_QUANT", 14),
-        ("BAD_IMAGE", 15), ("CONFIG_MISMATCH", 16), ("BAD_CRC", 17)]
+        ("BAD_IMAGE", 15), ("CONFIG_MISMATCH", 16), ("BAD_CRC", 17),
+        ("BAD_WEIGHTS", 18)]
 
 
 # -- check(): one rule broken at a time ----------------------------------------------------------

@@ -25,6 +25,7 @@ another function without this table following; line moves inside a function do n
 | firmware/builder.py | _int_array | ValueError | 2 | image: test_builder_quant_shapes, test_builder_quant_values |
 | firmware/image.py | Image.__post_init__ | ImageError | 3 | image: test_image_header_fields, test_image_layers_type, test_image_sections_blob_kinds |
 | firmware/image.py | Layer.__post_init__ | ImageError | 3 | image: test_layer_desc_type, test_layer_enum_fields, test_layer_signed_fields, test_layer_unsigned_fields |
+| firmware/image.py | with_a_crcs | ImageError | 2 | image: test_with_a_crcs_a_outside_image, test_with_a_crcs_config |
 | firmware/image.py | decode | ImageError | 8 | image: test_decode_truncated_header, test_decode_magic, test_decode_format_version, test_decode_total_bytes, test_decode_crc, test_decode_section_reaches_past_image, test_decode_layer_count, test_decode_layer_fields |
 | firmware/runtime.py | RunReport.raise_for_error | DeviceError | 1 | image: test_runtime_report_error |
 | firmware/runtime.py | Runtime._check_range | ValueError | 1 | image: test_runtime_memory_range |

@@ -10,7 +10,7 @@ import pytest
 
 from firmware.builder import ImageBuilder, Requant
 from firmware.image import (BASE_ADDR_WORD, HEADER_BYTES, LAYER_RECORD_BYTES, Image, ImageError,
-                            Layer, decode, encode, reseal)
+                            Layer, decode, encode, reseal, with_a_crcs)
 from firmware.runtime import DeviceError, RunReport, Runtime
 from spec.config import FORMAT_VERSION, PRESETS
 from spec.desc import ErrorCode, GemmDescriptor
@@ -142,8 +142,10 @@ def test_decode_total_bytes(edit):
 
 @pytest.mark.parametrize("word", [HEADER_WORDS["layer_count"], 40, -1])
 def test_decode_crc(word):
+    """A byte of the header, a record, or the last byte the CRC covers (before the weights)."""
     data = bytearray(blob())
-    data[4 * word if word >= 0 else len(data) - 1] ^= 0x40
+    last = _header(bytes(data))["section_weights_offset"] - 1
+    data[4 * word if word >= 0 else last] ^= 0x40
     data = bytes(data)
     crc = _header(data)["crc32"]
     with refused(ImageError, f"crc32={crc:#010x} does not match the computed "):
@@ -488,3 +490,19 @@ def test_runtime_error_register(value):
     with refused(DeviceError, f"ERROR register holds {value}, not an ErrorCode (one of "
                               f"0..{int(max(ErrorCode))})"):
         run(Runtime(Device(ERROR=value), CFG).run_layer(layer_record(DESC), budget_cycles=1))
+
+
+def test_with_a_crcs_a_outside_image():
+    image = decode(blob())
+    outside = dataclasses.replace(image.layers[0], desc=dataclasses.replace(
+        image.layers[0].desc, a_addr=0x100))
+    with refused(ImageError, "layer 0: A operand [0x100, ", "(desc_a_addr=0x100) is not inside "
+                 "the image [0x10000, "):
+        with_a_crcs(dataclasses.replace(image, layers=(outside,)), CFG)
+
+
+def test_with_a_crcs_config():
+    other = PRESETS["small"]
+    with refused(ImageError, f"Image.config_id={CFG.config_id:#010x} is not cfg's "
+                             f"{other.config_id:#010x}"):
+        with_a_crcs(decode(blob()), other)
