@@ -69,7 +69,8 @@ class WritePort:
 
 class CsrBus:
     """A 32-bit register bus: word addresses; a write takes effect at the clock edge where ``we``
-    is high; ``rdata`` is registered, valid one cycle after ``addr``."""
+    is high; a read's ``rdata`` is valid :data:`spec.regmap.CSR_READ_LATENCY` clock edges after
+    ``addr`` (which holds still meanwhile)."""
 
     class Signature(wiring.Signature):
         def __init__(self, *, addr_bits: int):

@@ -1,18 +1,25 @@
 """AccelTop: the synthesizable accelerator (sequencer, engines, buffers, registers)."""
 
+import functools
+import operator
+
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.layouts import LAYER_WORDS
-from spec.regmap import COUNTERS, CSR_ADDR_BITS, CTRL_BITS, REG, STATUS_BITS, record_register
+from spec.regmap import (COUNTERS, CSR_ADDR_BITS, CSR_READ_LATENCY, CTRL_BITS, REG, STATUS_BITS,
+                         record_register)
 
 from .ports import CsrBus, ReadPort, WritePort
 from .runner import ImageRunner
 from .sequencer import CATEGORIES, Sequencer
 
 __all__ = ["AccelTop"]
+
+#: Readable registers per first-stage CSR read multiplexer (8 x 32 bits: a few LUT levels).
+_CSR_GROUP = 8
 
 
 class AccelTop(wiring.Component):
@@ -154,10 +161,21 @@ class AccelTop(wiring.Component):
         with m.If(start_image):
             m.d.sync += image_mode.eq(1)
 
-        with m.Switch(self.csr.addr):
-            for offset, value in readable.items():
-                with m.Case(offset):
-                    m.d.sync += self.csr.rdata.eq(value)
-            with m.Default():
-                m.d.sync += self.csr.rdata.eq(0)
+        # CSR reads in CSR_READ_LATENCY = 3 registered stages: the address; per group of
+        # registers (in offset order) the selected one or 0; the OR of the groups.
+        assert CSR_READ_LATENCY == 3
+        rd_addr = Signal.like(self.csr.addr, name="csr_rd_addr")
+        m.d.sync += rd_addr.eq(self.csr.addr)
+        items = sorted(readable.items())
+        parts = []
+        for g in range(0, len(items), _CSR_GROUP):
+            part = Signal(32, name=f"csr_part{g // _CSR_GROUP}")
+            with m.Switch(rd_addr):
+                for offset, value in items[g:g + _CSR_GROUP]:
+                    with m.Case(offset):
+                        m.d.sync += part.eq(value)
+                with m.Default():
+                    m.d.sync += part.eq(0)
+            parts.append(part)
+        m.d.sync += self.csr.rdata.eq(functools.reduce(operator.or_, parts))
         return m

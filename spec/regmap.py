@@ -8,11 +8,15 @@ import dataclasses
 
 from .layouts import COUNTERS, LAYER_WORDS
 
-__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CTRL_BITS", "STATUS_BITS",
-           "record_register"]
+__all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CSR_READ_LATENCY",
+           "CTRL_BITS", "STATUS_BITS", "record_register"]
 
 
 CSR_ADDR_BITS = 6
+#: Clock edges from a CSR read's ``addr`` to its ``rdata``: the address registered, a first
+#: multiplexer stage per group of registers (beside them), then the OR of the groups (so no
+#: cycle of the read mux spans the chip; the whole design's slowest path on the ECP5 once).
+CSR_READ_LATENCY = 3
 
 #: Bit positions inside CTRL and STATUS (the RTL, the C headers and the testbench read these).
 CTRL_BITS: dict[str, int] = {"START": 0, "RUN_IMAGE": 1}

@@ -17,7 +17,7 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.layouts import LAYER_WORDS
 from spec.record import layer_record
-from spec.regmap import COUNTERS, CTRL_BITS, REG, record_register
+from spec.regmap import COUNTERS, CSR_READ_LATENCY, CTRL_BITS, REG, record_register
 
 __all__ = ["Harness", "RunResult", "CLOCK_NS"]
 
@@ -78,8 +78,9 @@ class Harness:
 
     async def csr_read(self, offset: int) -> int:
         self.dut.csr__addr.value = offset
-        await RisingEdge(self.dut.clk)
-        await RisingEdge(self.dut.clk)
+        await RisingEdge(self.dut.clk)          # addr reaches the register block
+        for _ in range(CSR_READ_LATENCY):
+            await RisingEdge(self.dut.clk)
         await ReadOnly()
         value = int(self.dut.csr__rdata.value)
         await RisingEdge(self.dut.clk)
