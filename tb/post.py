@@ -21,6 +21,7 @@ from spec.desc import ErrorCode
 from spec.golden import gemm_int8, requantize
 from spec.layouts import OutFormat, PostMode
 from spec.record import layer_record
+from spec.schedule import steps
 from planner.cost import DEFAULT_CONSTANTS, PostLoad, post_consts, predict_tiling, with_post
 
 from .cases import register_budget_cycles
@@ -131,6 +132,8 @@ async def post_processed_gemms_match_golden(dut):
                         "bias": c["bias"] is not None, "mode": c["mode"].name,
                         "shift_min": int(c["shift"].min()), "shift_max": int(c["shift"].max()),
                         "outer_m": d.outer_m, "need_splitk": d.need_splitk,
-                        "partition_k": d.partition_k, **result.counters})
+                        "partition_k": d.partition_k,
+                        "stores": sum(step.last_k for step in steps(d, cfg)),
+                        **result.counters})
     with open(os.path.join(os.getcwd(), "post_results.json"), "w") as f:
         json.dump(records, f, indent=1)
