@@ -370,3 +370,53 @@ def test_docs_error_code_table_names_every_code():
     for code in ErrorCode:
         if code > ErrorCode.BAD_TABLE or code == ErrorCode.NONE:
             assert f"| {int(code)} | {code.name} |" in table, code.name
+
+
+# -- image-run placement: what the header's CRC and the a_crc checks cover ----------------------
+
+def _weights_at(blob):
+    return BASE + struct.unpack_from("<I", blob, 4 * HEADER_WORDS["section_weights_offset"])[0]
+
+
+def test_validate_a_outside_the_image():
+    blob = patch_layer(encode(legal_image()), "desc_a_addr", 0x8000)
+    assert_one(blob, "BAD_WINDOW: A operand [0x8000, ", "is not inside the image [0x10000, ",
+               "a_crc")
+
+
+def test_validate_b_reading_the_weights_part():
+    blob = encode(legal_image())
+    at = _weights_at(blob)
+    assert_one(patch_layer(blob, "desc_b_addr", at), f"B operand [{at:#x}, ",
+               f"reads the image's weights part [{at:#x}, ")
+
+
+def test_validate_conv_table_reading_the_weights_part():
+    blob = patch_layer(patch_layer(encode(legal_image()), "op_kind", OpKind.CONV), "desc_b_mode", 1)
+    blob = patch_layer(blob, "desc_run_count", 1)
+    at = _weights_at(blob)
+    assert_one(patch_layer(blob, "desc_off_addr", at), f"off table [{at:#x}, ",
+               "reads the image's weights part")
+
+
+def test_validate_parameters_in_the_weights_part():
+    blob = encode(legal_image())
+    at = _weights_at(blob)
+    assert_one(patch_layer(blob, "bias_addr", at), f"bias_addr={at:#x}",
+               f"inside the image's CRC-checked part [0x10000, {at:#x})")
+
+
+def test_header_weights_offset_before_the_records_is_refused():
+    from spec.desc import ErrorCode
+    from spec.record import check_header
+
+    blob = encode(legal_image())
+    header = dict(zip(HEADER_WORDS, struct.unpack_from(f"<{len(HEADER_WORDS)}I", blob)))
+    assert check_header(header, CFG, image_addr=BASE) == []
+    for bad in (HEADER_BYTES, header["section_weights_offset"] + 4,
+                header["total_bytes"] + SECTION_ALIGN_BYTES):
+        errs = check_header({**header, "section_weights_offset": bad}, CFG, image_addr=BASE)
+        assert [code for code, _ in errs] == [ErrorCode.BAD_IMAGE], bad
+        assert f"section_weights_offset={bad:#x} (the end of the CRC-checked part)" in errs[0][1]
+    assert_one(patch_header(blob, "section_weights_offset", HEADER_BYTES),
+               f"section_weights_offset={HEADER_BYTES:#x} is before the end of the layer records")

@@ -135,6 +135,9 @@ def bad_images(net, cfg):
            ErrorCode.CONFIG_MISMATCH, None)
     yield ("layer_count", reseal(_patch_header(blob, "layer_count", last + 2)),
            ErrorCode.BAD_IMAGE, None)
+    # the CRC must cover the records: the weights section may not start before their end
+    yield ("weights_offset", reseal(_patch_header(blob, "section_weights_offset", HEADER_BYTES)),
+           ErrorCode.BAD_IMAGE, None)
     flipped = bytearray(blob)
     flipped[image.layers[0].mult_addr - image.base_addr + 1] ^= 0x10   # under the CRC, not resealed
     yield "crc", bytes(flipped), ErrorCode.BAD_CRC, None

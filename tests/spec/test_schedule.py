@@ -205,3 +205,65 @@ def test_schedule_covers_every_partition_once(m, k, n, pm, pn, pk, outer_m):
     assert t["wr_c_bytes"] == sum(s.m_eff * s.groups_n * 16 for s in ss if s.last_k)
     assert t["wr_c_bytes"] >= 4 * m * n
     assert t["rd_a_bytes"] >= m * k and t["rd_b_bytes"] >= k * n
+
+
+# -- a_load_crc: the CRC of the A beats, in load order --------------------------------------------
+
+def _a_beats(d, cfg, memory):
+    """The A beats as the load engine writes them, beat by beat (an independent model of
+    hw.dma.LoadEngine: beat (r, g) from ``addr + r*stride + g*W``, bytes past ``elems`` zero)."""
+    w = cfg.a_beat_bytes
+    out = bytearray()
+    for s in steps(d, cfg):
+        if not s.load_a:
+            continue
+        addr = d.a_addr + s.k0 * d.a_stride + s.m0
+        for r in range(s.k_eff):
+            for g in range(s.groups_m):
+                start = addr + r * d.a_stride + g * w
+                beat = bytearray(memory[start:start + w])
+                for b in range(w):
+                    if g * w + b >= s.m_eff:
+                        beat[b] = 0
+                out += beat
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 23), k=st.integers(1, 19), n=st.integers(1, 13),
+       pm=st.integers(1, 3), pn=st.integers(1, 3), pk=st.integers(1, 20),
+       outer_m=st.integers(0, 1), pad=st.integers(0, 5), seed=st.integers(0, 2**32 - 1))
+def test_a_load_crc_is_the_crc_of_the_engine_beats(m, k, n, pm, pn, pk, outer_m, pad, seed):
+    """Ragged m, split-K, both loop orders, A reused across partitions, a stride wider than m:
+    the CRC of the beats an independent beat-level model writes; memory past the matrix (the
+    ragged edge's beats read into it) never counts."""
+    import zlib
+
+    import numpy as np
+
+    from spec.schedule import a_load_crc
+
+    R = CFG.array_rows
+    d = desc(m, k, n, R * pm, CFG.array_cols * pn, pk, outer_m=outer_m, legal=False)
+    d = dataclasses.replace(d, a_addr=64, a_stride=m + pad)
+    rng = np.random.default_rng(seed)
+    memory = bytearray(rng.integers(0, 256, 64 + k * (m + pad) + 4 * R, np.uint8).tobytes())
+    want = zlib.crc32(_a_beats(d, CFG, memory))
+    assert a_load_crc(d, CFG, lambda addr, size: memory[addr:addr + size]) == want
+    # the bytes past the matrix's last row and columns do not matter
+    span = 64 + (k - 1) * (m + pad) + m
+    memory[span:] = bytes(len(memory) - span)
+    assert a_load_crc(d, CFG, lambda addr, size: memory[addr:addr + size]) == want
+    # every byte of A does
+    memory[64 + (k - 1) * (m + pad) + m - 1] ^= 0x80
+    assert a_load_crc(d, CFG, lambda addr, size: memory[addr:addr + size]) != want
+
+
+def test_a_load_crc_refuses_a_short_read_and_a_non_descriptor():
+    from spec.schedule import a_load_crc
+
+    d = desc(8, 4, 4, 4, 4, 4)
+    with pytest.raises(ValueError, match=r"read\(0x0, 32\) returned 31 bytes"):
+        a_load_crc(d, CFG, lambda addr, size: bytes(size - 1))
+    with pytest.raises(TypeError, match="a_load_crc needs a GemmDescriptor, not dict"):
+        a_load_crc({}, CFG, lambda addr, size: bytes(size))
