@@ -2,7 +2,7 @@
 
     python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
                          [--no-route] [--nextpnr-timeout S] [--freq MHZ] [--router R]
-                         [--timing-weight N] [--seed N] [--submodule NAME]
+                         [--timing-weight N] [--seed N] [--submodule NAME]   (also array_mesh)
                          [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
@@ -415,6 +415,24 @@ SUBMODULES = {"post": "seq.store.post", "array": "seq.compute.array",
               "store": "seq.store", "load_a": "seq.load_a", "load_b": "seq.load_b",
               "addrgen": "seq.addrgen", "compute": "seq.compute", "runner": "runner",
               "walker": "seq.walker", "checker": "seq.checker"}
+#: Blocks no preset builds into ``accel_top`` yet, synthesised alone from their own Verilog
+#: (named ``accel_top`` so the same wrapper and scripts apply): the systolic array with the
+#: depthwise mesh mode of issue 18 (``hw.array.SystolicArray(mesh=True)``), to weigh it against
+#: ``--submodule array``.
+STANDALONE = {"array_mesh": "hw.array.SystolicArray(cfg, mesh=True)"}
+
+
+def standalone_verilog(name: str, cfg) -> str:
+    """The Verilog of :data:`STANDALONE` block ``name`` for ``cfg``, as module ``accel_top``."""
+    from amaranth.back import verilog
+
+    from hw.array import SystolicArray
+    from hw.compute import array_tag_bits
+
+    if name != "array_mesh":
+        raise ValueError(f"standalone block {name!r}: must be one of {', '.join(STANDALONE)}")
+    return verilog.convert(SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=True),
+                           name="accel_top")
 
 
 def work_dir(preset: str, variant: str = "dsp") -> Path:
@@ -431,12 +449,15 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
 
     cfg = PRESETS[preset]
     variant = variant_name(nodsp=nodsp, dsp_rows=dsp_rows, submodule=submodule)
-    module = "accel_top" if submodule is None else "\\accel_top." + SUBMODULES[submodule]
-    src = emit(cfg)
+    if submodule in STANDALONE:
+        module = "accel_top"
+        verilog = standalone_verilog(submodule, cfg)
+    else:
+        module = "accel_top" if submodule is None else "\\accel_top." + SUBMODULES[submodule]
+        verilog = (emit(cfg) / "accel_top.v").read_text()
     work = work_dir(preset, variant)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    verilog = (src / "accel_top.v").read_text()
     (work / "accel_top.v").write_text(verilog)
     (work / "fpga_top.v").write_text(wrapper_verilog(parse_ports(verilog, module), module))
     (work / "fpga_top.lpf").write_text(lpf(freq_mhz))
@@ -660,7 +681,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, help="nextpnr's random seed (default: nextpnr's)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
-    parser.add_argument("--submodule", choices=sorted(SUBMODULES),
+    parser.add_argument("--submodule", choices=sorted(SUBMODULES) + sorted(STANDALONE),
                         help="run only this accel_top submodule in the wrapper "
                              "(build/fpga/<preset>-<name>/)")
     parser.add_argument("--collect", action="store_true",
@@ -673,6 +694,7 @@ def main(argv=None) -> int:
                 variant = "dsp" if d.name == p else d.name[len(p) + 1:]
                 if d.is_dir() and (variant in ("dsp", "nodsp")
                                    or variant.removesuffix("-nodsp") in SUBMODULES
+                                   or variant.removesuffix("-nodsp") in STANDALONE
                                    or variant.startswith("dsprows")):
                     rows.append(collect(p, variant))
         return _write(rows, args.out)

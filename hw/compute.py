@@ -10,7 +10,7 @@ from spec.desc import DIM_BITS
 from .array import SystolicArray
 from .bits import log2
 
-__all__ = ["FEED_CYCLES", "ComputeEngine", "drain_cycles"]
+__all__ = ["FEED_CYCLES", "ComputeEngine", "array_tag_bits", "drain_cycles"]
 
 
 #: Cycles from a beat's issue (its buffer read address) to the array's input: the buffer's
@@ -25,6 +25,12 @@ def drain_cycles(cfg: AccelConfig) -> int:
     :data:`FEED_CYCLES` (buffer read, operand register) + the array latency ``R + C`` + ``R - 1``
     further result rows + 1 (accumulator write) = ``2R + C + 2``."""
     return FEED_CYCLES + 2 * cfg.array_rows + cfg.array_cols
+
+
+def array_tag_bits(cfg: AccelConfig) -> int:
+    """Width of the tag the compute engine sends through its array with each beat: an
+    accumulator row address and the accumulate flag."""
+    return _bits(cfg.acc_depth) + 1
 
 
 class ComputeEngine(wiring.Component):
@@ -64,7 +70,7 @@ class ComputeEngine(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
-        self.array = SystolicArray(cfg, tag_bits=_bits(cfg.acc_depth) + 1)
+        self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg))
         super().__init__({
             "start": In(1),
             "running": Out(1),

@@ -422,3 +422,14 @@ def test_fpga_results_keep_the_recorded_sessions(tmp_path):
     (tmp_path / "fpga.json").write_text("not json")
     assert _write([new], tmp_path) == 0
     assert json.loads((tmp_path / "fpga.json").read_text())["rows"] == [new]
+
+
+def test_fpga_standalone_array_mesh_is_the_mesh_array_as_accel_top():
+    from bench.fpga import STANDALONE, parse_ports, standalone_verilog
+
+    verilog = standalone_verilog("array_mesh", PRESETS["tiny"])
+    names = {name for _, name, _ in parse_ports(verilog)}
+    assert {"i_fill", "i_move", "i_mesh", "i_w", "o_tag"} <= names     # the mesh's ports
+    assert "array_mesh" in STANDALONE
+    with pytest.raises(ValueError, match="standalone block 'array': must be one of array_mesh"):
+        standalone_verilog("array", PRESETS["tiny"])
