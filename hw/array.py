@@ -61,11 +61,13 @@ class SystolicArray(wiring.Component):
     for quadrants, ``i >= R/2`` for halves, 0 for the whole mesh) into the PE's accumulator, before the same cycle's move.
     All PEs compute at once, so the last tap's results leave ``mesh_latency`` cycles later, all
     columns together, bottom row first, with ``o_tag`` = ``i_tag`` sampled with the last tap.
-    The modes take turns: ``i_mesh`` (which switches every PE's multiplier to ``x`` and the
-    weights) may rise only once a GEMM tile's last beat has passed the last PE (``R + C - 2``
-    cycles after it entered); a GEMM beat may enter in the cycle after the last mesh tap. As
-    with GEMM tiles, a tile of either kind must span at least ``R`` cycles so that the drains
-    do not overlap.
+    The mesh's inputs are registered once inside (the mode once per array row, beside its PEs,
+    the region weights per region), so no input reaches a multiplier within the cycle: the
+    mesh acts a cycle after its inputs. The modes take turns: ``i_mesh`` (which switches every
+    PE's multiplier to ``x`` and the weights) may rise only once a GEMM tile's last beat has
+    passed the last PE (``R + C - 2`` cycles after it entered); a GEMM beat may enter
+    :attr:`mesh_gemm_gap` cycles after the last mesh tap. As with GEMM tiles, a tile of either
+    kind must span at least ``R`` cycles so that the drains do not overlap.
 
     i_mesh : ``In(1)`` (only with ``mesh``): this cycle's ``i_tap``, ``i_first``, ``i_last`` are
     the mesh's; ``i_move`` : ``In(3)``; ``i_split`` : ``In(2)``; ``i_fill`` : ``In(2 * C * 8)``;
@@ -108,9 +110,12 @@ class SystolicArray(wiring.Component):
         """Cycles from the last beat of a tile to its first result row."""
         return self._cfg.array_rows + self._cfg.array_cols
 
-    #: Cycles from a mesh tile's last tap to its first result row: the product register, then
-    #: the capture, read straight out (every column at once, no deskew)
-    mesh_latency = 2
+    #: Cycles from a mesh tile's last tap to its first result row: the input registers, the
+    #: product register, then the capture, read straight out (every column at once, no deskew)
+    mesh_latency = 3
+    #: Cycles from a mesh tile's last tap to the first GEMM beat that may follow it (the last
+    #: tap reaches the multipliers a cycle late, when the GEMM beat would reach PE (0, 0))
+    mesh_gemm_gap = 2
 
     def elaborate(self, platform):
         m = Module()
@@ -150,7 +155,7 @@ class SystolicArray(wiring.Component):
 
         mesh = self._mesh
         if mesh:
-            x, w_pe, t_flags, t_last = self._mesh_logic(m)
+            x, w_pe, mode, t_flags, t_last = self._mesh_logic(m)
         for i in range(R):
             for j in range(C):
                 a_in = a_west[i].as_signed() if j == 0 else a_out[i][j - 1]
@@ -163,8 +168,8 @@ class SystolicArray(wiring.Component):
                 prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p", reset_less=True)
                 if mesh:
                     # one operand pair per mode, selected by the mode of this cycle's input
-                    m.d.comb += prod.eq(Mux(self.i_mesh, x[i][j], a_in)
-                                        * Mux(self.i_mesh, w_pe[i][j], b_in))
+                    m.d.comb += prod.eq(Mux(mode[i], x[i][j], a_in)
+                                        * Mux(mode[i], w_pe[i][j], b_in))
                     flags = Mux(t_flags[0], t_flags, f_out[i][j])
                 else:
                     m.d.comb += prod.eq(a_in * b_in)
@@ -242,22 +247,37 @@ class SystolicArray(wiring.Component):
         return m
 
     def _mesh_logic(self, m):
-        """The mesh's registers and moves, each region's weight, and the taps' flags (valid,
-        first, last a cycle later, like a PE's forwarded flags). Returns ``(x, w, flags,
-        last)``: the ``x`` grid, each PE's weight, the flags and the drain's load request."""
+        """The mesh's input registers, its ``x`` registers and moves, each region's weight, and
+        the taps' flags (valid, first, last a cycle later, like a PE's forwarded flags). Returns
+        ``(x, w, mode, flags, last)``: the ``x`` grid, each PE's weight, the mode per array row,
+        the flags and the drain's load request."""
         cfg = self._cfg
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
+
+        def reg(value, name, *, data=True, keep=False):
+            r = Signal.like(value, name=name, reset_less=data, attrs={"keep": 1} if keep else {})
+            m.d.sync += r.eq(value)
+            return r
+
+        # the inputs, registered: the mode once per row (a duplicate each, kept apart by
+        # synthesis, so each row's operand selects are driven from beside them)
+        mode = [reg(self.i_mesh, f"mesh_mode{i}", data=False, keep=True) for i in range(R)]
+        mesh_q = reg(self.i_mesh, "mesh_q", data=False)
+        move = reg(self.i_move, "mesh_move", data=False)
+        fill_q = reg(self.i_fill, "mesh_fill")
+        tap = reg(self.i_tap, "mesh_tap", data=False)
+        first = reg(self.i_first, "mesh_first", data=False)
+        last_q = reg(self.i_last, "mesh_last_in", data=False)
+
         x = [[Signal(signed(ob), name=f"pe{i}_{j}_x", reset_less=True) for j in range(C)]
              for i in range(R)]
         mv = self.MOVES
-        split_rows = (self.i_split == self.SPLITS[(2, 2)]) | (self.i_split == self.SPLITS[(2, 1)])
-        split_cols = self.i_split == self.SPLITS[(2, 2)]
         hr, hc = R // 2, C // 2
 
-        fill = [self.i_fill[ob * C * r:ob * C * (r + 1)] for r in range(2)]
+        fill = [fill_q[ob * C * r:ob * C * (r + 1)] for r in range(2)]
         for i in range(R):
             for j in range(C):
-                with m.Switch(self.i_move):
+                with m.Switch(move):
                     with m.Case(mv["FILL"]):
                         src = x[i + 2][j] if i < R - 2 else fill[i - (R - 2)][ob * j:ob * (j + 1)]
                         m.d.sync += x[i][j].eq(src)
@@ -267,17 +287,15 @@ class SystolicArray(wiring.Component):
                             m.d.sync += x[i][j].eq(x[i][k % C])
                     with m.Case(mv["UP"]):
                         m.d.sync += x[i][j].eq(x[(i + 1) % R][j])
-        # each quadrant's weight under the current split
+        # each quadrant's weight under the input's split, registered per quadrant
+        split_rows = (self.i_split == self.SPLITS[(2, 2)]) | (self.i_split == self.SPLITS[(2, 1)])
+        split_cols = self.i_split == self.SPLITS[(2, 2)]
         w = [self.i_w[ob * q:ob * (q + 1)].as_signed() for q in range(4)]
-        w_quad = [[Signal(signed(ob), name=f"mesh_w{qi}{qj}") for qj in range(2)]
-                  for qi in range(2)]
-        for qi in range(2):
-            for qj in range(2):
-                m.d.comb += w_quad[qi][qj].eq(
-                    Mux(split_cols, w[2 * qi + qj], Mux(split_rows, w[qi], w[0])))
+        w_quad = [[reg(Mux(split_cols, w[2 * qi + qj], Mux(split_rows, w[qi], w[0])),
+                       f"mesh_w{qi}{qj}") for qj in range(2)] for qi in range(2)]
         w_pe = [[w_quad[i // hr][j // hc] for j in range(C)] for i in range(R)]
         flags = Signal(3, name="mesh_flags")
-        m.d.sync += flags.eq(Cat(self.i_mesh & self.i_tap, self.i_first, self.i_last))
+        m.d.sync += flags.eq(Cat(mesh_q & tap, first, last_q))
         last = Signal(name="mesh_last")
         m.d.comb += last.eq(flags[0] & flags[2])
-        return x, w_pe, flags, last
+        return x, w_pe, mode, flags, last

@@ -94,3 +94,76 @@ def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
         scatter_results(tile, acc, got, stride=stride)
     np.testing.assert_array_equal(got, expect)
 
+
+
+@pytest.mark.parametrize("gap_change", [0, -1])
+def test_modes_take_turns_at_the_documented_gaps(gap_change):
+    """A GEMM tile, mesh tiles as soon as its last beat has passed the last PE, then a GEMM
+    tile ``mesh_gemm_gap`` cycles after the last mesh tap: every result exact. One cycle
+    sooner (``gap_change = -1``) the second GEMM tile's first beat meets the last tap at PE
+    (0, 0) and its result is wrong: the gap is needed, not just allowed."""
+    cfg = PRESETS["small"]
+    R, C = cfg.array_rows, cfg.array_cols
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, size=(2, 7, 7), dtype=np.int8)
+    w = rng.integers(-128, 128, size=(2, 3, 3), dtype=np.int8)
+    expect, _ = mesh_depthwise(x, w, stride=1, pad=1, rows=R, cols=C)
+    tiles, beats = _beats(x, w, 1, 1, R, C)
+    gemm = [(rng.integers(-128, 128, size=(R, L)), rng.integers(-128, 128, size=(L, C)))
+            for L in (R + 2, R)]
+    gemm_tags = (100, 101)                         # (mesh tiles carry their index)
+    dut = SystolicArray(cfg, tag_bits=8, mesh=True)
+    rows_out = {}
+
+    async def gemm_tile(ctx, a, b, tag):
+        for k in range(a.shape[1]):
+            ctx.set(dut.i_valid, 1)
+            ctx.set(dut.i_first, k == 0)
+            ctx.set(dut.i_last, k == a.shape[1] - 1)
+            ctx.set(dut.i_a, pack(a[:, k], 8))
+            ctx.set(dut.i_b, pack(b[k, :], 8))
+            ctx.set(dut.i_tag, tag)
+            await ctx.tick()
+        ctx.set(dut.i_valid, 0)
+        ctx.set(dut.i_first, 0)
+        ctx.set(dut.i_last, 0)
+
+    async def producer(ctx):
+        await gemm_tile(ctx, *gemm[0], gemm_tags[0])
+        for _ in range(R + C - 2):                 # its last beat passes the last PE
+            await ctx.tick()
+        for move, split, fill, wts, tap, first, last, t in beats:
+            ctx.set(dut.i_mesh, 1)
+            ctx.set(dut.i_move, SystolicArray.MOVES[move])
+            ctx.set(dut.i_split, split)
+            ctx.set(dut.i_fill, 0 if fill is None else pack(fill.reshape(-1), 8))
+            ctx.set(dut.i_w, 0 if wts is None else pack(wts, 8))
+            ctx.set(dut.i_tap, tap)
+            ctx.set(dut.i_first, first)
+            ctx.set(dut.i_last, last)
+            ctx.set(dut.i_tag, t)
+            await ctx.tick()
+        ctx.set(dut.i_mesh, 0)
+        ctx.set(dut.i_tap, 0)
+        ctx.set(dut.i_first, 0)
+        ctx.set(dut.i_last, 0)
+        for _ in range(SystolicArray.mesh_gemm_gap - 1 + gap_change):
+            await ctx.tick()
+        await gemm_tile(ctx, *gemm[1], gemm_tags[1])
+
+    async def monitor(ctx):
+        for _ in range(len(beats) + 8 * (R + C) + 40):
+            if ctx.get(dut.o_valid):
+                t, r = ctx.get(dut.o_tag), ctx.get(dut.o_r)
+                rows_out.setdefault(t, {})[r] = unpack_signed(ctx.get(dut.o_row), 32, C)
+            await ctx.tick()
+
+    run_sim(dut, producer, monitor)
+    got_mesh = np.zeros_like(expect)
+    for t, tile in enumerate(tiles):
+        acc = np.array([rows_out[t][r] for r in range(R)])
+        scatter_results(tile, acc, got_mesh, stride=1)
+    np.testing.assert_array_equal(got_mesh, expect)
+    results = [np.array([rows_out[tag][r] for r in range(R)]) for tag in gemm_tags]
+    assert np.array_equal(results[0], gemm[0][0] @ gemm[0][1])
+    assert np.array_equal(results[1], gemm[1][0] @ gemm[1][1]) == (gap_change == 0)
