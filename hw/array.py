@@ -61,7 +61,7 @@ class SystolicArray(wiring.Component):
     for quadrants, ``i >= R/2`` for halves, 0 for the whole mesh) into the PE's accumulator, before the same cycle's move.
     All PEs compute at once, so the last tap's results leave ``mesh_latency`` cycles later, all
     columns together, bottom row first, with ``o_tag`` = ``i_tag`` sampled with the last tap.
-    The mesh's inputs are registered once inside (the mode once per array row, beside its PEs,
+    The mesh's inputs are registered once inside (the mode once per PE, beside its multiplier,
     the region weights per region), so no input reaches a multiplier within the cycle: the
     mesh acts a cycle after its inputs. The modes take turns: ``i_mesh`` (which switches every
     PE's multiplier to ``x`` and the weights) may rise only once a GEMM tile's last beat has
@@ -168,8 +168,8 @@ class SystolicArray(wiring.Component):
                 prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p", reset_less=True)
                 if mesh:
                     # one operand pair per mode, selected by the mode of this cycle's input
-                    m.d.comb += prod.eq(Mux(mode[i], x[i][j], a_in)
-                                        * Mux(mode[i], w_pe[i][j], b_in))
+                    m.d.comb += prod.eq(Mux(mode[i][j], x[i][j], a_in)
+                                        * Mux(mode[i][j], w_pe[i][j], b_in))
                     flags = Mux(t_flags[0], t_flags, f_out[i][j])
                 else:
                     m.d.comb += prod.eq(a_in * b_in)
@@ -249,8 +249,8 @@ class SystolicArray(wiring.Component):
     def _mesh_logic(self, m):
         """The mesh's input registers, its ``x`` registers and moves, each region's weight, and
         the taps' flags (valid, first, last a cycle later, like a PE's forwarded flags). Returns
-        ``(x, w, mode, flags, last)``: the ``x`` grid, each PE's weight, the mode per array row,
-        the flags and the drain's load request."""
+        ``(x, w, mode, flags, last)``: the ``x`` grid, each PE's weight, each PE's mode, the
+        flags and the drain's load request."""
         cfg = self._cfg
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
 
@@ -259,9 +259,10 @@ class SystolicArray(wiring.Component):
             m.d.sync += r.eq(value)
             return r
 
-        # the inputs, registered: the mode once per row (a duplicate each, kept apart by
-        # synthesis, so each row's operand selects are driven from beside them)
-        mode = [reg(self.i_mesh, f"mesh_mode{i}", data=False, keep=True) for i in range(R)]
+        # the inputs, registered: the mode once per PE (duplicates, kept apart by synthesis, so
+        # each PE's operand selects are driven from beside them)
+        mode = [[reg(self.i_mesh, f"pe{i}_{j}_mode", data=False, keep=True) for j in range(C)]
+                for i in range(R)]
         mesh_q = reg(self.i_mesh, "mesh_q", data=False)
         move = reg(self.i_move, "mesh_move", data=False)
         fill_q = reg(self.i_fill, "mesh_fill")
