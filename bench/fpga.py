@@ -46,7 +46,11 @@ import threading
 import time
 from pathlib import Path
 
+from amaranth.back import verilog
+
+from hw.array import SystolicArray
 from hw.build import emit
+from hw.compute import array_tag_bits
 from spec.config import PRESETS
 
 from .report import table
@@ -424,11 +428,6 @@ STANDALONE = {"array_mesh": "hw.array.SystolicArray(cfg, mesh=True)"}
 
 def standalone_verilog(name: str, cfg) -> str:
     """The Verilog of :data:`STANDALONE` block ``name`` for ``cfg``, as module ``accel_top``."""
-    from amaranth.back import verilog
-
-    from hw.array import SystolicArray
-    from hw.compute import array_tag_bits
-
     if name != "array_mesh":
         raise ValueError(f"standalone block {name!r}: must be one of {', '.join(STANDALONE)}")
     return verilog.convert(SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=True),
