@@ -46,7 +46,7 @@ import threading
 import time
 from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back import verilog as amaranth_verilog
 
 from hw.array import SystolicArray
 from hw.build import emit
@@ -430,7 +430,7 @@ def standalone_verilog(name: str, cfg) -> str:
     """The Verilog of :data:`STANDALONE` block ``name`` for ``cfg``, as module ``accel_top``."""
     if name != "array_mesh":
         raise ValueError(f"standalone block {name!r}: must be one of {', '.join(STANDALONE)}")
-    return verilog.convert(SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=True),
+    return amaranth_verilog.convert(SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=True),
                            name="accel_top")
 
 
