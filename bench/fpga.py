@@ -431,7 +431,7 @@ def standalone_verilog(name: str, cfg) -> str:
     if name != "array_mesh":
         raise ValueError(f"standalone block {name!r}: must be one of {', '.join(STANDALONE)}")
     return amaranth_verilog.convert(SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=True),
-                           name="accel_top")
+                                    name="accel_top")
 
 
 def work_dir(preset: str, variant: str = "dsp") -> Path:
