@@ -71,12 +71,32 @@ def adversarial_descriptors(cfg, rng, count):
         yield rec, image, weights_at
 
 
+def image_rule_records(cfg):
+    """A legal image-run record, then each image placement rule broken alone (A outside the
+    image, B reading its weights part, a parameter array in its weights part)."""
+    D = cfg.dram_bytes
+    lo, hi, wt = D // 8, D // 8 + 16384, D // 8 + 2048
+    R, C = cfg.array_rows, cfg.array_cols
+    desc = GemmDescriptor(m=8, k=8, n=8, partition_m=2 * R, partition_n=2 * C, partition_k=8,
+                          tile_m=R, tile_n=C, outer_m=1, need_splitk=0,
+                          acc_buffer_needed=4 * R * C * 4, a_addr=wt + 64, a_stride=8,
+                          b_addr=D // 4, b_stride=8, c_addr=D // 2, c_stride=8)
+    fields = dict(out_format=1, mult_addr=lo + 64, shift_addr=lo + 1024, stats_addr=D // 2 + 4096)
+    out = [(layer_record(desc, **fields), (lo, hi), wt)]
+    out.append((layer_record(dataclasses.replace(desc, a_addr=lo - 4096), **fields), (lo, hi), wt))
+    out.append((layer_record(dataclasses.replace(desc, b_addr=wt + 1024), **fields), (lo, hi), wt))
+    out.append((layer_record(desc, **{**fields, "shift_addr": wt + 256}), (lo, hi), wt))
+    want = [check_record(rec, cfg, image=image, weights_at=w) for rec, image, w in out]
+    assert want[0] == [] and all([c for c, _ in e] == [ErrorCode.BAD_WINDOW] for e in want[1:])
+    return out
+
+
 def test_sequencer_checks_match_python_rules():
     cfg = PRESETS["tiny"]
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
     print(f"TESSERA_SEED={seed}")
     rng = random.Random(seed)
-    records = list(adversarial_descriptors(cfg, rng, 600))
+    records = list(adversarial_descriptors(cfg, rng, 600)) + image_rule_records(cfg)
     rst = Signal()
     seq = Sequencer(cfg)
     dut = ResetInserter(rst)(seq)
