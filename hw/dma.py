@@ -102,10 +102,6 @@ class LoadEngine(wiring.Component):
         rs_g = Signal(DIM_BITS)
         rs_gbase = Signal(range(self._depth))
         rs_left = Signal(signed(DIM_BITS + 1))       # valid bytes from this beat's first byte
-        # the byte mask of rs_left, registered beside it (so the buffer's write data is one AND
-        # behind a flip-flop, not a compare of the counter), and of a row's first beat
-        rs_mask = Signal(self._beat)
-        row_mask = Signal(self._beat)
         elems = Signal(DIM_BITS)
         buf_base = Signal(range(self._depth))
 
@@ -123,7 +119,6 @@ class LoadEngine(wiring.Component):
                 rq_row.eq(0), rq_g.eq(0), rq_row_addr.eq(self.p_addr), rq_addr.eq(self.p_addr),
                 rs_row.eq(0), rs_g.eq(0), rs_gbase.eq(self.p_buf_base),
                 rs_left.eq(self.p_elems),
-                rs_mask.eq(_byte_mask(self.p_elems, W)), row_mask.eq(_byte_mask(self.p_elems, W)),
                 one_group.eq(self.p_groups == 1),
                 rq_glast.eq(self.p_groups == 1), rs_glast.eq(self.p_groups == 1),
                 rq_rlast.eq(self.p_rows == 1), rs_rlast.eq(self.p_rows == 1),
@@ -142,22 +137,22 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g + 2 == groups),
                              rq_addr.eq(rq_addr + W)]
 
+        mask = _byte_mask(rs_left, W)
         m.d.comb += [
             self.w_addr.eq(rs_gbase + rs_row),
-            self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in rs_mask))),
+            self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask))),
             self.w_en.eq(self.mem.rvalid & self.busy),
         ]
         with m.If(self.mem.rvalid & self.busy):
             with m.If(rs_glast):
                 m.d.sync += [rs_g.eq(0), rs_row.eq(rs_row + 1), rs_gbase.eq(buf_base),
-                             rs_left.eq(elems), rs_mask.eq(row_mask), rs_glast.eq(one_group),
+                             rs_left.eq(elems), rs_glast.eq(one_group),
                              rs_rlast.eq(rs_row + 2 == rows)]
                 with m.If(rs_rlast):
                     m.d.sync += self.busy.eq(0)
             with m.Else():
                 m.d.sync += [rs_g.eq(rs_g + 1), rs_gbase.eq(rs_gbase + gstride),
-                             rs_left.eq(rs_left - W), rs_mask.eq(_byte_mask(rs_left - W, W)),
-                             rs_glast.eq(rs_g + 2 == groups)]
+                             rs_left.eq(rs_left - W), rs_glast.eq(rs_g + 2 == groups)]
         return m
 
 
