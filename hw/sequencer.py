@@ -78,8 +78,8 @@ class Sequencer(wiring.Component):
     ``img_wt`` its weights section). With ``dry`` the run stops after the checks and the
     parameter load: it reads, never writes.
 
-    Every A beat written into buffer A also goes through a CRC-32 (zlib's), restarted by
-    ``start``: ``a_bad`` is high when it differs from the record's ``a_crc``
+    Every A beat written into buffer A also goes through a CRC-32 (zlib's), restarted in the
+    cycle after ``start`` (from the state register, not from ``start``'s logic): ``a_bad`` is high when it differs from the record's ``a_crc``
     (:func:`spec.schedule.a_load_crc`); an image run checks it when a run-pass layer ends.
 
     Parameters
@@ -254,7 +254,8 @@ class Sequencer(wiring.Component):
         a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
         a_beat_valid = Signal()
         m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
-        m.d.comb += [a_crc.start.eq(self.start & ~self.busy), a_crc.data.eq(a_beat),
+        crc_restart = Signal()                  # CHECK_START: long before the first A load
+        m.d.comb += [a_crc.start.eq(crc_restart), a_crc.data.eq(a_beat),
                      a_crc.valid.eq(a_beat_valid)]
         m.d.sync += self.a_bad.eq(a_crc.crc != L["a_crc"])
         gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
@@ -389,7 +390,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0), conv.eq(0)]
                     m.next = "CHECK_START"
             with m.State("CHECK_START"):            # the record is latched: check it
-                m.d.comb += chk.start.eq(1)
+                m.d.comb += [chk.start.eq(1), crc_restart.eq(1)]
                 m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(chk.done):
