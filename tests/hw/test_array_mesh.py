@@ -33,6 +33,20 @@ def _beats(x, w, stride, pad, rows, cols):
     return tiles, beats
 
 
+def set_mesh_beat(ctx, dut, beat):
+    """Drive one of :func:`_beats`' mesh inputs (the tile index as the tag)."""
+    move, split, fill, wts, tap, first, last, t = beat
+    ctx.set(dut.i_mesh, 1)
+    ctx.set(dut.i_move, SystolicArray.MOVES[move])
+    ctx.set(dut.i_split, split)
+    ctx.set(dut.i_fill, 0 if fill is None else pack(fill.reshape(-1), 8))
+    ctx.set(dut.i_w, 0 if wts is None else pack(wts, 8))
+    ctx.set(dut.i_tap, tap)
+    ctx.set(dut.i_first, first)
+    ctx.set(dut.i_last, last)
+    ctx.set(dut.i_tag, t)
+
+
 @pytest.mark.parametrize("channels,h,w,stride,pad,split", [
     (5, 3, 3, 1, 1, (2, 2)),        # quadrants (4 + 1 channels): the pads meet through the wrap
     (2, 4, 4, 1, 0, (2, 2)),        # quadrants without padding
@@ -57,16 +71,9 @@ def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
     last_tap_cycle = {}
 
     async def producer(ctx):
-        for cycle, (move, split, fill, wts, tap, first, last, t) in enumerate(beats):
-            ctx.set(dut.i_mesh, 1)
-            ctx.set(dut.i_move, SystolicArray.MOVES[move])
-            ctx.set(dut.i_split, split)
-            ctx.set(dut.i_fill, 0 if fill is None else pack(fill.reshape(-1), 8))
-            ctx.set(dut.i_w, 0 if wts is None else pack(wts, 8))
-            ctx.set(dut.i_tap, tap)
-            ctx.set(dut.i_first, first)
-            ctx.set(dut.i_last, last)
-            ctx.set(dut.i_tag, t)
+        for cycle, beat in enumerate(beats):
+            set_mesh_beat(ctx, dut, beat)
+            t, last = beat[7], beat[6]
             if last:
                 last_tap_cycle[t] = cycle
             await ctx.tick()
@@ -132,16 +139,8 @@ def test_modes_take_turns_at_the_documented_gaps(gap_change):
         await gemm_tile(ctx, *gemm[0], gemm_tags[0])
         for _ in range(R + C - 2):                 # its last beat passes the last PE
             await ctx.tick()
-        for move, split, fill, wts, tap, first, last, t in beats:
-            ctx.set(dut.i_mesh, 1)
-            ctx.set(dut.i_move, SystolicArray.MOVES[move])
-            ctx.set(dut.i_split, split)
-            ctx.set(dut.i_fill, 0 if fill is None else pack(fill.reshape(-1), 8))
-            ctx.set(dut.i_w, 0 if wts is None else pack(wts, 8))
-            ctx.set(dut.i_tap, tap)
-            ctx.set(dut.i_first, first)
-            ctx.set(dut.i_last, last)
-            ctx.set(dut.i_tag, t)
+        for beat in beats:
+            set_mesh_beat(ctx, dut, beat)
             await ctx.tick()
         ctx.set(dut.i_mesh, 0)
         ctx.set(dut.i_tap, 0)
