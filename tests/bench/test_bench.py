@@ -288,6 +288,7 @@ def test_fpga_synth_script_maps_only_the_chosen_array_rows_to_luts():
         nextpnr_args(timing_weight=0)
     with pytest.raises(ValueError, match="seed=-1"):
         nextpnr_args(seed=-1)
+    assert "--tmg-ripup" not in args and "--tmg-ripup" in nextpnr_args(tmg_ripup=True)
 
 
 def test_fpga_lpf_puts_the_clock_on_a_clock_pin():
