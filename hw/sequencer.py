@@ -94,7 +94,7 @@ class Sequencer(wiring.Component):
     every :data:`LAYER_FIELDS` name; img_lo, img_hi, img_wt : ``In(dram_addr_bits + 1)``;
     dry : ``In(1)``; a_bad : ``Out(1)`` (registered; valid a few cycles after the last A load)
     c_<counter> : ``Out(32)`` for every :data:`spec.regmap.COUNTERS` name
-    cat_<counter> : ``Out(1)`` for every :data:`CATEGORIES` name: this cycle counts there
+    cat_<counter> : ``Out(1)`` for every :data:`CATEGORIES` name: the previous cycle counted there
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
     """
 
@@ -295,6 +295,7 @@ class Sequencer(wiring.Component):
         # the step after `nxt` in loop order (adv), and whether `nxt` is the last step
         m.submodules.walker = walk = StepWalker(cfg)
         adv, adv_last = walk.next, walk.last
+        wait_first = Signal()           # the first WAIT cycle of a phase (see WAIT)
         m.d.comb += [walk.step.eq(nxt), walk.m.eq(M), walk.n.eq(N), walk.k.eq(K),
                      walk.pm.eq(pm), walk.pn.eq(pn), walk.pk.eq(pk), walk.pmg.eq(pmg),
                      walk.png.eq(png), walk.gm_all.eq(gm_all), walk.gn_all.eq(gn_all),
@@ -432,9 +433,14 @@ class Sequencer(wiring.Component):
                 ]
                 m.d.sync += st_hold.eq(Mux(st_valid, store_wait_cycles(cfg), 0))
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
+                m.d.sync += wait_first.eq(1)
                 m.next = "WAIT"
             with m.State("WAIT"):
-                with m.If(~engines_busy):
+                # The walker's `adv` for this `nxt` is valid from WAIT's second cycle on
+                # (StepWalker.next_latency); a phase's engines are busy in its first anyway,
+                # so this guard never adds a cycle (the cycle-exact tests show it).
+                m.d.sync += wait_first.eq(0)
+                with m.If(~engines_busy & ~wait_first):
                     cur_klast = cur["kl"] <= pk
                     new_st = cur_valid & cur_klast
                     m.d.sync += [

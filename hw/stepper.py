@@ -38,11 +38,15 @@ class StepWalker(wiring.Component):
     last (``last``). spec.schedule.steps is the same walk in Python.
 
     Every compare the walk needs (the loops' wrap tests, the partition cuts) is registered from
-    ``step`` and the sizes, so ``next``, ``last`` and ``first`` are valid from the second cycle
-    after their inputs change: a register, then only adds and selects. The sequencer changes
-    ``step`` at the end of a phase and reads ``next`` at the end of the next one, at least two
-    cycles later (``ISSUE``, then ``WAIT``). On the ECP5 the compare -> select -> step-register
-    path put 421 of the whole 8x8's endpoints over 10 ns (session 11).
+    ``step`` and the sizes, and ``next`` and ``last`` are registers too (the adds and selects
+    between the two), so they are valid :attr:`next_latency` clock edges after ``step``
+    changes (``first``, from the sizes only, after :attr:`first_latency`). The sequencer
+    changes ``step`` at the end of a phase and reads ``next`` at the end of the next one: after
+    ``ISSUE`` and at least two ``WAIT`` cycles, since ``WAIT`` cannot end in its first cycle
+    (every phase starts an engine in ``ISSUE`` or holds a store, and an engine's ``busy``
+    rises the cycle after its start). On the ECP5 the
+    compare -> select -> step-register path put 421 of the whole 8x8's endpoints over 10 ns
+    (session 11); the adds -> select -> step-register path 213 (session 13).
 
     The split-K loop is innermost: k advances by ``pk`` until ``kl <= pk``, then wraps to 0 and
     the inner partition loop (n with ``outer_m``, else m) advances; when that wraps too, the
@@ -69,7 +73,14 @@ class StepWalker(wiring.Component):
     a_kstep, b_kstep, c_mstep : ``In(dram_addr_bits)``: pointer steps per partition
     """
 
+    #: Clock edges from a change of ``step`` until its ``next`` and ``last`` are valid (the
+    #: compares' register, then ``next``'s); ``first`` follows the sizes after
+    #: ``first_latency`` edges.
+    next_latency = 2
+    first_latency = 1
+
     def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
         layout = step_layout(cfg)
         ab = cfg.dram_addr_bits
         super().__init__({
@@ -138,7 +149,8 @@ class StepWalker(wiring.Component):
                                            t.b_kptr.eq(s.b_kptr + self.b_kstep)]
             return out + [t.kl.eq(kl), t.ke.eq(Mux(cut, kl, self.pk))]
 
-        adv = self.next
+        # the walk is computed into `adv` and registered into `next` (and `last`)
+        adv = Signal(step_layout(self._cfg), name="adv")
 
         k_wrap = registered("k_wrap", s.kl <= self.pk)
         m_wrap = registered("m_wrap", s.ml <= self.pm)
@@ -168,7 +180,7 @@ class StepWalker(wiring.Component):
                     m.d.comb += [m_same.eq(one_m), n_same.eq(0)]
             m.d.comb += wrapped.eq(m_wrap & n_wrap)
         m.d.comb += [adv.a_same.eq(k_same & m_same), adv.b_same.eq(k_same & n_same)]
-        m.d.comb += self.last.eq(k_wrap & wrapped)
+        m.d.sync += [self.next.eq(adv), self.last.eq(k_wrap & wrapped)]
 
         # the first step: every loop fresh
         f = self.first

@@ -39,12 +39,12 @@ def test_walker_follows_the_schedule(preset):
                             (dut.a_kstep, a_kstep % (1 << ab)), (dut.b_kstep, b_kstep % (1 << ab)),
                             (dut.c_mstep, c_mstep % (1 << ab))):
                 ctx.set(port, v)
-            await ctx.tick().repeat(2)          # the walker's compares are registered
+            await ctx.tick().repeat(StepWalker.first_latency)   # the compares are registered
             step = ctx.get(dut.first)
             walk = []
             for _ in range(10_000):
                 ctx.set(dut.step, step)
-                await ctx.tick().repeat(2)
+                await ctx.tick().repeat(StepWalker.next_latency)
                 walk.append({name: int(getattr(step, name)) for name in
                              ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "me", "ne",
                               "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr", "a_same",
