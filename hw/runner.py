@@ -63,8 +63,8 @@ class ImageRunner(wiring.Component):
     stats_addr : ``In(32)`` the current record's ``stats_addr`` word
     img_lo, img_hi, img_wt : ``Out(dram_addr_bits + 1)`` (the image, its weights section)
     s_<counter> : ``In(32)`` the sequencer's counters (for the statistics records);
-    s_cat_<counter> : ``In(1)`` for the MAC and stall categories: the sequencer counts this
-    cycle in that counter; c_<counter> : ``Out(32)`` the image's
+    s_cat_<counter> : ``In(1)`` for the MAC and stall categories: the sequencer counted the
+    previous cycle in that counter; c_<counter> : ``Out(32)`` the image's
     a_fire, b_fire, c_fire : ``In(1)`` accepted beats on the three ports
     """
 
@@ -240,10 +240,19 @@ class ImageRunner(wiring.Component):
         ctr = {name: Signal(32, name=f"img_{name}") for name in COUNTERS}
         for name in COUNTERS:
             m.d.comb += getattr(self, f"c_{name}").eq(ctr[name])
+        # Like the sequencer's (hw/counters.py), a cycle is counted a cycle later, from
+        # registered conditions: the sequencer's `s_cat_*` already name its previous cycle.
+        # The counters are final the cycle after `busy` falls, when `done` rises.
         run_pass = Signal()
-        layer_cycle = Signal()                       # a run-pass cycle the sequencer counts
-        m.d.comb += layer_cycle.eq(run_pass & self.seq_busy)
-        with m.If(self.busy):
+        busy_q, layer_cycle = Signal(), Signal()    # layer_cycle: a run-pass cycle the
+        m.d.sync += [busy_q.eq(self.busy),          # sequencer counts (a cycle ago)
+                     layer_cycle.eq(run_pass & self.seq_busy)]
+        fires = []
+        for port, beat in (("a", cfg.a_beat_bytes), ("b", bb), ("c", W)):
+            fire = Signal(name=f"{port}_fire_q")
+            m.d.sync += fire.eq(self.busy & getattr(self, f"{port}_fire"))
+            fires.append((fire, f"{'wr' if port == 'c' else 'rd'}_{port}_bytes", beat))
+        with m.If(busy_q):
             m.d.sync += ctr["total_cycles"].eq(ctr["total_cycles"] + 1)
             in_layer = Cat(*(getattr(self, f"s_cat_{name}") for name in _LAYER_SUMMED)).any()
             with m.If(~(layer_cycle & in_layer)):
@@ -251,9 +260,8 @@ class ImageRunner(wiring.Component):
             for name in _LAYER_SUMMED:
                 with m.If(layer_cycle & getattr(self, f"s_cat_{name}")):
                     m.d.sync += ctr[name].eq(ctr[name] + 1)
-            for port, beat in (("a", cfg.a_beat_bytes), ("b", bb), ("c", W)):
-                name = f"{'wr' if port == 'c' else 'rd'}_{port}_bytes"
-                with m.If(getattr(self, f"{port}_fire")):
+            for fire, name, beat in fires:
+                with m.If(fire):
                     m.d.sync += ctr[name].eq(ctr[name] + beat)
 
         # -- control -------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """PerfCounters (Amaranth simulator): one category per busy cycle, by priority; bytes per
-accepted beat; a start clears."""
+accepted beat; a start clears; each cycle counts a cycle later."""
 
 from hw.counters import CATEGORIES, PerfCounters
 from spec.config import PRESETS
@@ -30,16 +30,21 @@ def test_counters_priority_bytes_and_clear(tmp_path):
             for port, v in ((dut.a_fire, a), (dut.b_fire, b), (dut.c_fire, c)):
                 ctx.set(port, v)
             won = next((n for n in CATEGORIES if n in conds), None)
+            await ctx.tick()
+            # the cycle's category is named (and counted) a cycle later
             for name in CATEGORIES:
                 assert ctx.get(getattr(dut, f"cat_{name}")) == (busy and name == won)
-            await ctx.tick()
         ctx.set(dut.busy, 0)
+        # the last busy cycle is not counted yet: it is the cycle after busy falls
+        seen["early"] = ctx.get(dut.c_total_cycles)
+        await ctx.tick()
         seen.update({name: ctx.get(getattr(dut, f"c_{name}")) for name in COUNTERS})
         ctx.set(dut.start, 1)
         await ctx.tick()
         seen["cleared"] = [ctx.get(getattr(dut, f"c_{name}")) for name in COUNTERS]
 
     run_sim(dut, bench, tmp_path=tmp_path, name="counters")
+    assert seen["early"] == 3
     assert seen["total_cycles"] == 4 and seen["stall_ctrl_cycles"] == 1
     assert (seen["mac_active_cycles"], seen["stall_load_b_cycles"], seen["stall_drain_cycles"],
             seen["stall_load_a_cycles"], seen["stall_store_cycles"]) == (1, 1, 1, 0, 0)
