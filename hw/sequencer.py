@@ -295,7 +295,20 @@ class Sequencer(wiring.Component):
         # the step after `nxt` in loop order (adv), and whether `nxt` is the last step
         m.submodules.walker = walk = StepWalker(cfg)
         adv, adv_last = walk.next, walk.last
-        wait_first = Signal()           # the first WAIT cycle of a phase (see WAIT)
+        # The step registers move at the end of ISSUE (`cur <= nxt`, `nxt <= adv`, the pending
+        # store's `st <= cur`), enabled by a flip-flop, not by the end of WAIT (whose condition
+        # gathers every engine's busy flag: on the ECP5 that enable into ~1,000 flip-flops was
+        # a 13.4 ns path). The valid flags and slots still move when WAIT ends, so in ISSUE
+        # the engines take the step to compute from `nxt` and the step to load from `adv`:
+        # what `cur` and `nxt` hold after the move. Before the first ISSUE the walker holds
+        # `first` in `adv` (`restart`).
+        shift = [Signal(name=f"step_shift{i}", attrs={"keep": 1}) for i in range(3)]
+        comp, load = nxt, adv           # in ISSUE: the step to compute, the step to load
+        # WAIT's first cycles: the walker's `adv` and `adv_last` for the `nxt` moved at the end
+        # of ISSUE are valid from WAIT's third cycle (StepWalker.next_latency); a phase's
+        # engines are busy longer anyway, so this guard never adds a cycle (the cycle-exact
+        # tests show it)
+        wait_early = Signal(2)
         m.d.comb += [walk.step.eq(nxt), walk.m.eq(M), walk.n.eq(N), walk.k.eq(K),
                      walk.pm.eq(pm), walk.pn.eq(pn), walk.pk.eq(pk), walk.pmg.eq(pmg),
                      walk.png.eq(png), walk.gm_all.eq(gm_all), walk.gn_all.eq(gn_all),
@@ -308,7 +321,7 @@ class Sequencer(wiring.Component):
         def load_next(engine, addr, stride, groups, elems, slot, half):
             """A load engine's command for the next step: its k rows into the free half."""
             return [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
-                    engine.p_rows.eq(nxt.ke), engine.p_groups.eq(groups),
+                    engine.p_rows.eq(load.ke), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
                     engine.p_buf_gstride.eq(pk)]
 
@@ -317,27 +330,29 @@ class Sequencer(wiring.Component):
             ce.p_b_base.eq(Mux(b_slot, half_b, 0)),
             ce.p_acc_base.eq(Mux(acc_slot, half_acc, 0)),
             ce.p_acc_rstride.eq(gn_max),
-            ce.p_gm.eq(cur["gme"]),
-            ce.p_gn.eq(cur["gne"]),
+            ce.p_gm.eq(comp["gme"]),
+            ce.p_gn.eq(comp["gne"]),
             ce.p_tile_mg.eq(d["tile_m"] >> lr),
             ce.p_tile_ng.eq(d["tile_n"] >> lc),
             ce.p_pk.eq(pk),
-            ce.p_keff.eq(cur["ke"]),
-            ce.p_accum.eq(cur["k0"] != 0),
+            ce.p_keff.eq(comp["ke"]),
+            ce.p_accum.eq(comp["k0"] != 0),
 
-            *load_next(la, nxt["a_kptr"] + nxt["m0"], d["a_stride"], nxt["gme"], nxt["me"],
+            *load_next(la, load["a_kptr"] + load["m0"], d["a_stride"], load["gme"],
+                       load["me"],
                        a_slot, half_a),
-            *load_next(lb, nxt["b_kptr"] + nxt["n0"], d["b_stride"], nxt["gne"], nxt["ne"],
+            *load_next(lb, load["b_kptr"] + load["n0"], d["b_stride"], load["gne"],
+                       load["ne"],
                        b_slot, half_b),
 
             ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
             ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
             ag.p_groups.eq(ag_groups),
             ag.p_b_addr.eq(d["b_addr"]),
-            ag.p_k0.eq(nxt["k0"]),
-            ag.p_rows.eq(nxt["ke"]),
-            ag.p_g0.eq(nxt["n0"] >> lc),
-            ag.p_gn.eq(nxt["gne"]),
+            ag.p_k0.eq(load["k0"]),
+            ag.p_rows.eq(load["ke"]),
+            ag.p_g0.eq(load["n0"] >> lc),
+            ag.p_gn.eq(load["gne"]),
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
@@ -374,6 +389,7 @@ class Sequencer(wiring.Component):
             with m.If(is_conv):
                 m.next = "TABLES"
             with m.Else():
+                m.d.sync += [x.eq(1) for x in shift]
                 m.next = "ISSUE"
 
         # While a parameter array loads, the loader runs the B load engine: it copies the
@@ -385,21 +401,40 @@ class Sequencer(wiring.Component):
             m.d.comb += [getattr(lb, name).eq(getattr(pl.lb, name))
                          for name in pl.lb.signature.members if name.startswith("p_")]
 
+        # the step registers' move (see `shift`): each copy of the flag enables one group
+        m.d.sync += [x.eq(0) for x in shift]
+        with m.If(shift[0]):
+            m.d.sync += cur.eq(nxt)
+        with m.If(shift[1]):
+            m.d.sync += nxt.eq(adv)
+        with m.If(shift[2] & st_valid):         # the step computed in the phase just ended
+            m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
+                         st["me"].eq(cur["me"]), st["ne"].eq(cur["ne"]),
+                         st["gne"].eq(cur["gne"]),
+                         # the store's first address, summed here
+                         st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
+                                                             cur["n0"] << 2)),
+                         st["slot"].eq(~acc_slot)]      # (acc_slot moved with st_valid)
+        walk_restart = Signal()         # until the first ISSUE: `adv` is the first step
+        m.d.comb += walk.restart.eq(walk_restart)
+
         with m.FSM():
             with m.State("IDLE"):
+                m.d.comb += walk_restart.eq(1)
                 with m.If(self.start):
                     m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0), conv.eq(0)]
                     m.next = "CHECK_START"
             with m.State("CHECK_START"):            # the record is latched: check it
+                m.d.comb += walk_restart.eq(1)
                 m.d.comb += [chk.start.eq(1), crc_restart.eq(1)]
                 m.next = "CHECK"
             with m.State("CHECK"):
+                m.d.comb += walk_restart.eq(1)
                 with m.If(chk.done):
                     m.d.sync += [
                         gn_max.eq(pn >> lc),
                         cur_valid.eq(0), nxt_valid.eq(1), st_valid.eq(0),
                         a_slot.eq(0), b_slot.eq(0), acc_slot.eq(0),
-                        nxt.eq(walk.first),
                     ]
                     with m.If(chk.failed):
                         m.d.sync += error.eq(chk.code)
@@ -412,6 +447,7 @@ class Sequencer(wiring.Component):
                     with m.Else():
                         launch()
             with m.State("PARAMS"):             # post-processing parameters (ParamLoader)
+                m.d.comb += walk_restart.eq(1)
                 with m.If(pl.done & pl.bad):
                     m.d.sync += error.eq(ErrorCode.BAD_QUANT)
                     m.next = "FINISH"
@@ -420,11 +456,13 @@ class Sequencer(wiring.Component):
                 with m.Elif(pl.done):
                     launch()
             with m.State("TABLES"):             # convolution tables on chip before the prologue
+                m.d.comb += walk_restart.eq(1)
                 with m.If(~ag.tables_busy):
+                    m.d.sync += [x.eq(1) for x in shift]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
-                same_a = cur_valid & nxt["a_same"]      # (the walker's: no compares here)
-                same_b = cur_valid & nxt["b_same"]
+                same_a = cur_valid & load["a_same"]      # (the walker's: no compares here)
+                same_b = cur_valid & load["b_same"]
                 m.d.comb += [
                     ce.start.eq(cur_valid),
                     la.start.eq(nxt_valid & ~same_a),
@@ -433,14 +471,11 @@ class Sequencer(wiring.Component):
                 ]
                 m.d.sync += st_hold.eq(Mux(st_valid, store_wait_cycles(cfg), 0))
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
-                m.d.sync += wait_first.eq(1)
+                m.d.sync += wait_early.eq(0b11)
                 m.next = "WAIT"
             with m.State("WAIT"):
-                # The walker's `adv` for this `nxt` is valid from WAIT's second cycle on
-                # (StepWalker.next_latency); a phase's engines are busy in its first anyway,
-                # so this guard never adds a cycle (the cycle-exact tests show it).
-                m.d.sync += wait_first.eq(0)
-                with m.If(~engines_busy & ~wait_first):
+                m.d.sync += wait_early.eq(wait_early >> 1)
+                with m.If(~engines_busy & (wait_early == 0)):
                     cur_klast = cur["kl"] <= pk
                     new_st = cur_valid & cur_klast
                     m.d.sync += [
@@ -450,17 +485,10 @@ class Sequencer(wiring.Component):
                         cur_valid.eq(nxt_valid),
                         nxt_valid.eq(nxt_valid & ~adv_last),
                     ]
-                    m.d.sync += [cur.eq(nxt), nxt.eq(adv)]
                     with m.If(new_st):
-                        m.d.sync += [st["m0"].eq(cur["m0"]), st["n0"].eq(cur["n0"]),
-                                     st["me"].eq(cur["me"]), st["ne"].eq(cur["ne"]),
-                                     st["gne"].eq(cur["gne"]),
-                                     # the store's first address, summed here
-                                     st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
-                                                                         cur["n0"] << 2)),
-                                     st["slot"].eq(acc_slot),
-                                     acc_slot.eq(~acc_slot)]
+                        m.d.sync += acc_slot.eq(~acc_slot)
                     with m.If(nxt_valid | new_st):
+                        m.d.sync += [x.eq(1) for x in shift]
                         m.next = "ISSUE"
                     with m.Else():
                         m.next = "FINISH"

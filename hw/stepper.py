@@ -41,10 +41,8 @@ class StepWalker(wiring.Component):
     ``step`` and the sizes, and ``next`` and ``last`` are registers too (the adds and selects
     between the two), so they are valid :attr:`next_latency` clock edges after ``step``
     changes (``first``, from the sizes only, after :attr:`first_latency`). The sequencer
-    changes ``step`` at the end of a phase and reads ``next`` at the end of the next one: after
-    ``ISSUE`` and at least two ``WAIT`` cycles, since ``WAIT`` cannot end in its first cycle
-    (every phase starts an engine in ``ISSUE`` or holds a store, and an engine's ``busy``
-    rises the cycle after its start). On the ECP5 the
+    changes ``step`` at the end of ``ISSUE`` and reads ``next`` from ``WAIT``'s third cycle on
+    (it guards the first two; a phase's engines are busy longer anyway). On the ECP5 the
     compare -> select -> step-register path put 421 of the whole 8x8's endpoints over 10 ns
     (session 11); the adds -> select -> step-register path 213 (session 13).
 
@@ -70,6 +68,8 @@ class StepWalker(wiring.Component):
     pmg, png : ``In(DIM_BITS)``: ``pm / R``, ``pn / C``; gm_all, gn_all : ``In(DIM_BITS)``:
     the matrix's array-tile rows and columns
     outer_m : ``In(1)``; a_addr, b_addr, c_addr : ``In(32)``
+    restart : ``In(1)``: ``next`` takes ``first`` instead (the sequencer's walk before its first
+    step)
     a_kstep, b_kstep, c_mstep : ``In(dram_addr_bits)``: pointer steps per partition
     """
 
@@ -88,7 +88,7 @@ class StepWalker(wiring.Component):
             **{name: In(32) for name in ("m", "n", "k", "pm", "pn", "pk",
                                          "a_addr", "b_addr", "c_addr")},
             **{name: In(DIM_BITS) for name in ("pmg", "png", "gm_all", "gn_all")},
-            "outer_m": In(1),
+            "outer_m": In(1), "restart": In(1),
             **{name: In(ab) for name in ("a_kstep", "b_kstep", "c_mstep")},
         })
 
@@ -180,7 +180,8 @@ class StepWalker(wiring.Component):
                     m.d.comb += [m_same.eq(one_m), n_same.eq(0)]
             m.d.comb += wrapped.eq(m_wrap & n_wrap)
         m.d.comb += [adv.a_same.eq(k_same & m_same), adv.b_same.eq(k_same & n_same)]
-        m.d.sync += [self.next.eq(adv), self.last.eq(k_wrap & wrapped)]
+        m.d.sync += [self.next.eq(Mux(self.restart, self.first, adv)),
+                     self.last.eq(k_wrap & wrapped)]
 
         # the first step: every loop fresh
         f = self.first

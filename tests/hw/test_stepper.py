@@ -39,8 +39,11 @@ def test_walker_follows_the_schedule(preset):
                             (dut.a_kstep, a_kstep % (1 << ab)), (dut.b_kstep, b_kstep % (1 << ab)),
                             (dut.c_mstep, c_mstep % (1 << ab))):
                 ctx.set(port, v)
-            await ctx.tick().repeat(StepWalker.first_latency)   # the compares are registered
+            ctx.set(dut.restart, 1)         # next: the first step, a cycle later
+            await ctx.tick().repeat(StepWalker.first_latency + 1)
             step = ctx.get(dut.first)
+            assert ctx.get(dut.next) == step
+            ctx.set(dut.restart, 0)
             walk = []
             for _ in range(10_000):
                 ctx.set(dut.step, step)
