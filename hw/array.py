@@ -28,7 +28,10 @@ class SystolicArray(wiring.Component):
     sake) and holds three int32 registers: the running sum, a capture of the finished sum, and a
     stage of a per-column shift chain that drains finished sums downwards (the bottom row's
     stage is its capture, read directly, which keeps the latency at ``R + C`` despite the
-    product register).
+    product register). Each multiplier reads its operands from a copy of the neighbours'
+    operand registers, loaded with them (``pe<i>_<j>_am`` / ``_bm``; not where the operand is
+    the array's input), so an FPGA can place the copy beside the multiplier and the original
+    beside the next PE.
 
     Parameters
     ----------
@@ -124,21 +127,28 @@ class SystolicArray(wiring.Component):
         ob, ab = cfg.operand_bits, cfg.acc_bits
 
         # -- input skew: row i of A (with the beat flags) is delayed i cycles, column j of B j.
-        def delayed(sig, n, name, *, data=False):
-            """``sig`` ``n`` cycles later; ``data``: no reset (only flags and tags need one)."""
+        def delayed(sig, n, name, *, data=False, before=None):
+            """``sig`` ``n`` cycles later; ``data``: no reset (only flags and tags need one).
+            ``before``: a list that gets what the last stage loads (``None`` when ``n`` is 0)."""
+            last_d = None
             for stage in range(n):
                 nxt = Signal.like(sig, name=f"{name}_d{stage + 1}", reset_less=data)
                 m.d.sync += nxt.eq(sig)
-                sig = nxt
+                last_d, sig = sig, nxt
+            if before is not None:
+                before.append(last_d)
             return sig
 
         a_west, f_west, b_north = [], [], []
+        a_west_d, b_north_d = [], []
         flags_in = Cat(self.i_valid, self.i_first, self.i_last)
         for i in range(R):
-            a_west.append(delayed(self.i_a[ob * i:ob * (i + 1)], i, f"skew_a{i}", data=True))
+            a_west.append(delayed(self.i_a[ob * i:ob * (i + 1)], i, f"skew_a{i}", data=True,
+                                  before=a_west_d))
             f_west.append(delayed(flags_in, i, f"skew_f{i}"))
         for j in range(C):
-            b_north.append(delayed(self.i_b[ob * j:ob * (j + 1)], j, f"skew_b{j}", data=True))
+            b_north.append(delayed(self.i_b[ob * j:ob * (j + 1)], j, f"skew_b{j}", data=True,
+                                   before=b_north_d))
 
         # -- PE grid. Operands, products and sums have no reset: every one is written before it
         # is read (a tile's first beat restarts `acc`), and on an FPGA the reset net would
@@ -156,23 +166,51 @@ class SystolicArray(wiring.Component):
         mesh = self._mesh
         if mesh:
             x, w_pe, mode, t_flags, t_last = self._mesh_logic(m)
+
+        def operands(i, j):
+            """What PE ``(i, j)`` takes in: the registers its neighbours (or the skew) hold."""
+            return (a_west[i].as_signed() if j == 0 else a_out[i][j - 1],
+                    b_north[j].as_signed() if i == 0 else b_out[i - 1][j])
+
+        def loads(i, j):
+            """What those registers load (``None`` where the operand is the array's input)."""
+            a_d = a_west_d[i] if j == 0 else operands(i, j - 1)[0]
+            b_d = b_north_d[j] if i == 0 else operands(i - 1, j)[1]
+            return a_d, b_d
+
+        def mul_copy(value, name):
+            """A register beside the multiplier that loads what the operand register loads:
+            the same value in the same cycle. The operand registers also feed the next PE's
+            operand register; on the ECP5 (the multipliers in DSP tiles) the shared register
+            sat far from one or the other, 9 ns of routing across each multiplier (session 15).
+            ``keep``: synthesis must not merge it back (bench.fpga's script)."""
+            if value is None:
+                return None
+            copy = Signal(signed(ob), name=name, reset_less=True, attrs={"keep": 1})
+            m.d.sync += copy.eq(value.as_signed())
+            return copy
+
         for i in range(R):
             for j in range(C):
-                a_in = a_west[i].as_signed() if j == 0 else a_out[i][j - 1]
-                b_in = b_north[j].as_signed() if i == 0 else b_out[i - 1][j]
+                a_in, b_in = operands(i, j)
                 f_in = f_west[i] if j == 0 else f_out[i][j - 1]
                 m.d.sync += [a_out[i][j].eq(a_in), b_out[i][j].eq(b_in), f_out[i][j].eq(f_in)]
+                a_d, b_d = loads(i, j)
+                a_mul = mul_copy(a_d, f"pe{i}_{j}_am")
+                b_mul = mul_copy(b_d, f"pe{i}_{j}_bm")
+                a_mul = a_in if a_mul is None else a_mul
+                b_mul = b_in if b_mul is None else b_mul
                 # The product is registered (FPGA multipliers are slow), so the accumulation
                 # happens one cycle after the operands pass: with the flags the PE forwards.
                 prod = Signal(signed(2 * ob), name=f"pe{i}_{j}_prod")
                 prod_q = Signal(signed(2 * ob), name=f"pe{i}_{j}_p", reset_less=True)
                 if mesh:
                     # one operand pair per mode, selected by the mode of this cycle's input
-                    m.d.comb += prod.eq(Mux(mode[i][j], x[i][j], a_in)
-                                        * Mux(mode[i][j], w_pe[i][j], b_in))
+                    m.d.comb += prod.eq(Mux(mode[i][j], x[i][j], a_mul)
+                                        * Mux(mode[i][j], w_pe[i][j], b_mul))
                     flags = Mux(t_flags[0], t_flags, f_out[i][j])
                 else:
-                    m.d.comb += prod.eq(a_in * b_in)
+                    m.d.comb += prod.eq(a_mul * b_mul)
                     flags = f_out[i][j]
                 m.d.sync += prod_q.eq(prod)
                 valid, first, last = flags[0], flags[1], flags[2]
