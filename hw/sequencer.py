@@ -90,6 +90,7 @@ class Sequencer(wiring.Component):
     Members
     -------
     start : ``In(1)``; busy, done : ``Out(1)``; error : ``Out(8)``
+    busy_next : ``Out(1)``: the value ``busy`` takes in the next cycle (for registered copies)
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for
     every :data:`LAYER_FIELDS` name; img_lo, img_hi, img_wt : ``In(dram_addr_bits + 1)``;
     dry : ``In(1)``; a_bad : ``Out(1)`` (registered; valid a few cycles after the last A load)
@@ -104,6 +105,7 @@ class Sequencer(wiring.Component):
         members = {
             "start": In(1),
             "busy": Out(1),
+            "busy_next": Out(1),
             "done": Out(1),
             "error": Out(8),
             "a_rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.a_beat_bytes)),
@@ -254,7 +256,9 @@ class Sequencer(wiring.Component):
         a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
         a_beat_valid = Signal()
         m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
-        crc_restart = Signal()                  # CHECK_START: long before the first A load
+        # restarted in CHECK_START (long before the first A load), from a flip-flop set with
+        # the start: the FSM's state decode into the CRC's 32 flip-flops was a 12.1 ns path
+        crc_restart = Signal()
         m.d.comb += [a_crc.start.eq(crc_restart), a_crc.data.eq(a_beat),
                      a_crc.valid.eq(a_beat_valid)]
         m.d.sync += self.a_bad.eq(a_crc.crc != L["a_crc"])
@@ -418,15 +422,20 @@ class Sequencer(wiring.Component):
         walk_restart = Signal()         # until the first ISSUE: `adv` is the first step
         m.d.comb += walk.restart.eq(walk_restart)
 
+        m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
+        m.d.sync += self.busy.eq(self.busy_next)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += walk_restart.eq(1)
                 with m.If(self.start):
-                    m.d.sync += [self.busy.eq(1), self.done.eq(0), error.eq(0), conv.eq(0)]
+                    m.d.comb += self.busy_next.eq(1)
+                    m.d.sync += [self.done.eq(0), error.eq(0), conv.eq(0),
+                                 crc_restart.eq(1)]
                     m.next = "CHECK_START"
             with m.State("CHECK_START"):            # the record is latched: check it
                 m.d.comb += walk_restart.eq(1)
-                m.d.comb += [chk.start.eq(1), crc_restart.eq(1)]
+                m.d.comb += chk.start.eq(1)
+                m.d.sync += crc_restart.eq(0)
                 m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += walk_restart.eq(1)
@@ -493,7 +502,8 @@ class Sequencer(wiring.Component):
                     with m.Else():
                         m.next = "FINISH"
             with m.State("FINISH"):
-                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+                m.d.comb += self.busy_next.eq(0)
+                m.d.sync += self.done.eq(1)
                 m.next = "IDLE"
 
         # -- performance counters (busy covers the whole layer run) ------------------------------
