@@ -56,6 +56,7 @@ class ImageRunner(wiring.Component):
     -------
     start : ``In(1)``; image_addr : ``In(dram_addr_bits)``
     busy, done : ``Out(1)``; error : ``Out(8)``; layer_index : ``Out(32)``
+    busy_next : ``Out(1)``: the value ``busy`` takes in the next cycle (for registered copies)
     rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
     rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
         a register); rec_data : ``Out(b beat)``
@@ -75,6 +76,7 @@ class ImageRunner(wiring.Component):
             "start": In(1),
             "image_addr": In(ab),
             "busy": Out(1),
+            "busy_next": Out(1),
             "done": Out(1),
             "error": Out(8),
             "layer_index": Out(32),
@@ -274,10 +276,13 @@ class ImageRunner(wiring.Component):
             m.d.sync += [to_hdr.eq(0), to_rec.eq(1), to_crc.eq(0)]
             m.next = "RECORD"
 
+        m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
+        m.d.sync += self.busy.eq(self.busy_next)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
+                    m.d.comb += self.busy_next.eq(1)
+                    m.d.sync += [self.done.eq(0), self.error.eq(0),
                                  layer.eq(0), run_pass.eq(0), img.eq(self.image_addr),
                                  to_hdr.eq(1), to_rec.eq(0), to_crc.eq(0)]
                     m.d.sync += [c.eq(0) for c in ctr.values()]
@@ -344,6 +349,7 @@ class ImageRunner(wiring.Component):
             with m.State("NEXT"):
                 fetch_record()
             with m.State("FINISH"):
-                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+                m.d.comb += self.busy_next.eq(0)
+                m.d.sync += self.done.eq(1)
                 m.next = "IDLE"
         return m

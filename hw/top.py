@@ -70,9 +70,19 @@ class AccelTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.a_rd), seq.a_rd)
 
         # The runner uses the B port while the sequencer is idle, and the C port for the
-        # statistics records (also while the sequencer is idle).
-        seq_idle = ~seq.busy
-        with m.If(run.busy & seq_idle):
+        # statistics records (also while the sequencer is idle). Who owns the ports, and
+        # whether anything is busy (which stops CSR writes), are registers computed from the
+        # blocks' busy_next, so each equals its combinational form in every cycle; on the ECP5
+        # runner.busy -> port select / CSR write enable into ~1,000 flip-flops were 10.6-11.5
+        # ns paths. Copies (keep) for the port multiplexers, the blocks' handshakes, the CSR
+        # write enables.
+        def flag(name, value, copies):
+            regs = [Signal(name=f"{name}{i}", attrs={"keep": 1}) for i in range(copies)]
+            m.d.sync += [r.eq(value) for r in regs]
+            return regs
+        port_mux, port_hs = flag("runner_port", run.busy_next & ~seq.busy_next, 2)
+        busy_csr, busy_out = flag("any_busy", run.busy_next | seq.busy_next, 2)
+        with m.If(port_mux):
             m.d.comb += [
                 self.b_rd.addr.eq(run.rd.addr), self.b_rd.valid.eq(run.rd.valid),
                 self.b_rd.stride.eq(run.rd.stride),
@@ -86,7 +96,7 @@ class AccelTop(wiring.Component):
                 self.c_wr.addr.eq(seq.c_wr.addr), self.c_wr.valid.eq(seq.c_wr.valid),
                 self.c_wr.data.eq(seq.c_wr.data), self.c_wr.strb.eq(seq.c_wr.strb),
             ]
-        runner_port = run.busy & seq_idle
+        runner_port = port_hs
         m.d.comb += [
             run.rd.ready.eq(self.b_rd.ready & runner_port), run.rd.rdata.eq(self.b_rd.rdata),
             run.rd.rvalid.eq(self.b_rd.rvalid & runner_port),
@@ -109,7 +119,7 @@ class AccelTop(wiring.Component):
         for name in CATEGORIES:
             m.d.comb += getattr(run, f"s_cat_{name}").eq(getattr(seq, f"cat_{name}"))
 
-        busy = seq.busy | run.busy
+        busy = busy_out
         done = Mux(image_mode, run.done, seq.done)
         m.d.comb += [self.busy.eq(busy), self.done.eq(done)]
         status = Signal(32)
@@ -124,7 +134,7 @@ class AccelTop(wiring.Component):
             REG["IMAGE_ADDR"].offset: image_addr,
             REG["LAYER_INDEX"].offset: run.layer_index,
         }
-        csr_write = self.csr.we & ~busy
+        csr_write = self.csr.we & ~busy_csr
         with m.If(csr_write & (self.csr.addr == REG["IMAGE_ADDR"].offset)):
             m.d.sync += image_addr.eq(self.csr.wdata)
         m.d.comb += run.image_addr.eq(image_addr)
