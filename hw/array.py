@@ -29,9 +29,9 @@ class SystolicArray(wiring.Component):
     stage of a per-column shift chain that drains finished sums downwards (the bottom row's
     stage is its capture, read directly, which keeps the latency at ``R + C`` despite the
     product register). Each multiplier reads its operands from a copy of the neighbours'
-    operand registers, loaded with them (``pe<i>_<j>_am`` / ``_bm``; not where the operand is
-    the array's input), so an FPGA can place the copy beside the multiplier and the original
-    beside the next PE.
+    operand registers, loaded with them (``pe<i>_<j>_am`` / ``_bm``; PE ``(0, 0)`` reads
+    ``i_a00`` / ``i_b00``, its driver's copies), so an FPGA can place the copy beside the
+    multiplier and the original beside the next PE.
 
     Parameters
     ----------
@@ -45,6 +45,9 @@ class SystolicArray(wiring.Component):
     i_valid, i_first, i_last : ``In(1)``
     i_a : ``In(array_rows * 8)``  (row ``i`` in bits ``8i .. 8i+7``, two's complement)
     i_b : ``In(array_cols * 8)``
+    i_a00, i_b00 : ``In(8)``: row 0 of ``i_a`` and column 0 of ``i_b`` again, from a second
+    register beside the first (PE ``(0, 0)``'s multiplier reads them; every other multiplier
+    reads a copy the array makes, below)
     i_tag : ``In(tag_bits)``
     o_valid : ``Out(1)``
     o_row : ``Out(array_cols * 32)`` (column ``j`` in bits ``32j .. 32j+31``)
@@ -98,6 +101,8 @@ class SystolicArray(wiring.Component):
             "i_last": In(1),
             "i_a": In(rows * cfg.operand_bits),
             "i_b": In(cols * cfg.operand_bits),
+            "i_a00": In(cfg.operand_bits),
+            "i_b00": In(cfg.operand_bits),
             "i_tag": In(tag_bits),
             "o_valid": Out(1),
             "o_row": Out(cols * cfg.acc_bits),
@@ -198,8 +203,8 @@ class SystolicArray(wiring.Component):
                 a_d, b_d = loads(i, j)
                 a_mul = mul_copy(a_d, f"pe{i}_{j}_am")
                 b_mul = mul_copy(b_d, f"pe{i}_{j}_bm")
-                a_mul = a_in if a_mul is None else a_mul
-                b_mul = b_in if b_mul is None else b_mul
+                a_mul = self.i_a00.as_signed() if a_mul is None else a_mul
+                b_mul = self.i_b00.as_signed() if b_mul is None else b_mul
                 # The product is registered (FPGA multipliers are slow), so the accumulation
                 # happens one cycle after the operands pass: with the flags the PE forwards.
                 prod = Signal(signed(2 * ob), name=f"pe{i}_{j}_prod")

@@ -222,7 +222,15 @@ class ComputeEngine(wiring.Component):
             op_b.eq(Mux(d_real, self.b_rdata, 0)),
             arr.i_tag.eq(d_tag),
         ]
-        m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b)]
+        # row 0 / column 0 again for PE (0, 0)'s multiplier (SystolicArray.i_a00): a register
+        # of its own, so it can sit beside that DSP while op_a feeds the rest of the row
+        ob = cfg.operand_bits
+        op_a00 = Signal(ob, reset_less=True, attrs={"keep": 1})
+        op_b00 = Signal(ob, reset_less=True, attrs={"keep": 1})
+        m.d.sync += [op_a00.eq(Mux(d_real, self.a_rdata[:ob], 0)),
+                     op_b00.eq(Mux(d_real, self.b_rdata[:ob], 0))]
+        m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b), arr.i_a00.eq(op_a00),
+                     arr.i_b00.eq(op_b00)]
 
         # accumulator read-modify-write: read the cycle before a row leaves the array (the
         # array's e_* outputs), register the old value with the row, write one cycle after the

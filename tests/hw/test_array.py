@@ -49,6 +49,8 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
                 ctx.set(dut.i_last, k == L - 1)
                 ctx.set(dut.i_a, pack(a[:, k], 8))
                 ctx.set(dut.i_b, pack(b[k, :], 8))
+                ctx.set(dut.i_a00, int(a[0, k]) & 0xFF)   # PE (0, 0)'s copies
+                ctx.set(dut.i_b00, int(b[k, 0]) & 0xFF)
                 ctx.set(dut.i_tag, t)
                 await ctx.tick()
         ctx.set(dut.i_valid, 0)

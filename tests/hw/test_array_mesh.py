@@ -129,6 +129,8 @@ def test_modes_take_turns_at_the_documented_gaps(gap_change):
             ctx.set(dut.i_last, k == a.shape[1] - 1)
             ctx.set(dut.i_a, pack(a[:, k], 8))
             ctx.set(dut.i_b, pack(b[k, :], 8))
+            ctx.set(dut.i_a00, int(a[0, k]) & 0xFF)   # PE (0, 0)'s copies
+            ctx.set(dut.i_b00, int(b[k, 0]) & 0xFF)
             ctx.set(dut.i_tag, tag)
             await ctx.tick()
         ctx.set(dut.i_valid, 0)
