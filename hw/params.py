@@ -10,7 +10,7 @@ from spec.config import AccelConfig
 
 from .bits import log2
 from .checker import PARAM_ARRAYS
-from .dma import load_command_members
+from .dma import _byte_mask, load_command_members
 
 __all__ = ["ParamMemories", "ParamLoader"]
 
@@ -87,7 +87,8 @@ class ParamLoader(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; need : ``In(3)``; addr_<array> : ``In(32)``; rows : ``In(32)``
+    start : ``In(1)``; need : ``In(3)``; addr_<array> : ``In(32)``; rows : ``In(32)`` (stable
+    from the cycle before ``start``: the command's sizes are registered from it)
     lb : ``In(Signature(load_command_members))`` the B load engine command it drives
     w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
     phase : ``Out(1)``; sel : ``Out(range(3))``; done : ``Out(1)``; bad : ``Out(1)``
@@ -112,20 +113,32 @@ class ParamLoader(wiring.Component):
         lw = log2(words)
         rows = self.rows
         addrs = Array(getattr(self, f"addr_{name}") for name in PARAM_ARRAYS)
+        # the command's sizes, registered (`rows` is the latched record, stable long before
+        # `start`): the add and the load engine's compares at its start were a 12 ns path
+        groups, elems = Signal(32), Signal(34)
+        m.d.sync += [groups.eq((rows + words - 1) >> lw), elems.eq(rows << 2)]
         m.d.comb += [self.lb.p_addr.eq(addrs[self.sel]), self.lb.p_stride.eq(0),
-                     self.lb.p_rows.eq(1), self.lb.p_groups.eq((rows + words - 1) >> lw),
-                     self.lb.p_elems.eq(rows << 2), self.lb.p_buf_base.eq(0),
+                     self.lb.p_rows.eq(1), self.lb.p_groups.eq(groups),
+                     self.lb.p_elems.eq(elems), self.lb.p_buf_base.eq(0),
                      self.lb.p_buf_gstride.eq(1)]
 
         # every written word checked a cycle later (registered first)
         c_en, c_sel = Signal(), Signal.like(self.sel)
-        c_addr, c_data = Signal.like(self.w_addr), Signal.like(self.w_data)
+        c_data = Signal.like(self.w_data)
         m.d.sync += [c_en.eq(self.w_en & self.phase), c_sel.eq(self.sel),
-                     c_addr.eq(self.w_addr), c_data.eq(self.w_data)]
-        word0 = c_addr << lw
+                     c_data.eq(self.w_data)]
+        # words of the array still to check, from this beat's first: the beats of an array
+        # arrive in order from its buffer row 0 (rows less the words before it, kept as a running count
+        # so that the per-word tests are the load engine's byte-mask compares, no carry chains)
+        left = Signal(signed(len(rows) + 2))
+        with m.If(self.lb.start):
+            m.d.sync += left.eq(rows)
+        with m.Elif(c_en):
+            m.d.sync += left.eq(left - words)
+        live_words = _byte_mask(left, words)
         for j in range(words):
             word = c_data[32 * j:32 * (j + 1)]
-            live = c_en & (word0 + j < rows)
+            live = c_en & live_words[j]
             bad_mult = (c_sel == 1) & ((word == 0) | word[31])
             bad_shift = (c_sel == 2) & ~((word.as_signed() >= -31) & (word.as_signed() <= 31))
             with m.If(live & (bad_mult | bad_shift)):
