@@ -380,9 +380,18 @@ class Sequencer(wiring.Component):
         st_hold = Signal(range(store_wait_cycles(cfg) + 1))
         with m.If(st_hold != 0):
             m.d.sync += st_hold.eq(st_hold - 1)
-        m.d.comb += se.start.eq(st_hold == 1)
+        # `st_hold != 0` and `st_hold == 1` as flip-flops, set from what st_hold becomes (ISSUE
+        # loads it, with st_hold == 0, see WAIT; otherwise it counts down): no compare between
+        # the counter and the store's start or the end of WAIT
+        wait_cycles = store_wait_cycles(cfg)
+        assert wait_cycles >= 1
+        st_holding, st_go = Signal(), Signal()
+        st_load = Signal()                          # ISSUE loads st_hold this cycle
+        m.d.sync += [st_holding.eq(Mux(st_load, st_valid, st_hold > 1)),
+                     st_go.eq(Mux(st_load, st_valid & (wait_cycles == 1), st_hold == 2))]
+        m.d.comb += se.start.eq(st_go)
         engines_busy = Signal()
-        m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | (st_hold != 0))
+        m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | st_holding)
         error = Signal(8)
         m.d.comb += self.error.eq(error)
 
@@ -478,7 +487,8 @@ class Sequencer(wiring.Component):
                     lb.start.eq(nxt_valid & ~same_b & ~conv),
                     ag.gather_start.eq(nxt_valid & ~same_b & conv),
                 ]
-                m.d.sync += st_hold.eq(Mux(st_valid, store_wait_cycles(cfg), 0))
+                m.d.sync += st_hold.eq(Mux(st_valid, wait_cycles, 0))
+                m.d.comb += st_load.eq(1)
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
                 m.d.sync += wait_early.eq(0b11)
                 m.next = "WAIT"
@@ -510,7 +520,7 @@ class Sequencer(wiring.Component):
         m.submodules.counters = pc = PerfCounters(cfg)
         # drain: padding beats, and the store's wait for the previous step's results
         for name, cond in (("mac_active_cycles", ce.beat_real),
-                           ("stall_drain_cycles", ce.running | (st_hold != 0)),
+                           ("stall_drain_cycles", ce.running | st_holding),
                            ("stall_load_a_cycles", la.busy), ("stall_load_b_cycles", b_busy),
                            ("stall_store_cycles", se.busy)):
             m.d.comb += [getattr(pc, f"in_{name}").eq(cond),
