@@ -214,21 +214,23 @@ class ComputeEngine(wiring.Component):
         # zeros selected in front of it.
         op_a = Signal.like(arr.i_a, reset_less=True)
         op_b = Signal.like(arr.i_b, reset_less=True)
+        a_in = Mux(d_real, self.a_rdata, 0)
+        b_in = Mux(d_real, self.b_rdata, 0)
         m.d.sync += [
             arr.i_valid.eq(d_valid),
             arr.i_first.eq(d_first),
             arr.i_last.eq(d_last),
-            op_a.eq(Mux(d_real, self.a_rdata, 0)),
-            op_b.eq(Mux(d_real, self.b_rdata, 0)),
+            op_a.eq(a_in),
+            op_b.eq(b_in),
             arr.i_tag.eq(d_tag),
         ]
         # row 0 / column 0 again for PE (0, 0)'s multiplier (SystolicArray.i_a00): a register
-        # of its own, so it can sit beside that DSP while op_a feeds the rest of the row
+        # of its own, loaded with op_a's, so it can sit beside that DSP while op_a feeds the
+        # rest of the row
         ob = cfg.operand_bits
         op_a00 = Signal(ob, reset_less=True, attrs={"keep": 1})
         op_b00 = Signal(ob, reset_less=True, attrs={"keep": 1})
-        m.d.sync += [op_a00.eq(Mux(d_real, self.a_rdata[:ob], 0)),
-                     op_b00.eq(Mux(d_real, self.b_rdata[:ob], 0))]
+        m.d.sync += [op_a00.eq(a_in[:ob]), op_b00.eq(b_in[:ob])]
         m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b), arr.i_a00.eq(op_a00),
                      arr.i_b00.eq(op_b00)]
 
