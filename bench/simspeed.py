@@ -2,6 +2,7 @@
 config, and Verilator build times. Writes ``bench/results/simspeed.json``.
 
     python -m bench.simspeed [--presets tiny,small,default] [--simulators verilator,icarus,amaranth]
+    python -m bench.simspeed --floor [--presets small,default]   (bench.simfloor)
 
 Each measurement runs one planner-tiled GEMM (``tb.planned``) and divides the accelerator's
 ``total_cycles`` by the wall time from writing the descriptor to ``done`` (the clock runs in
@@ -75,11 +76,18 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", default="tiny,small,default")
     parser.add_argument("--simulators", default="verilator,icarus,amaranth")
-    parser.add_argument("--out", type=Path, default=RESULTS / "simspeed.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default bench/results/simspeed.json (simfloor.json with --floor)")
+    parser.add_argument("--floor", action="store_true",
+                        help="instead: each block's Verilator model alone, with no testbench "
+                             "(bench.simfloor: the array, the requantiser, the idle sim_top)")
     parser.add_argument("--build-root", type=Path, default=None,
                         help="emit and build under this directory instead of build/ (the "
                              "measurement deletes and rebuilds the simulator build it times)")
     args = parser.parse_args(argv)
+    if args.floor:
+        return _floor(args)
+    args.out = args.out or RESULTS / "simspeed.json"
     rows = []
     for sim in args.simulators.split(","):
         reason = None if sim == "amaranth" else missing_tool(sim)
@@ -98,6 +106,30 @@ def main(argv=None) -> int:
         print(f"{r['simulator']:10} {r['preset']:8} {r['array']:6} {r['gemm']:12} "
               f"{r['total_cycles']:>9} {r['cycles_per_s']:>10} {str(r['build_s']):>8}")
     print(f"wrote {args.out}")
+    return 0
+
+
+def _floor(args) -> int:
+    from .simfloor import PARTS, measure_floor
+
+    reason = missing_tool("verilator")
+    if reason:
+        print(f"--floor needs Verilator: {reason}", file=sys.stderr)
+        return 1
+    out = args.out or RESULTS / "simfloor.json"
+    work = (args.build_root or Path("build")).resolve() / "simfloor"
+    rows = []
+    for preset in args.presets.split(","):
+        for part in PARTS:
+            print(f"measuring the floor of {preset} {part}...", file=sys.stderr, flush=True)
+            rows.append(measure_floor(part, preset, work))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": platform.platform(), "cpu": platform.processor(),
+                               "results": rows}, indent=1) + "\n")
+    print(f"{'preset':8} {'array':6} {'part':11} {'cycles/s':>10}")
+    for r in rows:
+        print(f"{r['preset']:8} {r['array']:6} {r['part']:11} {r['cycles_per_s']:>10}")
+    print(f"wrote {out}")
     return 0
 
 
