@@ -49,8 +49,9 @@ import numpy as np
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "out_size", "padded_input", "walks", "tile_patches",
-           "tile_weights", "scatter_results", "run_tile", "BlockLoad", "TileStore",
-           "TileSteps", "layer_steps", "SERPENTINE", "PHASE_TAPS"]
+           "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
+           "StripStep", "strip_channels", "strip_steps", "strip_patch", "strip_tile_cycles",
+           "run_strip_tile", "strip_step_cycles", "SERPENTINE", "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -267,8 +268,7 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
 class BlockLoad:
     """A block load into one buffer, as the load engines do it: word ``k`` (``k < words``) is
     the ``nbytes`` bytes at ``addr + k * stride``, zero past ``nbytes`` (up to the word's
-    width); words from ``words`` on are not loaded (stale: they only reach outputs that are
-    not stored)."""
+    width), written to buffer word ``k``; words from ``words`` on are not loaded."""
     addr: int
     stride: int
     words: int
@@ -276,61 +276,151 @@ class BlockLoad:
 
 
 @dataclass(frozen=True)
-class TileStore:
-    """One channel's results of a tile: ``rows`` accumulator rows from ``acc_row0`` (their
-    columns ``col0 + stride * j``, packed by the drain), row ``r`` written at ``addr + r *
-    row_stride``, ``cols`` elements."""
+class StripTile:
+    """One mesh tile of a strip step, as the compute engine issues it to the feeder.
+
+    Fill word ``k`` (``0 <= k < rows / 2``) reads buffer-A word ``a_base + k`` and buffer-B
+    word ``b_base + k``; an A word with ``k < a_lo`` or ``k >= a_hi`` and a B word with
+    ``k >= b_hi`` enter the mesh as zeros (the map's top and bottom zero pads; ``a_base`` may
+    then be -1, a word never read). ``pre_right``: one ``RIGHT`` rotation between the fills and
+    the first tap (the map's left zero pad, below). ``channel`` (in the layer) selects the
+    weights; the tile's results land in accumulator rows ``acc_row .. acc_row + rows - 1``
+    (mesh row ``i`` in ``acc_row + i``; rows past ``th`` are overwritten by the next tile)."""
     channel: int
-    addr: int
-    row_stride: int
-    rows: int
-    cols: int
-    acc_row0: int
-    col0: int
+    oy0: int
+    th: int
+    a_base: int
+    a_lo: int
+    a_hi: int
+    b_base: int
+    b_hi: int
+    pre_right: bool
+    acc_row: int
 
 
 @dataclass(frozen=True)
-class TileSteps:
-    """A tile's loads (one A and one B block per row phase: the patch's even and odd rows)
-    and its stores."""
-    tile: MeshTile
-    loads: tuple[tuple[BlockLoad, BlockLoad], ...]
-    stores: tuple[TileStore, ...]
+class StripStep:
+    """A sequencer step of a depthwise layer (stride 1, pad 1): output columns ``[ox0, ox0 +
+    tw)`` of channels ``c0 .. c0 + channels - 1``, every output row.
+
+    ``a_load`` / ``b_load`` bring the odd / even input rows of those channels' column strip
+    into buffers A and B; ``tiles`` run in order on the mesh; then one store writes accumulator
+    rows ``0 .. channels * h - 1`` (row ``r`` is output row ``r % h`` of channel ``c0 + r //
+    h``, so the requantiser's channel advances every ``h`` rows), columns ``0 .. tw - 1``, row
+    ``r`` at ``out_addr + r * out_row_stride``."""
+    c0: int
+    channels: int
+    ox0: int
+    tw: int
+    a_load: BlockLoad
+    b_load: BlockLoad
+    tiles: tuple[StripTile, ...]
+    out_addr: int
+    out_row_stride: int
 
 
-def layer_steps(channels: int, h: int, w: int, *, stride: int, pad: int, x_addr: int,
-                chan_stride: int, out_addr: int, out_chan_stride: int, out_row_stride: int,
-                rows: int = 16, cols: int = 16) -> list[TileSteps]:
-    """The loads and stores of a depthwise layer whose input is padded NCHW at ``x_addr``
-    (channel ``c``'s padded map at ``x_addr + c * chan_stride``, rows of ``w + 2 * pad``
-    bytes) and whose output element ``(c, p, q)`` goes to ``out_addr + c * out_chan_stride +
-    p * out_row_stride + q``: the contract between the planner and the sequencer's depthwise
-    steps (whole-mesh tiles; the split mesh needs a pair-interleaved layout)."""
-    hp, wp = h + 2 * pad, w + 2 * pad
-    if chan_stride < hp * wp:
-        raise ValueError(f"layer_steps: chan_stride={chan_stride} is less than a padded map "
-                         f"({hp} x {wp} = {hp * wp} bytes)")
-    ow = out_size(w, pad, stride)
-    if out_row_stride < ow:
-        raise ValueError(f"layer_steps: out_row_stride={out_row_stride} < out_w={ow}")
+def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
+                   channels: int) -> int:
+    """Channels one strip step takes: as many as the buffer half (``buf_words`` words for
+    ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``: ``h`` rows each, plus
+    the last tile's ``rows`` written past them) hold, up to ``channels``; one when ``h`` is
+    odd (the next channel's odd rows do not continue the previous channel's progression)."""
+    if h % 2:
+        return 1
+    by_buf = buf_words // ((h + 1) // 2)
+    by_acc = (acc_rows - rows) // h
+    return max(1, min(channels, by_buf, by_acc))
+
+
+def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
+                rows: int = 16, cols: int = 16, group: int = 1) -> list[StripStep]:
+    """The steps of a stride-1, pad-1 depthwise 3x3 layer on an ``rows`` x ``cols`` mesh, for
+    a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column ``x`` at ``x_addr +
+    (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at ``out_addr`` (the
+    same ``h`` x ``w`` maps): the contract between the planner and the sequencer's depthwise
+    steps. ``group``: channels per step (:func:`strip_channels`).
+
+    A step takes ``group`` channels and one column strip. Its patches are the padded map's
+    rows ``14 ty .. 14 ty + 15`` (for ``rows = 16``) and columns ``ox0 - 1 .. ox0 + cols - 2``:
+    padded row ``pr`` is input row ``pr - 1``, so the even padded rows are the odd input rows
+    (buffer A: ``h // 2`` words a channel, one load of every channel's rows, because with ``h``
+    even channel ``c + 1``'s row 1 is ``2 w`` bytes after channel ``c``'s row ``h - 1``) and the
+    odd padded rows the even input rows (buffer B). The pads are never read from memory: the
+    top and bottom ones are fill words the feeder zeroes (``a_lo``, ``a_hi``, ``b_hi``), the
+    right one is the load's zero fill past the row, and the left one, in the first strip, is
+    the zero that the load's fill leaves in the patch's last column, rotated into column 0 by
+    ``pre_right`` (the strip's loads start at input column 0 and take ``cols - 1`` bytes)."""
+    if h < 1 or w < 1 or channels < 1:
+        raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
+    if rows < 4 or rows % 2 or cols < 4:
+        raise ValueError(f"strip_steps: a {rows}x{cols} mesh must have even rows >= 4 and "
+                         f"cols >= 4")
+    if group < 1 or (h % 2 and group != 1):
+        raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd")
+    th_max, tw_max, half = rows - 2, cols - 2, rows // 2
+    na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
-    for tile in plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols,
-                           split=False):
-        (c,) = tile.channels
-        loads = []
-        for phase in range(len(walks(stride))):
-            y0 = stride * tile.oy0 + phase           # the phase's first padded row
-            x0 = stride * tile.ox0
-            present = min(rows, -(-(hp - y0) // stride))      # patch rows inside the map
-            nbytes = min(cols, wp - x0)
-            base = x_addr + c * chan_stride + y0 * wp + x0
-            pitch = 2 * stride * wp                            # two patch rows
-            loads.append((BlockLoad(base, pitch, -(-present // 2), nbytes),
-                          BlockLoad(base + stride * wp, pitch, present // 2, nbytes)))
-        store = TileStore(c, out_addr + c * out_chan_stride + tile.oy0 * out_row_stride
-                          + tile.ox0, out_row_stride, tile.th, tile.tw, 0, 0)
-        steps.append(TileSteps(tile, tuple(loads), (store,)))
+    for c0 in range(0, channels, group):
+        g_count = min(group, channels - c0)
+        for ox0 in range(0, w, tw_max):
+            first = ox0 == 0
+            xs = 0 if first else ox0 - 1        # the patch's first loaded input column
+            nbytes = min(cols - 1, w) if first else min(cols, w - xs)
+            base = x_addr + c0 * h * w + xs
+            a_load = BlockLoad(base + w, 2 * w, g_count * na, nbytes)
+            b_load = BlockLoad(base, 2 * w, g_count * nb, nbytes)
+            tiles = []
+            for g in range(g_count):
+                for oy0 in range(0, h, th_max):
+                    k0 = oy0 // 2                  # the patch's first fill word in the channel
+                    tiles.append(StripTile(
+                        channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
+                        a_base=g * na + k0 - 1, a_lo=1 if oy0 == 0 else 0,
+                        a_hi=min(half, na - k0 + 1), b_base=g * nb + k0,
+                        b_hi=max(0, min(half, nb - k0)), pre_right=first,
+                        acc_row=g * h + oy0))
+            steps.append(StripStep(c0, g_count, ox0, min(tw_max, w - ox0), a_load, b_load,
+                                   tuple(tiles), out_addr + c0 * h * w + ox0, w))
     return steps
+
+
+def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
+                rows: int) -> np.ndarray:
+    """The patch ``tile`` puts in a ``rows``-row mesh before its first tap: the fill words
+    (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked ones zero,
+    rotated right once with ``pre_right``. Only words inside the masks are read."""
+    cols = a_words.shape[1]
+    patch = np.zeros((rows, cols), np.int64)
+    for k in range(rows // 2):
+        if tile.a_lo <= k < tile.a_hi:
+            patch[2 * k] = a_words[tile.a_base + k]
+        if k < tile.b_hi:
+            patch[2 * k + 1] = b_words[tile.b_base + k]
+    return _rotate(patch, "RIGHT") if tile.pre_right else patch
+
+
+def strip_tile_cycles(tile: StripTile, rows: int) -> int:
+    """Beats of one strip tile: ``rows / 2`` fills, the pre-rotation if any, nine taps."""
+    return rows // 2 + int(tile.pre_right) + 9
+
+
+def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
+                   weights: np.ndarray, rows: int) -> np.ndarray:
+    """One strip tile on the mesh, move by move after its fill (:func:`strip_patch`): the
+    serpentine taps with the channel's ``weights`` (3, 3). Returns the accumulators (rows x
+    cols, exact int64); mesh row ``i`` column ``j`` is output ``(oy0 + i, ox0 + j)``."""
+    mesh = strip_patch(tile, a_words, b_words, rows)
+    acc = np.zeros_like(mesh)
+    for (dy, dx), move in SERPENTINE:
+        acc = acc + mesh * int(weights[dy, dx])
+        if move is not None:
+            mesh = _rotate(mesh, move)
+    return acc
+
+
+def strip_step_cycles(step: StripStep, rows: int) -> int:
+    """Beats of a strip step's tiles, back to back."""
+    return sum(strip_tile_cycles(t, rows) for t in step.tiles)
 
 
 def store_beats(tile: MeshTile) -> int:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.dwmesh import (PHASE_TAPS, SERPENTINE, layer_steps, mac_utilisation, mesh_depthwise,
-                         out_size, padded_input, plan_tiles, run_tile, tile_cycles, tile_weights)
+from spec.dwmesh import (PHASE_TAPS, SERPENTINE, mac_utilisation, mesh_depthwise, out_size,
+                         padded_input, plan_tiles, run_strip_tile, run_tile, strip_channels,
+                         strip_step_cycles, strip_steps, tile_cycles, tile_weights)
 from spec.golden import conv2d_int8
 
 
@@ -95,63 +96,77 @@ def test_bad_input_is_named(kwargs, match):
         mesh_depthwise(args.pop("x"), args.pop("w"), **args)
 
 
-@pytest.mark.parametrize("c,h,w,stride,pad,size", [
-    (3, 20, 31, 1, 1, 16), (2, 7, 7, 1, 1, 16), (2, 29, 17, 2, 1, 16), (3, 14, 14, 2, 1, 16),
-    (2, 9, 9, 2, 0, 8), (4, 11, 6, 1, 0, 8)])
-def test_layer_steps_replayed_on_a_memory_give_the_convolution(c, h, w, stride, pad, size):
+@pytest.mark.parametrize("c,h,w,size,group", [
+    (3, 20, 31, 16, 1), (2, 14, 14, 16, 2), (4, 28, 30, 16, 3), (1, 7, 7, 16, 1),
+    (3, 9, 5, 8, 1), (2, 1, 1, 16, 1), (2, 2, 16, 8, 2), (1, 15, 15, 16, 1),
+    (2, 6, 14, 16, 2), (2, 6, 15, 16, 2), (1, 4, 16, 16, 1), (1, 4, 17, 16, 1),
+    (5, 12, 7, 8, 4)])
+def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group):
     """Execute the steps as the hardware will: block loads from a byte memory into buffer
-    words (stale words full of garbage), the mesh run on the words, the stores into the
-    output layout; the result is the grouped convolution."""
-    rng = np.random.default_rng(c * 31 + h + stride)
+    words (stale words full of garbage, the memory around the maps too), each tile's fill
+    words masked, its results written over whole accumulator rows, one store per step into
+    the NCHW output; the result is the grouped convolution, and nothing outside the output is
+    written."""
+    rng = np.random.default_rng(c * 31 + h + w + size)
     x, wt = _random(rng, c, h, w)
-    hp, wp = h + 2 * pad, w + 2 * pad
-    chan_stride, x_addr = hp * wp + 5, 64                  # a gap between maps
-    oh, ow = out_size(h, pad, stride), out_size(w, pad, stride)
-    out_addr, row_stride = 40_000, ow + 3                  # a padded output's interior
-    mem = rng.integers(-128, 128, 80_000).astype(np.int64)  # garbage everywhere else
-    for ch in range(c):
-        base = x_addr + ch * chan_stride
-        mem[base:base + hp * wp] = padded_input(x, pad)[ch].reshape(-1)
-    steps = layer_steps(c, h, w, stride=stride, pad=pad, x_addr=x_addr,
-                        chan_stride=chan_stride, out_addr=out_addr,
-                        out_chan_stride=oh * row_stride, out_row_stride=row_stride,
-                        rows=size, cols=size)
+    x_addr, out_addr = 700, 40_000
+    mem = rng.integers(-128, 128, 80_000).astype(np.int64)   # garbage around the map
+    mem[x_addr:x_addr + x.size] = x.reshape(-1)
     out_mem = np.full(80_000, -999, np.int64)
+    steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
+                        group=group)
 
-    def words(load):
-        got = rng.integers(-128, 128, (size // 2, size)).astype(np.int64)   # stale words
-        for k in range(load.words):
-            got[k] = 0
-            got[k, :load.nbytes] = mem[load.addr + k * load.stride:
-                                       load.addr + k * load.stride + load.nbytes]
-        return got
+    def load(block):
+        words = rng.integers(-128, 128, (block.words + 8, size)).astype(np.int64)  # stale
+        for k in range(block.words):
+            words[k] = 0
+            words[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+        return words
 
     for step in steps:
-        patches = []
-        for a_load, b_load in step.loads:
-            patch = np.zeros((size, size), np.int64)
-            patch[0::2], patch[1::2] = words(a_load), words(b_load)
-            patches.append(patch)
-        acc, _ = run_tile(step.tile, patches, tile_weights(step.tile, wt), stride=stride)
-        for st in step.stores:
-            for r in range(st.rows):
-                row = acc[st.acc_row0 + r, st.col0::stride][:st.cols]
-                out_mem[st.addr + r * st.row_stride:st.addr + r * st.row_stride + st.cols] = row
-    got = np.stack([np.stack([out_mem[out_addr + ch * oh * row_stride + p * row_stride:][:ow]
-                              for p in range(oh)]) for ch in range(c)])
+        a_words, b_words = load(step.a_load), load(step.b_load)
+        acc = rng.integers(-9, 9, (step.channels * h + size, size)).astype(np.int64)
+        for tile in step.tiles:
+            acc[tile.acc_row:tile.acc_row + size] = run_strip_tile(
+                tile, a_words, b_words, wt[tile.channel], size)
+        for r in range(step.channels * h):
+            addr = step.out_addr + r * step.out_row_stride
+            out_mem[addr:addr + step.tw] = acc[r, :step.tw]
+    got = out_mem[out_addr:out_addr + c * h * w].reshape(c, h, w)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
-    np.testing.assert_array_equal(wrapped, _reference(x, wt, stride, pad))
-    # the stores wrote nothing outside the output windows
-    written = np.flatnonzero(out_mem != -999)
-    inside = [(out_addr + ch * oh * row_stride + p * row_stride + q)
-              for ch in range(c) for p in range(oh) for q in range(ow)]
-    assert sorted(written.tolist()) == sorted(inside)
+    np.testing.assert_array_equal(wrapped, _reference(x, wt, 1, 1))
+    assert np.flatnonzero(out_mem != -999).tolist() == list(range(out_addr,
+                                                                  out_addr + c * h * w))
+    # every load stays inside the input tensor
+    for step in steps:
+        for block in (step.a_load, step.b_load):
+            if block.words:
+                assert x_addr <= block.addr
+                assert block.addr + (block.words - 1) * block.stride + block.nbytes \
+                    <= x_addr + x.size
 
 
-def test_layer_steps_reject_layouts_that_overlap():
-    with pytest.raises(ValueError, match="chan_stride=10 is less than a padded map"):
-        layer_steps(2, 4, 4, stride=1, pad=1, x_addr=0, chan_stride=10, out_addr=0,
-                    out_chan_stride=16, out_row_stride=4)
-    with pytest.raises(ValueError, match="out_row_stride=3 < out_w=4"):
-        layer_steps(2, 4, 4, stride=1, pad=1, x_addr=0, chan_stride=36, out_addr=0,
-                    out_chan_stride=16, out_row_stride=3)
+def test_strip_steps_beats_and_channel_groups():
+    steps = strip_steps(4, 14, 14, x_addr=0, out_addr=0, group=4)
+    (step,) = steps
+    assert [t.channel for t in step.tiles] == [0, 1, 2, 3]
+    assert all(t.pre_right for t in step.tiles)
+    assert strip_step_cycles(step, 16) == 4 * (8 + 1 + 9)
+    # the second column strip needs no pre-rotation
+    steps = strip_steps(1, 28, 28, x_addr=0, out_addr=0)
+    assert [strip_step_cycles(s, 16) for s in steps] == [2 * 18, 2 * 17]
+    assert strip_channels(14, rows=16, buf_words=4096, acc_rows=512, channels=960) == 35
+    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 1
+    assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(group=2, h=7), "group=2 must be >= 1, and 1 when h=7 is odd"),
+    (dict(group=0), "group=0 must be >= 1"),
+    (dict(rows=6, cols=3), "a 6x3 mesh must have even rows >= 4 and cols >= 4"),
+    (dict(h=0), "channels=2, h=0, w=8 must be >= 1"),
+])
+def test_strip_steps_refuse_bad_arguments(kwargs, match):
+    args = dict(channels=2, h=8, w=8, x_addr=0, out_addr=0) | kwargs
+    with pytest.raises(ValueError, match=match):
+        strip_steps(**args)
