@@ -13,14 +13,21 @@ from .compute import FEED_CYCLES
 __all__ = ["DwFeeder", "tile_program"]
 
 
-def tile_program(rows: int, stride: int) -> list[tuple[str, int, int, bool, bool]]:
+def tile_program(rows: int, stride: int, *, pre_right: bool = False
+                 ) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``)
-    multiplies, then makes ``move``."""
+    multiplies, then makes ``move``; with ``pre_right`` (stride 1: a strip tile's left zero
+    pad, :class:`spec.dwmesh.StripTile`) a beat with ``tap = None`` only rotates right between
+    the fills and the first tap."""
+    if pre_right and stride != 1:
+        raise ValueError(f"tile_program: pre_right needs stride 1, not {stride}")
     beats, taps = [], 0
     for phase, walk in enumerate(walks(stride)):
         beats += [("FILL", phase * (rows // 2) + b, 0, False, False) for b in range(rows // 2)]
+        if pre_right:
+            beats.append(("RIGHT", 0, None, False, False))
         for (dy, dx), move in walk:
             taps += 1
             beats.append((move or "HOLD", 0, 3 * dy + dx, taps == 1, taps == 9))
@@ -34,7 +41,12 @@ class DwFeeder(wiring.Component):
     fill beats per row phase (one with stride 1, two with stride 2), each reading word
     ``p_a_base + w`` of buffer A and ``p_b_base + w`` of buffer B (the patch's even and odd
     rows, as the load engines put them there), and the taps, each with its four regions'
-    weights from ``p_w`` (region ``q``'s tap ``t`` in bits ``8 (9 q + t)``). Beats reach the
+    weights from ``p_w`` (region ``q``'s tap ``t`` in bits ``8 (9 q + t)``). A fill beat's
+    A word enters the mesh as zeros when its index (``0 .. R/2 - 1`` in a stride-1 tile) is
+    below ``p_a_lo`` or at least ``p_a_hi``, its B word when at least ``p_b_hi`` (a strip
+    tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing);
+    ``p_pre_right`` (stride 1) adds a ``RIGHT`` move between the fills and the first tap
+    (:func:`tile_program`). Beats reach the
     array :data:`hw.compute.FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
@@ -44,6 +56,7 @@ class DwFeeder(wiring.Component):
     -------
     start : ``In(1)``; ready, running : ``Out(1)``
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
+    p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
     rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
     o_mesh, o_move, o_split, o_fill, o_w, o_tap, o_first, o_last, o_tag : ``Out``, the array's
@@ -58,7 +71,9 @@ class DwFeeder(wiring.Component):
         C, ob = cfg.array_cols, cfg.operand_bits
         super().__init__({
             "start": In(1), "ready": Out(1), "running": Out(1),
-            "p_stride2": In(1), "p_split": In(2),
+            "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(1),
+            "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
+            "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
             "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits),
             "rd_en": Out(1),
@@ -74,20 +89,24 @@ class DwFeeder(wiring.Component):
         cfg = self._cfg
         R, ob = cfg.array_rows, cfg.operand_bits
         assert FEED_CYCLES == 2     # the two stages below
-        programs = {s: tile_program(R, s) for s in (1, 2)}
-        rom = programs[1] + programs[2]
-        start2 = len(programs[1])
+        programs = [tile_program(R, 1), tile_program(R, 1, pre_right=True), tile_program(R, 2)]
+        rom = [beat for program in programs for beat in program]
+        start_r = len(programs[0])                      # the pre-rotating stride-1 program
+        start2 = start_r + len(programs[1])             # the stride-2 program
         moves = SystolicArray.MOVES
-        # one ROM entry per beat: move, word, tap, first, last, end of the program
+        # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
         word_t = Array(Const(b[1], range(R)) for b in rom)
-        tap_t = Array(Const(b[2], range(9)) for b in rom)
+        tap_t = Array(Const(b[2] or 0, range(9)) for b in rom)
+        taps_t = Array(Const(b[0] != "FILL" and b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
-        end_t = Array(Const(i in (start2 - 1, len(rom) - 1), 1) for i in range(len(rom)))
+        end_t = Array(Const(i in (start_r - 1, start2 - 1, len(rom) - 1), 1)
+                      for i in range(len(rom)))
 
         pc = Signal(range(len(rom)))
         split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
+        a_lo, a_hi, b_hi = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo", "a_hi", "b_hi"))
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
         at_end = Signal()
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
@@ -97,7 +116,9 @@ class DwFeeder(wiring.Component):
             with m.If(at_end):
                 m.d.sync += self.running.eq(0)
         with m.If(self.start & self.ready):
-            m.d.sync += [self.running.eq(1), pc.eq(Mux(self.p_stride2, start2, 0)),
+            m.d.sync += [self.running.eq(1),
+                         pc.eq(Mux(self.p_stride2, start2, Mux(self.p_pre_right, start_r, 0))),
+                         a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag)]
 
@@ -115,12 +136,17 @@ class DwFeeder(wiring.Component):
         s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
               (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
                ("last", 1), ("tag", len(tag)))]
-        is_tap = self.running & ~fill
+        is_tap = self.running & taps_t[pc]
         m.d.sync += [d.eq(v) for d, v in zip(s1, (
             self.running, Mux(self.running, move_t[pc], moves["HOLD"]), split, tap_w, is_tap,
             is_tap & first_t[pc], is_tap & last_t[pc], tag))]
         outs = (self.o_mesh, self.o_move, self.o_split, self.o_w, self.o_tap, self.o_first,
                 self.o_last, self.o_tag)
         m.d.sync += [o.eq(d) for o, d in zip(outs, s1)]
-        m.d.sync += self.o_fill.eq(Cat(self.a_rdata, self.b_rdata))
+        # the fill words' masks, decided at the read and applied where the words arrive
+        word = word_t[pc]
+        zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
+        m.d.sync += [zero_a.eq((word < a_lo) | (word >= a_hi)), zero_b.eq(word >= b_hi)]
+        m.d.sync += self.o_fill.eq(Cat(Mux(zero_a, 0, self.a_rdata),
+                                       Mux(zero_b, 0, self.b_rdata)))
         return m

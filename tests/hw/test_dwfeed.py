@@ -12,7 +12,8 @@ from amaranth.lib.memory import Memory
 from hw.array import SystolicArray
 from hw.dwfeed import DwFeeder, tile_program
 from spec.config import PRESETS
-from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, scatter_results, tile_cycles,
+from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, run_strip_tile,
+                         scatter_results, strip_steps, strip_tile_cycles, tile_cycles,
                          tile_patches, tile_weights)
 
 from .test_array import pack, unpack_signed
@@ -84,6 +85,8 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
             ctx.set(feed.p_split, SystolicArray.SPLITS[tile.split])
             ctx.set(feed.p_a_base, t * R)
             ctx.set(feed.p_b_base, t * R)
+            ctx.set(feed.p_a_hi, R)
+            ctx.set(feed.p_b_hi, R)
             ctx.set(feed.p_w, pack(weights.reshape(4, 9).reshape(-1), 8))
             ctx.set(feed.p_tag, t)
             while not ctx.get(feed.ready):
@@ -116,11 +119,77 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
+@pytest.mark.parametrize("c,h,w,group", [(2, 10, 13, 2), (1, 5, 6, 1), (3, 4, 20, 3)])
+def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group):
+    """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
+    them, stale words full of garbage: the masked fill words and the pre-rotation give each
+    tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back."""
+    cfg = PRESETS["small"]
+    R, C = cfg.array_rows, cfg.array_cols
+    rng = np.random.default_rng(c + 7 * h + w)
+    x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (c, 3, 3), dtype=np.int8)
+    x_addr = 100
+    mem = rng.integers(-128, 128, 4000).astype(np.int64)
+    mem[x_addr:x_addr + x.size] = x.reshape(-1)
+    depth = 64
+    for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group):
+        words = {}
+        for name, block in (("a", step.a_load), ("b", step.b_load)):
+            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)      # stale words
+            for k in range(block.words):
+                got[k] = 0
+                got[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+            words[name] = got
+        dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]])
+        feed, arr = dut.feed, dut.array
+        started, rows_out = [], {}
+
+        async def driver(ctx, tiles=step.tiles):
+            cycle = 0
+            for t, tile in enumerate(tiles):
+                weights = np.zeros((4, 9), np.int64)
+                weights[0] = wt[tile.channel].reshape(-1)
+                for name, value in (("start", 1), ("p_stride2", 0), ("p_split", 0),
+                                    ("p_a_base", tile.a_base % depth),
+                                    ("p_b_base", tile.b_base), ("p_a_lo", tile.a_lo),
+                                    ("p_a_hi", tile.a_hi), ("p_b_hi", tile.b_hi),
+                                    ("p_pre_right", tile.pre_right),
+                                    ("p_w", pack(weights.reshape(-1), 8)), ("p_tag", t)):
+                    ctx.set(getattr(feed, name), value)
+                while not ctx.get(feed.ready):
+                    await ctx.tick()
+                    cycle += 1
+                started.append(cycle)
+                await ctx.tick()
+                cycle += 1
+            ctx.set(feed.start, 0)
+
+        async def monitor(ctx, beats=sum(strip_tile_cycles(t, R) for t in step.tiles)):
+            for _ in range(beats + 4 * R + 16):
+                if ctx.get(arr.o_valid):
+                    rows_out.setdefault(ctx.get(arr.o_tag), []).append(
+                        (ctx.get(arr.o_r), unpack_signed(ctx.get(arr.o_row), 32, C)))
+                await ctx.tick()
+
+        run_sim(dut, driver, monitor)
+        assert np.diff(started).tolist() == [strip_tile_cycles(t, R) for t in step.tiles[:-1]]
+        for t, tile in enumerate(step.tiles):
+            acc = np.zeros((R, C), np.int64)
+            for r, row in rows_out[t]:
+                acc[r] = row
+            expect = run_strip_tile(tile, words["a"], words["b"], wt[tile.channel], R)
+            wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
+            np.testing.assert_array_equal(acc, wrapped)
+
+
 @pytest.mark.parametrize("stride,length", [(1, 8 // 2 + 9), (2, 2 * (8 // 2) + 9)])
 def test_tile_program_is_the_models_schedule(stride, length):
     prog = tile_program(8, stride)
     assert len(prog) == length
     taps = [b for b in prog if b[0] != "FILL" or b[2]]
+    assert tile_program(8, 1, pre_right=True) == prog[:4] + [("RIGHT", 0, None, False, False)] \
+        + prog[4:] if stride == 1 else True
     assert sorted(b[2] for b in prog if b[0] != "FILL") == list(range(9))
     assert [b[3] for b in taps].count(True) == 1 and taps[0][3]
     assert [b[4] for b in taps].count(True) == 1 and taps[-1][4]
