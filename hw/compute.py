@@ -10,7 +10,8 @@ from spec.desc import DIM_BITS
 from .array import SystolicArray
 from .bits import log2
 
-__all__ = ["FEED_CYCLES", "ComputeEngine", "array_tag_bits", "drain_cycles"]
+__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "ComputeEngine", "array_tag_bits",
+           "drain_cycles", "mesh_drain_cycles"]
 
 
 #: Cycles from a beat's issue (its buffer read address) to the array's input: the buffer's
@@ -25,6 +26,19 @@ def drain_cycles(cfg: AccelConfig) -> int:
     :data:`FEED_CYCLES` (buffer read, operand register) + the array latency ``R + C`` + ``R - 1``
     further result rows + 1 (accumulator write) = ``2R + C + 2``."""
     return FEED_CYCLES + 2 * cfg.array_rows + cfg.array_cols
+
+
+#: Cycles from a depthwise step's ``m_start`` to its first beat (a GEMM partition's first beat
+#: is the cycle after ``start``): the walk's counters, then the first tile's parameters and
+#: weights, registered, then the feeder's start.
+MESH_START_CYCLES = 3
+
+
+def mesh_drain_cycles(cfg: AccelConfig) -> int:
+    """Cycles the compute engine stays busy after the cycle that issues a depthwise step's
+    last beat: :data:`FEED_CYCLES` + :attr:`SystolicArray.mesh_latency` to the first result
+    row, ``R - 1`` further rows, + 1 (accumulator write) = ``R + 5``."""
+    return FEED_CYCLES + SystolicArray.mesh_latency + cfg.array_rows
 
 
 def array_tag_bits(cfg: AccelConfig) -> int:
@@ -54,10 +68,27 @@ class ComputeEngine(wiring.Component):
     accumulator rows, follow the previous results out. ``beat_real`` is high in cycles where a
     non-padding beat is issued (the MAC-active counter).
 
+    With ``mesh`` the engine also runs *depthwise steps* on the array's mesh mode (issue 18;
+    the contract is :func:`spec.dwmesh.strip_steps`): ``m_start`` (instead of ``start``)
+    walks ``p_m_channels`` channels of ``p_m_tiles`` tiles each through a
+    :class:`~hw.dwfeed.DwFeeder`, the first beat :data:`MESH_START_CYCLES` after ``m_start``,
+    the tiles back to back. Channel ``g``'s
+    fill words start at buffer-A word ``p_a_base + g * p_m_na`` and buffer-B word ``p_b_base + g
+    * p_m_nb`` (its odd and even input rows), tile ``ty`` ``(R - 2) / 2`` words further per
+    tile, with the masks of :class:`spec.dwmesh.StripTile`; its weights are word ``p_m_c0 + g``
+    of the weight memory (``w_raddr`` / ``w_rdata``: nine int8, tap ``3 dy + dx`` in bits
+    ``8 (3 dy + dx)``, a synchronous read); its results overwrite accumulator rows from
+    ``p_acc_base + g * p_m_h + (R - 2) * ty`` (mesh row ``i`` in that plus ``i``).
+    ``p_m_pre_right`` gives every tile the left pad's rotation. ``busy`` stays high
+    :func:`mesh_drain_cycles` after the last beat. A depthwise step and a GEMM partition never
+    overlap: each starts only when the engine is not busy.
+
     Parameters
     ----------
     cfg : AccelConfig
         Uses ``array_rows``, ``array_cols``, buffer and accumulator depths.
+    mesh : bool
+        Build the depthwise mode (the array's mesh, the feeder).
 
     Members
     -------
@@ -66,12 +97,22 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
+    m_start, p_m_pre_right : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na, p_m_nb :
+    ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; w_raddr : ``Out``; w_rdata :
+    ``In(72)`` (only with ``mesh``)
     """
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, *, mesh: bool = False):
         self._cfg = cfg
-        self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg))
-        super().__init__({
+        self._mesh = mesh
+        self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
+        ob = cfg.operand_bits
+        extra = {"m_start": In(1), "p_m_pre_right": In(1),
+                 **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb")},
+                 "p_m_c0": In(range(cfg.quant_entries)),
+                 "w_raddr": Out(range(cfg.quant_entries)), "w_rdata": In(9 * ob),
+                 } if mesh else {}
+        super().__init__({**extra,
             "start": In(1),
             "running": Out(1),
             "busy": Out(1),
@@ -121,7 +162,6 @@ class ComputeEngine(wiring.Component):
         accum = Signal()
         # loop counters: inner-tile origin (im, in_), array tile (tm, tn), beat k
         im, in_, tm, tn, k = (Signal(DIM_BITS, name=n) for n in ("im", "in_", "tm", "tn", "k"))
-        running = self.running
         last_beat = Signal()
         drain = Signal(range(self.drain_cycles + 1))
         # Addresses kept as running sums instead of products (no multiplier, one add deep):
@@ -129,6 +169,10 @@ class ComputeEngine(wiring.Component):
         # b_in = b_base + in_*pk, acc_row = acc_base + (R-1)*rstride + tm*R*rstride, acc_im
         # likewise for im. The accumulator tag carries the tile's *last* row's address: rows
         # leave the array bottom row first (below).
+        # the GEMM's beats (`running` is also high while a depthwise step issues beats)
+        running = Signal(name="gemm_running") if self._mesh else self.running
+        # a depthwise step is issuing beats (set by _mesh_steps)
+        mesh_run = Signal(name="mesh_running") if self._mesh else Const(0)
         a_row, a_im = Signal.like(self.a_raddr), Signal.like(self.a_raddr)
         b_row, b_in = Signal.like(self.b_raddr), Signal.like(self.b_raddr)
         acc_row, acc_im = Signal.like(self.acc_raddr), Signal.like(self.acc_raddr)
@@ -186,7 +230,7 @@ class ComputeEngine(wiring.Component):
                                  acc_row.eq(acc_row + tile_rows)]
                 with m.Else():
                     m.d.sync += [running.eq(0), drain.eq(self.drain_cycles - 1)]
-        with m.If(~running & self.busy & ~self.start):
+        with m.If(~running & ~mesh_run & self.busy & ~self.start):
             with m.If(drain == 0):
                 m.d.sync += self.busy.eq(0)
             with m.Else():
@@ -216,13 +260,19 @@ class ComputeEngine(wiring.Component):
         op_b = Signal.like(arr.i_b, reset_less=True)
         a_in = Mux(d_real, self.a_rdata, 0)
         b_in = Mux(d_real, self.b_rdata, 0)
+        # with the mesh, the beat's flags and tag meet the feeder's (registered there) in a
+        # select: the GEMM's registers are then their own
+        i_first, i_last, i_tag = ((Signal.like(arr.i_first, name="beat_first"),
+                                   Signal.like(arr.i_last, name="beat_last"),
+                                   Signal.like(arr.i_tag, name="beat_tag")) if self._mesh
+                                  else (arr.i_first, arr.i_last, arr.i_tag))
         m.d.sync += [
             arr.i_valid.eq(d_valid),
-            arr.i_first.eq(d_first),
-            arr.i_last.eq(d_last),
+            i_first.eq(d_first),
+            i_last.eq(d_last),
             op_a.eq(a_in),
             op_b.eq(b_in),
-            arr.i_tag.eq(d_tag),
+            i_tag.eq(d_tag),
         ]
         # row 0 / column 0 again for PE (0, 0)'s multiplier (SystolicArray.i_a00): a register
         # of its own, loaded with op_a's, so it can sit beside that DSP while op_a feeds the
@@ -233,6 +283,10 @@ class ComputeEngine(wiring.Component):
         m.d.sync += [op_a00.eq(a_in[:ob]), op_b00.eq(b_in[:ob])]
         m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b), arr.i_a00.eq(op_a00),
                      arr.i_b00.eq(op_b00)]
+        if self._mesh:
+            self._mesh_steps(m, rstride=rstride, drain=drain, mesh_run=mesh_run,
+                             beat=(i_first, i_last, i_tag))
+            m.d.comb += self.running.eq(running | mesh_run)
 
         # accumulator read-modify-write: read the cycle before a row leaves the array (the
         # array's e_* outputs), register the old value with the row, write one cycle after the
@@ -266,6 +320,101 @@ class ComputeEngine(wiring.Component):
             self.acc_wen.eq(w_valid),
         ]
         return m
+
+
+    def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat):
+        """The depthwise steps: the tile walk, the feeder, the array's mesh inputs."""
+        from .dwfeed import DwFeeder        # (hw.dwfeed imports FEED_CYCLES from here)
+
+        cfg = self._cfg
+        R, ob = cfg.array_rows, cfg.operand_bits
+        arr = self.array
+        half = R // 2
+        tstep = half - 1                    # fill words from one tile's patch to the next's
+        m.submodules.feed = feed = DwFeeder(cfg, tag_bits=len(arr.i_tag))
+        m.d.comb += [arr.i_mesh.eq(feed.o_mesh), arr.i_move.eq(feed.o_move),
+                     arr.i_split.eq(feed.o_split), arr.i_fill.eq(feed.o_fill),
+                     arr.i_w.eq(feed.o_w), arr.i_tap.eq(feed.o_tap)]
+        # the feeder's tap flags reach the array where the GEMM's beat flags do, selected by
+        # the mesh's mode (the GEMM's flags are not qualified by i_valid here)
+        b_first, b_last, b_tag = beat
+        m.d.comb += [arr.i_first.eq(Mux(feed.o_mesh, feed.o_first, b_first)),
+                     arr.i_last.eq(Mux(feed.o_mesh, feed.o_last, b_last)),
+                     arr.i_tag.eq(Mux(feed.o_mesh, feed.o_tag, b_tag))]
+        with m.If(feed.running):
+            m.d.comb += [self.rd_en.eq(feed.rd_en), self.a_raddr.eq(feed.a_raddr),
+                         self.b_raddr.eq(feed.b_raddr)]
+        with m.If(feed.o_tap):
+            m.d.comb += self.beat_real.eq(1)
+        m.d.comb += [feed.a_rdata.eq(self.a_rdata), feed.b_rdata.eq(self.b_rdata)]
+
+        # the step's parameters and the walk: the tile the counters describe is issued when
+        # the feeder takes a tile and its parameters (registered from the counters, with the
+        # weight word read at the counters' channel) are a cycle old
+        tiles, na, nb, hh = (Signal(DIM_BITS, name=f"mesh_{n}") for n in ("tiles", "na", "nb",
+                                                                          "h"))
+        pre_right = Signal(name="mesh_pre_right")
+        t_left, g_left = Signal(DIM_BITS, name="mesh_t_left"), Signal(DIM_BITS, name="mesh_g_left")
+        a_ch, a_pos = Signal.like(self.a_raddr, name="mesh_a_ch"), Signal.like(self.a_raddr,
+                                                                               name="mesh_a_pos")
+        b_ch, b_pos = Signal.like(self.b_raddr, name="mesh_b_ch"), Signal.like(self.b_raddr,
+                                                                               name="mesh_b_pos")
+        acc_ch = Signal.like(self.acc_raddr, name="mesh_acc_ch")
+        acc_pos = Signal.like(self.acc_raddr, name="mesh_acc_pos")
+        a_left = Signal(signed(DIM_BITS + 1), name="mesh_a_left")     # words of A still in
+        b_left = Signal(signed(DIM_BITS + 1), name="mesh_b_left")     # the channel, from here
+        first = Signal(name="mesh_first_tile")
+        ch = Signal.like(self.w_raddr, name="mesh_ch")
+        have, fresh = Signal(name="mesh_have"), Signal(name="mesh_fresh")
+        m.d.comb += self.w_raddr.eq(ch)
+
+        def clamp(v):
+            return Mux(v < 0, 0, Mux(v > half, half, v[:len(feed.p_a_hi)]))
+
+        n_a_base, n_b_base = Signal.like(feed.p_a_base), Signal.like(feed.p_b_base)
+        n_a_lo, n_a_hi, n_b_hi = (Signal.like(feed.p_a_hi, name=f"mesh_n_{n}")
+                                  for n in ("a_lo", "a_hi", "b_hi"))
+        n_tag = Signal.like(feed.p_tag)
+        m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_lo.eq(first),
+                     n_a_hi.eq(clamp(a_left)), n_b_hi.eq(clamp(b_left)),
+                     n_tag.eq(acc_pos), fresh.eq(0)]
+        issue = Signal()
+        m.d.comb += [
+            issue.eq(have & ~fresh & feed.ready),
+            feed.start.eq(issue), feed.p_stride2.eq(0), feed.p_split.eq(0),
+            feed.p_pre_right.eq(pre_right), feed.p_a_base.eq(n_a_base),
+            feed.p_b_base.eq(n_b_base), feed.p_a_lo.eq(n_a_lo), feed.p_a_hi.eq(n_a_hi),
+            feed.p_b_hi.eq(n_b_hi), feed.p_tag.eq(n_tag),
+            feed.p_w.eq(self.w_rdata),          # region 0's taps; the other regions unused
+        ]
+        with m.If(self.m_start):
+            m.d.sync += [
+                tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
+                hh.eq(self.p_m_h), pre_right.eq(self.p_m_pre_right),
+                t_left.eq(self.p_m_tiles - 1), g_left.eq(self.p_m_channels - 1),
+                a_ch.eq(self.p_a_base), a_pos.eq(self.p_a_base - 1),
+                a_left.eq(self.p_m_na + 1), b_ch.eq(self.p_b_base), b_pos.eq(self.p_b_base),
+                b_left.eq(self.p_m_nb), acc_ch.eq(self.p_acc_base),
+                acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0),
+                have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
+            ]
+        with m.If(issue):
+            m.d.sync += fresh.eq(1)
+            with m.If(t_left != 0):                 # the channel's next tile
+                m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
+                             a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
+                             b_left.eq(b_left - tstep), acc_pos.eq(acc_pos + R - 2)]
+            with m.Elif(g_left != 0):               # the next channel's first tile
+                m.d.sync += [g_left.eq(g_left - 1), t_left.eq(tiles - 1), first.eq(1),
+                             a_ch.eq(a_ch + na), a_pos.eq(a_ch + na - 1), a_left.eq(na + 1),
+                             b_ch.eq(b_ch + nb), b_pos.eq(b_ch + nb), b_left.eq(nb),
+                             acc_ch.eq(acc_ch + hh), acc_pos.eq(acc_ch + hh + R - 1),
+                             ch.eq(ch + 1)]
+            with m.Else():
+                m.d.sync += have.eq(0)
+        # the step's last beat: the feeder ends its program with no tile waiting
+        with m.If(mesh_run & ~have & feed.ready & ~(self.m_start)):
+            m.d.sync += [mesh_run.eq(0), drain.eq(mesh_drain_cycles(cfg) - 1)]
 
 
 def _bits(depth: int) -> int:

@@ -1,0 +1,115 @@
+# amaranth: UnusedElaboratable=no
+"""The compute engine's depthwise steps (ComputeEngine(mesh=True)): a strip step of
+spec.dwmesh.strip_steps from buffers loaded as its loads load them, into the accumulator,
+against spec.dwmesh.run_strip_tile, with the step's cycle count and drain."""
+
+import numpy as np
+import pytest
+from amaranth import Elaboratable, Module, unsigned
+from amaranth.lib.memory import Memory
+
+from hw.compute import MESH_START_CYCLES, ComputeEngine, mesh_drain_cycles
+from spec.config import PRESETS
+from spec.dwmesh import run_strip_tile, strip_step_cycles, strip_steps
+
+from .test_array import pack
+from .util import run_sim
+
+
+class _Harness(Elaboratable):
+    """Buffers A and B and the weight memory (initialised), the accumulator, the engine."""
+
+    def __init__(self, cfg, a_words, b_words, weights):
+        self.ce = ComputeEngine(cfg, mesh=True)
+        self._cfg, self._a, self._b, self._w = cfg, a_words, b_words, weights
+        self.acc = Memory(shape=unsigned(8 * cfg.c_beat_bytes), depth=cfg.acc_depth, init=[])
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, ce = self._cfg, self.ce
+        m.submodules.ce = ce
+        m.submodules.acc = acc = self.acc
+        mems = {}
+        for name, words, width in (("a", self._a, 8 * cfg.a_beat_bytes),
+                                   ("b", self._b, 8 * cfg.b_beat_bytes),
+                                   ("w", self._w, 72)):
+            mems[name] = Memory(shape=unsigned(width), depth=len(words), init=words)
+            m.submodules[f"mem_{name}"] = mems[name]
+        ra, rb, rw = (mems[n].read_port() for n in "abw")
+        m.d.comb += [ra.addr.eq(ce.a_raddr), ra.en.eq(ce.rd_en), ce.a_rdata.eq(ra.data),
+                     rb.addr.eq(ce.b_raddr), rb.en.eq(ce.rd_en), ce.b_rdata.eq(rb.data),
+                     rw.addr.eq(ce.w_raddr), ce.w_rdata.eq(rw.data)]
+        acc_w, acc_r = acc.write_port(), acc.read_port(transparent_for=())
+        m.d.comb += [acc_w.addr.eq(ce.acc_waddr), acc_w.data.eq(ce.acc_wdata),
+                     acc_w.en.eq(ce.acc_wen), acc_r.addr.eq(ce.acc_raddr),
+                     ce.acc_rdata.eq(acc_r.data)]
+        return m
+
+
+def _unpack_row(word, cols):
+    vals = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(cols)]
+    return np.array([v - (1 << 32) if v >> 31 else v for v in vals], np.int64)
+
+
+@pytest.mark.parametrize("c,h,w,group", [(3, 10, 13, 3), (2, 5, 4, 1), (4, 4, 20, 2)])
+def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
+    cfg = PRESETS["small"]
+    R, C = cfg.array_rows, cfg.array_cols
+    rng = np.random.default_rng(c * 13 + h + w)
+    x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (c, 3, 3), dtype=np.int8)
+    x_addr = 50
+    mem = rng.integers(-128, 128, 3000).astype(np.int64)
+    mem[x_addr:x_addr + x.size] = x.reshape(-1)
+    steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group)
+    depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
+    weights = [pack(wt[ch].reshape(-1), 8) for ch in range(c)] + [0] * 4
+    for step in steps:
+        words = {}
+        for name, block, base in (("a", step.a_load, a0), ("b", step.b_load, b0)):
+            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)      # stale words
+            for k in range(block.words):
+                got[base + k] = 0
+                got[base + k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+            words[name] = got
+        dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
+                       weights)
+        ce = dut.ce
+        result = {}
+
+        async def bench(ctx, step=step):
+            params = {"p_m_channels": step.channels, "p_m_tiles": -(-h // (R - 2)),
+                      "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
+                      "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
+                      "p_b_base": b0, "p_acc_base": acc0}
+            for name, value in params.items():
+                ctx.set(getattr(ce, name), value)
+            ctx.set(ce.m_start, 1)
+            await ctx.tick()
+            ctx.set(ce.m_start, 0)
+            cycles, last_write = 1, None
+            while ctx.get(ce.busy):
+                if ctx.get(ce.acc_wen):
+                    last_write = cycles
+                await ctx.tick()
+                cycles += 1
+            for _ in range(4 * R):                  # nothing is written after busy falls
+                assert not ctx.get(ce.acc_wen)
+                await ctx.tick()
+            result["cycles"], result["last_write"] = cycles, last_write
+            result["acc"] = [ctx.get(dut.acc.data[acc0 + r]) for r in range(step.channels * h)]
+
+        run_sim(dut, bench)
+        beats = strip_step_cycles(step, R)
+        # m_start's cycle counts as cycle 0: busy falls in this cycle
+        assert result["cycles"] == MESH_START_CYCLES + beats + mesh_drain_cycles(cfg)
+        assert result["last_write"] == result["cycles"] - 1
+        expect = np.zeros((step.channels * h + R, C), np.int64)
+        a_words = np.roll(words["a"], -a0, axis=0)      # the model's words count from 0
+        b_words = np.roll(words["b"], -b0, axis=0)
+        for tile in step.tiles:
+            expect[tile.acc_row:tile.acc_row + R] = run_strip_tile(
+                tile, a_words, b_words, wt[tile.channel], R)
+        wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
+        got = np.stack([_unpack_row(v, C) for v in result["acc"]])
+        np.testing.assert_array_equal(got, wrapped[:step.channels * h])
