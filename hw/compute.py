@@ -172,7 +172,7 @@ class ComputeEngine(wiring.Component):
         # the GEMM's beats (`running` is also high while a depthwise step issues beats)
         running = Signal(name="gemm_running") if self._mesh else self.running
         # a depthwise step is issuing beats (set by _mesh_steps)
-        mesh_run = Signal(name="mesh_running") if self._mesh else Const(0)
+        mesh_run = Signal(name="mesh_running")
         a_row, a_im = Signal.like(self.a_raddr), Signal.like(self.a_raddr)
         b_row, b_in = Signal.like(self.b_raddr), Signal.like(self.b_raddr)
         acc_row, acc_im = Signal.like(self.acc_raddr), Signal.like(self.acc_raddr)
@@ -230,7 +230,8 @@ class ComputeEngine(wiring.Component):
                                  acc_row.eq(acc_row + tile_rows)]
                 with m.Else():
                     m.d.sync += [running.eq(0), drain.eq(self.drain_cycles - 1)]
-        with m.If(~running & ~mesh_run & self.busy & ~self.start):
+        idle = ~running & ~mesh_run if self._mesh else ~running
+        with m.If(idle & self.busy & ~self.start):
             with m.If(drain == 0):
                 m.d.sync += self.busy.eq(0)
             with m.Else():
