@@ -1,0 +1,151 @@
+"""The depthwise walk: a layer's strip steps (spec.dwmesh.strip_steps) in hardware (issue 18)."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from spec.config import AccelConfig
+from spec.desc import DIM_BITS
+
+__all__ = ["DwWalker"]
+
+
+class DwWalker(wiring.Component):
+    """Walks the strip steps of a stride-1, pad-1 depthwise 3x3 layer, in
+    :func:`spec.dwmesh.strip_steps`' order (channel groups outside, column strips inside), and
+    states each step's loads, tiles and store, every value a register.
+
+    ``start`` samples the layer: ``p_channels`` maps of ``p_h`` x ``p_w`` int8 at ``p_x_addr``
+    (dense NCHW), ``p_group`` channels a step, outputs at ``p_out_addr`` (dense NCHW, int8 or,
+    without ``p_int8``, int32 elements). It first forms the products it needs (``G h``, ``C h``,
+    ``G h w``; serially, one bit a cycle, so no multiplier), then presents the first step with
+    ``valid``; ``advance`` (while ``valid``) moves to the next step, whose values are valid
+    again :attr:`ADVANCE_LATENCY` cycles later. ``last`` marks the layer's last step. The
+    sizes must be legal (``1 <= G``, ``G = 1`` for odd ``h``, every size at least 1: the
+    record checks' job, as for the GEMM walk); the walk does not check them.
+
+    Per step (the names of :class:`spec.dwmesh.StripStep`): ``c0``, ``channels`` (``G``, or
+    fewer in the last group), ``ox0``, ``tw``, ``first_strip`` (``ox0 == 0``: the tiles'
+    pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
+    both ``nbytes`` wide at a stride of ``2 w``, and the store (``st_addr``: ``out_addr``
+    plus ``(c0 h w + ox0)`` elements; ``st_rows`` = ``channels * h``).
+
+    Members
+    -------
+    start, advance : ``In(1)``; valid, last : ``Out(1)``
+    p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
+    ``In(dram_addr_bits + 1)``; p_int8 : ``In(1)``
+    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows : ``Out(DIM_BITS)``;
+    first_strip : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
+    """
+
+    #: Cycles from ``advance`` to the next step's ``valid``.
+    ADVANCE_LATENCY = 2
+    #: Width of the serial products' first factor (``G``, ``C``, ``G h``).
+    FACTOR_BITS = DIM_BITS
+
+    def __init__(self, cfg: AccelConfig):
+        self._cfg = cfg
+        aw = cfg.dram_addr_bits + 1
+        super().__init__({
+            "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
+            **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
+            "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1),
+            **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
+                                          "nbytes", "st_rows")},
+            "first_strip": Out(1),
+            **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        tw_max = cfg.array_cols - 2
+        aw = cfg.dram_addr_bits + 1
+        pw = 2 * DIM_BITS + 2                          # product width
+
+        C, h, w, G = (Signal(DIM_BITS, name=n) for n in ("dw_c", "dw_h", "dw_w", "dw_g"))
+        x_addr, out_addr = Signal(aw), Signal(aw)
+        int8 = Signal()
+        # -- the serial products: G h, C h, then (G h) w; one multiplier bit a cycle ------------
+        gh, ch, ghw = (Signal(pw, name=n) for n in ("dw_gh", "dw_ch", "dw_ghw"))
+        acc1, acc2 = Signal(pw), Signal(pw)
+        bit = Signal(range(DIM_BITS + 1))
+        phase = Signal(2)                               # 0 idle, 1 G h and C h, 2 (G h) w
+        mult_by = Signal(DIM_BITS)                      # the remaining multiplier bits
+        with m.If(self.start):
+            m.d.sync += [C.eq(self.p_channels), h.eq(self.p_h), w.eq(self.p_w),
+                         G.eq(self.p_group), x_addr.eq(self.p_x_addr),
+                         out_addr.eq(self.p_out_addr), int8.eq(self.p_int8),
+                         acc1.eq(0), acc2.eq(0), bit.eq(DIM_BITS), mult_by.eq(self.p_h),
+                         phase.eq(1), self.valid.eq(0)]
+        with m.Elif(phase != 0):
+            # acc = 2 acc + factor * (top bit of the multiplier), most significant bit first
+            top = mult_by[-1]
+            with m.If(phase == 1):
+                m.d.sync += [acc1.eq((acc1 << 1) + Mux(top, G, 0)),
+                             acc2.eq((acc2 << 1) + Mux(top, C, 0))]
+            with m.Else():
+                m.d.sync += acc1.eq((acc1 << 1) + Mux(top, gh, 0))
+            m.d.sync += [mult_by.eq(mult_by << 1), bit.eq(bit - 1)]
+            with m.If(bit == 1):
+                with m.If(phase == 1):
+                    m.d.sync += [phase.eq(2), bit.eq(DIM_BITS), mult_by.eq(w), acc1.eq(0),
+                                 gh.eq((acc1 << 1) + Mux(top, G, 0)),
+                                 ch.eq((acc2 << 1) + Mux(top, C, 0))]
+                with m.Else():
+                    m.d.sync += [phase.eq(0), ghw.eq((acc1 << 1) + Mux(top, gh, 0))]
+
+        # -- the walk ---------------------------------------------------------------------------
+        c0, ox0 = Signal(DIM_BITS, name="dw_c0"), Signal(DIM_BITS, name="dw_ox0")
+        rows_done = Signal(pw, name="dw_rows_done")      # c0 * h
+        chan_x = Signal(aw, name="dw_chan_x")             # x_addr + c0 h w
+        chan_o = Signal(aw + 2, name="dw_chan_o")         # c0 h w (elements of the output)
+        more_strips, more_groups = Signal(), Signal()
+        walking = Signal()
+        settle = Signal(range(self.ADVANCE_LATENCY + 1))
+        launch = Signal()                                 # the products are done: first step
+        m.d.comb += launch.eq((phase == 2) & (bit == 1))
+        with m.If(launch):
+            m.d.sync += [c0.eq(0), ox0.eq(0), rows_done.eq(0), chan_x.eq(x_addr),
+                         chan_o.eq(0), walking.eq(1), settle.eq(self.ADVANCE_LATENCY)]
+        with m.If(walking & self.advance & self.valid):
+            m.d.sync += [self.valid.eq(0), settle.eq(self.ADVANCE_LATENCY - 1)]
+            with m.If(more_strips):
+                m.d.sync += ox0.eq(ox0 + tw_max)
+            with m.Elif(more_groups):
+                m.d.sync += [ox0.eq(0), c0.eq(c0 + G), rows_done.eq(rows_done + gh),
+                             chan_x.eq(chan_x + ghw), chan_o.eq(chan_o + ghw)]
+            with m.Else():
+                m.d.sync += walking.eq(0)
+        with m.Elif(walking & (settle != 0)):
+            m.d.sync += settle.eq(settle - 1)
+            with m.If(settle == 1):
+                m.d.sync += self.valid.eq(1)
+
+        # -- the step's values, registered from the walk's registers (one cycle behind) --------
+        left = Signal(signed(DIM_BITS + 2))               # w - ox0
+        m.d.comb += left.eq(w - ox0)
+        first = ox0 == 0
+        last_group = Signal()
+        m.d.comb += [more_strips.eq(left > tw_max), more_groups.eq(c0 + G < C),
+                     last_group.eq(~(c0 + G < C))]
+        rows = Mux(last_group, ch - rows_done, gh)
+        xs = Mux(first, 0, ox0 - 1)                        # the patch's first loaded column
+        even = ~h[0]
+        m.d.sync += [
+            self.c0.eq(c0), self.ox0.eq(ox0), self.first_strip.eq(first),
+            self.channels.eq(Mux(last_group, C - c0, G)),
+            self.tw.eq(Mux(left > tw_max, tw_max, left)),
+            self.nbytes.eq(Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
+                               Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1))),
+            self.a_addr.eq(chan_x + w + xs), self.b_addr.eq(chan_x + xs),
+            self.st_rows.eq(rows),
+            # h even: half the rows in each buffer; h odd (one channel a step): h // 2 and
+            # h // 2 + 1
+            self.a_words.eq(Mux(even, rows >> 1, h >> 1)),
+            self.b_words.eq(Mux(even, rows >> 1, (h >> 1) + 1)),
+            self.st_addr.eq(out_addr + Mux(int8, chan_o + ox0, (chan_o + ox0) << 2)),
+            self.last.eq(~more_strips & last_group),
+        ]
+        return m

@@ -1,0 +1,63 @@
+# amaranth: UnusedElaboratable=no
+"""The depthwise walk (hw/dwwalk.py) states spec.dwmesh.strip_steps' steps, in order."""
+
+import pytest
+
+from hw.dwwalk import DwWalker
+from spec.config import PRESETS
+from spec.dwmesh import strip_steps
+
+from .util import run_sim
+
+
+@pytest.mark.parametrize("channels,h,w,group,int8", [
+    (3, 20, 31, 1, 1), (8, 14, 14, 3, 1), (5, 28, 30, 2, 0), (1, 7, 7, 1, 1),
+    (3, 9, 5, 1, 0), (2, 1, 1, 1, 1), (960, 14, 14, 35, 1), (4, 4, 15, 4, 0),
+    (2, 6, 16, 2, 1), (2, 6, 17, 2, 1)])
+def test_walk_states_the_models_steps(channels, h, w, group, int8):
+    cfg = PRESETS["default"]
+    x_addr, out_addr = 0x1234, 0x40_0001
+    expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
+                         cols=cfg.array_cols, group=group)
+    dut = DwWalker(cfg)
+    got = []
+
+    async def bench(ctx):
+        for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
+                            ("p_group", group), ("p_x_addr", x_addr),
+                            ("p_out_addr", out_addr), ("p_int8", int8)):
+            ctx.set(getattr(dut, name), value)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(200):
+            if ctx.get(dut.valid):
+                break
+            await ctx.tick()
+        while True:
+            assert ctx.get(dut.valid)
+            got.append({n: ctx.get(getattr(dut, n)) for n in (
+                "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
+                "b_words", "nbytes", "st_addr", "st_rows", "last")})
+            if got[-1]["last"]:
+                break
+            ctx.set(dut.advance, 1)
+            await ctx.tick()
+            ctx.set(dut.advance, 0)
+            for _ in range(DwWalker.ADVANCE_LATENCY - 1):
+                assert not ctx.get(dut.valid)
+                await ctx.tick()
+
+    run_sim(dut, bench)
+    size = 1 if int8 else 4
+    assert len(got) == len(expect)
+    for step, g in zip(expect, got):
+        assert g == {
+            "c0": step.c0, "channels": step.channels, "ox0": step.ox0, "tw": step.tw,
+            "first_strip": int(step.ox0 == 0), "a_addr": step.a_load.addr,
+            "a_words": step.a_load.words, "b_addr": step.b_load.addr,
+            "b_words": step.b_load.words, "nbytes": step.a_load.nbytes,
+            "st_addr": out_addr + size * step.out_addr, "st_rows": step.channels * h,
+            "last": int(step is expect[-1])}
+        assert step.a_load.nbytes == step.b_load.nbytes
+        assert step.a_load.stride == step.b_load.stride == 2 * w
