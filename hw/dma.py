@@ -167,7 +167,9 @@ class StoreEngine(wiring.Component):
     ``array_cols`` bytes in the low lanes of the port.
 
     With ``p_post`` the rows go through the post-processor (bias, requantisation, zero point,
-    clamp): row ``r`` is output channel ``ch0 + r``, whose bias / multiplier / shift the engine
+    clamp): row ``r`` is output channel ``ch0 + r`` (with ``channel_rows``, ``ch0 + r //
+    p_ch_rows``: a depthwise step's rows are ``p_ch_rows`` output rows of each channel), whose
+    bias / multiplier / shift the engine
     reads from the parameter memory (``q_ch``/``q_ren``; data on ``q_*`` one cycle later): one
     beat ahead of the accumulator read, so that they enter the requantiser from a register. The
     post-processed path is :meth:`PostProc.row_latency_of` cycles longer, and with shared
@@ -187,11 +189,14 @@ class StoreEngine(wiring.Component):
     cfg : AccelConfig
         Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``,
         ``quant_entries``, ``post_row_cycles``.
+    channel_rows : bool
+        Build ``p_ch_rows`` (rows per output channel; 1 for a GEMM's store).
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
+    p_ch_rows : ``In(DIM_BITS)`` (only with ``channel_rows``; at least 1)
     p_post, p_int8, p_bias, p_ch0, p_zero_point, p_act_min, p_act_max : ``In(...)``
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
     acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
@@ -200,11 +205,13 @@ class StoreEngine(wiring.Component):
     mem : ``Out(WritePort.Signature)``
     """
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, *, channel_rows: bool = False):
         self._cfg = cfg
+        self._channel_rows = channel_rows
         ab = cfg.dram_addr_bits
         super().__init__({
             **_grid_members(ab),
+            **({"p_ch_rows": In(DIM_BITS)} if channel_rows else {}),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
             "p_post": In(1),
@@ -325,8 +332,23 @@ class StoreEngine(wiring.Component):
                 rlast.eq(self.p_rows == 1),
             ]
 
-        m.submodules.post = pp = PostProc(cfg)
         advance = Signal()
+        # the channel's last row (always, without channel_rows): the row end moves `ch` on
+        if self._channel_rows:
+            ch_rows, ch_left = Signal(DIM_BITS), Signal(DIM_BITS)      # rows left after this
+            ch_last, one_row = Signal(), Signal()
+            with m.If(self.start):
+                m.d.sync += [ch_rows.eq(self.p_ch_rows), ch_left.eq(self.p_ch_rows - 1),
+                             ch_last.eq(self.p_ch_rows == 1), one_row.eq(self.p_ch_rows == 1)]
+            with m.Elif(advance & go & glast):
+                with m.If(ch_last):
+                    m.d.sync += [ch_left.eq(ch_rows - 1), ch_last.eq(one_row)]
+                with m.Else():
+                    m.d.sync += [ch_left.eq(ch_left - 1), ch_last.eq(ch_left == 1)]
+        else:
+            ch_last = None
+
+        m.submodules.post = pp = PostProc(cfg)
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult, w_shift = Signal(32), Signal(31), Signal(6)    # stage 2's
         with m.If(advance):
@@ -351,7 +373,8 @@ class StoreEngine(wiring.Component):
             # beat's channel; each beat's read cycle reads the next beat's) and their words are
             # registered on the way in, so the requantiser's per-row inputs are registers.
             self.q_ren.eq(advance),
-            self.q_ch.eq(Mux(self.start, self.p_ch0, ch + (go & glast))),
+            self.q_ch.eq(Mux(self.start, self.p_ch0,
+                             ch + (go & glast if ch_last is None else go & glast & ch_last))),
             pp.en.eq(advance),
             pp.i_valid.eq(word_valid & post),
             pp.i_data.eq(word),
@@ -401,7 +424,8 @@ class StoreEngine(wiring.Component):
                     m.d.sync += [g.eq(0), row_rem.eq(row_rem - 1),
                                  row_addr.eq(row_addr + stride),
                                  addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
-                                 acc_addr.eq(acc_row + rstride), left.eq(elems), ch.eq(ch + 1),
+                                 acc_addr.eq(acc_row + rstride), left.eq(elems),
+                                 ch.eq(ch + (1 if ch_last is None else ch_last)),
                                  below_row.eq(below_row - stride), below.eq(below_row - stride),
                                  above_row.eq(above_row - stride), above.eq(above_row - stride),
                                  glast.eq(one_group), rlast.eq(row_rem == 1)]

@@ -1,0 +1,74 @@
+# amaranth: UnusedElaboratable=no
+"""StoreEngine(channel_rows=True): a depthwise step's store takes ``p_ch_rows`` rows of each
+output channel, so the post-processor's channel advances every ``p_ch_rows`` rows."""
+
+import numpy as np
+import pytest
+from amaranth import Elaboratable, Module, unsigned
+from amaranth.lib.memory import Memory
+
+from hw.dma import StoreEngine
+from spec.config import PRESETS
+
+from .util import run_sim
+
+CFG = PRESETS["tiny"]
+
+
+class _Harness(Elaboratable):
+    """The store engine, an accumulator and a bias memory (synchronous reads)."""
+
+    def __init__(self, acc_rows, biases):
+        self.se = StoreEngine(CFG, channel_rows=True)
+        self._acc, self._bias = acc_rows, biases
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.se = se = self.se
+        m.submodules.acc = acc = Memory(shape=unsigned(8 * CFG.c_beat_bytes),
+                                        depth=len(self._acc), init=self._acc)
+        m.submodules.bias = bias = Memory(shape=unsigned(32), depth=len(self._bias),
+                                          init=self._bias)
+        ra, rb = acc.read_port(), bias.read_port()
+        m.d.comb += [ra.addr.eq(se.acc_raddr), ra.en.eq(se.acc_ren), se.acc_rdata.eq(ra.data),
+                     rb.addr.eq(se.q_ch), rb.en.eq(se.q_ren), se.q_bias.eq(rb.data)]
+        return m
+
+
+@pytest.mark.parametrize("rows,ch_rows,ch0", [(7, 3, 2), (6, 1, 0), (5, 5, 4), (8, 2, 1)])
+def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 10 + ch_rows)
+    acc = rng.integers(-1000, 1000, (rows, C))
+    biases = [int(b) & 0xFFFFFFFF for b in rng.integers(-5000, 5000, 16)]
+    words = [sum((int(v) & 0xFFFFFFFF) << (32 * j) for j, v in enumerate(row)) for row in acc]
+    dut = _Harness(words, biases)
+    se = dut.se
+    out = {}
+
+    async def bench(ctx):
+        for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
+                            ("p_groups", 1), ("p_elems", C), ("p_acc_base", 0),
+                            ("p_acc_rstride", 1), ("p_post", 1), ("p_int8", 0), ("p_bias", 1),
+                            ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
+                            ("p_act_max", 127), ("p_win_lo", 0), ("p_win_hi", 1 << 20)):
+            ctx.set(getattr(se, name), value)
+        ctx.set(se.mem.ready, 1)
+        ctx.set(se.start, 1)
+        await ctx.tick()
+        ctx.set(se.start, 0)
+        for _ in range(100):
+            fire = ctx.get(se.mem.valid)
+            if fire:
+                out[ctx.get(se.mem.addr)] = ctx.get(se.mem.data)
+            await ctx.tick()
+            ctx.set(se.mem.bvalid, fire)
+
+    run_sim(dut, bench)
+    assert len(out) == rows
+    for r in range(rows):
+        bias = biases[ch0 + r // ch_rows]
+        bias = bias - (1 << 32) if bias >> 31 else bias
+        word = out[0x100 + r * 4 * C]
+        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r]]
