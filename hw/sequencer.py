@@ -33,9 +33,9 @@ A_CRC_ALGORITHM = catalog.CRC32_ISO_HDLC
 PHASE_CTRL_CYCLES = 2
 
 #: Cycles from a local-buffer read request to its data at the B load engine: the block RAM's
-#: synchronous read, then its output register (``planner.cost.ModelConstants``
+#: synchronous read, then two registers (``planner.cost.ModelConstants``
 #: ``local_read_latency_cycles``).
-LOCAL_READ_LATENCY = 2
+LOCAL_READ_LATENCY = 3
 
 
 def store_wait_cycles(cfg: AccelConfig) -> int:
@@ -143,8 +143,9 @@ class Sequencer(wiring.Component):
         # it through `loc_r` instead of the B port, one whose C lies there writes it through
         # `loc_w` instead of the C port, at one beat per cycle. A write is acknowledged one cycle
         # after its request, a read answers :data:`LOCAL_READ_LATENCY` cycles after it: the
-        # block RAM's output is registered before the B buffer's write data (on the ECP5 that
-        # path, 6.5 ns of logic and 7 ns of routing, limited the whole 8x8 to 72 MHz). A layer
+        # block RAM's output is registered (twice, below) before the B buffer's write data (on
+        # the ECP5 that path, 6.5 ns of logic and 7 ns of routing, limited the whole 8x8 to 72
+        # MHz). A layer
         # never reads and writes the same local rows (checked like C vs B).
         m.submodules.local = loc = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.local_depth,
                                           init=[])
@@ -202,9 +203,14 @@ class Sequencer(wiring.Component):
             ]
         # local reads in flight: the block RAM's read, then its output register
         loc_rvalid = Signal(LOCAL_READ_LATENCY)
+        # the block RAMs' word is registered twice: the first register has no other load, so it
+        # can sit beside its block RAM (whose clock-to-out is 6.1 ns in nextpnr's model: one
+        # register feeding the B path was the whole 8x8's worst path in session 16, 11.9 ns)
+        loc_rdata0 = Signal(8 * cfg.b_beat_bytes, reset_less=True, attrs={"keep": 1})
         loc_rdata = Signal(8 * cfg.b_beat_bytes, reset_less=True)
+        assert LOCAL_READ_LATENCY == 3          # the read, then the two registers
         m.d.sync += [loc_rvalid.eq(Cat(lb.mem.valid & lb_loc, loc_rvalid[:-1])),
-                     loc_rdata.eq(loc_r.data)]
+                     loc_rdata0.eq(loc_r.data), loc_rdata.eq(loc_rdata0)]
         m.d.comb += [
             loc_r.addr.eq(lb.mem.addr >> lc), loc_r.en.eq(lb.mem.valid & lb_loc),
             lb.mem.ready.eq(lb_loc | (self.b_rd.ready & ~conv)),

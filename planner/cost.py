@@ -90,8 +90,8 @@ class ModelConstants:
     param_skip_cycles: int = 1
     param_end_cycles: int = 1
     #: Cycles from a local-buffer read request to its data (hw.sequencer.LOCAL_READ_LATENCY:
-    #: the block RAM's read, then its output register); local writes are acknowledged in 1.
-    local_read_latency_cycles: int = 2
+    #: the block RAM's read, then two registers); local writes are acknowledged in 1.
+    local_read_latency_cycles: int = 3
     #: Image runs (hw.runner): the sequencer's dry run of a record without parameters
     #: (CHECK_START, the checker's pipeline, CHECK, FINISH), the runner's control cycles per
     #: record (state hand-overs of both passes), and per image (start, the header check's three
