@@ -12,7 +12,21 @@ from .bits import log2
 from .checker import PARAM_ARRAYS
 from .dma import _byte_mask, load_command_members
 
-__all__ = ["ParamMemories", "ParamLoader"]
+__all__ = ["ParamMemories", "ParamLoader", "WEIGHT_ARRAYS", "weight_word"]
+
+#: A depthwise layer's 3x3 weights as three more parameter arrays (issue 18): array ``t`` holds
+#: a u32 per channel whose bytes ``b`` (little-endian) are taps ``4t + b`` (``tap = 3 dy +
+#: dx``); taps 9 .. 11 do not exist and are ignored.
+WEIGHT_ARRAYS: tuple[str, ...] = ("w0", "w1", "w2")
+
+
+def weight_word(taps) -> int:
+    """The 72-bit weight word of one channel (tap ``t`` in bits ``8t .. 8t + 7``) from its nine
+    int8 taps: what :class:`ParamMemories` gives on ``weights``."""
+    taps = [int(t) for t in taps]
+    if len(taps) != 9 or not all(-128 <= t <= 127 for t in taps):
+        raise ValueError(f"weight_word: nine int8 taps, not {taps!r}")
+    return sum((t & 0xFF) << (8 * i) for i, t in enumerate(taps))
 
 
 class ParamMemories(wiring.Component):
@@ -24,23 +38,37 @@ class ParamMemories(wiring.Component):
     every array; its words are on ``bias``, ``mult`` and ``shift`` in the next cycle (and held
     until the next read).
 
+    With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`, ``sel`` 3 .. 5), read
+    at their own port: ``w_ch`` with ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights``
+    in the next cycle (tap ``t`` in bits ``8t ..``, :func:`weight_word`).
+
     Parameters
     ----------
     cfg : AccelConfig
         Uses ``b_beat_bytes``, ``quant_entries``.
+    weights : bool
+        Build the depthwise weight arrays.
 
     Members
     -------
-    load : ``In(1)``; sel : ``In(range(3))``; w_addr : ``In(range(quant_entries // words))``
+    load : ``In(1)``; sel : ``In(range(3))`` (6 with ``weights``); w_addr :
+    ``In(range(quant_entries // words))``
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``
+    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)`` (only with
+    ``weights``)
     """
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, *, weights: bool = False):
         self._cfg = cfg
+        self._weights = weights
         words = cfg.b_beat_bytes // 4
+        arrays = len(PARAM_ARRAYS) + (len(WEIGHT_ARRAYS) if weights else 0)
+        extra = {"w_ch": In(range(cfg.quant_entries)), "w_ren": In(1),
+                 "weights": Out(72)} if weights else {}
         super().__init__({
-            "load": In(1), "sel": In(range(len(PARAM_ARRAYS))),
+            **extra,
+            "load": In(1), "sel": In(range(arrays)),
             "w_addr": In(range(cfg.quant_entries // words)), "w_data": In(8 * cfg.b_beat_bytes),
             "w_en": In(1),
             "ch": In(range(cfg.quant_entries)), "ren": In(1),
@@ -64,6 +92,22 @@ class ParamMemories(wiring.Component):
                          w.en.eq(self.w_en & self.load & (self.sel == i)),
                          r.addr.eq(self.ch >> lw), r.en.eq(self.ren),
                          getattr(self, name).eq(r.data.word_select(lane, 32) if lw else r.data)]
+        if self._weights:
+            w_lane = Signal(max(lw, 1))
+            with m.If(self.w_ren):
+                m.d.sync += w_lane.eq(self.w_ch[:lw] if lw else 0)
+            taps = []
+            for t, name in enumerate(WEIGHT_ARRAYS):
+                mem = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.quant_entries // words,
+                             init=[])
+                m.submodules[f"q_{name}"] = mem
+                w, r = mem.write_port(), mem.read_port(transparent_for=())
+                m.d.comb += [w.addr.eq(self.w_addr), w.data.eq(self.w_data),
+                             w.en.eq(self.w_en & self.load
+                                     & (self.sel == len(PARAM_ARRAYS) + t)),
+                             r.addr.eq(self.w_ch >> lw), r.en.eq(self.w_ren)]
+                taps.append(r.data.word_select(w_lane, 32) if lw else r.data)
+            m.d.comb += self.weights.eq(Cat(taps[0], taps[1], taps[2][:8]))
         return m
 
 
@@ -80,30 +124,37 @@ class ParamLoader(wiring.Component):
     array loads, ``phase`` is high: the B load engine runs ``lb``'s command and its buffer
     writes (``w_addr``, ``w_data``, ``w_en``) belong to the parameter memories.
 
+    With ``weights`` the depthwise weight arrays (:data:`WEIGHT_ARRAYS`) follow, loaded the same
+    way and not checked (any byte is a weight).
+
     Parameters
     ----------
     cfg : AccelConfig
         Uses ``b_beat_bytes``, ``dram_addr_bits``, ``buf_b_depth``.
+    weights : bool
+        Also load the depthwise weight arrays.
 
     Members
     -------
-    start : ``In(1)``; need : ``In(3)``; addr_<array> : ``In(32)``; rows : ``In(32)`` (stable
+    start : ``In(1)``; need : ``In(3)`` (6 with ``weights``); addr_<array> : ``In(32)``;
+    rows : ``In(32)`` (stable
     from the cycle before ``start``: the command's sizes are registered from it)
     lb : ``In(Signature(load_command_members))`` the B load engine command it drives
     w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
     phase : ``Out(1)``; sel : ``Out(range(3))``; done : ``Out(1)``; bad : ``Out(1)``
     """
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, *, weights: bool = False):
         self._cfg = cfg
+        self._arrays = PARAM_ARRAYS + (WEIGHT_ARRAYS if weights else ())
         super().__init__({
-            "start": In(1), "need": In(len(PARAM_ARRAYS)), "rows": In(32),
-            **{f"addr_{name}": In(32) for name in PARAM_ARRAYS},
+            "start": In(1), "need": In(len(self._arrays)), "rows": In(32),
+            **{f"addr_{name}": In(32) for name in self._arrays},
             "lb": In(wiring.Signature(load_command_members(cfg.dram_addr_bits,
                                                            cfg.buf_b_depth))),
             "w_addr": In(range(cfg.buf_b_depth)), "w_data": In(8 * cfg.b_beat_bytes),
             "w_en": In(1),
-            "phase": Out(1), "sel": Out(range(len(PARAM_ARRAYS))), "done": Out(1),
+            "phase": Out(1), "sel": Out(range(len(self._arrays))), "done": Out(1),
             "bad": Out(1),
         })
 
@@ -112,7 +163,8 @@ class ParamLoader(wiring.Component):
         words = self._cfg.b_beat_bytes // 4
         lw = log2(words)
         rows = self.rows
-        addrs = Array(getattr(self, f"addr_{name}") for name in PARAM_ARRAYS)
+        arrays = self._arrays
+        addrs = Array(getattr(self, f"addr_{name}") for name in arrays)
         # the command's sizes, registered (`rows` is the latched record, stable long before
         # `start`): the add and the load engine's compares at its start were a 12 ns path
         groups, elems = Signal(32), Signal(34)
@@ -148,9 +200,9 @@ class ParamLoader(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += self.bad.eq(0)
-                    m.next = PARAM_ARRAYS[0]
-            for i, name in enumerate(PARAM_ARRAYS):
-                after = PARAM_ARRAYS[i + 1] if i + 1 < len(PARAM_ARRAYS) else "END"
+                    m.next = arrays[0]
+            for i, name in enumerate(arrays):
+                after = arrays[i + 1] if i + 1 < len(arrays) else "END"
                 with m.State(name):
                     m.d.comb += [self.phase.eq(1), self.sel.eq(i)]
                     with m.If(self.need[i]):

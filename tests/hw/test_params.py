@@ -64,3 +64,75 @@ def test_words_up_to_rows_checked_and_none_past(rows):
         # a zero multiplier is illegal: flagged at any word below rows, ignored past it
         flagged = _load(cfg, rows, lambda w: 0 if w == bad_at else 7)
         assert flagged == (bad_at < rows), (rows, bad_at)
+
+
+def test_weight_arrays_load_and_read_as_one_word_per_channel():
+    """ParamMemories(weights=True): words written into the three weight arrays (sel 3 .. 5)
+    read back as each channel's nine taps in one 72-bit word, at the weight port."""
+    import numpy as np
+
+    from hw.params import WEIGHT_ARRAYS, ParamMemories, weight_word
+
+    cfg = PRESETS["small"]
+    words = cfg.b_beat_bytes // 4
+    rng = np.random.default_rng(5)
+    channels = 11
+    taps = rng.integers(-128, 128, (channels, 9))
+    arrays = np.zeros((3, -(-channels // words) * words), np.int64)
+    for c in range(channels):
+        padded = list(taps[c]) + [int(x) for x in rng.integers(-128, 128, 3)]   # 9 .. 11 junk
+        for t in range(3):
+            arrays[t, c] = sum((int(b) & 0xFF) << (8 * i)
+                               for i, b in enumerate(padded[4 * t:4 * t + 4]))
+    dut = ParamMemories(cfg, weights=True)
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(dut.load, 1)
+        for t in range(len(WEIGHT_ARRAYS)):
+            ctx.set(dut.sel, len(PARAM_ARRAYS) + t)
+            for beat in range(arrays.shape[1] // words):
+                ctx.set(dut.w_addr, beat)
+                ctx.set(dut.w_data, sum(int(arrays[t, beat * words + j]) << (32 * j)
+                                        for j in range(words)))
+                ctx.set(dut.w_en, 1)
+                await ctx.tick()
+        ctx.set(dut.w_en, 0)
+        ctx.set(dut.load, 0)
+        for c in reversed(range(channels)):
+            ctx.set(dut.w_ch, c)
+            ctx.set(dut.w_ren, 1)
+            await ctx.tick()
+            ctx.set(dut.w_ren, 0)
+            await ctx.tick()                # held while w_ren is low
+            got[c] = ctx.get(dut.weights)
+
+    run_sim(dut, bench)
+    assert got == {c: weight_word(taps[c]) for c in range(channels)}
+    with pytest.raises(ValueError, match="nine int8 taps"):
+        weight_word([0] * 8)
+
+
+def test_loader_issues_the_weight_arrays_after_the_others():
+    cfg = PRESETS["small"]
+    dut = ParamLoader(cfg, weights=True)
+    issued = []
+
+    async def bench(ctx):
+        ctx.set(dut.rows, 4)
+        for i, name in enumerate(PARAM_ARRAYS + ("w0", "w1", "w2")):
+            ctx.set(getattr(dut, f"addr_{name}"), 0x100 * (i + 1))
+        ctx.set(dut.need, 0b111010)          # mult, then the three weight arrays
+        await ctx.tick()
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(40):
+            if ctx.get(dut.lb.start):
+                issued.append((ctx.get(dut.sel), ctx.get(dut.lb.p_addr)))
+            if ctx.get(dut.done):
+                break
+            await ctx.tick()
+
+    run_sim(dut, bench)
+    assert issued == [(1, 0x200), (3, 0x400), (4, 0x500), (5, 0x600)]
