@@ -141,39 +141,36 @@ class PostProcFloor(_LfsrFloor):
         return m
 
 
-_TB = """
+def _testbench(dut: str, shown: str) -> str:
+    """A Verilog top that instantiates ``dut``, releases reset after two cycles and stops after
+    ``+cycles=N`` clock cycles, printing ``shown`` (so nothing the DUT computes is dead)."""
+    return f"""
 module tessera_floor_tb;
-  reg clk = 1'b0, rst = 1'b1;
-  wire [31:0] sig;
-  floor_top dut(.clk(clk), .rst(rst), .sig(sig));
-  always #5 clk = ~clk;
+  reg rst = 1'b1;
+{dut}
   longint n = 0, cycles = 0;
   initial if (!$value$plusargs("cycles=%d", cycles)) cycles = 1000;
   always @(posedge clk) begin
     n <= n + 1;
     if (n == 2) rst <= 1'b0;
-    if (n == cycles) begin $display("sig %h", sig); $finish; end
+    if (n == cycles) begin $display("%h", {shown}); $finish; end
   end
 endmodule
 """
 
-_TB_ACCEL = """
-module tessera_floor_tb;
-  wire clk, busy, done;
+
+#: the self-driving wrappers: a clock here, ``sig`` out
+_TB = _testbench("""  reg clk = 1'b0;
+  wire [31:0] sig;
+  floor_top dut(.clk(clk), .rst(rst), .sig(sig));
+  always #5 clk = ~clk;""", "sig")
+
+#: the whole sim_top: its own clock, idle inputs
+_TB_ACCEL = _testbench("""  wire clk, busy, done;
   wire [31:0] rdata;
-  reg rst = 1'b1;
   sim_top dut(.csr__addr('0), .csr__wdata('0), .csr__we(1'b0), .dram_load(1'b0),
               .dram_dump(1'b0), .dram_dump_lo('0), .dram_dump_hi('0), .clk(clk),
-              .csr__rdata(rdata), .busy(busy), .done(done), .rst(rst));
-  longint n = 0, cycles = 0;
-  initial if (!$value$plusargs("cycles=%d", cycles)) cycles = 1000;
-  always @(posedge clk) begin
-    n <= n + 1;
-    if (n == 2) rst <= 1'b0;
-    if (n == cycles) begin $display("busy %0d", busy); $finish; end
-  end
-endmodule
-"""
+              .csr__rdata(rdata), .busy(busy), .done(done), .rst(rst));""", "busy")
 
 
 def _build(part: str, cfg: AccelConfig, work: Path) -> Path:

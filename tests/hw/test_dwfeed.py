@@ -49,6 +49,23 @@ class _Harness(Elaboratable):
         return m
 
 
+async def _issue_tiles(ctx, feed, started, tiles):
+    """Start the feeder on each tile's parameters (a dict of ``p_*`` values) as soon as it is
+    ready, and append the cycle each start was taken to ``started``."""
+    cycle = 0
+    for params in tiles:
+        ctx.set(feed.start, 1)
+        for name, value in params.items():
+            ctx.set(getattr(feed, name), value)
+        while not ctx.get(feed.ready):
+            await ctx.tick()
+            cycle += 1
+        started.append(cycle)
+        await ctx.tick()
+        cycle += 1
+    ctx.set(feed.start, 0)
+
+
 @pytest.mark.parametrize("channels,h,w,stride,pad", [
     (6, 3, 3, 1, 1),        # quadrants
     (2, 13, 9, 1, 1),       # whole mesh, ragged
@@ -77,25 +94,11 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     started, rows_out = [], {}
 
     async def driver(ctx):
-        cycle = 0
-        for t, tile in enumerate(tiles):
-            weights = tile_weights(tile, wt)
-            ctx.set(feed.start, 1)
-            ctx.set(feed.p_stride2, stride == 2)
-            ctx.set(feed.p_split, SystolicArray.SPLITS[tile.split])
-            ctx.set(feed.p_a_base, t * R)
-            ctx.set(feed.p_b_base, t * R)
-            ctx.set(feed.p_a_hi, R)
-            ctx.set(feed.p_b_hi, R)
-            ctx.set(feed.p_w, pack(weights.reshape(4, 9).reshape(-1), 8))
-            ctx.set(feed.p_tag, t)
-            while not ctx.get(feed.ready):
-                await ctx.tick()
-                cycle += 1
-            started.append(cycle)
-            await ctx.tick()
-            cycle += 1
-        ctx.set(feed.start, 0)
+        await _issue_tiles(ctx, feed, started, [
+            {"p_stride2": stride == 2, "p_split": SystolicArray.SPLITS[tile.split],
+             "p_a_base": t * R, "p_b_base": t * R, "p_a_hi": R, "p_b_hi": R,
+             "p_w": pack(tile_weights(tile, wt).reshape(4, 9).reshape(-1), 8), "p_tag": t}
+            for t, tile in enumerate(tiles)])
 
     async def monitor(ctx):
         for cycle in range(beats + 4 * R + 16):
@@ -146,24 +149,12 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
         started, rows_out = [], {}
 
         async def driver(ctx, tiles=step.tiles):
-            cycle = 0
-            for t, tile in enumerate(tiles):
-                weights = np.zeros((4, 9), np.int64)
-                weights[0] = wt[tile.channel].reshape(-1)
-                for name, value in (("start", 1), ("p_stride2", 0), ("p_split", 0),
-                                    ("p_a_base", tile.a_base % depth),
-                                    ("p_b_base", tile.b_base), ("p_a_lo", tile.a_lo),
-                                    ("p_a_hi", tile.a_hi), ("p_b_hi", tile.b_hi),
-                                    ("p_pre_right", tile.pre_right),
-                                    ("p_w", pack(weights.reshape(-1), 8)), ("p_tag", t)):
-                    ctx.set(getattr(feed, name), value)
-                while not ctx.get(feed.ready):
-                    await ctx.tick()
-                    cycle += 1
-                started.append(cycle)
-                await ctx.tick()
-                cycle += 1
-            ctx.set(feed.start, 0)
+            await _issue_tiles(ctx, feed, started, [
+                {"p_stride2": 0, "p_split": 0, "p_a_base": tile.a_base % depth,
+                 "p_b_base": tile.b_base, "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi,
+                 "p_b_hi": tile.b_hi, "p_pre_right": tile.pre_right,
+                 "p_w": pack(np.pad(wt[tile.channel].reshape(-1), (0, 27)), 8), "p_tag": t}
+                for t, tile in enumerate(tiles)])
 
         async def monitor(ctx, beats=sum(strip_tile_cycles(t, R) for t in step.tiles)):
             for _ in range(beats + 4 * R + 16):
