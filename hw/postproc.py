@@ -64,12 +64,18 @@ class PostProc(wiring.Component):
     ----------
     cfg : AccelConfig
         Uses ``array_cols``, ``acc_bits``, ``post_lanes``.
+    decoded_shift : bool
+        Take the row's shift decoded (:meth:`decode_shift`) instead of ``i_shift``.
 
     Members
     -------
     en, i_valid : ``In(1)``; i_data : ``In(array_cols * 32)``
     i_bias : ``In(signed(32))``; i_mult : ``In(unsigned(31))`` (1 .. 2**31 - 1)
-    i_shift : ``In(signed(6))`` (-31 .. 31); i_zero_point, i_act_min, i_act_max : ``In(signed(8))``
+    i_shift : ``In(signed(6))`` (-31 .. 31); or, with ``decoded_shift``, ``i_left``,
+    ``i_right``, ``i_x_max``, ``i_half``, ``i_half_neg``: what :meth:`decode_shift` makes of it
+    (so that a driver can register them: on the ECP5 the decode between the store's register
+    and the lanes' first stage was a 11.7 ns path of the whole 8x8, session 16)
+    i_zero_point, i_act_min, i_act_max : ``In(signed(8))``
     o_valid : ``Out(1)``; o_data : ``Out(array_cols * 8)``; o_sum : ``Out(array_cols * 32)``,
     step 1's ``acc + bias`` per lane (the int32 output with a bias), aligned with ``o_data``
     """
@@ -78,8 +84,30 @@ class PostProc(wiring.Component):
     #: output, with one lane per column; :attr:`row_latency` is a row's whole latency.
     latency = 10
 
-    def __init__(self, cfg: AccelConfig):
+    #: What a row's ``shift`` decodes into (:meth:`decode_shift`), name -> shape.
+    SHIFT_DECODE = {"left": 5, "right": 5, "x_max": signed(32), "half": 32, "half_neg": 32}
+
+    @classmethod
+    def decode_shift(cls, m: Module, shift: Value) -> dict[str, Signal]:
+        """The per-row values stage 1 registers from a ``shift`` in [-31, 31], as signals
+        driven in ``m``: ``left`` and ``right`` (its magnitude on either side), ``x_max =
+        (2**31 - 1) >> left`` (the largest x whose left shift does not saturate, a thermometer
+        code of ``left``: no shifter; the smallest is its complement), and the right shift's
+        rounding offsets ``half = 2**(right-1)`` (x >= 0) and ``half_neg = 2**(right-1) - 1`` (x
+        < 0; ties away from zero), both 0 without a right shift."""
+        out = {name: Signal(shape, name=name) for name, shape in cls.SHIFT_DECODE.items()}
+        left, right = out["left"], out["right"]
+        m.d.comb += [
+            left.eq(Mux(shift < 0, -shift, 0)), right.eq(Mux(shift > 0, shift, 0)),
+            out["x_max"].eq(Cat(*(left < 31 - b for b in range(31)), Const(0, 1))),
+            out["half"].eq(Cat(*(right == b + 1 for b in range(31)), Const(0, 1))),
+            out["half_neg"].eq(Cat(*(right > b + 1 for b in range(30)), Const(0, 2))),
+        ]
+        return out
+
+    def __init__(self, cfg: AccelConfig, *, decoded_shift: bool = False):
         self._cfg = cfg
+        self._decoded = decoded_shift
         cols = cfg.array_cols
         #: lanes built, and the cycles one row occupies them (``AccelConfig.post_row_cycles``)
         self.lanes = cfg.post_lanes
@@ -92,7 +120,8 @@ class PostProc(wiring.Component):
             "i_data": In(cols * cfg.acc_bits),
             "i_bias": In(signed(32)),
             "i_mult": In(unsigned(31)),
-            "i_shift": In(signed(6)),
+            **({f"i_{name}": In(shape) for name, shape in self.SHIFT_DECODE.items()}
+               if decoded_shift else {"i_shift": In(signed(6))}),
             "i_zero_point": In(signed(8)),
             "i_act_min": In(signed(8)),
             "i_act_max": In(signed(8)),
@@ -139,20 +168,13 @@ class PostProc(wiring.Component):
         # ---- per-row parameters (stage 0 inputs, then carried along)
         valid = delay("valid", self.i_valid, self.row_latency, data=False)
         m.d.comb += self.o_valid.eq(valid[-1])
-        left = Signal(5)
-        right = Signal(5)
-        m.d.comb += [left.eq(Mux(self.i_shift < 0, -self.i_shift, 0)),
-                     right.eq(Mux(self.i_shift > 0, self.i_shift, 0))]
-        # (2**31 - 1) >> left: the largest x whose left shift does not saturate (a thermometer
-        # code of `left`, so no shifter); the smallest is its complement.
-        x_max = Signal(signed(32))
-        m.d.comb += x_max.eq(Cat(*(left < 31 - b for b in range(31)), Const(0, 1)))
-        # the right shift's rounding offsets: 2**(right-1) for x >= 0 and 2**(right-1) - 1 for
-        # x < 0 (ties away from zero), both 0 without a right shift
-        half = Signal(32)
-        half_neg = Signal(32)
-        m.d.comb += [half.eq(Cat(*(right == b + 1 for b in range(31)), Const(0, 1))),
-                     half_neg.eq(Cat(*(right > b + 1 for b in range(30)), Const(0, 2)))]
+        # the row's shift, decoded here or (decoded_shift) by the driver
+        if self._decoded:
+            dec = {name: getattr(self, f"i_{name}") for name in self.SHIFT_DECODE}
+        else:
+            dec = self.decode_shift(m, self.i_shift)
+        left, right = dec["left"], dec["right"]
+        x_max, half, half_neg = dec["x_max"], dec["half"], dec["half_neg"]
         # clamp bounds relative to the zero point
         lo_rel = Signal(signed(9))
         hi_rel = Signal(signed(9))
