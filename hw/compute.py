@@ -80,8 +80,9 @@ class ComputeEngine(wiring.Component):
     ``8 (3 dy + dx)``, a synchronous read); its results overwrite accumulator rows from
     ``p_acc_base + g * p_m_h + (R - 2) * ty`` (mesh row ``i`` in that plus ``i``).
     ``p_m_pre_right`` gives every tile the left pad's rotation. ``busy`` stays high
-    :func:`mesh_drain_cycles` after the last beat. A depthwise step and a GEMM partition never
-    overlap: each starts only when the engine is not busy.
+    :func:`mesh_drain_cycles` after the last beat. A depthwise step and a GEMM partition must
+    not overlap: the driver starts either only while the engine is not busy (which covers the
+    array's rules for switching between its modes, :class:`~hw.array.SystolicArray`).
 
     Parameters
     ----------
