@@ -31,6 +31,7 @@ from spec.config import PRESETS
 from tb.tools import ICARUS_MAX_ADDR_BITS, build, missing_tool
 
 from .amaranth_speed import measure_amaranth
+from .simfloor import PARTS, measure_floor
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -110,8 +111,6 @@ def main(argv=None) -> int:
 
 
 def _floor(args) -> int:
-    from .simfloor import PARTS, measure_floor
-
     reason = missing_tool("verilator")
     if reason:
         print(f"--floor needs Verilator: {reason}", file=sys.stderr)

@@ -9,6 +9,7 @@ from spec.desc import DIM_BITS
 
 from .array import SystolicArray
 from .bits import log2
+from .dwfeed import DwFeeder
 
 __all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "ComputeEngine", "array_tag_bits",
            "drain_cycles", "mesh_drain_cycles"]
@@ -337,8 +338,7 @@ class ComputeEngine(wiring.Component):
 
     def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat):
         """The depthwise steps: the tile walk, the feeder, the array's mesh inputs."""
-        from .dwfeed import DwFeeder        # (hw.dwfeed imports FEED_CYCLES from here)
-
+        assert DwFeeder.FEED_CYCLES == FEED_CYCLES      # its beats meet the GEMM path's timing
         cfg = self._cfg
         R, ob = cfg.array_rows, cfg.operand_bits
         arr = self.array

@@ -8,7 +8,6 @@ from spec.config import AccelConfig
 from spec.dwmesh import walks
 
 from .array import SystolicArray
-from .compute import FEED_CYCLES
 
 __all__ = ["DwFeeder", "tile_program"]
 
@@ -47,7 +46,7 @@ class DwFeeder(wiring.Component):
     tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing);
     ``p_pre_right`` (stride 1) adds a ``RIGHT`` move between the fills and the first tap
     (:func:`tile_program`). Beats reach the
-    array :data:`hw.compute.FEED_CYCLES` cycles after their issue (the buffers' synchronous
+    array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
     bubble. ``p_tag`` is the tile's tag, sampled with its last tap by the array.
@@ -62,6 +61,10 @@ class DwFeeder(wiring.Component):
     o_mesh, o_move, o_split, o_fill, o_w, o_tap, o_first, o_last, o_tag : ``Out``, the array's
     ``i_mesh`` .. ``i_tag``
     """
+
+    #: Cycles from a beat's issue to the array's input: the buffers' synchronous read, then the
+    #: operand register (the compute engine's :data:`hw.compute.FEED_CYCLES`, which it checks).
+    FEED_CYCLES = 2
 
     def __init__(self, cfg: AccelConfig, *, tag_bits: int):
         if cfg.array_rows != cfg.array_cols:
@@ -88,7 +91,7 @@ class DwFeeder(wiring.Component):
         m = Module()
         cfg = self._cfg
         R, ob = cfg.array_rows, cfg.operand_bits
-        assert FEED_CYCLES == 2     # the two stages below
+        assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 1, pre_right=True), tile_program(R, 2)]
         rom = [beat for program in programs for beat in program]
         start_r = len(programs[0])                      # the pre-rotating stride-1 program
