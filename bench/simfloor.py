@@ -63,15 +63,11 @@ def fold(value: Value, width: int = 32) -> Value:
 class _LfsrFloor(wiring.Component):
     """A self-driving wrapper: a 64-bit LFSR, and ``sig``, the running XOR of what it observes."""
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, block: wiring.Component):
         self._cfg = cfg
         #: the block measured
-        self.block = self.make_block(cfg)
+        self.block = block
         super().__init__({"sig": Out(32)})
-
-    @staticmethod
-    def make_block(cfg: AccelConfig):
-        raise NotImplementedError
 
     @staticmethod
     def lfsr(m: Module) -> Signal:
@@ -92,9 +88,8 @@ class ArrayFloor(_LfsrFloor):
     #: the outputs folded into ``sig``
     OUTPUTS = ("o_row", "o_tag", "o_valid")
 
-    @staticmethod
-    def make_block(cfg):
-        return SystolicArray(cfg, tag_bits=array_tag_bits(cfg))
+    def __init__(self, cfg: AccelConfig):
+        super().__init__(cfg, SystolicArray(cfg, tag_bits=array_tag_bits(cfg)))
 
     def elaborate(self, platform):
         m = Module()
@@ -117,9 +112,8 @@ class PostProcFloor(_LfsrFloor):
 
     OUTPUTS = ("o_data", "o_sum", "o_valid")
 
-    @staticmethod
-    def make_block(cfg):
-        return PostProc(cfg)
+    def __init__(self, cfg: AccelConfig):
+        super().__init__(cfg, PostProc(cfg))
 
     def elaborate(self, platform):
         m = Module()
