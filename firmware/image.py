@@ -46,7 +46,6 @@ BLOB_SECTIONS = (SectionKind.TABLES, SectionKind.QUANT, SectionKind.WEIGHTS)
 INT8_MIN, INT8_MAX = -128, 127
 
 _ENUM_FIELDS = {"op_kind": OpKind, "out_format": OutFormat, "post_mode": PostMode}
-_B_MODE_OF = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0}
 
 
 class ImageError(ValueError):
@@ -563,7 +562,7 @@ _HEADER_DOC = {
 }
 
 _LAYER_DOC = {
-    "op_kind": "`OpKind`: 0 GEMM, 1 CONV, 2 FC",
+    "op_kind": "`OpKind`: " + ", ".join(f"{k.value} {k.name}" for k in OpKind),
     "out_format": "`OutFormat`: 0 INT32 (raw accumulators + bias), 1 INT8 (requantised)",
     "post_mode": "`PostMode`: 0 NONE, 1 RELU, 2 RELU6, 3 CLAMP",
     "out_zero_point": "int8 output zero point (two's complement, sign-extended)",

@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
@@ -137,12 +137,23 @@ class RecordChecker(wiring.Component):
         p_mk = product(pm, pk, "p_mk")
         p_kn = product(pk, pn, "p_kn")
         p_mn = product(pm, pn, "p_mn")
+        dw = bool(cfg.dw_mesh)                  # the depthwise rules (b_mode 2) are built
+        if dw:
+            p_dgk = product(pm, K, "p_dgk")         # G h: the strip step's rows
+            p_dkn = product(K, N, "p_dkn")          # h w: a channel's map
+            p_dmb = product(M, d["b_stride"], "p_dmb")
+            p_dmc = product(M, d["c_stride"], "p_dmc")
         ab = cfg.dram_addr_bits
         m.d.comb += [self.a_kstep.eq(p_ak[:ab]), self.b_kstep.eq(p_bk[:ab]),
                      self.c_mstep.eq(p_cm[:ab])]
 
         # -- bases (registered while the products run) ----------------------------------------
         is_conv = reg(d["b_mode"] == 1, 1)
+        is_dw = reg(d["b_mode"] == B_MODE_DEPTHWISE, 1, name="is_dw") if dw else Const(0, 1)
+
+        def gemm(cond):
+            """A GEMM / convolution rule: off for a depthwise record."""
+            return (~is_dw & cond) if dw else cond
         int8_out = reg(L["out_format"] == OutFormat.INT8, 1)
         bias_on = reg(L["bias_present"] == 1, 1)
         post = bias_on | int8_out
@@ -176,6 +187,19 @@ class RecordChecker(wiring.Component):
             else:
                 m.d.sync += acc_need.eq(p_mn * cfg.acc_bytes)
 
+        if dw:
+            dw_a_hi = reg(d["a_addr"] + (d["a_stride"] << 1) + (M << 2), name="dw_a_hi")
+            dw_b_hi, dw_c_hi = Signal(64, name="dw_b_hi"), Signal(64, name="dw_c_hi")
+            dw_words_a, dw_words_b, dw_acc_need = (Signal(64, name=f"dw_{n}")
+                                                   for n in ("words_a", "words_b", "acc_need"))
+            with m.If(extents):
+                m.d.sync += [dw_b_hi.eq(d["b_addr"] + p_dmb), dw_c_hi.eq(d["c_addr"] + p_dmc),
+                             dw_words_a.eq(p_dgk >> 1), dw_words_b.eq((p_dgk + 1) >> 1),
+                             dw_acc_need.eq((p_dgk + R) << log2(cfg.c_beat_bytes))]
+            dw_c_pitch = reg(Mux(int8_out, p_dkn, p_dkn << 2), name="dw_c_pitch")
+            dw_unused = reg(Cat(*(d[name] != 0 for name in DEPTHWISE_UNUSED)).any(), 1,
+                            name="dw_unused")
+
         # -- rules: every compare registered on its own ---------------------------------------
         compares = phase == DIGITS + 2
         bits = {code: [] for code in ErrorCode}
@@ -208,38 +232,58 @@ class RecordChecker(wiring.Component):
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
 
         rule(ErrorCode.BAD_SHAPE, ~(in_dim(M) & in_dim(K) & in_dim(N)))
-        rule(ErrorCode.BAD_PARTITION_M, ~(in_dim(pm) & (pm[:lr] == 0)))
-        rule(ErrorCode.BAD_PARTITION_N, ~(in_dim(pn) & (pn[:lc] == 0)))
-        rule(ErrorCode.BAD_PARTITION_K, ~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K)))
+        rule(ErrorCode.BAD_PARTITION_M, gemm(~(in_dim(pm) & (pm[:lr] == 0))))
+        rule(ErrorCode.BAD_PARTITION_N, gemm(~(in_dim(pn) & (pn[:lc] == 0))))
+        rule(ErrorCode.BAD_PARTITION_K, gemm(~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K))))
         # (the bounds registered first: a compare, a select and a compare in one cycle were a
         # 12.1 ns path on the ECP5)
         tile_m_max = reg(Mux(pm > R, pm, R), 32, name="tile_m_max")
         tile_n_max = reg(Mux(pn > C, pn, C), 32, name="tile_n_max")
-        rule(ErrorCode.BAD_TILE, (d["tile_m"] < R) | (d["tile_m"] > tile_m_max) |
-             (d["tile_m"][:lr] != 0))
-        rule(ErrorCode.BAD_TILE, (d["tile_n"] < C) | (d["tile_n"] > tile_n_max) |
-             (d["tile_n"][:lc] != 0))
-        rule(ErrorCode.BUF_A_OVERFLOW, p_mk > cfg.buf_a_half_bytes)
-        rule(ErrorCode.BUF_B_OVERFLOW, p_kn > cfg.buf_b_half_bytes)
-        rule(ErrorCode.ACC_OVERFLOW, acc_need > d["acc_buffer_needed"])
+        rule(ErrorCode.BAD_TILE, gemm((d["tile_m"] < R) | (d["tile_m"] > tile_m_max) |
+                                      (d["tile_m"][:lr] != 0)))
+        rule(ErrorCode.BAD_TILE, gemm((d["tile_n"] < C) | (d["tile_n"] > tile_n_max) |
+                                      (d["tile_n"][:lc] != 0)))
+        rule(ErrorCode.BUF_A_OVERFLOW, gemm(p_mk > cfg.buf_a_half_bytes))
+        rule(ErrorCode.BUF_B_OVERFLOW, gemm(p_kn > cfg.buf_b_half_bytes))
+        rule(ErrorCode.ACC_OVERFLOW, gemm(acc_need > d["acc_buffer_needed"]))
         rule(ErrorCode.ACC_OVERFLOW, d["acc_buffer_needed"] > cfg.acc_half_bytes)
-        rule(ErrorCode.BAD_FLAGS, (d["outer_m"] > 1) | (d["need_splitk"] > 1) |
-             (d["b_mode"] > 1))
+        rule(ErrorCode.BAD_FLAGS, gemm((d["outer_m"] > 1) | (d["need_splitk"] > 1)) |
+             (d["b_mode"] > (B_MODE_DEPTHWISE if dw else 1)))
+        if dw:
+            # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
+            rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(in_dim(pm) & (~K[0] | (pm == 1))))
+            rule(ErrorCode.BUF_A_OVERFLOW, is_dw & (dw_words_a > cfg.buf_a_depth // 2))
+            rule(ErrorCode.BUF_B_OVERFLOW, is_dw & (dw_words_b > cfg.buf_b_depth // 2))
+            rule(ErrorCode.ACC_OVERFLOW, is_dw & (dw_acc_need > d["acc_buffer_needed"]))
+            rule(ErrorCode.BAD_FLAGS, is_dw & dw_unused)
         rule(ErrorCode.BAD_TABLE, is_conv & ((K > cfg.conv_offset_entries) |
                                              (d["run_count"] == 0) |
                                              (d["run_count"] > cfg.conv_run_entries) |
                                              (gn_all + 1 > cfg.conv_group_entries)))
         # B / C in the local buffer (spec.desc.local_problem): whole rows, dense B, int8 C
-        rule(ErrorCode.BAD_ADDRESS, a_hi > dram)
-        rule(ErrorCode.BAD_ADDRESS, (b_hi > dram) & ~(
+        rule(ErrorCode.BAD_ADDRESS, gemm(a_hi > dram))
+        rule(ErrorCode.BAD_ADDRESS, gemm((b_hi > dram) & ~(
             b_loc & (b_hi <= loc_end) & ~is_conv & (d["b_addr"][:lc] == 0) &
-            (d["b_stride"][:lc] == 0)))
-        rule(ErrorCode.BAD_ADDRESS, (c_hi > dram) & ~(
+            (d["b_stride"][:lc] == 0))))
+        rule(ErrorCode.BAD_ADDRESS, gemm((c_hi > dram) & ~(
             c_loc & (c_hi <= loc_end) & int8_out & (d["c_addr"][:lc] == 0) &
-            (d["c_stride"][:lc] == 0)))
-        rule(ErrorCode.BAD_ADDRESS, d["c_stride"] < n_bytes)
-        rule(ErrorCode.BAD_ADDRESS, (d["a_addr"] < c_hi) & (d["c_addr"] < a_hi))
-        rule(ErrorCode.BAD_ADDRESS, (d["b_addr"] < c_hi) & (d["c_addr"] < b_hi))
+            (d["c_stride"][:lc] == 0))))
+        rule(ErrorCode.BAD_ADDRESS, gemm(d["c_stride"] < n_bytes))
+        rule(ErrorCode.BAD_ADDRESS, gemm((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)))
+        rule(ErrorCode.BAD_ADDRESS, gemm((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)))
+        if dw:
+            # dense NCHW maps, the weight arrays, everything in memory, C apart from A and B
+            rule(ErrorCode.BAD_ADDRESS, is_dw & ((d["b_stride"] != p_dkn) |
+                                                 (d["c_stride"] != dw_c_pitch)))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & ((d["a_addr"][:2] != 0) |
+                                                 (d["a_stride"][:2] != 0) |
+                                                 (d["a_stride"] < (M << 2))))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & ((dw_a_hi > dram) | (dw_b_hi > dram) |
+                                                 (dw_c_hi > dram)))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & (d["a_addr"] < dw_c_hi) &
+                 (d["c_addr"] < dw_a_hi))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & (d["b_addr"] < dw_c_hi) &
+                 (d["c_addr"] < dw_b_hi))
         for lo, hi in tables:
             rule(ErrorCode.BAD_ADDRESS, is_conv & ((hi > dram) |
                                                    ((lo < c_hi) & (d["c_addr"] < hi))))
@@ -252,19 +296,27 @@ class RecordChecker(wiring.Component):
         rule(ErrorCode.BAD_LAYER,
              L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed())
         rule(ErrorCode.BAD_LAYER, ((L["op_kind"] == OpKind.CONV) != is_conv) |
-             (post & (M > cfg.quant_entries)))
+             ((L["op_kind"] == OpKind.DEPTHWISE) != is_dw) |
+             ((post | is_dw) & (M > cfg.quant_entries)))
         rule(ErrorCode.BAD_WINDOW, win_lo >= win_hi)
         rule(ErrorCode.BAD_WINDOW, (win_hi > dram) & ~((win_lo >= dram) & (win_hi <= loc_end)))
         rule(ErrorCode.BAD_WINDOW, d["c_addr"] < win_lo)
-        rule(ErrorCode.BAD_WINDOW, w_hi > win_hi)
+        rule(ErrorCode.BAD_WINDOW, gemm(w_hi > win_hi))
+        if dw:
+            rule(ErrorCode.BAD_WINDOW, is_dw & (dw_c_hi > win_hi))
         rule(ErrorCode.BAD_WINDOW, overlaps_image(win_lo, win_hi))
         rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:log2(SECTION_ALIGN_BYTES)] != 0) |
                                              (stats_hi > dram)))
         rule(ErrorCode.BAD_WINDOW, imaged & overlaps_image(stats, stats_hi))
         # image runs: A inside the image (its loads are checked against a_crc), B and the
         # tables outside its weights part (the header's CRC covers [img_lo, img_wt))
-        rule(ErrorCode.BAD_WINDOW, imaged & ~in_image(d["a_addr"], a_hi))
-        rule(ErrorCode.BAD_WINDOW, imaged & reads_weights(d["b_addr"], b_hi))
+        rule(ErrorCode.BAD_WINDOW, gemm(imaged & ~in_image(d["a_addr"], a_hi)))
+        rule(ErrorCode.BAD_WINDOW, gemm(imaged & reads_weights(d["b_addr"], b_hi)))
+        if dw:
+            # a depthwise layer's weights are parameter arrays, under the header's CRC
+            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & ~((img_lo <= d["a_addr"]) &
+                                                          (dw_a_hi <= img_wt)))
+            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & reads_weights(d["b_addr"], dw_b_hi))
         for lo, hi in tables:
             rule(ErrorCode.BAD_WINDOW, imaged & is_conv & reads_weights(lo, hi))
         for i, name in enumerate(PARAM_ARRAYS):

@@ -7,6 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
+from spec.desc import depthwise_weight_words
 
 from .bits import log2
 from .checker import PARAM_ARRAYS
@@ -22,11 +23,10 @@ WEIGHT_ARRAYS: tuple[str, ...] = ("w0", "w1", "w2")
 
 def weight_word(taps) -> int:
     """The 72-bit weight word of one channel (tap ``t`` in bits ``8t .. 8t + 7``) from its nine
-    int8 taps: what :class:`ParamMemories` gives on ``weights``."""
-    taps = [int(t) for t in taps]
-    if len(taps) != 9 or not all(-128 <= t <= 127 for t in taps):
-        raise ValueError(f"weight_word: nine int8 taps, not {taps!r}")
-    return sum((t & 0xFF) << (8 * i) for i, t in enumerate(taps))
+    int8 taps: what :class:`ParamMemories` gives on ``weights``, the three arrays' words
+    (:func:`spec.desc.depthwise_weight_words`) side by side."""
+    w0, w1, w2 = depthwise_weight_words(taps)
+    return w0 | w1 << 32 | (w2 & 0xFF) << 64
 
 
 class ParamMemories(wiring.Component):

@@ -100,6 +100,11 @@ class AccelConfig:
     #: ``array_cols / requant_lanes`` cycles (:attr:`post_row_cycles`), which the cycle model
     #: charges; a layer's compute usually hides it (docs/bench.md "FPGA").
     requant_lanes: int = 0
+    #: 1: the matrix unit is built with its depthwise *mesh* mode (docs/architecture.md
+    #: "Depthwise convolution"), and layer records with ``b_mode = 2`` (a depthwise 3x3
+    #: convolution, stride 1, pad 1) are legal; 0: it is not, and such records fail
+    #: ``BAD_FLAGS``. The mesh needs a square array of at least 4 x 4.
+    dw_mesh: int = 0
 
     #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
     _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
@@ -124,6 +129,10 @@ class AccelConfig:
         for name in ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes"):
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
+        self._check_range("dw_mesh", 0, 1)
+        if self.dw_mesh and not (self.array_rows == self.array_cols >= 4):
+            raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
+                              f"not array_rows={self.array_rows} x array_cols={self.array_cols}")
         if self.requant_lanes != 0 and not (_is_pow2(self.requant_lanes)
                                             and self.requant_lanes <= self.array_cols):
             raise ConfigError(f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "

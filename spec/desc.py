@@ -17,6 +17,16 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   ``off_addr`` (``k`` u32 offsets), ``run_addr`` (``run_count`` u64 runs) and ``grp_addr``
   (``ceil(n / array_cols) + 1`` u32 run indices). ``b_stride`` is then the size in bytes of
   the input tensor region at ``b_addr`` that the tables address.
+* With ``b_mode = 2`` (a depthwise 3x3 convolution, stride 1, pad 1, on the mesh; configs with
+  ``dw_mesh = 1``; docs/architecture.md "Depthwise convolution") the fields mean: ``m``
+  channels of ``k`` x ``n`` maps (``h`` x ``w``); the input dense NCHW int8 at ``b_addr`` with
+  ``b_stride`` its channel pitch ``k * n``; the output dense NCHW at ``c_addr`` with
+  ``c_stride`` its channel pitch ``k * n * out_bytes``; the weights three u32 arrays of ``m``
+  words at ``a_addr``, ``a_addr + a_stride``, ``a_addr + 2 a_stride`` (taps ``4t .. 4t + 3``
+  of a channel in array ``t``, :func:`depthwise_weight_words`); ``partition_m`` the channels a
+  strip step takes (``G``); ``acc_buffer_needed`` the accumulator bytes of a step, at least
+  ``(G k + array_rows)`` rows. Every field a depthwise layer does not use
+  (:data:`DEPTHWISE_UNUSED`) is 0.
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -31,7 +41,8 @@ import enum
 from .config import AccelConfig
 
 __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "check",
-           "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem"]
+           "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem",
+           "B_MODE_DEPTHWISE", "DEPTHWISE_UNUSED", "depthwise_words", "depthwise_weight_words"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
 #: registers, and MAX_DIM the largest value the 32-bit descriptor fields may carry.
@@ -54,7 +65,8 @@ class ErrorCode(enum.IntEnum):
                             # acc_buffer_needed > acc_half_bytes
     BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B; a B
                             # or C in the local buffer that it cannot serve (local_problem)
-    BAD_FLAGS = 10          # outer_m, need_splitk or b_mode is neither 0 nor 1
+    BAD_FLAGS = 10          # outer_m or need_splitk is neither 0 nor 1, b_mode is not 0, 1
+                            # (or 2 with dw_mesh), or a depthwise layer sets an unused field
     BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
     # layer record rules (spec.record.check_record)
     BAD_LAYER = 12          # op_kind / out_format / post_mode / bias_present / int8 fields,
@@ -108,7 +120,8 @@ class GemmDescriptor(Operands, Tiling):
     Fields, in register order: :class:`Tiling`'s, then :class:`Operands`', then the
     convolution ones below (dataclass fields follow the bases in reverse MRO order)."""
 
-    b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables
+    b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables;
+                          # 2: depthwise 3x3 on the mesh (module docstring)
     off_addr: int = 0
     run_addr: int = 0
     grp_addr: int = 0
@@ -129,6 +142,32 @@ class GemmDescriptor(Operands, Tiling):
 #: Register order of the descriptor fields (the CSR map and the firmware image use it).
 DESC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GemmDescriptor))
 
+#: ``b_mode`` of a depthwise 3x3 layer (stride 1, pad 1) on the mesh.
+B_MODE_DEPTHWISE = 2
+#: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
+DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
+                                     "outer_m", "need_splitk", "off_addr", "run_addr",
+                                     "grp_addr", "run_count")
+
+
+def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
+    """Buffer-A and buffer-B words a depthwise strip step fills: the odd and even input rows of
+    its ``partition_m`` channels, ``(G k) >> 1`` and ``(G k + 1) >> 1`` (``G`` is 1 for odd
+    ``k``)."""
+    gk = d.partition_m * d.k
+    return gk >> 1, (gk + 1) >> 1
+
+
+def depthwise_weight_words(taps) -> tuple[int, int, int]:
+    """The three u32 weight words of one depthwise channel (its nine int8 ``taps``, row-major
+    3 x 3): word ``t`` holds taps ``4t .. 4t + 3``, tap ``4t`` in its low byte (the last word
+    only tap 8)."""
+    flat = [int(v) for v in taps]
+    if len(flat) != 9 or not all(-128 <= v <= 127 for v in flat):
+        raise ValueError(f"depthwise_weight_words: nine int8 taps, not {taps!r}")
+    b = [v & 0xFF for v in flat] + [0, 0, 0]
+    return tuple(int.from_bytes(bytes(b[4 * t:4 * t + 4]), "little") for t in range(3))
+
 
 def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int]:
     """[first, last+1) byte range touched by ``rows`` rows of ``row_bytes`` at ``stride``."""
@@ -146,7 +185,10 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     each row rounded up to whole lane groups. Reads past a row's end are masked; C elements past
     ``n`` carry cleared strobes, so the bytes *written* are exactly
     ``c_addr + i * c_stride + [0, out_bytes * n)``. A table word read fetches a whole B beat.
-    ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output)."""
+    ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output).
+
+    A depthwise layer (``b_mode = 2``) has ``a``: its three weight arrays, ``b``: the input's
+    ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly)."""
     r, c = cfg.array_rows, cfg.array_cols
     a_row = -(-d.m // r) * r
     b_row = -(-d.n // c) * c
@@ -155,6 +197,10 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
         "c": _extent(d.c_addr, d.m, d.c_stride, out_bytes * b_row),
     }
+    if d.b_mode == B_MODE_DEPTHWISE:
+        return {"a": (d.a_addr, d.a_addr + 2 * d.a_stride + 4 * d.m),
+                "b": (d.b_addr, d.b_addr + d.m * d.b_stride),
+                "c": (d.c_addr, d.c_addr + d.m * d.c_stride)}
     if d.b_mode == 1:
         beat = cfg.b_beat_bytes
         out["b"] = (d.b_addr, d.b_addr + d.b_stride)
@@ -208,6 +254,8 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     for name in ("m", "k", "n"):
         if not 1 <= getattr(d, name) <= MAX_DIM:
             bad(ErrorCode.BAD_SHAPE, f"{name}={getattr(d, name)} must be in [1, {MAX_DIM}]")
+    if d.b_mode == B_MODE_DEPTHWISE and cfg.dw_mesh:
+        return errs + _check_depthwise(d, cfg, out_bytes)
     if not (1 <= d.partition_m <= MAX_DIM and d.partition_m % r == 0):
         bad(ErrorCode.BAD_PARTITION_M,
             f"partition_m={d.partition_m} must be a positive multiple of array_rows={r}")
@@ -238,9 +286,11 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
         bad(ErrorCode.ACC_OVERFLOW,
             f"need partition_m*partition_n*4={acc_need} <= acc_buffer_needed="
             f"{d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
-    for name in ("outer_m", "need_splitk", "b_mode"):
+    for name in ("outer_m", "need_splitk"):
         if getattr(d, name) not in (0, 1):
             bad(ErrorCode.BAD_FLAGS, f"{name}={getattr(d, name)} must be 0 or 1")
+    if d.b_mode not in (0, 1):
+        bad(ErrorCode.BAD_FLAGS, _b_mode_text(d.b_mode, cfg))
     if d.b_mode == 1 and not errs:
         if d.k > cfg.conv_offset_entries:
             bad(ErrorCode.BAD_TABLE, f"k={d.k} offsets exceed conv_offset_entries="
@@ -272,4 +322,74 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
             if lo < ext["c"][1] and ext["c"][0] < hi:
                 bad(ErrorCode.BAD_ADDRESS, f"C [{ext['c'][0]:#x}, {ext['c'][1]:#x}) overlaps "
                                            f"{name.upper()} [{lo:#x}, {hi:#x})")
+    return errs
+
+
+def _b_mode_text(b_mode: int, cfg: AccelConfig) -> str:
+    if cfg.dw_mesh:
+        return f"b_mode={b_mode} must be 0, 1 or 2 (depthwise)"
+    if b_mode == B_MODE_DEPTHWISE:
+        return ("b_mode=2 (depthwise 3x3 on the mesh) needs a config with dw_mesh=1; this one "
+                "has none")
+    return f"b_mode={b_mode} must be 0 or 1 (2, depthwise, needs dw_mesh=1)"
+
+
+def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
+                     out_bytes: int) -> list[tuple[ErrorCode, str]]:
+    """The rules of a depthwise descriptor (``b_mode = 2`` on a ``dw_mesh`` config) after the
+    shape's, in the RTL's priority order (:func:`check`)."""
+    errs: list[tuple[ErrorCode, str]] = []
+
+    def bad(code: ErrorCode, msg: str):
+        errs.append((code, msg))
+
+    g, h, w, m = d.partition_m, d.k, d.n, d.m
+    if not 1 <= g <= MAX_DIM:
+        bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} (channels a depthwise strip step "
+                                       f"takes) must be in [1, {MAX_DIM}]")
+    elif h % 2 and g != 1:
+        bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} must be 1 when k={h} (the map's "
+                                       "height) is odd: the channels' odd rows do not form "
+                                       "one progression")
+    words_a, words_b = depthwise_words(d)
+    half_a, half_b = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
+    if words_a > half_a:
+        bad(ErrorCode.BUF_A_OVERFLOW, f"partition_m={g} channels of k={h} rows fill {words_a} "
+                                      f"buffer-A words (odd rows), more than a half's {half_a}")
+    if words_b > half_b:
+        bad(ErrorCode.BUF_B_OVERFLOW, f"partition_m={g} channels of k={h} rows fill {words_b} "
+                                      f"buffer-B words (even rows), more than a half's {half_b}")
+    acc_need = (g * h + cfg.array_rows) * cfg.c_beat_bytes
+    if acc_need > d.acc_buffer_needed or d.acc_buffer_needed > cfg.acc_half_bytes:
+        bad(ErrorCode.ACC_OVERFLOW,
+            f"need (partition_m*k + array_rows)*{cfg.c_beat_bytes}={acc_need} <= "
+            f"acc_buffer_needed={d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
+    used = [name for name in DEPTHWISE_UNUSED if getattr(d, name)]
+    if used:
+        bad(ErrorCode.BAD_FLAGS, f"a depthwise descriptor (b_mode=2) uses none of "
+                                 f"{', '.join(DEPTHWISE_UNUSED)}: they must be 0, not "
+                                 f"{', '.join(f'{n}={getattr(d, n)}' for n in used)}")
+    if d.b_stride != h * w:
+        bad(ErrorCode.BAD_ADDRESS, f"b_stride={d.b_stride} must be the input's channel pitch "
+                                   f"k*n={h * w} (dense NCHW int8)")
+    if d.c_stride != h * w * out_bytes:
+        bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} must be the output's channel pitch "
+                                   f"k*n*{out_bytes}={h * w * out_bytes} (dense NCHW)")
+    if d.a_addr % 4 or d.a_stride % 4 or d.a_stride < 4 * m:
+        bad(ErrorCode.BAD_ADDRESS, f"a_addr={d.a_addr:#x}, a_stride={d.a_stride}: the three "
+                                   f"weight arrays of m={m} u32 need 4-byte alignment and "
+                                   f"a_stride >= 4*m={4 * m}")
+    ext = tensor_extents(d, cfg, out_bytes=out_bytes)
+    names = {"a": "the weights", "b": "the input", "c": "the output"}
+    for name, (lo, hi) in ext.items():
+        if hi > cfg.dram_bytes:
+            bad(ErrorCode.BAD_ADDRESS, f"{names[name]} [{lo:#x}, {hi:#x}) reach past "
+                                       f"dram_bytes={cfg.dram_bytes:#x} (a depthwise layer's "
+                                       "operands are in memory)")
+    c_lo, c_hi = ext["c"]
+    for name in ("a", "b"):
+        lo, hi = ext[name]
+        if lo < c_hi and c_lo < hi:
+            bad(ErrorCode.BAD_ADDRESS, f"the output [{c_lo:#x}, {c_hi:#x}) overlaps "
+                                       f"{names[name]} [{lo:#x}, {hi:#x})")
     return errs

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .config import FORMAT_VERSION, AccelConfig
-from .desc import DESC_FIELDS, ErrorCode, GemmDescriptor, check, tensor_extents
+from .desc import (B_MODE_DEPTHWISE, DESC_FIELDS, ErrorCode, GemmDescriptor, check,
+                   tensor_extents)
 from .layouts import (IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS, LAYER_USED_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
 
@@ -28,7 +29,8 @@ PARAM_ALIGN = 4
 SECTION_ALIGN_BYTES = 64
 HEADER_BYTES = 4 * IMAGE_HEADER_WORDS
 LAYER_RECORD_BYTES = 4 * LAYER_RECORD_WORDS
-_B_MODE = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0}
+_B_MODE = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0, OpKind.DEPTHWISE: B_MODE_DEPTHWISE}
+_OP_KIND = {0: OpKind.GEMM, 1: OpKind.CONV, B_MODE_DEPTHWISE: OpKind.DEPTHWISE}
 
 
 def record_fetch_beats(cfg: AccelConfig) -> int:
@@ -60,8 +62,11 @@ def _desc(rec: Mapping[str, int]) -> GemmDescriptor:
 
 
 def written_range(rec: Mapping[str, int]) -> tuple[int, int]:
-    """[first, last+1) bytes the layer writes: m rows of n elements at ``c_stride``."""
+    """[first, last+1) bytes the layer writes: m rows of n elements at ``c_stride`` (a
+    depthwise layer: its ``m`` output channels at ``c_stride``, their channel pitch)."""
     m, n = rec["desc_m"], rec["desc_n"]
+    if rec["desc_b_mode"] == B_MODE_DEPTHWISE:
+        return rec["desc_c_addr"], rec["desc_c_addr"] + m * rec["desc_c_stride"]
     return rec["desc_c_addr"], rec["desc_c_addr"] + (m - 1) * rec["desc_c_stride"] + \
         out_bytes(rec) * n
 
@@ -72,7 +77,7 @@ def layer_record(desc: GemmDescriptor, **fields: int) -> dict[str, int]:
     0; ``fields``
     override any of them (signed values are stored as two's complement)."""
     rec = {f"desc_{name}": getattr(desc, name) for name in DESC_FIELDS}
-    rec.update(op_kind=int(OpKind.CONV if desc.b_mode == 1 else OpKind.GEMM),
+    rec.update(op_kind=int(_OP_KIND.get(desc.b_mode, OpKind.GEMM)),
                out_format=int(OutFormat.INT32), post_mode=int(PostMode.NONE), out_zero_point=0,
                act_min=-128, act_max=127, bias_addr=0, bias_present=0, mult_addr=0,
                shift_addr=0, stats_addr=0, a_crc=0)
@@ -142,9 +147,11 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
         if rec["desc_b_mode"] != need:
             bad(ErrorCode.BAD_LAYER, f"desc_b_mode={rec['desc_b_mode']} is inconsistent with "
                                      f"op_kind={OpKind(rec['op_kind']).name} (needs b_mode={need})")
-    if uses_post(rec) and rec["desc_m"] > cfg.quant_entries:
+    depthwise = rec["desc_b_mode"] == B_MODE_DEPTHWISE and cfg.dw_mesh
+    if (uses_post(rec) or depthwise) and rec["desc_m"] > cfg.quant_entries:
+        what = "weights" if depthwise else "bias / requantisation parameters"
         bad(ErrorCode.BAD_LAYER, f"m={rec['desc_m']} output channels exceed quant_entries="
-                                 f"{cfg.quant_entries} (bias / requantisation parameters)")
+                                 f"{cfg.quant_entries} ({what})")
     if errs:
         return errs
 
@@ -169,7 +176,12 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
         w_at = i_hi if weights_at is None else weights_at
         ext = tensor_extents(_desc(rec), cfg, out_bytes=ob)
         a_lo, a_hi = ext["a"]
-        if not (i_lo <= a_lo and a_hi <= i_hi):
+        if depthwise and not (i_lo <= a_lo and a_hi <= w_at):
+            bad(ErrorCode.BAD_WINDOW, f"depthwise weights [{a_lo:#x}, {a_hi:#x}) are not inside "
+                                      f"the image's CRC-checked part [{i_lo:#x}, {w_at:#x}): "
+                                      "the A port reads activations in a depthwise layer, so "
+                                      "its a_crc is not checked")
+        elif not depthwise and not (i_lo <= a_lo and a_hi <= i_hi):
             bad(ErrorCode.BAD_WINDOW, f"A operand [{a_lo:#x}, {a_hi:#x}) is not inside the image "
                                       f"[{i_lo:#x}, {i_hi:#x}): an image run checks every A "
                                       "load against the record's a_crc")

@@ -91,6 +91,8 @@ RANGE_CASES = [
     ("requant_lanes", 32, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
     ("requant_lanes", -1, "0 (one lane per column) or a power of two in [1, array_cols=16]"),
     ("local_buf_bytes", 3 << 10, "a power of two in [32, 2147483648]"),
+    ("dw_mesh", 2, "in [0, 1]"),
+    ("dw_mesh", -1, "in [0, 1]"),
     ("local_buf_bytes", 1 << 32, "a power of two in [32, 2147483648]"),
     ("sync_bytes", (1 << 24) + 1, "in [1, 16777216]"),
 ]

@@ -34,7 +34,7 @@ another function without this table following; line moves inside a function do n
 | firmware/runtime.py | Runtime.open | DeviceError | 1 | image: test_runtime_open_config_id |
 | firmware/runtime.py | Runtime.run_image | DeviceError | 1 | image: test_runtime_stats_layer_index |
 | firmware/runtime.py | Runtime.run_layer | ValueError | 1 | image: test_runtime_run_layer_missing_word |
-| spec/config.py | AccelConfig.__post_init__ | ConfigError | 5 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range, test_config_requant_lanes_range |
+| spec/config.py | AccelConfig.__post_init__ | ConfigError | 6 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range, test_config_requant_lanes_range, test_config_dw_mesh_square |
 | spec/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
 | spec/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
 | spec/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |
@@ -42,6 +42,7 @@ another function without this table following; line moves inside a function do n
 | spec/config.py | AccelConfig.from_json | ConfigError | 1 | config: test_config_from_json_must_be_object |
 | spec/config.py | loads_unique.no_duplicates | duplicate | 1 | config: test_config_from_json_duplicate_field (raises the ConfigError from_json passes; parse_workload passes a ValueError, checked by the shapes area's workload duplicate-keys test) |
 | spec/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
+| spec/desc.py | depthwise_weight_words | ValueError | 1 | config: test_depthwise_weight_words_taps |
 | spec/golden.py | _pair | ValueError | 1 | quant: test_conv2d_pairs |
 | spec/golden.py | conv2d_int8 | ValueError | 7 | quant: test_conv2d_dtype, test_conv2d_rank, test_conv2d_pads, test_conv2d_groups, test_conv2d_channels_per_group, test_conv2d_empty, test_conv2d_kernel_fit |
 | spec/golden.py | gemm_int8 | ValueError | 2 | quant: test_gemm_int8_shapes, test_gemm_int8_dtype |

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from spec.config import PRESETS, AccelConfig, ConfigError
-from spec.desc import DESC_FIELDS, GemmDescriptor
+from spec.desc import DESC_FIELDS, GemmDescriptor, depthwise_weight_words
 from spec.layouts import LAYER_WORDS
 from spec.record import check_record, layer_record
 
@@ -104,6 +104,19 @@ def test_config_requant_lanes_range(cols, lanes):
     with refused(ConfigError, f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "
                               f"power of two in [1, array_cols={cols}], not {lanes}"):
         AccelConfig(array_cols=cols, block_n=16, requant_lanes=lanes)
+
+
+@pytest.mark.parametrize("rows, cols", [(8, 16), (2, 4), (16, 8)])
+def test_config_dw_mesh_square(rows, cols):
+    with refused(ConfigError, f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
+                              f"not array_rows={rows} x array_cols={cols}"):
+        AccelConfig(array_rows=rows, array_cols=cols, block_m=16, block_n=16, dw_mesh=1)
+
+
+@pytest.mark.parametrize("taps", [[1] * 8, [0] * 8 + [128], [-129] + [0] * 8])
+def test_depthwise_weight_words_taps(taps):
+    with refused(ValueError, f"depthwise_weight_words: nine int8 taps, not {taps!r}"):
+        depthwise_weight_words(taps)
 
 
 @pytest.mark.parametrize("unknown", [["bogus"], ["zzz", "aaa"]])

@@ -1,0 +1,142 @@
+"""The RTL record checks of a depthwise record (b_mode 2 on a dw_mesh config) agree with
+spec.record.check_record, as do a GEMM's on the same config (its rules are masked, not
+replaced). Amaranth simulation of the RecordChecker alone."""
+
+import dataclasses
+import os
+import random
+
+from amaranth.sim import Simulator
+
+from spec.config import PRESETS
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode, \
+    GemmDescriptor
+from spec.layouts import LAYER_WORDS, OpKind
+from spec.record import check_record, layer_record
+from hw.checker import LAYER_FIELDS, RecordChecker
+
+from .test_sequencer_checks import adversarial_descriptors
+
+CFG = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+
+
+def depthwise_records(cfg, rng, count):
+    """Legal depthwise records, then one to three fields pushed to edges or garbage."""
+    R, D = cfg.array_rows, cfg.dram_bytes
+    half_a = cfg.buf_a_depth // 2
+    edges = [0, 1, 2, 3, 4, R, 255, half_a, 2 * half_a + 1, MAX_DIM, MAX_DIM + 1, 1 << 31,
+             (1 << 32) - 1, D - 1, D, D // 2, D // 4 + 1, D // 8 + 2]
+    for _ in range(count):
+        m, h, w = rng.randrange(1, 40), rng.randrange(1, 30), rng.randrange(1, 40)
+        g = 1 if h % 2 else rng.randrange(1, 8)
+        ob = rng.choice([1, 4])
+        values = dict(m=m, k=h, n=w, partition_m=g,
+                      acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
+                      a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
+                      c_addr=D // 2, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
+                      **{name: 0 for name in DEPTHWISE_UNUSED})
+        for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
+            values[name] = (rng.choice(edges) if rng.random() < 0.6 else
+                            values[name] + rng.choice([-4, -1, 1, 4])) & 0xFFFF_FFFF
+        desc = GemmDescriptor(**values)
+        fields = dict(out_format=int(ob == 1), op_kind=int(OpKind.DEPTHWISE))
+        if ob == 1:
+            fields.update(mult_addr=D // 16, shift_addr=D // 16 + 1024)
+        if rng.random() < 0.2:
+            fields["op_kind"] = rng.choice([0, 1, 2, 4])
+        image, weights_at = None, None
+        if rng.random() < 0.3:
+            image = (D // 16, D // 8 + 8192)
+            weights_at = rng.choice([D // 8 + 4096, D // 8, D // 8 + 64])
+            fields["stats_addr"] = D // 2 + (1 << 16)
+        yield layer_record(desc, **fields), image, weights_at
+
+
+def depthwise_boundaries(cfg):
+    """Each depthwise rule's boundary: a record just inside it and one just past it."""
+    R, D, Q = cfg.array_rows, cfg.dram_bytes, cfg.quant_entries
+    half_a, half_b = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
+
+    def rec(m=5, h=6, w=7, g=2, ob=1, image=None, weights_at=None, fields=None, **over):
+        values = dict(m=m, k=h, n=w, partition_m=g,
+                      acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
+                      a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
+                      c_addr=D // 2, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
+                      **{name: 0 for name in DEPTHWISE_UNUSED})
+        values.update(over)
+        extra = dict(out_format=int(ob == 1))
+        if ob == 1:
+            extra.update(mult_addr=D // 16, shift_addr=D // 16 + 1024)
+        if image:
+            extra["stats_addr"] = D // 2 + (1 << 16)
+        extra.update(fields or {})
+        return layer_record(GemmDescriptor(**values), **extra), image, weights_at
+
+    out = []
+    for e in (0, 1):
+        out += [rec(h=2, g=half_a + e, acc_buffer_needed=cfg.acc_half_bytes),
+                rec(h=2 * half_b - 1 + 2 * e, g=1, acc_buffer_needed=cfg.acc_half_bytes),
+                rec(acc_buffer_needed=(2 * 6 + R) * cfg.c_beat_bytes - e),
+                rec(m=Q + e, a_stride=4 * (Q + 1), ob=4),
+                rec(a_stride=4 * 5 - 4 * e),
+                rec(fields=dict(out_window_hi=D // 2 + 5 * 6 * 7 - e)),
+                rec(fields=dict(out_window_lo=D // 2 + e)),
+                # C right after / right before the input and the weights, or one byte into them
+                rec(c_addr=D // 4 + 5 * 42 - e),
+                rec(c_addr=D // 4 - 5 * 42 + e),
+                rec(c_addr=D // 8 + 3 * 20 - e),
+                rec(c_addr=D // 8 - 5 * 42 + e),
+                # image runs: the input ends at / past the weights part, the weights at / past
+                # the CRC-checked part's end
+                rec(b_addr=D // 8 + 4096 - 5 * 42 + e, image=(D // 16, D // 8 + 8192),
+                    weights_at=D // 8 + 4096),
+                rec(a_addr=D // 8 + 4096 - 60 + 4 * e, image=(D // 16, D // 8 + 8192),
+                    weights_at=D // 8 + 4096),
+                rec(a_addr=D // 16 - 4 * e, image=(D // 16, D // 8 + 8192),
+                    weights_at=D // 8 + 4096)]
+    return out
+
+
+def test_checker_depthwise_matches_python_rules():
+    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
+    print(f"TESSERA_SEED={seed}")
+    rng = random.Random(seed)
+    records = (depthwise_boundaries(CFG) + list(depthwise_records(CFG, rng, 500)) +
+               list(adversarial_descriptors(CFG, rng, 150)))
+    dut = RecordChecker(CFG)
+    mismatches, seen = [], set()
+
+    async def bench(ctx):
+        for rec, image, weights_at in records:
+            for name in DESC_FIELDS:
+                ctx.set(getattr(dut, f"d_{name}"), rec[f"desc_{name}"])
+            for name in LAYER_FIELDS:
+                ctx.set(getattr(dut, f"l_{name}"), rec[name])
+            ctx.set(dut.img_lo, image[0] if image else 0)
+            ctx.set(dut.img_hi, image[1] if image else 0)
+            ctx.set(dut.img_wt, weights_at if image else 0)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await ctx.tick().until(dut.done)
+            errs = check_record(rec, CFG, image=image, weights_at=weights_at)
+            want = int(errs[0][0]) if errs else 0
+            seen.add((rec["desc_b_mode"], want))
+            if ctx.get(dut.code) != want:
+                mismatches.append((rec, image, weights_at, ctx.get(dut.code), errs))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not mismatches, f"seed {seed}: RTL vs check_record: {mismatches[:2]}"
+    dw_codes = {code for mode, code in seen if mode == B_MODE_DEPTHWISE}
+    want = {0, ErrorCode.BAD_PARTITION_M, ErrorCode.BUF_A_OVERFLOW, ErrorCode.ACC_OVERFLOW,
+            ErrorCode.BAD_FLAGS, ErrorCode.BAD_ADDRESS, ErrorCode.BAD_LAYER,
+            ErrorCode.BAD_WINDOW}
+    assert want <= dw_codes, f"seed {seed}: depthwise codes exercised {sorted(dw_codes)}"
+
+
+def test_layer_words_cover_the_checker():
+    assert set(LAYER_FIELDS) | {f"desc_{n}" for n in DESC_FIELDS} == set(LAYER_WORDS)

@@ -1,0 +1,141 @@
+"""The depthwise descriptor's rules (b_mode 2, spec.desc._check_depthwise) and its layer record
+(spec.record.check_record): each rule alone, with a message naming the field."""
+
+import dataclasses
+
+import pytest
+
+from spec.config import PRESETS
+from spec.desc import (B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, check,
+                       depthwise_weight_words, depthwise_words, tensor_extents)
+from spec.layouts import OpKind, OutFormat
+from spec.record import check_record, layer_record, written_range
+
+CFG = dataclasses.replace(PRESETS["small"], dw_mesh=1)
+D = CFG.dram_bytes
+M, H, W, G = 10, 12, 20, 6
+
+
+def dw_desc(**over) -> GemmDescriptor:
+    """A legal depthwise descriptor on CFG: 10 channels of 12 x 20, 6 a step, int8 output."""
+    fields = dict(m=M, k=H, n=W, partition_m=G, partition_n=0, partition_k=0, tile_m=0,
+                  tile_n=0, outer_m=0, need_splitk=0,
+                  acc_buffer_needed=(G * H + CFG.array_rows) * CFG.c_beat_bytes,
+                  a_addr=D // 8, a_stride=4 * M, b_addr=D // 4, b_stride=H * W,
+                  c_addr=D // 2, c_stride=H * W, b_mode=B_MODE_DEPTHWISE)
+    fields.update(over)
+    return GemmDescriptor(**fields)
+
+
+def codes(d, cfg=CFG, out_bytes=1):
+    return [code for code, _ in check(d, cfg, out_bytes=out_bytes)]
+
+
+def test_depthwise_base_is_legal():
+    assert check(dw_desc(), CFG, out_bytes=1) == []
+    assert check(dw_desc(c_stride=4 * H * W), CFG, out_bytes=4) == []
+
+
+def test_depthwise_needs_the_mesh():
+    # without the mesh a b_mode 2 descriptor is judged as a GEMM, and b_mode 2 is refused
+    errs = check(dw_desc(), PRESETS["small"], out_bytes=1)
+    assert (ErrorCode.BAD_FLAGS, "b_mode=2 (depthwise 3x3 on the mesh) needs a config with "
+            "dw_mesh=1; this one has none") in errs
+    assert ErrorCode.BAD_FLAGS in codes(dw_desc(b_mode=3))
+
+
+@pytest.mark.parametrize("over, code, words", [
+    (dict(partition_m=0), ErrorCode.BAD_PARTITION_M, "partition_m=0"),
+    (dict(k=13, partition_m=2, acc_buffer_needed=4096), ErrorCode.BAD_PARTITION_M, "odd"),
+    (dict(partition_m=400, acc_buffer_needed=CFG.acc_half_bytes), ErrorCode.BUF_A_OVERFLOW,
+     "buffer-A"),
+    (dict(acc_buffer_needed=(G * H + 7) * 32), ErrorCode.ACC_OVERFLOW, "acc_buffer_needed"),
+    (dict(acc_buffer_needed=CFG.acc_half_bytes + 32), ErrorCode.ACC_OVERFLOW, "acc_half_bytes"),
+    (dict(b_stride=H * W + 1), ErrorCode.BAD_ADDRESS, "b_stride"),
+    (dict(c_stride=4 * H * W), ErrorCode.BAD_ADDRESS, "c_stride"),
+    (dict(a_addr=D // 8 + 2), ErrorCode.BAD_ADDRESS, "a_addr"),
+    (dict(a_stride=4 * M - 4), ErrorCode.BAD_ADDRESS, "a_stride"),
+    (dict(b_addr=D - M * H * W + 1), ErrorCode.BAD_ADDRESS, "the input"),
+    (dict(c_addr=D - M * H * W + 1), ErrorCode.BAD_ADDRESS, "the output"),
+    (dict(c_addr=D // 4 + 100), ErrorCode.BAD_ADDRESS, "overlaps the input"),
+    (dict(c_addr=D // 8 + 4), ErrorCode.BAD_ADDRESS, "overlaps the weights"),
+])
+def test_depthwise_each_rule(over, code, words):
+    errs = check(dw_desc(**over), CFG, out_bytes=1)
+    assert errs and errs[0][0] == code and words in errs[0][1], errs
+
+
+@pytest.mark.parametrize("name", DEPTHWISE_UNUSED)
+def test_depthwise_unused_fields_must_be_zero(name):
+    errs = check(dw_desc(**{name: 1}), CFG, out_bytes=1)
+    assert [c for c, _ in errs] == [ErrorCode.BAD_FLAGS] and f"{name}=1" in errs[0][1]
+
+
+def test_depthwise_buffer_b_overflow_alone():
+    # odd h with G = 1: buffer B takes one word more than A
+    cfg = dataclasses.replace(CFG, buf_b_bytes=CFG.buf_a_bytes // 64)   # 32 words a half
+    half = cfg.buf_b_depth // 2
+    d = dw_desc(k=2 * half + 1, partition_m=1, acc_buffer_needed=cfg.acc_half_bytes,
+                b_stride=(2 * half + 1) * W, c_stride=(2 * half + 1) * W, m=2, a_stride=8)
+    assert depthwise_words(d) == (half, half + 1)
+    assert codes(d, cfg) == [ErrorCode.BUF_B_OVERFLOW]
+
+
+def test_depthwise_extents_and_written_range():
+    d = dw_desc()
+    ext = tensor_extents(d, CFG, out_bytes=1)
+    assert ext == {"a": (D // 8, D // 8 + 2 * 4 * M + 4 * M),
+                   "b": (D // 4, D // 4 + M * H * W), "c": (D // 2, D // 2 + M * H * W)}
+    rec = layer_record(d, out_format=int(OutFormat.INT8), mult_addr=D // 16,
+                       shift_addr=D // 16 + 64)
+    assert rec["op_kind"] == OpKind.DEPTHWISE
+    assert written_range(rec) == ext["c"]
+    assert check_record(rec, CFG) == []
+
+
+def test_depthwise_record_rules():
+    d = dw_desc()
+    fields = dict(out_format=int(OutFormat.INT8), mult_addr=D // 16, shift_addr=D // 16 + 64)
+    errs = check_record(layer_record(d, **fields, op_kind=int(OpKind.GEMM)), CFG)
+    assert errs[0][0] == ErrorCode.BAD_LAYER and "b_mode" in errs[0][1]
+    gemm = GemmDescriptor(m=8, k=8, n=8, partition_m=8, partition_n=8, partition_k=8,
+                          tile_m=8, tile_n=8, outer_m=0, need_splitk=0, acc_buffer_needed=256,
+                          a_addr=0, a_stride=8, b_addr=D // 4, b_stride=8, c_addr=D // 2,
+                          c_stride=32)
+    errs = check_record(layer_record(gemm, op_kind=int(OpKind.DEPTHWISE)), CFG)
+    assert errs[0][0] == ErrorCode.BAD_LAYER and "op_kind=DEPTHWISE" in errs[0][1]
+    # weights are parameter arrays: m <= quant_entries even without post-processing
+    many = CFG.quant_entries + 1
+    big = dw_desc(m=many, a_stride=4 * many, c_addr=D // 2 + D // 4)
+    errs = check_record(layer_record(dataclasses.replace(big, c_stride=4 * H * W)), CFG)
+    assert errs[0][0] == ErrorCode.BAD_LAYER and "(weights)" in errs[0][1], errs
+    # the written range against the output window
+    errs = check_record(layer_record(d, **fields, out_window_hi=D // 2 + M * H * W - 1), CFG)
+    assert errs[0][0] == ErrorCode.BAD_WINDOW and "written C range" in errs[0][1]
+
+
+def test_depthwise_image_rules():
+    d = dw_desc()
+    fields = dict(out_format=int(OutFormat.INT8), mult_addr=D // 8 + 256,
+                  shift_addr=D // 8 + 512, stats_addr=D // 2 + 65536)
+    image, wt = (D // 8, D // 8 + 4096), D // 8 + 1024
+    rec = layer_record(d, **fields)
+    assert check_record(rec, CFG, image=image, weights_at=wt) == []
+    # the weights in the part only A loads check: refused (a depthwise A port reads the input)
+    rec = layer_record(dataclasses.replace(d, a_addr=wt), **fields)
+    errs = check_record(rec, CFG, image=image, weights_at=wt)
+    assert errs[0][0] == ErrorCode.BAD_WINDOW and "depthwise weights" in errs[0][1]
+    # the input reading the image's weights part
+    rec = layer_record(dataclasses.replace(d, b_addr=wt), **fields)
+    errs = check_record(rec, CFG, image=image, weights_at=wt)
+    assert errs[0][0] == ErrorCode.BAD_WINDOW and "B operand" in errs[0][1]
+
+
+def test_depthwise_weight_words():
+    taps = [-128, 1, 2, 3, 127, -1, 5, 6, -7]
+    w0, w1, w2 = depthwise_weight_words(taps)
+    assert w0 == 0x03020180 and w1 == 0x0605FF7F and w2 == 0xF9
+    with pytest.raises(ValueError, match="nine int8 taps"):
+        depthwise_weight_words(taps[:8])
+    with pytest.raises(ValueError, match="nine int8 taps"):
+        depthwise_weight_words(taps[:8] + [128])
