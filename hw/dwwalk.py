@@ -24,6 +24,10 @@ class DwWalker(wiring.Component):
     sizes must be legal (``1 <= G``, ``G = 1`` for odd ``h``, every size at least 1: the
     record checks' job, as for the GEMM walk); the walk does not check them.
 
+    ``tiles`` (valid with the first step, constant for the layer): the mesh tiles of a
+    channel, ``ceil(h / (R - 2))``, formed serially beside the products (a restoring division
+    of ``h - 1`` by ``R - 2``, one bit a cycle).
+
     Per step (the names of :class:`spec.dwmesh.StripStep`): ``c0``, ``channels`` (``G``, or
     fewer in the last group), ``ox0``, ``tw``, ``first_strip`` (``ox0 == 0``: the tiles'
     pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
@@ -35,7 +39,7 @@ class DwWalker(wiring.Component):
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
     ``In(dram_addr_bits + 1)``; p_int8 : ``In(1)``
-    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows : ``Out(DIM_BITS)``;
+    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, tiles : ``Out(DIM_BITS)``;
     first_strip : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
@@ -52,7 +56,7 @@ class DwWalker(wiring.Component):
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
-                                          "nbytes", "st_rows")},
+                                          "nbytes", "st_rows", "tiles")},
             "first_strip": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
@@ -73,6 +77,22 @@ class DwWalker(wiring.Component):
         bit = Signal(range(DIM_BITS + 1))
         phase = Signal(2)                               # 0 idle, 1 G h and C h, 2 (G h) w
         mult_by = Signal(DIM_BITS)                      # the remaining multiplier bits
+        # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h --
+        tile_rows = cfg.array_rows - 2
+        num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
+        rem = Signal(range(2 * tile_rows), name="dw_div_rem")
+        quo = Signal(DIM_BITS, name="dw_div_quo")
+        trial = Signal(range(2 * tile_rows), name="dw_div_trial")
+        m.d.comb += trial.eq(Cat(num[-1], rem))
+        with m.If(self.start):
+            m.d.sync += [num.eq(self.p_h - 1), rem.eq(0), quo.eq(0)]
+        with m.Elif(phase == 1):
+            m.d.sync += [num.eq(num << 1),
+                         rem.eq(Mux(trial >= tile_rows, trial - tile_rows, trial)),
+                         quo.eq(Cat(trial >= tile_rows, quo))]
+            with m.If(bit == 1):
+                m.d.sync += self.tiles.eq(Cat(trial >= tile_rows, quo) + 1)
+
         with m.If(self.start):
             m.d.sync += [C.eq(self.p_channels), h.eq(self.p_h), w.eq(self.p_w),
                          G.eq(self.p_group), x_addr.eq(self.p_x_addr),

@@ -7,22 +7,23 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import DESC_FIELDS, DIM_BITS, ErrorCode
+from spec.desc import B_MODE_DEPTHWISE, DESC_FIELDS, DIM_BITS, ErrorCode
 from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
 from .addrgen import AddrGen
 from .bits import log2
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
-from .compute import ComputeEngine, drain_cycles
+from .compute import ComputeEngine, drain_cycles, mesh_drain_cycles
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
+from .dwwalk import DwWalker
 from .params import ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort, named_members
 
 __all__ = ["Sequencer", "LAYER_FIELDS", "CATEGORIES", "LOCAL_READ_LATENCY", "PHASE_CTRL_CYCLES",
-           "store_wait_cycles"]
+           "store_wait_cycles", "mesh_store_wait_cycles"]
 
 #: The CRC of the A beats a layer loads (the record's ``a_crc``): CRC-32 as zlib computes it,
 #: over each beat's bytes in address order.
@@ -47,6 +48,12 @@ def store_wait_cycles(cfg: AccelConfig) -> int:
     return drain_cycles(cfg) - PHASE_CTRL_CYCLES
 
 
+def mesh_store_wait_cycles(cfg: AccelConfig) -> int:
+    """:func:`store_wait_cycles` of a depthwise step: the rest of the mesh's drain
+    (:func:`~hw.compute.mesh_drain_cycles`)."""
+    return mesh_drain_cycles(cfg) - PHASE_CTRL_CYCLES
+
+
 class Sequencer(wiring.Component):
     """Executes a :class:`spec.desc.GemmDescriptor` with no per-tile host help.
 
@@ -68,6 +75,14 @@ class Sequencer(wiring.Component):
     With ``b_mode = 1`` (convolution) the run first loads the layer's tables into the
     :class:`~hw.addrgen.AddrGen` (before the prologue), and every B load is a gather through
     them instead of a dense 2-D copy.
+
+    With ``b_mode = 2`` (a depthwise 3x3 layer; built on configs with ``dw_mesh``) the steps
+    are :func:`spec.dwmesh.strip_steps`' strips, stated by a :class:`~hw.dwwalk.DwWalker`: the
+    run loads the layer's weights as three more parameter arrays, then runs the same phases
+    (compute of strip ``t`` on the array's mesh, the A and B loads of strip ``t + 1``, each a
+    block of its channels' odd or even input rows, the store of strip ``t - 1``, which waits
+    :func:`mesh_store_wait_cycles` for the mesh's drain), every strip changing both buffer
+    halves and the accumulator half. Its A loads read activations: ``a_bad`` means nothing.
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
@@ -157,12 +172,17 @@ class Sequencer(wiring.Component):
                                               depth=cfg.buf_a_depth)
         m.submodules.load_b = lb = LoadEngine(cfg, beat_bytes=cfg.b_beat_bytes,
                                               depth=cfg.buf_b_depth)
-        m.submodules.compute = ce = ComputeEngine(cfg)
-        m.submodules.store = se = StoreEngine(cfg)
+        dw = bool(cfg.dw_mesh)                  # the depthwise path is built
+        m.submodules.compute = ce = ComputeEngine(cfg, mesh=dw)
+        m.submodules.store = se = StoreEngine(cfg, channel_rows=dw)
         m.submodules.addrgen = ag = AddrGen(cfg)
-        # per-channel post-processing parameters, loaded through the B load engine
-        m.submodules.params = qm = ParamMemories(cfg)
-        m.submodules.param_loader = pl = ParamLoader(cfg)
+        # per-channel post-processing parameters (and a depthwise layer's weights), loaded
+        # through the B load engine
+        m.submodules.params = qm = ParamMemories(cfg, weights=dw)
+        m.submodules.param_loader = pl = ParamLoader(cfg, weights=dw)
+        if dw:
+            m.submodules.dwwalk = dww = DwWalker(cfg)
+            m.d.comb += [qm.w_ch.eq(ce.w_raddr), qm.w_ren.eq(1), ce.w_rdata.eq(qm.weights)]
         q_phase = pl.phase                        # a parameter array is loading
         m.d.comb += [pl.w_addr.eq(lb.w_addr), pl.w_data.eq(lb.w_data), pl.w_en.eq(lb.w_en)]
         m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(pl.sel), qm.w_addr.eq(lb.w_addr),
@@ -246,6 +266,12 @@ class Sequencer(wiring.Component):
         m.d.sync += [int8_out.eq(is_int8), bias_on.eq(has_bias), post.eq(is_int8 | has_bias),
                      is_conv.eq(d["b_mode"] == 1), outer_m.eq(d["outer_m"] != 0)]
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
+        is_dw = Signal(name="is_dw") if dw else Const(0, 1)     # a depthwise layer
+        params_needed = post                          # the run loads parameter arrays
+        if dw:
+            m.d.sync += is_dw.eq(d["b_mode"] == B_MODE_DEPTHWISE)
+            q_need = Cat(q_need, is_dw, is_dw, is_dw)   # then WEIGHT_ARRAYS
+            params_needed = post | is_dw
 
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
@@ -327,13 +353,49 @@ class Sequencer(wiring.Component):
                      walk.a_kstep.eq(a_kstep), walk.b_kstep.eq(b_kstep),
                      walk.c_mstep.eq(c_mstep)]
 
+        # -- a depthwise layer's strips (hw/dwwalk.py): the strip loaded in this phase, the one
+        # computed, the one stored; their values, and the layer's, registered
+        if dw:
+            strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1,
+                     "st_addr": ab + 1, "st_rows": DIM_BITS, "tw": DIM_BITS}
+            dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
+                                   for tag in ("ld", "cp", "st"))
+            dw_more, dw_loaded = Signal(name="dw_more"), Signal(name="dw_loaded")
+            dw_cp_valid, dw_st_valid = Signal(name="dw_cp_valid"), Signal(name="dw_st_valid")
+            dw_st_slot = Signal(name="dw_st_slot")
+            dw_na, dw_nb = Signal(DIM_BITS, name="dw_na"), Signal(DIM_BITS, name="dw_nb")
+            dw_row_bytes = Signal(DIM_BITS + 2, name="dw_row_bytes")
+            m.d.sync += [dw_na.eq(K >> 1), dw_nb.eq((K + 1) >> 1),
+                         dw_row_bytes.eq(Mux(int8_out, N, N << 2))]
+            m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
+                         dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
+                         dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out)]
+            m.d.comb += [
+                ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
+                ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
+                ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
+            ]
+
+        def by_mode(gemm_value, dw_value):
+            """An engine parameter: the GEMM's, or the depthwise strip's."""
+            return Mux(is_dw, dw_value, gemm_value) if dw else gemm_value
+
         # -- engine commands (parameters from the step registers; engines sample them on start) --
-        def load_next(engine, addr, stride, groups, elems, slot, half):
-            """A load engine's command for the next step: its k rows into the free half."""
+        def load_next(engine, addr, stride, groups, elems, slot, half, dw_block=None):
+            """A load engine's command for the next step: its k rows into the free half (a
+            depthwise strip: ``dw_block`` = (address, words), one beat a row at ``2 w``)."""
+            rows = load.ke
+            if dw:
+                addr, rows = by_mode(addr, dw_block[0]), by_mode(rows, dw_block[1])
+                stride, groups = by_mode(stride, N << 1), by_mode(groups, 1)
+                elems = by_mode(elems, dww.nbytes)
             return [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
-                    engine.p_rows.eq(load.ke), engine.p_groups.eq(groups),
+                    engine.p_rows.eq(rows), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
                     engine.p_buf_gstride.eq(pk)]
+
+        dw_a_block = (dww.a_addr, dww.a_words) if dw else None
+        dw_b_block = (dww.b_addr, dww.b_words) if dw else None
 
         m.d.comb += [
             ce.p_a_base.eq(Mux(a_slot, half_a, 0)),
@@ -349,11 +411,9 @@ class Sequencer(wiring.Component):
             ce.p_accum.eq(comp["k0"] != 0),
 
             *load_next(la, load["a_kptr"] + load["m0"], d["a_stride"], load["gme"],
-                       load["me"],
-                       a_slot, half_a),
+                       load["me"], a_slot, half_a, dw_a_block),
             *load_next(lb, load["b_kptr"] + load["n0"], d["b_stride"], load["gne"],
-                       load["ne"],
-                       b_slot, half_b),
+                       load["ne"], b_slot, half_b, dw_b_block),
 
             ag.p_off_addr.eq(d["off_addr"]), ag.p_run_addr.eq(d["run_addr"]),
             ag.p_grp_addr.eq(d["grp_addr"]), ag.p_k.eq(K), ag.p_runs.eq(d["run_count"]),
@@ -366,19 +426,30 @@ class Sequencer(wiring.Component):
             ag.p_buf_base.eq(Mux(b_slot, 0, half_b)),
             ag.p_buf_gstride.eq(pk),
 
-            se.p_addr.eq(st["c_addr"]),
             se.p_post.eq(post), se.p_int8.eq(int8_out), se.p_bias.eq(bias_on),
-            se.p_ch0.eq(st["m0"]),
             se.p_zero_point.eq(L["out_zero_point"][:8]),
             se.p_act_min.eq(L["act_min"][:8]), se.p_act_max.eq(L["act_max"][:8]),
             se.p_win_lo.eq(st_win_lo), se.p_win_hi.eq(st_win_hi),
-            se.p_stride.eq(d["c_stride"]),
-            se.p_rows.eq(st["me"]),
-            se.p_groups.eq(st["gne"]),
-            se.p_elems.eq(st["ne"]),
-            se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)),
-            se.p_acc_rstride.eq(gn_max),
         ]
+        if dw:
+            # a strip's store: its channels' rows, tw elements each, at the output's row pitch
+            m.d.comb += [
+                se.p_addr.eq(by_mode(st["c_addr"], dw_st["st_addr"])),
+                se.p_ch0.eq(by_mode(st["m0"], dw_st["c0"])),
+                se.p_stride.eq(by_mode(d["c_stride"], dw_row_bytes)),
+                se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
+                se.p_groups.eq(by_mode(st["gne"], 1)),
+                se.p_elems.eq(by_mode(st["ne"], dw_st["tw"])),
+                se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
+                se.p_acc_rstride.eq(by_mode(gn_max, 1)),
+                se.p_ch_rows.eq(by_mode(1, K)),
+            ]
+        else:
+            m.d.comb += [
+                se.p_addr.eq(st["c_addr"]), se.p_ch0.eq(st["m0"]), se.p_stride.eq(d["c_stride"]),
+                se.p_rows.eq(st["me"]), se.p_groups.eq(st["gne"]), se.p_elems.eq(st["ne"]),
+                se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)), se.p_acc_rstride.eq(gn_max),
+            ]
 
         b_busy = Signal()
         m.d.comb += b_busy.eq(lb.busy | ag.gather_busy | ag.tables_busy)
@@ -393,8 +464,13 @@ class Sequencer(wiring.Component):
         assert wait_cycles >= 1
         st_holding, st_go = Signal(), Signal()
         st_load = Signal()                          # ISSUE loads st_hold this cycle
-        m.d.sync += [st_holding.eq(Mux(st_load, st_valid, st_hold > 1)),
-                     st_go.eq(Mux(st_load, st_valid & (wait_cycles == 1), st_hold == 2))]
+        st_pend = Signal()                          # a store is pending (GEMM or depthwise)
+        m.d.comb += st_pend.eq(st_valid | dw_st_valid) if dw else st_pend.eq(st_valid)
+        if dw:
+            dw_wait = mesh_store_wait_cycles(cfg)
+            assert 2 <= dw_wait <= wait_cycles
+        m.d.sync += [st_holding.eq(Mux(st_load, st_pend, st_hold > 1)),
+                     st_go.eq(Mux(st_load, st_pend & (wait_cycles == 1), st_hold == 2))]
         m.d.comb += se.start.eq(st_go)
         engines_busy = Signal()
         m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | st_holding)
@@ -405,8 +481,13 @@ class Sequencer(wiring.Component):
             """Leave the checks: tables first for a convolution, then the prologue."""
             m.d.sync += conv.eq(is_conv)
             m.d.comb += ag.tables_start.eq(is_conv)
+            if dw:
+                m.d.comb += dww.start.eq(is_dw)
             with m.If(is_conv):
                 m.next = "TABLES"
+            if dw:
+                with m.Elif(is_dw):
+                    m.next = "DW_FIRST"
             with m.Else():
                 m.d.sync += [x.eq(1) for x in shift]
                 m.next = "ISSUE"
@@ -415,6 +496,14 @@ class Sequencer(wiring.Component):
         # array (one row of 4*m bytes) into the parameter memory `pl.sel`, checking every word.
         m.d.comb += [pl.need.eq(q_need), pl.rows.eq(M)]
         m.d.comb += [getattr(pl, f"addr_{name}").eq(L[f"{name}_addr"]) for name in PARAM_ARRAYS]
+        if dw:
+            # the weight arrays at a_addr + t a_stride (registered: the loader reads them
+            # long after the latch)
+            w_addrs = [Signal(32, name=f"dw_w{t}_addr") for t in range(3)]
+            m.d.sync += [w_addrs[0].eq(d["a_addr"]), w_addrs[1].eq(d["a_addr"] + d["a_stride"]),
+                         w_addrs[2].eq(d["a_addr"] + (d["a_stride"] << 1))]
+            m.d.comb += [pl.addr_w0.eq(w_addrs[0]), pl.addr_w1.eq(w_addrs[1]),
+                         pl.addr_w2.eq(w_addrs[2])]
         m.d.comb += [lb.start.eq(pl.lb.start), pl.lb.busy.eq(lb.busy)]
         with m.If(q_phase):
             m.d.comb += [getattr(lb, name).eq(getattr(pl.lb, name))
@@ -463,7 +552,7 @@ class Sequencer(wiring.Component):
                     with m.If(chk.failed):
                         m.d.sync += error.eq(chk.code)
                         m.next = "FINISH"
-                    with m.Elif(post):
+                    with m.Elif(params_needed):
                         m.d.comb += pl.start.eq(1)
                         m.next = "PARAMS"
                     with m.Elif(dry):
@@ -517,6 +606,47 @@ class Sequencer(wiring.Component):
                         m.next = "ISSUE"
                     with m.Else():
                         m.next = "FINISH"
+            if dw:
+                # a depthwise layer: the walk's first strip, then its phases, each computing
+                # the strip loaded in the phase before and storing the one computed before that
+                with m.State("DW_FIRST"):           # the walk's products, then its first strip
+                    m.d.comb += walk_restart.eq(1)
+                    with m.If(dww.valid):
+                        m.d.sync += [dw_more.eq(1), dw_cp_valid.eq(0), dw_st_valid.eq(0)]
+                        m.next = "DW_ISSUE"
+                with m.State("DW_ISSUE"):
+                    m.d.comb += [
+                        walk_restart.eq(1),
+                        ce.m_start.eq(dw_cp_valid),
+                        # (h = 1 has no odd rows: buffer A has nothing to load)
+                        la.start.eq(dw_more & (dww.a_words != 0)),
+                        lb.start.eq(dw_more),
+                        dww.advance.eq(dw_more),
+                        st_load.eq(1),
+                    ]
+                    m.d.sync += [dw_ld[name].eq(getattr(dww, name)) for name in dw_ld]
+                    m.d.sync += [dw_loaded.eq(dw_more), wait_early.eq(0b11),
+                                 st_hold.eq(Mux(dw_st_valid, dw_wait, 0))]
+                    with m.If(dw_more & dww.last):
+                        m.d.sync += dw_more.eq(0)
+                    m.next = "DW_WAIT"
+                with m.State("DW_WAIT"):
+                    m.d.comb += walk_restart.eq(1)
+                    m.d.sync += wait_early.eq(wait_early >> 1)
+                    with m.If(~engines_busy & (wait_early == 0) & (dww.valid | ~dw_more)):
+                        # both buffers' halves change with every strip loaded, the accumulator's
+                        # with every strip computed
+                        m.d.sync += [dw_st_valid.eq(dw_cp_valid), dw_cp_valid.eq(dw_loaded),
+                                     a_slot.eq(a_slot ^ dw_loaded), b_slot.eq(b_slot ^ dw_loaded)]
+                        with m.If(dw_cp_valid):
+                            m.d.sync += [dw_st[name].eq(dw_cp[name]) for name in dw_st]
+                            m.d.sync += [acc_slot.eq(~acc_slot), dw_st_slot.eq(acc_slot)]
+                        with m.If(dw_loaded):
+                            m.d.sync += [dw_cp[name].eq(dw_ld[name]) for name in dw_cp]
+                        with m.If(dw_loaded | dw_cp_valid):
+                            m.next = "DW_ISSUE"
+                        with m.Else():
+                            m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.comb += self.busy_next.eq(0)
                 m.d.sync += self.done.eq(1)

@@ -10,12 +10,15 @@ from spec.dwmesh import strip_steps
 from .util import run_sim
 
 
-@pytest.mark.parametrize("channels,h,w,group,int8", [
-    (3, 20, 31, 1, 1), (8, 14, 14, 3, 1), (5, 28, 30, 2, 0), (1, 7, 7, 1, 1),
-    (3, 9, 5, 1, 0), (2, 1, 1, 1, 1), (960, 14, 14, 35, 1), (4, 4, 15, 4, 0),
-    (2, 6, 16, 2, 1), (2, 6, 17, 2, 1)])
-def test_walk_states_the_models_steps(channels, h, w, group, int8):
-    cfg = PRESETS["default"]
+@pytest.mark.parametrize("preset,channels,h,w,group,int8", [
+    ("default", 3, 20, 31, 1, 1), ("default", 8, 14, 14, 3, 1), ("default", 5, 28, 30, 2, 0),
+    ("default", 1, 7, 7, 1, 1), ("default", 3, 9, 5, 1, 0), ("default", 2, 1, 1, 1, 1),
+    ("default", 960, 14, 14, 35, 1), ("default", 4, 4, 15, 4, 0), ("default", 2, 6, 16, 2, 1),
+    ("default", 2, 6, 17, 2, 1), ("default", 1, 15, 3, 1, 1), ("small", 3, 12, 13, 2, 1),
+    ("small", 2, 13, 6, 1, 0), ("small", 1, 6, 7, 1, 1), ("tiny", 2, 5, 6, 1, 1),
+    ("tiny", 3, 4, 3, 2, 0)])
+def test_walk_states_the_models_steps(preset, channels, h, w, group, int8):
+    cfg = PRESETS[preset]
     x_addr, out_addr = 0x1234, 0x40_0001
     expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
                          cols=cfg.array_cols, group=group)
@@ -38,7 +41,7 @@ def test_walk_states_the_models_steps(channels, h, w, group, int8):
             assert ctx.get(dut.valid)
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
-                "b_words", "nbytes", "st_addr", "st_rows", "last")})
+                "b_words", "nbytes", "st_addr", "st_rows", "last", "tiles")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -58,6 +61,6 @@ def test_walk_states_the_models_steps(channels, h, w, group, int8):
             "a_words": step.a_load.words, "b_addr": step.b_load.addr,
             "b_words": step.b_load.words, "nbytes": step.a_load.nbytes,
             "st_addr": out_addr + size * step.out_addr, "st_rows": step.channels * h,
-            "last": int(step is expect[-1])}
+            "last": int(step is expect[-1]), "tiles": len(step.tiles) // step.channels}
         assert step.a_load.nbytes == step.b_load.nbytes
         assert step.a_load.stride == step.b_load.stride == 2 * w

@@ -1,0 +1,131 @@
+"""cocotb test: depthwise 3x3 layers (stride 1, pad 1; ``b_mode`` 2) on the mesh, in register
+mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte
+around the output keeps its fill.
+
+Environment (set by the launcher, tests/sim/test_depthwise.py):
+  ACCEL_BUILD       the emitted config directory (its config has ``dw_mesh = 1``)
+  TESSERA_SEED      seed of the data and of the cases' output formats
+  TESSERA_DW_CASES  the layers, ``CxHxW[/G]`` separated by commas (``G``: channels a strip
+                    step; default :func:`spec.dwmesh.strip_channels`' choice)
+
+Results (case, counters) go to ``depthwise_results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import cocotb
+import numpy as np
+
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, \
+    depthwise_weight_words
+from spec.dwmesh import strip_channels
+from spec.golden import conv2d_int8, requantize
+from spec.layouts import OutFormat, PostMode
+from spec.record import check_record, layer_record
+
+from .harness import Harness
+
+FILL = 0x5A
+GUARD = 64
+
+
+def parse_cases(text: str) -> list[tuple[int, int, int, int | None]]:
+    """``CxHxW[/G],..`` -> (channels, h, w, G or None)."""
+    out = []
+    for item in text.split(","):
+        shape, _, group = item.strip().partition("/")
+        c, h, w = (int(v) for v in shape.lower().split("x"))
+        out.append((c, h, w, int(group) if group else None))
+    return out
+
+
+def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool, bias: bool,
+          base: int = 0x1000):
+    """The descriptor and where everything lies: the three weight arrays, the input, the
+    parameter arrays, the output (with ``GUARD`` bytes of fill on each side)."""
+    if group is None:
+        group = strip_channels(h, rows=cfg.array_rows,
+                               buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
+                               acc_rows=cfg.acc_depth // 2, channels=c)
+    a_stride = -(-4 * c // 64) * 64
+    x_addr = base + 3 * a_stride + 64
+    params = -(-(x_addr + c * h * w) // 64) * 64 + 64
+    out_bytes = 1 if int8 else 4
+    c_addr = params + 3 * a_stride + GUARD + 3          # odd: the store's byte lanes
+    d = GemmDescriptor(m=c, k=h, n=w, partition_m=group,
+                       acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
+                       a_addr=base, a_stride=a_stride, b_addr=x_addr, b_stride=h * w,
+                       c_addr=c_addr, c_stride=out_bytes * h * w, b_mode=B_MODE_DEPTHWISE,
+                       **{name: 0 for name in DEPTHWISE_UNUSED})
+    return d, params
+
+
+@cocotb.test()
+async def depthwise_layers_match_golden(dut):
+    h_ = await Harness.start(dut)
+    cfg = h_.cfg
+    seed = int(os.environ.get("TESSERA_SEED", "1"))
+    rng = np.random.default_rng(seed)
+    records = []
+    for idx, (c, h, w, group) in enumerate(parse_cases(os.environ["TESSERA_DW_CASES"])):
+        int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
+        d, params = layer(cfg, c, h, w, group, int8=int8, bias=with_bias)
+        x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
+        wt = rng.integers(-128, 128, (c, 3, 3)).astype(np.int8)
+        x.flat[0], wt.flat[0] = -128, -128
+        words = np.array([depthwise_weight_words(wt[ch].reshape(-1)) for ch in range(c)],
+                         np.uint32)
+        bias = rng.integers(-2**31, 2**31, c, dtype=np.int64).astype(np.int32)
+        mult = rng.integers(1 << 29, 2**31, c, dtype=np.int64).astype(np.int32)
+        shift = rng.integers(-2, 14, c).astype(np.int32)
+        zp, act_min, act_max = int(rng.integers(-20, 20)), -128, 127
+        fields = dict(out_format=int(OutFormat.INT8 if int8 else OutFormat.INT32),
+                      post_mode=int(PostMode.NONE), out_zero_point=zp if int8 else 0,
+                      act_min=act_min, act_max=act_max)
+        arrays = []
+        if with_bias:
+            fields.update(bias_present=1, bias_addr=params)
+            arrays.append(bias)
+        if int8:
+            fields.update(mult_addr=params + 4 * c * len(arrays),
+                          shift_addr=params + 4 * c * (len(arrays) + 1))
+            arrays += [mult, shift]
+        rec = layer_record(d, **fields)
+        ctx = f"case {idx}: {c}x{h}x{w} G={d.partition_m} int8={int8} bias={with_bias}"
+        assert check_record(rec, cfg) == [], f"{ctx}: {check_record(rec, cfg)}"
+        out_bytes = 1 if int8 else 4
+        span = c * h * w * out_bytes
+        lo = d.c_addr - GUARD
+        weights = b"".join(np.ascontiguousarray(words[:, t]).astype("<u4").tobytes().ljust(
+            d.a_stride, b"\0") for t in range(3))
+        await h_.load([(d.a_addr, weights), (d.b_addr, x.tobytes()),
+                       (params, b"".join(np.asarray(v, "<i4").tobytes() for v in arrays)),
+                       (lo, bytes([FILL]) * (span + 2 * GUARD))])
+        budget = 20_000 + 40 * c * h * w + 400 * c
+        result = await h_.run(rec, budget_cycles=budget)
+        assert result.error == ErrorCode.NONE, f"{ctx}: {ErrorCode(result.error).name}"
+        acc = conv2d_int8(x[None], wt[:, None], pads=(1, 1, 1, 1), groups=c)[0]
+        acc = acc.reshape(c, h * w)
+        if int8:
+            want = requantize(acc, multiplier=mult, shift=shift,
+                              bias=bias if with_bias else None, zero_point=zp,
+                              act_min=act_min, act_max=act_max).astype(np.int8)
+        else:
+            wide = acc.astype(np.int64) + (bias.astype(np.int64)[:, None] if with_bias else 0)
+            want = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
+        raw = await h_.dump(lo, span + 2 * GUARD)
+        got = np.frombuffer(raw[GUARD:GUARD + span], np.int8 if int8 else "<i4").reshape(c, -1)
+        if not np.array_equal(got, want):
+            bad = np.argwhere(got != want)
+            ch, p = bad[0]
+            raise AssertionError(f"{ctx}: {len(bad)} wrong elements, first channel {ch} "
+                                 f"({p // w}, {p % w}) = {got[ch, p]} != {want[ch, p]}")
+        guard = raw[:GUARD] + raw[GUARD + span:]
+        assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
+        records.append({"channels": c, "h": h, "w": w, "group": d.partition_m, "int8": int8,
+                        "bias": with_bias, **result.counters})
+    with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:
+        json.dump(records, f, indent=1)
