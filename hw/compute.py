@@ -357,7 +357,9 @@ class ComputeEngine(wiring.Component):
         with m.If(feed.running):
             m.d.comb += [self.rd_en.eq(feed.rd_en), self.a_raddr.eq(feed.a_raddr),
                          self.b_raddr.eq(feed.b_raddr)]
-        with m.If(feed.o_tap):
+        # a tap is MAC-active in the cycle it issues, as a GEMM beat is (its products reach
+        # the array FEED_CYCLES later, while the sequencer may already be in its next phase)
+        with m.If(feed.issue_tap):
             m.d.comb += self.beat_real.eq(1)
         m.d.comb += [feed.a_rdata.eq(self.a_rdata), feed.b_rdata.eq(self.b_rdata)]
 

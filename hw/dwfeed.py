@@ -53,7 +53,8 @@ class DwFeeder(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; ready, running : ``Out(1)``
+    start : ``In(1)``; ready, running : ``Out(1)``; issue_tap : ``Out(1)``: a tap beat issues
+    in this cycle (it reaches the array as ``o_tap`` :attr:`FEED_CYCLES` later)
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
     p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
@@ -84,7 +85,7 @@ class DwFeeder(wiring.Component):
             "b_raddr": Out(range(cfg.buf_b_depth)), "b_rdata": In(8 * cfg.b_beat_bytes),
             "o_mesh": Out(1), "o_move": Out(3), "o_split": Out(2), "o_fill": Out(2 * C * ob),
             "o_w": Out(4 * ob), "o_tap": Out(1), "o_first": Out(1), "o_last": Out(1),
-            "o_tag": Out(tag_bits),
+            "o_tag": Out(tag_bits), "issue_tap": Out(1),
         })
 
     def elaborate(self, platform):
@@ -140,6 +141,7 @@ class DwFeeder(wiring.Component):
               (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
                ("last", 1), ("tag", len(tag)))]
         is_tap = self.running & taps_t[pc]
+        m.d.comb += self.issue_tap.eq(is_tap)
         m.d.sync += [d.eq(v) for d, v in zip(s1, (
             self.running, Mux(self.running, move_t[pc], moves["HOLD"]), split, tap_w, is_tap,
             is_tap & first_t[pc], is_tap & last_t[pc], tag))]

@@ -45,6 +45,9 @@ class DwWalker(wiring.Component):
 
     #: Cycles from ``advance`` to the next step's ``valid``.
     ADVANCE_LATENCY = 2
+    #: Cycles from ``start`` to the first step's ``valid``: the two serial products, then the
+    #: walk's first values (``planner.cost.ModelConstants.dw_walk_cycles``).
+    START_LATENCY = 2 * DIM_BITS + ADVANCE_LATENCY + 1
     #: Width of the serial products' first factor (``G``, ``C``, ``G h``).
     FACTOR_BITS = DIM_BITS
 

@@ -99,6 +99,14 @@ class ModelConstants:
     dry_run_cycles: int = 18
     record_ctrl_cycles: int = 7
     image_ctrl_cycles: int = 6
+    #: Depthwise layers on the mesh (planner.dwcost): cycles a strip's compute runs before its
+    #: first beat (hw.compute.MESH_START_CYCLES after ``m_start``, the cycle of ``ISSUE``), the
+    #: mesh's drain after a strip's last beat beyond ``R`` rows (hw.compute.mesh_drain_cycles:
+    #: ``R + 5``), and the walk's start (hw.dwwalk.DwWalker: two serial products of DIM_BITS
+    #: cycles, then its first strip).
+    mesh_start_cycles: int = 2
+    mesh_drain_extra_cycles: int = 5
+    dw_walk_cycles: int = 51
 
 
 DEFAULT_CONSTANTS = ModelConstants()
@@ -431,13 +439,16 @@ def post_consts(consts: ModelConstants, cfg: AccelConfig) -> ModelConstants:
 
 
 def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
-                      consts: ModelConstants = DEFAULT_CONSTANTS) -> tuple[int, int, int]:
+                      consts: ModelConstants = DEFAULT_CONSTANTS, *,
+                      weights: bool = False) -> tuple[int, int, int]:
     """``(load_b cycles, control cycles, bytes read)`` of the parameter loads: each loaded array
-    is one B-port burst of ``4*m`` bytes in whole beats."""
+    is one B-port burst of ``4*m`` bytes in whole beats. On a config with ``dw_mesh`` the
+    loader has three more slots, the depthwise weight arrays, loaded with ``weights``."""
     t = _Timing(cfg, consts)
     beats = -(-4 * m // cfg.b_beat_bytes)
     load = ctrl = read = 0
-    for loaded in post.arrays:
+    slots = post.arrays + ((weights,) * 3 if cfg.dw_mesh else ())
+    for loaded in slots:
         if loaded:
             load += t.load_b(beats)
             ctrl += consts.param_ctrl_cycles

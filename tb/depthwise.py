@@ -25,6 +25,8 @@ from spec.dwmesh import strip_channels
 from spec.golden import conv2d_int8, requantize
 from spec.layouts import OutFormat, PostMode
 from spec.record import check_record, layer_record
+from planner.cost import PostLoad
+from planner.dwcost import predict_depthwise
 
 from .harness import Harness
 
@@ -65,6 +67,11 @@ def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool, bias: b
 
 @cocotb.test()
 async def depthwise_layers_match_golden(dut):
+    await run_cases(dut)
+
+
+async def run_cases(dut) -> list[dict]:
+    """Run ``$TESSERA_DW_CASES`` and check each; returns (and writes) their records."""
     h_ = await Harness.start(dut)
     cfg = h_.cfg
     seed = int(os.environ.get("TESSERA_SEED", "1"))
@@ -125,7 +132,9 @@ async def depthwise_layers_match_golden(dut):
                                  f"({p // w}, {p % w}) = {got[ch, p]} != {want[ch, p]}")
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
+        predicted = predict_depthwise(d, cfg, post=PostLoad(bias=with_bias, requant=int8))
         records.append({"channels": c, "h": h, "w": w, "group": d.partition_m, "int8": int8,
-                        "bias": with_bias, **result.counters})
+                        "bias": with_bias, "predicted": predicted.as_dict(), **result.counters})
     with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:
         json.dump(records, f, indent=1)
+    return records

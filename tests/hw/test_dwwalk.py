@@ -33,10 +33,12 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8):
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for _ in range(200):
-            if ctx.get(dut.valid):
-                break
+        waited = 1
+        while not ctx.get(dut.valid):
+            assert waited < DwWalker.START_LATENCY
             await ctx.tick()
+            waited += 1
+        assert waited == DwWalker.START_LATENCY
         while True:
             assert ctx.get(dut.valid)
             got.append({n: ctx.get(getattr(dut, n)) for n in (

@@ -64,3 +64,17 @@ def test_model_store_wait_equals_the_sequencers(preset):
     cfg = PRESETS[preset]
     assert K.step_ctrl_cycles == PHASE_CTRL_CYCLES
     assert _Timing(cfg, K).wait == store_wait_cycles(cfg)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "default"])
+def test_model_depthwise_constants_follow_the_rtl(preset):
+    from hw.compute import MESH_START_CYCLES, mesh_drain_cycles
+    from hw.dwwalk import DwWalker
+    from hw.sequencer import PHASE_CTRL_CYCLES, mesh_store_wait_cycles
+
+    cfg = PRESETS[preset]
+    assert K.mesh_start_cycles == MESH_START_CYCLES - 1      # running from the cycle after m_start
+    assert cfg.array_rows + K.mesh_drain_extra_cycles == mesh_drain_cycles(cfg)
+    assert mesh_store_wait_cycles(cfg) == mesh_drain_cycles(cfg) - PHASE_CTRL_CYCLES
+    assert K.step_ctrl_cycles == PHASE_CTRL_CYCLES
+    assert K.dw_walk_cycles == DwWalker.START_LATENCY

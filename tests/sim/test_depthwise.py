@@ -24,3 +24,7 @@ def test_rtl_depthwise_verilator(rtl_build, preset, tmp_path, request):
               TESSERA_SEED=seed_for(request), TESSERA_DW_CASES=CASES[preset])
     records = json.loads((out / "depthwise_results.json").read_text())
     assert len(records) == len(CASES[preset].split(","))
+    # the cycle model (planner.dwcost) reproduces every counter of every layer
+    for r in records:
+        for name, value in r["predicted"].items():
+            assert r[name] == value, (r["channels"], r["h"], r["w"], name, value, r[name])

@@ -1,0 +1,79 @@
+"""Cycle model of a depthwise 3x3 layer on the mesh (``b_mode`` 2; docs/architecture.md,
+"Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips.
+
+After the checks, the parameter arrays (the post-processing ones the layer uses, then its three
+weight arrays) and the walk's start, phase ``k`` issues the compute of strip ``k - 1``, the A and
+B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute, load A, load B,
+store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
+assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
+``mesh_start_cycles`` plus its tiles' beats (``R / 2`` fills, the left pad's rotation in a
+layer's first strip, nine taps; the taps are the MAC-active cycles); its loads are one beat a
+row; its store one beat an output row (``G h`` of them), after the mesh's drain.
+"""
+
+from __future__ import annotations
+
+from spec.config import AccelConfig
+from spec.desc import B_MODE_DEPTHWISE, GemmDescriptor
+from spec.dwmesh import strip_step_cycles, strip_steps
+
+from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
+                   param_load_cycles, post_consts)
+
+__all__ = ["predict_depthwise", "depthwise_macs"]
+
+
+def depthwise_macs(d: GemmDescriptor) -> int:
+    """Multiply-accumulates of the layer: nine per output element."""
+    return 9 * d.m * d.k * d.n
+
+
+def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
+                      consts: ModelConstants = DEFAULT_CONSTANTS, *,
+                      post: PostLoad | None = None) -> CycleBreakdown:
+    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2, legal on
+    ``cfg``); ``post``: the post-processing arrays it loads (bias, requantisation)."""
+    if d.b_mode != B_MODE_DEPTHWISE:
+        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode=2), not "
+                         f"b_mode={d.b_mode}")
+    post = post or PostLoad(bias=False, requant=False)
+    layer_consts = post_consts(consts, cfg) if post.active else consts
+    R = cfg.array_rows
+    t = _Timing(cfg, layer_consts)
+    t.wait = R + consts.mesh_drain_extra_cycles - consts.step_ctrl_cycles
+    steps = strip_steps(d.m, d.k, d.n, x_addr=0, out_addr=0, rows=R, cols=cfg.array_cols,
+                        group=d.partition_m)
+    mac = drain = sa = sb = ss = 0
+    ctrl = consts.start_cycles + consts.dw_walk_cycles
+    rd_a = rd_b = wr_c = 0
+    # phase k: compute k - 1, loads of k, store of k - 2 (the control cycles of the first
+    # and the last phase are in start_cycles, as a GEMM's prologue's and epilogue's)
+    ctrl -= 2 * consts.step_ctrl_cycles
+    for k in range(len(steps) + 2):
+        comp = steps[k - 1] if 1 <= k <= len(steps) else None
+        load = steps[k] if k < len(steps) else None
+        store = steps[k - 2] if k >= 2 else None
+        beats = taps = 0
+        if comp is not None:
+            beats = consts.mesh_start_cycles + strip_step_cycles(comp, R)
+            taps = 9 * len(comp.tiles)
+        ca = t.load_a(load.a_load.words) if load is not None else 0
+        cb = t.load_b(load.b_load.words) if load is not None else 0
+        rows = store.channels * d.k if store is not None else 0
+        ph = t.phase(beats, taps, ca, cb, rows)
+        mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
+        ctrl += consts.step_ctrl_cycles
+        if load is not None:
+            rd_a += load.a_load.words * cfg.a_beat_bytes
+            rd_b += load.b_load.words * cfg.b_beat_bytes
+        wr_c += rows * cfg.c_beat_bytes
+    ctrl += consts.finish_cycles
+    p_load, p_ctrl, p_read = param_load_cycles(d.m, post, cfg, consts, weights=True)
+    sb += p_load
+    ctrl += p_ctrl
+    rd_b += p_read
+    total = mac + drain + sa + sb + ss + ctrl
+    return CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
+                          stall_load_a_cycles=sa, stall_load_b_cycles=sb,
+                          stall_store_cycles=ss, stall_ctrl_cycles=ctrl, rd_a_bytes=rd_a,
+                          rd_b_bytes=rd_b, wr_c_bytes=wr_c)
