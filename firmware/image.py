@@ -40,7 +40,7 @@ __all__ = ["ImageError", "Layer", "Image", "encode", "decode", "validate", "insp
 BASE_ADDR_FIELD = "base_addr"
 BASE_ADDR_WORD = HEADER_WORDS[BASE_ADDR_FIELD]
 #: Layer record fields stored as sign-extended two's complement.
-SIGNED_LAYER_FIELDS = frozenset({"out_zero_point", "act_min", "act_max"})
+SIGNED_LAYER_FIELDS = frozenset({"out_zero_point", "act_min", "act_max", "pad_value"})
 #: Sections carried as opaque blobs (LAYERS is generated from the layer records).
 BLOB_SECTIONS = (SectionKind.TABLES, SectionKind.QUANT, SectionKind.WEIGHTS)
 INT8_MIN, INT8_MAX = -128, 127
@@ -80,6 +80,7 @@ class Layer:
     shift_addr: int = 0
     stats_addr: int = 0
     a_crc: int = 0
+    pad_value: int = 0
 
     def __post_init__(self):
         if not isinstance(self.desc, GemmDescriptor):
@@ -580,6 +581,8 @@ _LAYER_DOC = {
     "a_crc": "image runs: CRC-32 (zlib) of the A beats the layer loads, in load order, bytes "
              "past `m` as zeros (`spec.schedule.a_load_crc`); a mismatch when the layer ends "
              "stops the run with BAD_WEIGHTS",
+    "pad_value": "int8 value (sign-extended) of a depthwise layer's padding, its input zero "
+                 "point; 0 for other layers",
 }
 
 _DESC_DOC = "`GemmDescriptor.{}` (spec/desc.py)"

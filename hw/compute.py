@@ -80,7 +80,9 @@ class ComputeEngine(wiring.Component):
     of the weight memory (``w_raddr`` / ``w_rdata``: nine int8, tap ``3 dy + dx`` in bits
     ``8 (3 dy + dx)``, a synchronous read); its results overwrite accumulator rows from
     ``p_acc_base + g * p_m_h + (R - 2) * ty`` (mesh row ``i`` in that plus ``i``).
-    ``p_m_pre_right`` gives every tile the left pad's rotation. ``busy`` stays high
+    ``p_m_pre_right`` gives every tile the left pad's rotation; the fill words' lanes from
+    ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
+    input zero point). ``busy`` stays high
     :func:`mesh_drain_cycles` after the last beat. A depthwise step and a GEMM partition must
     not overlap: the driver starts either only while the engine is not busy (which covers the
     array's rules for switching between its modes, :class:`~hw.array.SystolicArray`).
@@ -100,8 +102,8 @@ class ComputeEngine(wiring.Component):
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
     m_start, p_m_pre_right : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na, p_m_nb :
-    ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; w_raddr : ``Out``; w_rdata :
-    ``In(72)`` (only with ``mesh``)
+    ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; p_m_pad : ``In(8)``; p_m_cols :
+    ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(72)`` (only with ``mesh``)
     """
 
     def __init__(self, cfg: AccelConfig, *, mesh: bool = False):
@@ -111,6 +113,7 @@ class ComputeEngine(wiring.Component):
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb")},
+                 "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
                  "p_m_c0": In(range(cfg.quant_entries)),
                  "w_raddr": Out(range(cfg.quant_entries)), "w_rdata": In(9 * ob),
                  } if mesh else {}
@@ -369,6 +372,8 @@ class ComputeEngine(wiring.Component):
         tiles, na, nb, hh = (Signal(DIM_BITS, name=f"mesh_{n}") for n in ("tiles", "na", "nb",
                                                                           "h"))
         pre_right = Signal(name="mesh_pre_right")
+        pad = Signal.like(self.p_m_pad, name="mesh_pad")
+        pad_mask = Signal(cfg.array_cols, name="mesh_pad_mask")
         t_left, g_left = Signal(DIM_BITS, name="mesh_t_left"), Signal(DIM_BITS, name="mesh_g_left")
         a_ch, a_pos = Signal.like(self.a_raddr, name="mesh_a_ch"), Signal.like(self.a_raddr,
                                                                                name="mesh_a_pos")
@@ -401,11 +406,13 @@ class ComputeEngine(wiring.Component):
             feed.p_b_base.eq(n_b_base), feed.p_a_lo.eq(n_a_lo), feed.p_a_hi.eq(n_a_hi),
             feed.p_b_hi.eq(n_b_hi), feed.p_tag.eq(n_tag),
             feed.p_w.eq(self.w_rdata),          # region 0's taps; the other regions unused
+            feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
         ]
         with m.If(self.m_start):
             m.d.sync += [
                 tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
-                hh.eq(self.p_m_h), pre_right.eq(self.p_m_pre_right),
+                hh.eq(self.p_m_h), pre_right.eq(self.p_m_pre_right), pad.eq(self.p_m_pad),
+                pad_mask.eq(Cat(*(self.p_m_cols <= j for j in range(cfg.array_cols)))),
                 t_left.eq(self.p_m_tiles - 1), g_left.eq(self.p_m_channels - 1),
                 a_ch.eq(self.p_a_base), a_pos.eq(self.p_a_base - 1),
                 a_left.eq(self.p_m_na + 1), b_ch.eq(self.p_b_base), b_pos.eq(self.p_b_base),

@@ -58,6 +58,8 @@ class DwFeeder(wiring.Component):
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
     p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
+    p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
+    words that hold padding (a masked word is padding in every lane)
     rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
     o_mesh, o_move, o_split, o_fill, o_w, o_tap, o_first, o_last, o_tag : ``Out``, the array's
     ``i_mesh`` .. ``i_tag``
@@ -80,6 +82,7 @@ class DwFeeder(wiring.Component):
             "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
             "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits),
+            "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
             "a_raddr": Out(range(cfg.buf_a_depth)), "a_rdata": In(8 * cfg.a_beat_bytes),
             "b_raddr": Out(range(cfg.buf_b_depth)), "b_rdata": In(8 * cfg.b_beat_bytes),
@@ -91,7 +94,7 @@ class DwFeeder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
-        R, ob = cfg.array_rows, cfg.operand_bits
+        R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 1, pre_right=True), tile_program(R, 2)]
         rom = [beat for program in programs for beat in program]
@@ -112,6 +115,7 @@ class DwFeeder(wiring.Component):
         split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
         a_lo, a_hi, b_hi = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo", "a_hi", "b_hi"))
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
+        pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
         at_end = Signal()
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
                      self.ready.eq(~self.running | at_end)]
@@ -124,7 +128,8 @@ class DwFeeder(wiring.Component):
                          pc.eq(Mux(self.p_stride2, start2, Mux(self.p_pre_right, start_r, 0))),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
-                         b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag)]
+                         b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
+                         pad.eq(self.p_pad), pad_mask.eq(self.p_pad_mask)]
 
         fill = Signal()
         m.d.comb += [
@@ -148,10 +153,18 @@ class DwFeeder(wiring.Component):
         outs = (self.o_mesh, self.o_move, self.o_split, self.o_w, self.o_tap, self.o_first,
                 self.o_last, self.o_tag)
         m.d.sync += [o.eq(d) for o, d in zip(outs, s1)]
-        # the fill words' masks, decided at the read and applied where the words arrive
+        # the fill words' masks, decided at the read and applied where the words arrive: a
+        # masked word, and every lane of the tile's pad mask, enter as the pad value
         word = word_t[pc]
         zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
-        m.d.sync += [zero_a.eq((word < a_lo) | (word >= a_hi)), zero_b.eq(word >= b_hi)]
-        m.d.sync += self.o_fill.eq(Cat(Mux(zero_a, 0, self.a_rdata),
-                                       Mux(zero_b, 0, self.b_rdata)))
+        s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
+                                                                          name="dw_s1_pad_mask")
+        m.d.sync += [zero_a.eq((word < a_lo) | (word >= a_hi)), zero_b.eq(word >= b_hi),
+                     s1_pad.eq(pad), s1_mask.eq(pad_mask)]
+
+        def lanes(masked, data):
+            return Cat(*(Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
+                         for j in range(C)))
+
+        m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, self.a_rdata), lanes(zero_b, self.b_rdata)))
         return m

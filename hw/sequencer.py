@@ -293,7 +293,8 @@ class Sequencer(wiring.Component):
         crc_restart = Signal()
         m.d.comb += [a_crc.start.eq(crc_restart), a_crc.data.eq(a_beat),
                      a_crc.valid.eq(a_beat_valid)]
-        m.d.sync += self.a_bad.eq(a_crc.crc != L["a_crc"])
+        # (a depthwise layer's A port reads activations: its a_crc means nothing)
+        m.d.sync += self.a_bad.eq((a_crc.crc != L["a_crc"]) & ~is_dw)
         gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
         ag_groups = Signal(DIM_BITS)                # gn_all + 1 (two cycles after the latch)
         m.d.sync += [gn_all.eq((N + C - 1) >> lc),  # (registered: read after the checks)
@@ -356,7 +357,7 @@ class Sequencer(wiring.Component):
         # -- a depthwise layer's strips (hw/dwwalk.py): the strip loaded in this phase, the one
         # computed, the one stored; their values, and the layer's, registered
         if dw:
-            strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1,
+            strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
                      "st_addr": ab + 1, "st_rows": DIM_BITS, "tw": DIM_BITS}
             dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
                                    for tag in ("ld", "cp", "st"))
@@ -374,6 +375,8 @@ class Sequencer(wiring.Component):
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
+                # the padding: the layer's pad value in the lanes past the strip's loaded bytes
+                ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["nbytes"]),
             ]
 
         def by_mode(gemm_value, dw_value):

@@ -281,9 +281,11 @@ class StripTile:
 
     Fill word ``k`` (``0 <= k < rows / 2``) reads buffer-A word ``a_base + k`` and buffer-B
     word ``b_base + k``; an A word with ``k < a_lo`` or ``k >= a_hi`` and a B word with
-    ``k >= b_hi`` enter the mesh as zeros (the map's top and bottom zero pads; ``a_base`` may
-    then be -1, a word never read). ``pre_right``: one ``RIGHT`` rotation between the fills and
-    the first tap (the map's left zero pad, below). ``channel`` (in the layer) selects the
+    ``k >= b_hi`` enter the mesh as padding (the map's top and bottom pads; ``a_base`` may
+    then be -1, a word never read), and so do a word's lanes from ``cols`` on (the right pad,
+    and in a layer's first strip the left one). The padding is the layer's pad value (its
+    input zero point). ``pre_right``: one ``RIGHT`` rotation between the fills and the first
+    tap (the map's left pad, below). ``channel`` (in the layer) selects the
     weights; the tile's results land in accumulator rows ``acc_row .. acc_row + rows - 1``
     (mesh row ``i`` in ``acc_row + i``; rows past ``th`` are overwritten by the next tile)."""
     channel: int
@@ -296,6 +298,7 @@ class StripTile:
     b_hi: int
     pre_right: bool
     acc_row: int
+    cols: int
 
 
 @dataclass(frozen=True)
@@ -347,9 +350,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     even channel ``c + 1``'s row 1 is ``2 w`` bytes after channel ``c``'s row ``h - 1``) and the
     odd padded rows the even input rows (buffer B). The pads are never read from memory: the
     top and bottom ones are fill words the feeder zeroes (``a_lo``, ``a_hi``, ``b_hi``), the
-    right one is the load's zero fill past the row, and the left one, in the first strip, is
-    the zero that the load's fill leaves in the patch's last column, rotated into column 0 by
-    ``pre_right`` (the strip's loads start at input column 0 and take ``cols - 1`` bytes)."""
+    right one is the lanes past the load's bytes, and the left one, in the first strip, is the
+    patch's last column (the strip's loads start at input column 0 and take ``cols - 1``
+    bytes), rotated into column 0 by ``pre_right``: the feeder puts the pad value into those
+    lanes (:attr:`StripTile.cols`), whatever the buffer holds there."""
     if h < 1 or w < 1 or channels < 1:
         raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
     if rows < 4 or rows % 2 or cols < 4:
@@ -378,24 +382,25 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                         a_base=g * na + k0 - 1, a_lo=1 if oy0 == 0 else 0,
                         a_hi=min(half, na - k0 + 1), b_base=g * nb + k0,
                         b_hi=max(0, min(half, nb - k0)), pre_right=first,
-                        acc_row=g * h + oy0))
+                        acc_row=g * h + oy0, cols=nbytes))
             steps.append(StripStep(c0, g_count, ox0, min(tw_max, w - ox0), a_load, b_load,
                                    tuple(tiles), out_addr + c0 * h * w + ox0, w))
     return steps
 
 
 def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
-                rows: int) -> np.ndarray:
+                rows: int, pad: int = 0) -> np.ndarray:
     """The patch ``tile`` puts in a ``rows``-row mesh before its first tap: the fill words
-    (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked ones zero,
-    rotated right once with ``pre_right``. Only words inside the masks are read."""
+    (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked words and
+    the lanes from ``tile.cols`` on ``pad``, rotated right once with ``pre_right``. Only words
+    inside the masks are read."""
     cols = a_words.shape[1]
-    patch = np.zeros((rows, cols), np.int64)
+    patch = np.full((rows, cols), pad, np.int64)
     for k in range(rows // 2):
         if tile.a_lo <= k < tile.a_hi:
-            patch[2 * k] = a_words[tile.a_base + k]
+            patch[2 * k, :tile.cols] = a_words[tile.a_base + k, :tile.cols]
         if k < tile.b_hi:
-            patch[2 * k + 1] = b_words[tile.b_base + k]
+            patch[2 * k + 1, :tile.cols] = b_words[tile.b_base + k, :tile.cols]
     return _rotate(patch, "RIGHT") if tile.pre_right else patch
 
 
@@ -405,11 +410,11 @@ def strip_tile_cycles(tile: StripTile, rows: int) -> int:
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
-                   weights: np.ndarray, rows: int) -> np.ndarray:
+                   weights: np.ndarray, rows: int, pad: int = 0) -> np.ndarray:
     """One strip tile on the mesh, move by move after its fill (:func:`strip_patch`): the
     serpentine taps with the channel's ``weights`` (3, 3). Returns the accumulators (rows x
     cols, exact int64); mesh row ``i`` column ``j`` is output ``(oy0 + i, ox0 + j)``."""
-    mesh = strip_patch(tile, a_words, b_words, rows)
+    mesh = strip_patch(tile, a_words, b_words, rows, pad)
     acc = np.zeros_like(mesh)
     for (dy, dx), move in SERPENTINE:
         acc = acc + mesh * int(weights[dy, dx])

@@ -88,6 +88,8 @@ def _layer_words() -> dict[str, int]:
         "stats_addr",       # image runs: the layer's STATS_BYTES counter record goes here
         "a_crc",            # image runs: CRC-32 of the A beats the layer loads, in load order
                             # (spec.schedule.a_load_crc); checked when the layer ends
+        "pad_value",        # int8 (sign-extended) a depthwise layer's padding holds: its input
+                            # zero point; 0 for every other layer
     ]
     if len(names) > LAYER_RECORD_WORDS:
         raise AssertionError("layer record overflows its words")

@@ -80,7 +80,7 @@ def layer_record(desc: GemmDescriptor, **fields: int) -> dict[str, int]:
     rec.update(op_kind=int(_OP_KIND.get(desc.b_mode, OpKind.GEMM)),
                out_format=int(OutFormat.INT32), post_mode=int(PostMode.NONE), out_zero_point=0,
                act_min=-128, act_max=127, bias_addr=0, bias_present=0, mult_addr=0,
-               shift_addr=0, stats_addr=0, a_crc=0)
+               shift_addr=0, stats_addr=0, a_crc=0, pad_value=0)
     unknown = set(fields) - set(LAYER_WORDS)
     if unknown:
         raise KeyError(f"not layer record fields: {', '.join(sorted(unknown))}; the fields are "
@@ -136,9 +136,12 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
                                      f"({', '.join(f'{e.name}={e.value}' for e in enum_cls)})")
     if rec["bias_present"] > 1:
         bad(ErrorCode.BAD_LAYER, f"bias_present={rec['bias_present']} must be 0 or 1")
-    for name in ("out_zero_point", "act_min", "act_max"):
+    for name in ("out_zero_point", "act_min", "act_max", "pad_value"):
         if not is_int8_word(rec[name]):
             bad(ErrorCode.BAD_LAYER, f"{name}={signed32(rec[name])} is outside int8 [-128, 127]")
+    if rec["pad_value"] and rec["desc_b_mode"] != B_MODE_DEPTHWISE:
+        bad(ErrorCode.BAD_LAYER, f"pad_value={signed32(rec['pad_value'])} must be 0: only a "
+                                 "depthwise layer (b_mode=2) pads its input")
     if signed32(rec["act_min"]) > signed32(rec["act_max"]):
         bad(ErrorCode.BAD_LAYER, f"act_min={signed32(rec['act_min'])} > "
                                  f"act_max={signed32(rec['act_max'])}")

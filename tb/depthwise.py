@@ -89,9 +89,10 @@ async def run_cases(dut) -> list[dict]:
         mult = rng.integers(1 << 29, 2**31, c, dtype=np.int64).astype(np.int32)
         shift = rng.integers(-2, 14, c).astype(np.int32)
         zp, act_min, act_max = int(rng.integers(-20, 20)), -128, 127
+        pad = int(rng.integers(-128, 128)) if idx % 4 else 0    # the input zero point
         fields = dict(out_format=int(OutFormat.INT8 if int8 else OutFormat.INT32),
                       post_mode=int(PostMode.NONE), out_zero_point=zp if int8 else 0,
-                      act_min=act_min, act_max=act_max)
+                      act_min=act_min, act_max=act_max, pad_value=pad & 0xFFFF_FFFF)
         arrays = []
         if with_bias:
             fields.update(bias_present=1, bias_addr=params)
@@ -101,7 +102,8 @@ async def run_cases(dut) -> list[dict]:
                           shift_addr=params + 4 * c * (len(arrays) + 1))
             arrays += [mult, shift]
         rec = layer_record(d, **fields)
-        ctx = f"case {idx}: {c}x{h}x{w} G={d.partition_m} int8={int8} bias={with_bias}"
+        ctx = (f"case {idx}: {c}x{h}x{w} G={d.partition_m} int8={int8} bias={with_bias} "
+               f"pad={pad}")
         assert check_record(rec, cfg) == [], f"{ctx}: {check_record(rec, cfg)}"
         out_bytes = 1 if int8 else 4
         span = c * h * w * out_bytes
@@ -114,7 +116,8 @@ async def run_cases(dut) -> list[dict]:
         budget = 20_000 + 40 * c * h * w + 400 * c
         result = await h_.run(rec, budget_cycles=budget)
         assert result.error == ErrorCode.NONE, f"{ctx}: {ErrorCode(result.error).name}"
-        acc = conv2d_int8(x[None], wt[:, None], pads=(1, 1, 1, 1), groups=c)[0]
+        padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
+        acc = conv2d_int8(padded[None], wt[:, None], groups=c)[0]
         acc = acc.reshape(c, h * w)
         if int8:
             want = requantize(acc, multiplier=mult, shift=shift,

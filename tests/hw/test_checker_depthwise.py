@@ -39,7 +39,8 @@ def depthwise_records(cfg, rng, count):
             values[name] = (rng.choice(edges) if rng.random() < 0.6 else
                             values[name] + rng.choice([-4, -1, 1, 4])) & 0xFFFF_FFFF
         desc = GemmDescriptor(**values)
-        fields = dict(out_format=int(ob == 1), op_kind=int(OpKind.DEPTHWISE))
+        fields = dict(out_format=int(ob == 1), op_kind=int(OpKind.DEPTHWISE),
+                      pad_value=rng.choice([0, 5, -128, 127, 128, -129, 1 << 31]) & 0xFFFF_FFFF)
         if ob == 1:
             fields.update(mult_addr=D // 16, shift_addr=D // 16 + 1024)
         if rng.random() < 0.2:
@@ -93,7 +94,9 @@ def depthwise_boundaries(cfg):
                 rec(a_addr=D // 8 + 4096 - 60 + 4 * e, image=(D // 16, D // 8 + 8192),
                     weights_at=D // 8 + 4096),
                 rec(a_addr=D // 16 - 4 * e, image=(D // 16, D // 8 + 8192),
-                    weights_at=D // 8 + 4096)]
+                    weights_at=D // 8 + 4096),
+                rec(fields=dict(pad_value=(127 + e) & 0xFFFF_FFFF)),
+                rec(fields=dict(pad_value=(-128 - e) & 0xFFFF_FFFF))]
     return out
 
 

@@ -62,14 +62,15 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group)
+    pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
     weights = [pack(wt[ch].reshape(-1), 8) for ch in range(c)] + [0] * 4
     for step in steps:
         words = {}
         for name, block, base in (("a", step.a_load, a0), ("b", step.b_load, b0)):
-            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)      # stale words
+            # stale words, and garbage past each load's bytes (the pad lanes replace it)
+            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
             for k in range(block.words):
-                got[base + k] = 0
                 got[base + k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
@@ -81,7 +82,8 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
             params = {"p_m_channels": step.channels, "p_m_tiles": -(-h // (R - 2)),
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
-                      "p_b_base": b0, "p_acc_base": acc0}
+                      "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,
+                      "p_m_cols": step.a_load.nbytes}
             for name, value in params.items():
                 ctx.set(getattr(ce, name), value)
             ctx.set(ce.m_start, 1)
@@ -109,7 +111,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
         b_words = np.roll(words["b"], -b0, axis=0)
         for tile in step.tiles:
             expect[tile.acc_row:tile.acc_row + R] = run_strip_tile(
-                tile, a_words, b_words, wt[tile.channel], R)
+                tile, a_words, b_words, wt[tile.channel], R, pad)
         wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
         got = np.stack([_unpack_row(v, C) for v in result["acc"]])
         np.testing.assert_array_equal(got, wrapped[:step.channels * h])

@@ -136,12 +136,13 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     mem = rng.integers(-128, 128, 4000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     depth = 64
+    pad = int(rng.integers(-128, 128))
     for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group):
         words = {}
         for name, block in (("a", step.a_load), ("b", step.b_load)):
-            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)      # stale words
+            # stale words, and garbage past each load's bytes: the pad mask replaces it
+            got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
             for k in range(block.words):
-                got[k] = 0
                 got[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]])
@@ -153,7 +154,9 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                 {"p_stride2": 0, "p_split": 0, "p_a_base": tile.a_base % depth,
                  "p_b_base": tile.b_base, "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi,
                  "p_b_hi": tile.b_hi, "p_pre_right": tile.pre_right,
-                 "p_w": pack(np.pad(wt[tile.channel].reshape(-1), (0, 27)), 8), "p_tag": t}
+                 "p_w": pack(np.pad(wt[tile.channel].reshape(-1), (0, 27)), 8), "p_tag": t,
+                 "p_pad": pad & 0xFF,
+                 "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
                 for t, tile in enumerate(tiles)])
 
         async def monitor(ctx, beats=sum(strip_tile_cycles(t, R) for t in step.tiles)):
@@ -169,7 +172,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             acc = np.zeros((R, C), np.int64)
             for r, row in rows_out[t]:
                 acc[r] = row
-            expect = run_strip_tile(tile, words["a"], words["b"], wt[tile.channel], R)
+            expect = run_strip_tile(tile, words["a"], words["b"], wt[tile.channel], R, pad)
             wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
             np.testing.assert_array_equal(acc, wrapped)
 

@@ -114,6 +114,23 @@ def test_depthwise_record_rules():
     assert errs[0][0] == ErrorCode.BAD_WINDOW and "written C range" in errs[0][1]
 
 
+def test_depthwise_pad_value():
+    d = dw_desc()
+    fields = dict(out_format=int(OutFormat.INT8), mult_addr=D // 16, shift_addr=D // 16 + 64)
+    for pad in (-128, 0, 127):
+        assert check_record(layer_record(d, **fields, pad_value=pad & 0xFFFF_FFFF), CFG) == []
+    for pad in (-129, 128):
+        errs = check_record(layer_record(d, **fields, pad_value=pad & 0xFFFF_FFFF), CFG)
+        assert errs[0][0] == ErrorCode.BAD_LAYER and f"pad_value={pad} is outside int8" in errs[0][1]
+    gemm = GemmDescriptor(m=8, k=8, n=8, partition_m=8, partition_n=8, partition_k=8,
+                          tile_m=8, tile_n=8, outer_m=0, need_splitk=0, acc_buffer_needed=256,
+                          a_addr=0, a_stride=8, b_addr=D // 4, b_stride=8, c_addr=D // 2,
+                          c_stride=32)
+    errs = check_record(layer_record(gemm, pad_value=3), CFG)
+    assert errs == [(ErrorCode.BAD_LAYER, "pad_value=3 must be 0: only a depthwise layer "
+                                          "(b_mode=2) pads its input")]
+
+
 def test_depthwise_image_rules():
     d = dw_desc()
     fields = dict(out_format=int(OutFormat.INT8), mult_addr=D // 8 + 256,

@@ -103,12 +103,14 @@ def test_bad_input_is_named(kwargs, match):
     (5, 12, 7, 8, 4)])
 def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group):
     """Execute the steps as the hardware will: block loads from a byte memory into buffer
-    words (stale words full of garbage, the memory around the maps too), each tile's fill
-    words masked, its results written over whole accumulator rows, one store per step into
-    the NCHW output; the result is the grouped convolution, and nothing outside the output is
-    written."""
+    words (stale words and the lanes past each load full of garbage, the memory around the
+    maps too), each tile's fill words masked with the pad value (the input zero point), its
+    results written over whole accumulator rows, one store per step into the NCHW output; the
+    result is the grouped convolution of the map padded with that value, and nothing outside
+    the output is written."""
     rng = np.random.default_rng(c * 31 + h + w + size)
     x, wt = _random(rng, c, h, w)
+    pad = int(rng.integers(-128, 128))
     x_addr, out_addr = 700, 40_000
     mem = rng.integers(-128, 128, 80_000).astype(np.int64)   # garbage around the map
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
@@ -119,7 +121,6 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     def load(block):
         words = rng.integers(-128, 128, (block.words + 8, size)).astype(np.int64)  # stale
         for k in range(block.words):
-            words[k] = 0
             words[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
         return words
 
@@ -128,13 +129,14 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
         acc = rng.integers(-9, 9, (step.channels * h + size, size)).astype(np.int64)
         for tile in step.tiles:
             acc[tile.acc_row:tile.acc_row + size] = run_strip_tile(
-                tile, a_words, b_words, wt[tile.channel], size)
+                tile, a_words, b_words, wt[tile.channel], size, pad)
         for r in range(step.channels * h):
             addr = step.out_addr + r * step.out_row_stride
             out_mem[addr:addr + step.tw] = acc[r, :step.tw]
     got = out_mem[out_addr:out_addr + c * h * w].reshape(c, h, w)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
-    np.testing.assert_array_equal(wrapped, _reference(x, wt, 1, 1))
+    padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
+    np.testing.assert_array_equal(wrapped, _reference(padded, wt, 1, 0))
     assert np.flatnonzero(out_mem != -999).tolist() == list(range(out_addr,
                                                                   out_addr + c * h * w))
     # every load stays inside the input tensor
