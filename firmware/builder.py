@@ -18,6 +18,9 @@ Tensor layouts (what the layers read and write):
   the next convolution's padded input, one record per output row (the tables of row 0, with
   ``b_addr`` moved down ``stride_h`` input rows per row), so convolution chains need no host
   re-layout either.
+* a depthwise 3x3 layer on the mesh (stride 1, pad 1; configs with ``dw_mesh``) reads its
+  input as dense NCHW (no halo: the record's ``pad_value`` is the padding) and writes dense
+  NCHW.
 
 Every layer is planned by :mod:`planner` (``strategy``), and every record passes
 :func:`spec.record.check_record` before the image is sealed.
@@ -34,13 +37,16 @@ from planner.conv import compile_conv
 from planner.convcost import predict_conv
 from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
+from planner.dwcost import predict_depthwise
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
 from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig
-from spec.desc import GemmDescriptor
+from spec.desc import (B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor,
+                       depthwise_weight_words)
+from spec.dwmesh import strip_channels
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
@@ -320,6 +326,46 @@ class ImageBuilder:
             label = name if whole or rows else f"{name}[row {p}]"
             self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles)
 
+    def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
+                  out_addr: int, pad_value: int = 0, bias=None,
+                  requant: Requant | None = None) -> None:
+        """A depthwise 3x3 convolution, stride 1, pad 1, on the mesh (``b_mode`` 2): the
+        ``C`` channels of the dense NCHW ``h x w`` input at ``x_addr``, padded with
+        ``pad_value`` (the input zero point), each with its own 3x3 ``weights`` (``(C, 3, 3)``
+        or ``(C, 1, 3, 3)`` int8), into the dense NCHW output at ``out_addr``. The weights
+        are three u32 arrays in the QUANT section (under the image's CRC)."""
+        self._claim(name)
+        if not self.cfg.dw_mesh:
+            raise ValueError(f"{name}: a depthwise layer on the mesh needs a config with "
+                             f"dw_mesh=1; this one has none")
+        wt = np.asarray(weights)
+        if wt.dtype != np.int8 or wt.ndim not in (3, 4) or wt.shape[-2:] != (3, 3) or \
+                (wt.ndim == 4 and wt.shape[1] != 1):
+            raise ValueError(f"{name}: weights must be int8 of shape (C, 3, 3) or (C, 1, 3, 3), "
+                             f"not {wt.dtype} {wt.shape}")
+        c = wt.shape[0]
+        wt = wt.reshape(c, 9)
+        if not -128 <= int(pad_value) <= 127:
+            raise ValueError(f"{name}: pad_value={pad_value} must be an int8 in [-128, 127]")
+        cfg = self.cfg
+        words = np.array([depthwise_weight_words(wt[ch]) for ch in range(c)], "<u4")
+        a_ref = self._blob(SectionKind.QUANT, np.ascontiguousarray(words.T).tobytes())
+        group = strip_channels(h, rows=cfg.array_rows,
+                               buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
+                               acc_rows=cfg.acc_depth // 2, channels=c)
+        ob = 1 if requant is not None else 4
+        desc = dict(m=c, k=h, n=w, partition_m=group,
+                    acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
+                    a_addr=a_ref, a_stride=4 * c, b_addr=x_addr, b_stride=h * w,
+                    c_addr=out_addr, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
+                    **{key: 0 for key in DEPTHWISE_UNUSED})
+        fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
+                  **self._quant(c, bias, requant)}
+        probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
+                                  for key, v in desc.items()})
+        post = PostLoad(bias=bias is not None, requant=requant is not None)
+        self._add(name, desc, fields, predict_depthwise(probe, cfg, post=post))
+
     def _claim(self, name: str) -> None:
         """Refuse a layer name in use before anything of the layer is added."""
         if not isinstance(name, str) or not name:
@@ -400,7 +446,8 @@ def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
     weights section)."""
     image = decode(blob)
     crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
-    return image_overhead_cycles(crc_bytes, [(layer.desc.m, _post_of(layer))
+    return image_overhead_cycles(crc_bytes, [(layer.desc.m, _post_of(layer),
+                                              layer.desc.b_mode == B_MODE_DEPTHWISE)
                                              for layer in image.layers], cfg)
 
 

@@ -494,12 +494,13 @@ def lower_bound_cycles(m: int, k: int, n: int, pm: int, pn: int, pk: int, cfg: A
     return consts.start_cycles + pro + compute + epi + consts.finish_cycles
 
 
-def image_overhead_cycles(crc_bytes: int, records: "list[tuple[int, PostLoad | None]]",
-                          cfg: AccelConfig, consts: ModelConstants = DEFAULT_CONSTANTS) -> int:
+def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConfig,
+                          consts: ModelConstants = DEFAULT_CONSTANTS) -> int:
     """Cycles an image run spends outside its layers (all ``stall_ctrl_cycles``): the header
     fetch, the CRC read of ``crc_bytes`` (the image up to its weights section: the weights are
-    checked as the layers load them, at no cost), and per record ``(m, post)`` two record fetches,
-    the check-pass dry run (parameter loads included) and the statistics write.
+    checked as the layers load them, at no cost), and per record ``(m, post)`` (or ``(m, post,
+    depthwise)``: a depthwise record also loads its weight arrays) two record fetches, the
+    check-pass dry run (parameter loads included) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
     b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles, 0)
     c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle, cfg.c_port_latency_cycles, 0)
@@ -507,10 +508,12 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple[int, PostLoad | N
              + _port_cycles(crc_bytes // cfg.b_beat_bytes, *b) + consts.image_ctrl_cycles)
     fetch = _port_cycles(record_fetch_beats(cfg), *b)
     stats = _port_cycles(-(-STATS_BYTES // cfg.c_beat_bytes), *c)
-    for m, post in records:
+    for m, post, *rest in records:
         dry = consts.dry_run_cycles
-        if post is not None and post.active:
-            load, ctrl, _ = param_load_cycles(m, post, cfg, consts)
+        depthwise = bool(rest and rest[0])
+        post = post or PostLoad(bias=False, requant=False)
+        if post.active or depthwise:
+            load, ctrl, _ = param_load_cycles(m, post, cfg, consts, weights=depthwise)
             dry += load + ctrl
         total += 2 * fetch + dry + stats + consts.record_ctrl_cycles
     return total

@@ -343,6 +343,36 @@ def test_builder_conv_weights(w):
         _conv(weights=w)
 
 
+def _depthwise(cfg=None, **over):
+    cfg = cfg or dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+    b = ImageBuilder(cfg)
+    args = dict(weights=np.zeros((4, 3, 3), np.int8), h=6, w=5, x_addr=b.buffer("x", 120),
+                out_addr=b.buffer("y", 480), pad_value=0)
+    args.update(over)
+    b.depthwise("d", **args)
+    return b
+
+
+def test_builder_depthwise_needs_the_mesh():
+    with refused(ValueError, "d: a depthwise layer on the mesh needs a config with dw_mesh=1; "
+                             "this one has none"):
+        _depthwise(PRESETS["tiny"])
+
+
+@pytest.mark.parametrize("w", [np.zeros((4, 3, 3), np.int16), np.zeros((4, 2, 3, 3), np.int8),
+                               np.zeros((4, 3, 2), np.int8), np.zeros((4, 9), np.int8)])
+def test_builder_depthwise_weights(w):
+    with refused(ValueError, f"d: weights must be int8 of shape (C, 3, 3) or (C, 1, 3, 3), "
+                             f"not {w.dtype} {w.shape}"):
+        _depthwise(weights=w)
+
+
+@pytest.mark.parametrize("pad", [-129, 128])
+def test_builder_depthwise_pad_value(pad):
+    with refused(ValueError, f"d: pad_value={pad} must be an int8 in [-128, 127]"):
+        _depthwise(pad_value=pad)
+
+
 @pytest.mark.parametrize("stride", [0, 3])
 def test_builder_conv_row_stride(stride):
     with refused(ValueError, f"c: out_row_stride={stride} < out_w=4"):
