@@ -46,14 +46,15 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.net.lower import AccelLayer, HostOp, Lowered
+from planner.net.lower import AccelLayer, HostOp, Lowered, mesh_shape
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
+from spec.desc import B_MODE_DEPTHWISE
 from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
-                      "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION"]
+                      "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -165,8 +166,9 @@ def _requant(layer: AccelLayer):
 
 @dataclasses.dataclass(frozen=True)
 class LayerRecord:
-    """One record of an image: the layer it belongs to, its GEMM dimensions and the planner's
-    predicted cycles (register-mode run of its descriptor)."""
+    """One record of an image: the layer it belongs to, its GEMM dimensions (a depthwise
+    record: channels, height, width) and the planner's predicted cycles (register-mode run of
+    its descriptor)."""
 
     layer: str
     name: str
@@ -174,10 +176,11 @@ class LayerRecord:
     k: int
     n: int
     predicted_cycles: int
+    depthwise: bool = False
 
     @property
     def macs(self) -> int:
-        return self.m * self.k * self.n
+        return self.m * self.k * self.n * (9 if self.depthwise else 1)
 
 
 @dataclasses.dataclass
@@ -396,7 +399,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
         owner = bl.name.split("[")[0]
         d = bl.layer.desc
         records.append(LayerRecord(layer=owner, name=bl.name, m=d.m, k=d.k, n=d.n,
-                                   predicted_cycles=int(bl.predicted_cycles)))
+                                   predicted_cycles=int(bl.predicted_cycles),
+                                   depthwise=d.b_mode == B_MODE_DEPTHWISE))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records,
                    overhead_cycles=image_overhead(blob, b.cfg),
@@ -439,6 +443,9 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
                out_addr=yb.addr, out_stride=pixels, bias=bias, requant=rq,
                op_kind=OpKind.FC if l.kind == "fc" else OpKind.GEMM)
         return
+    if l.mesh:
+        _add_depthwise(b, l, w, bias, rq, xb, yb, cfg)
+        return
     if l.kind == "conv":
         _add_conv(b, l, w, bias, rq, xb, yb, cfg)
         return
@@ -479,6 +486,27 @@ def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorB
                        out_addr=y_img + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
                        out_chan_stride=hp * wp, out_row_stride=None if wp == sub.out_w else wp,
                        bias=bias[c0:c1], requant=rqc)
+
+
+def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorBuffer,
+                   yb: TensorBuffer, cfg: AccelConfig) -> None:
+    """A depthwise layer on the mesh (``l.mesh``): one record per image and chunk of at most
+    ``quant_entries`` channels, from and into dense NCHW buffers."""
+    s = l.shape
+    if xb.pads != (0, 0, 0, 0) or yb.pads != (0, 0, 0, 0):
+        raise ValueError(f"{l.name}: a depthwise layer on the mesh reads and writes unpadded "
+                         f"NCHW, not input pads {xb.pads} / output pads {yb.pads}")
+    plane = s.height * s.width
+    for n in range(s.batch):
+        for c0, c1 in _chunks(s.in_channels, cfg):
+            name = l.name + (f"[n{n}]" if s.batch > 1 else "") + (
+                f"[ch {c0}:{c1}]" if c1 - c0 < s.in_channels else "")
+            rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
+                                      shift=rq.shift[c0:c1])
+            at = (n * s.in_channels + c0) * plane
+            b.depthwise(name, weights=w[c0:c1], h=s.height, w=s.width, x_addr=xb.addr + at,
+                        out_addr=yb.addr + at, pad_value=l.halo, bias=bias[c0:c1],
+                        requant=rqc)
 
 
 class _Refused(Exception):
@@ -790,6 +818,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
         if not g.tensors[n].is_static:
             raise CompileError(f"graph input {n!r} has shape {g.tensors[n].shape}: give its "
                                f"shape (--input-shape {n}=...)")
+    lowered = on_mesh(lowered, cfg)
     layers = {l.name: l for l in lowered.layers}
     host_layers = {d.op.name: d.reason for d in decide(lowered, cfg, lib, th)
                    if d.op.name in layers and d.processor == "host"}
@@ -817,6 +846,29 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     return CompiledNetwork(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=inputs, outputs=list(g.outputs), opset=g.opset,
                            strategy=strategy, name=name or g.name, qmodel=q)
+
+
+def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:
+    """``lowered`` with every depthwise layer the config's mesh can run marked ``mesh``
+    (:func:`planner.net.lower.mesh_shape` on a ``dw_mesh`` config), unless a reader of its
+    output needs that output padded (a convolution off the mesh reads a padded buffer, and the
+    mesh writes dense NCHW only): such a layer stays a convolution per group."""
+    if not cfg.dw_mesh:
+        return lowered
+    steps = [dataclasses.replace(s, mesh=True) if isinstance(s, AccelLayer) and
+             s.kind == "conv" and mesh_shape(s.shape) else s for s in lowered.steps]
+    while True:
+        readers: dict[str, list[AccelLayer]] = {}
+        for s in steps:
+            if isinstance(s, AccelLayer):
+                for t in s.inputs:
+                    readers.setdefault(t, []).append(s)
+        padded = {i for i, s in enumerate(steps) if isinstance(s, AccelLayer) and s.mesh and
+                  any(r.in_layout[1] != (0, 0, 0, 0) for r in readers.get(s.output, []))}
+        if not padded:
+            return dataclasses.replace(lowered, steps=steps)
+        steps = [dataclasses.replace(s, mesh=False) if i in padded else s
+                 for i, s in enumerate(steps)]
 
 
 def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,

@@ -143,6 +143,8 @@ def fusible_pairs(layers: list[AccelLayer], reads_after: set[str],
             why = f"{c.name} does not read {p.output!r} as its activation operand"
         elif p.name in used or c.name in used:
             why = "a layer of this pair is already fused"
+        elif p.mesh or c.mesh:
+            why = "a depthwise layer on the mesh reads and writes memory only"
         else:
             why = fusible(pop, cop)
         if why is None and max(channels(pop), channels(cop)) > cfg.quant_entries:

@@ -375,3 +375,44 @@ def test_golden_device_refuses_register_mode_start():
     dev = EmulatorDevice(PRESETS["tiny"])
     with pytest.raises(DeviceError, match="runs images only"):
         asyncio.run(dev.write_register(REG["CTRL"].offset, 1 << CTRL_BITS["START"]))
+
+
+def _dw_chain(second_kernel: int):
+    """x (1x3x12x12) -> 1x1 conv to 8 channels -> ReLU -> depthwise 3x3 (pad 1) -> ReLU ->
+    ``second_kernel`` conv (pad k // 2) to 4 channels -> y."""
+    rng = np.random.default_rng(3)
+    inits = {"w0": rng.normal(0, 0.5, (8, 3, 1, 1)), "w1": rng.normal(0, 0.5, (8, 1, 3, 3)),
+             "w2": rng.normal(0, 0.5, (4, 8, second_kernel, second_kernel))}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="c0", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a"], ["ar"], name="r0"),
+             helper.make_node("Conv", ["ar", "w1"], ["b"], name="dw", kernel_shape=[3, 3],
+                              pads=[1] * 4, group=8),
+             helper.make_node("Relu", ["b"], ["br"], name="r1"),
+             helper.make_node("Conv", ["br", "w2"], ["y"], name="c2",
+                              kernel_shape=[second_kernel] * 2,
+                              pads=[second_kernel // 2] * 4)]
+    graph = helper.make_graph(
+        nodes, "dw_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])],
+        [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("second_kernel, on_mesh", [(1, True), (3, False)])
+def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on_mesh):
+    """On a dw_mesh config a 3x3 stride-1 depthwise layer runs on the mesh (one record, dense
+    NCHW in and out) unless a reader of its output is a padded convolution (the mesh writes
+    dense maps only); a config without the mesh never marks it. Golden runs are exact."""
+    q, lowered = _lowered(_dw_chain(second_kernel))
+    feeds = {"x": np.random.default_rng(0).normal(0, 1, (1, 3, 12, 12)).astype(np.float32)}
+    cfg = dataclasses.replace(SMALL, dw_mesh=1)
+    net = compile_network(lowered, cfg, qmodel=q)
+    assert net.layers["dw"].mesh is on_mesh
+    assert not compile_network(lowered, SMALL, qmodel=q).layers["dw"].mesh
+    dw_records = [r for s in net.segments for r in s.records if r.layer == "dw"]
+    assert len(dw_records) == (1 if on_mesh else 8 * 12)     # off it: a record per channel and row
+    assert dw_records[0].depthwise is on_mesh
+    assert sum(r.macs for r in dw_records) == 8 * 12 * 12 * 9
+    golden = run_network(net, feeds, sim="golden")
+    want = reference.run(lowered, feeds)
+    np.testing.assert_array_equal(golden.outputs["y"], want["y"])
