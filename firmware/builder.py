@@ -37,16 +37,14 @@ from planner.conv import compile_conv
 from planner.convcost import predict_conv
 from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
-from planner.dwcost import predict_depthwise
+from planner.dwcost import depthwise_descriptor, predict_depthwise
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
 from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor,
-                       depthwise_weight_words)
-from spec.dwmesh import strip_channels
+from spec.desc import B_MODE_DEPTHWISE, GemmDescriptor, depthwise_weight_words
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
@@ -347,24 +345,15 @@ class ImageBuilder:
         wt = wt.reshape(c, 9)
         if not -128 <= int(pad_value) <= 127:
             raise ValueError(f"{name}: pad_value={pad_value} must be an int8 in [-128, 127]")
-        cfg = self.cfg
         words = np.array([depthwise_weight_words(wt[ch]) for ch in range(c)], "<u4")
         a_ref = self._blob(SectionKind.QUANT, np.ascontiguousarray(words.T).tobytes())
-        group = strip_channels(h, rows=cfg.array_rows,
-                               buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
-                               acc_rows=cfg.acc_depth // 2, channels=c)
-        ob = 1 if requant is not None else 4
-        desc = dict(m=c, k=h, n=w, partition_m=group,
-                    acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
-                    a_addr=a_ref, a_stride=4 * c, b_addr=x_addr, b_stride=h * w,
-                    c_addr=out_addr, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
-                    **{key: 0 for key in DEPTHWISE_UNUSED})
+        probe = depthwise_descriptor(c, h, w, self.cfg, out_bytes=1 if requant else 4,
+                                     b_addr=x_addr, c_addr=out_addr)
+        desc = {**dataclasses.asdict(probe), "a_addr": a_ref}
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
                   **self._quant(c, bias, requant)}
-        probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
-                                  for key, v in desc.items()})
         post = PostLoad(bias=bias is not None, requant=requant is not None)
-        self._add(name, desc, fields, predict_depthwise(probe, cfg, post=post))
+        self._add(name, desc, fields, predict_depthwise(probe, self.cfg, post=post))
 
     def _claim(self, name: str) -> None:
         """Refuse a layer name in use before anything of the layer is added."""

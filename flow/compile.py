@@ -46,7 +46,8 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.net.lower import AccelLayer, HostOp, Lowered, mesh_shape
+from planner.dwcost import mesh_shape
+from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
@@ -850,7 +851,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
 
 def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:
     """``lowered`` with every depthwise layer the config's mesh can run marked ``mesh``
-    (:func:`planner.net.lower.mesh_shape` on a ``dw_mesh`` config), unless a reader of its
+    (:func:`planner.dwcost.mesh_shape` on a ``dw_mesh`` config), unless a reader of its
     output needs that output padded (a convolution off the mesh reads a padded buffer, and the
     mesh writes dense NCHW only): such a layer stays a convolution per group."""
     if not cfg.dw_mesh:

@@ -20,6 +20,7 @@ import dataclasses
 from spec.config import AccelConfig
 
 from .conv import ConvProgram
+from .dwcost import depthwise_descriptor, mesh_shape, predict_depthwise
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout
@@ -47,6 +48,7 @@ class LayerCost:
     groups: int
     counters: CycleBreakdown
     table_entries: int = 0      # a convolution's offset + run + group table entries
+    mesh: bool = False          # a depthwise layer on the mesh (``plan``: its per-group GEMM)
 
     @property
     def cycles(self) -> int:
@@ -79,8 +81,16 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
-    input in ``layout``; what ``bench`` and the compiler use)."""
+    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 stride-1 layer
+    on a ``dw_mesh`` config with the mesh's model (:mod:`planner.dwcost`, one record per
+    image; ``plan`` is then its per-group GEMM's, the path it takes without the mesh)."""
     check_addressable(shape, cfg)
+    if isinstance(shape, ConvShape) and cfg.dw_mesh and mesh_shape(shape):
+        plan = plan or plan_gemm(shape.gemm, cfg, "seed")
+        one = predict_depthwise(depthwise_descriptor(shape.in_channels, shape.height,
+                                                     shape.width, cfg, out_bytes=4), cfg)
+        counters = CycleBreakdown(**{k: v * shape.batch for k, v in one.as_dict().items()})
+        return LayerCost(shape, plan, shape.groups, counters, mesh=True)
     if isinstance(shape, GemmShape):
         plan = plan or plan_gemm(shape, cfg, strategy, None, db)
         return LayerCost(shape, plan, 1, predict(plan, cfg))

@@ -14,13 +14,44 @@ row; its store one beat an output row (``G h`` of them), after the mesh's drain.
 from __future__ import annotations
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, GemmDescriptor
-from spec.dwmesh import strip_step_cycles, strip_steps
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor
+from spec.dwmesh import strip_channels, strip_step_cycles, strip_steps
 
+from .shapes import ConvShape
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
                    param_load_cycles, post_consts)
 
-__all__ = ["predict_depthwise", "depthwise_macs"]
+__all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor"]
+
+
+def mesh_shape(shape) -> bool:
+    """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
+    runs: depthwise (``groups`` = input = output channels), 3x3, stride 1, padding 1 on every
+    side, no dilation."""
+    return (isinstance(shape, ConvShape) and shape.groups == shape.in_channels ==
+            shape.out_channels and shape.kernel_h == shape.kernel_w == 3 and
+            shape.stride_h == shape.stride_w == 1 and shape.dilation_h == shape.dilation_w == 1
+            and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
+            (1, 1, 1, 1))
+
+
+def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,
+                         a_addr: int = 0, a_stride: int | None = None, b_addr: int = 0,
+                         c_addr: int = 0) -> GemmDescriptor:
+    """The descriptor of a depthwise layer on the mesh: ``channels`` dense NCHW ``h x w``
+    maps at ``b_addr``, the weight arrays at ``a_addr`` (``a_stride``: default ``4 *
+    channels``, the arrays back to back), the dense output (``out_bytes`` an element) at
+    ``c_addr``; ``G`` as many channels as a buffer and an accumulator half hold
+    (:func:`spec.dwmesh.strip_channels`)."""
+    group = strip_channels(h, rows=cfg.array_rows,
+                           buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
+                           acc_rows=cfg.acc_depth // 2, channels=channels)
+    return GemmDescriptor(m=channels, k=h, n=w, partition_m=group,
+                          acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
+                          a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,
+                          b_addr=b_addr, b_stride=h * w, c_addr=c_addr,
+                          c_stride=out_bytes * h * w, b_mode=B_MODE_DEPTHWISE,
+                          **{name: 0 for name in DEPTHWISE_UNUSED})
 
 
 def depthwise_macs(d: GemmDescriptor) -> int:

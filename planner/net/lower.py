@@ -45,7 +45,7 @@ from .graph import Graph, ModelError, Node
 
 __all__ = ["fold_batchnorm", "seeded_weights", "generated_inputs", "CalibrationReader",
            "quantize_qdq", "AccelLayer", "HostOp", "Lowered", "lower", "check_lowered",
-           "LayerKind", "mesh_shape"]
+           "LayerKind"]
 
 LayerKind = Literal["conv", "fc", "gemm"]
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -308,7 +308,8 @@ class AccelLayer:
     in_shape: tuple[int, ...] = ()
     out_shape: tuple[int, ...] = ()
     source_nodes: tuple[str, ...] = ()
-    #: The layer runs on the depthwise mesh (set by the compiler for a :func:`mesh_shape`
+    #: The layer runs on the depthwise mesh (set by the compiler for a
+    #: :func:`planner.dwcost.mesh_shape`
     #: convolution on a config with ``dw_mesh``): it reads its input unpadded, the record's
     #: ``pad_value`` (``halo``, the input zero point) standing for the padding.
     mesh: bool = False
@@ -340,16 +341,6 @@ class AccelLayer:
     @property
     def outputs(self) -> tuple[str, ...]:
         return (self.output,)
-
-
-def mesh_shape(shape: ConvShape | GemmShape) -> bool:
-    """``shape`` is a convolution the depthwise mesh runs: depthwise (``groups`` = input =
-    output channels), 3x3, stride 1, padding 1 on every side, no dilation."""
-    return (isinstance(shape, ConvShape) and shape.groups == shape.in_channels ==
-            shape.out_channels and shape.kernel_h == shape.kernel_w == 3 and
-            shape.stride_h == shape.stride_w == 1 and shape.dilation_h == shape.dilation_w == 1
-            and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
-            (1, 1, 1, 1))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
