@@ -37,15 +37,16 @@ def mesh_shape(shape) -> bool:
 
 def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,
                          a_addr: int = 0, a_stride: int | None = None, b_addr: int = 0,
-                         c_addr: int = 0) -> GemmDescriptor:
+                         c_addr: int = 0, group: int | None = None) -> GemmDescriptor:
     """The descriptor of a depthwise layer on the mesh: ``channels`` dense NCHW ``h x w``
     maps at ``b_addr``, the weight arrays at ``a_addr`` (``a_stride``: default ``4 *
     channels``, the arrays back to back), the dense output (``out_bytes`` an element) at
-    ``c_addr``; ``G`` as many channels as a buffer and an accumulator half hold
-    (:func:`spec.dwmesh.strip_channels`)."""
-    group = strip_channels(h, rows=cfg.array_rows,
-                           buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
-                           acc_rows=cfg.acc_depth // 2, channels=channels)
+    ``c_addr``; ``group`` (``G``) channels a strip step, by default as many as a buffer and an
+    accumulator half hold (:func:`spec.dwmesh.strip_channels`)."""
+    if group is None:
+        group = strip_channels(h, rows=cfg.array_rows,
+                               buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
+                               acc_rows=cfg.acc_depth // 2, channels=channels)
     return GemmDescriptor(m=channels, k=h, n=w, partition_m=group,
                           acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,

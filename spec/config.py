@@ -130,9 +130,6 @@ class AccelConfig:
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
         self._check_range("dw_mesh", 0, 1)
-        if self.dw_mesh and not (self.array_rows == self.array_cols >= 4):
-            raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
-                              f"not array_rows={self.array_rows} x array_cols={self.array_cols}")
         if self.requant_lanes != 0 and not (_is_pow2(self.requant_lanes)
                                             and self.requant_lanes <= self.array_cols):
             raise ConfigError(f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "
@@ -161,6 +158,9 @@ class AccelConfig:
             if getattr(self, name) < 2 * half_min:
                 raise ConfigError(f"AccelConfig.{name} must be at least {2 * half_min} (two "
                                   f"halves of {half_min} bytes), not {getattr(self, name)!r}")
+        if self.dw_mesh and not (self.array_rows == self.array_cols >= 4):
+            raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
+                              f"not array_rows={self.array_rows} x array_cols={self.array_cols}")
 
     def _check_range(self, name: str, lo: int, hi: int):
         value = getattr(self, name)
@@ -328,8 +328,9 @@ PRESETS: dict[str, AccelConfig] = {
         block_m=8, block_n=8, sync_bytes=1024, dram_addr_bits=23,
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
         quant_entries=1024, local_buf_bytes=64 << 10),
-    # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default.
-    "default": AccelConfig(),
+    # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default;
+    # the depthwise mesh (docs/architecture.md "Depthwise convolution").
+    "default": AccelConfig(dw_mesh=1),
     # default's array and ports with on-chip memories an ECP5-85k's 208 block RAMs can hold
     # (default's 832 KiB cannot; docs/bench.md "FPGA"): 128 KiB scratchpad, 32 KiB accumulator,
     # 64 KiB local buffer, small's table and parameter capacities, and a requantiser of 4

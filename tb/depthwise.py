@@ -19,14 +19,12 @@ import os
 import cocotb
 import numpy as np
 
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, \
-    depthwise_weight_words
-from spec.dwmesh import strip_channels
+from spec.desc import ErrorCode, depthwise_weight_words
 from spec.golden import conv2d_int8, requantize
 from spec.layouts import OutFormat, PostMode
 from spec.record import check_record, layer_record
 from planner.cost import PostLoad
-from planner.dwcost import predict_depthwise
+from planner.dwcost import depthwise_descriptor, predict_depthwise
 
 from .harness import Harness
 
@@ -44,24 +42,17 @@ def parse_cases(text: str) -> list[tuple[int, int, int, int | None]]:
     return out
 
 
-def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool, bias: bool,
+def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
           base: int = 0x1000):
-    """The descriptor and where everything lies: the three weight arrays, the input, the
-    parameter arrays, the output (with ``GUARD`` bytes of fill on each side)."""
-    if group is None:
-        group = strip_channels(h, rows=cfg.array_rows,
-                               buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
-                               acc_rows=cfg.acc_depth // 2, channels=c)
+    """The descriptor and where everything lies: the three weight arrays (64-byte aligned
+    rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of fill on each
+    side, at an odd address: the store's byte lanes)."""
     a_stride = -(-4 * c // 64) * 64
     x_addr = base + 3 * a_stride + 64
     params = -(-(x_addr + c * h * w) // 64) * 64 + 64
-    out_bytes = 1 if int8 else 4
-    c_addr = params + 3 * a_stride + GUARD + 3          # odd: the store's byte lanes
-    d = GemmDescriptor(m=c, k=h, n=w, partition_m=group,
-                       acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
-                       a_addr=base, a_stride=a_stride, b_addr=x_addr, b_stride=h * w,
-                       c_addr=c_addr, c_stride=out_bytes * h * w, b_mode=B_MODE_DEPTHWISE,
-                       **{name: 0 for name in DEPTHWISE_UNUSED})
+    c_addr = params + 3 * a_stride + GUARD + 3
+    d = depthwise_descriptor(c, h, w, cfg, out_bytes=1 if int8 else 4, a_addr=base,
+                             a_stride=a_stride, b_addr=x_addr, c_addr=c_addr, group=group)
     return d, params
 
 
@@ -79,7 +70,7 @@ async def run_cases(dut) -> list[dict]:
     records = []
     for idx, (c, h, w, group) in enumerate(parse_cases(os.environ["TESSERA_DW_CASES"])):
         int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
-        d, params = layer(cfg, c, h, w, group, int8=int8, bias=with_bias)
+        d, params = layer(cfg, c, h, w, group, int8=int8)
         x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
         wt = rng.integers(-128, 128, (c, 3, 3)).astype(np.int8)
         x.flat[0], wt.flat[0] = -128, -128
@@ -113,8 +104,8 @@ async def run_cases(dut) -> list[dict]:
         await h_.load([(d.a_addr, weights), (d.b_addr, x.tobytes()),
                        (params, b"".join(np.asarray(v, "<i4").tobytes() for v in arrays)),
                        (lo, bytes([FILL]) * (span + 2 * GUARD))])
-        budget = 20_000 + 40 * c * h * w + 400 * c
-        result = await h_.run(rec, budget_cycles=budget)
+        predicted = predict_depthwise(d, cfg, post=PostLoad(bias=with_bias, requant=int8))
+        result = await h_.run(rec, budget_cycles=2 * predicted.total_cycles + 10_000)
         assert result.error == ErrorCode.NONE, f"{ctx}: {ErrorCode(result.error).name}"
         padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
         acc = conv2d_int8(padded[None], wt[:, None], groups=c)[0]
@@ -135,7 +126,6 @@ async def run_cases(dut) -> list[dict]:
                                  f"({p // w}, {p % w}) = {got[ch, p]} != {want[ch, p]}")
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
-        predicted = predict_depthwise(d, cfg, post=PostLoad(bias=with_bias, requant=int8))
         records.append({"channels": c, "h": h, "w": w, "group": d.partition_m, "int8": int8,
                         "bias": with_bias, "predicted": predicted.as_dict(), **result.counters})
     with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:

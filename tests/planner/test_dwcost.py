@@ -12,8 +12,8 @@ from planner.shapes import ConvShape
 from spec.config import PRESETS
 from spec.desc import check
 
-DEFAULT = PRESETS["default"]
-MESH = dataclasses.replace(DEFAULT, dw_mesh=1)
+MESH = PRESETS["default"]
+PLAIN = dataclasses.replace(MESH, dw_mesh=0)
 
 
 def dw(c, h, stride=1, batch=1, pad=1, kernel=3, groups=None):
@@ -43,7 +43,7 @@ def test_layer_cost_takes_the_mesh_model_on_a_mesh_config(batch):
         **{k: v * batch for k, v in one.as_dict().items()})
     assert cost.macs == 9 * 144 * 56 * 56 * batch
     # off the mesh: the per-group convolution, 14x slower here
-    plain = layer_cost(shape, DEFAULT)
+    plain = layer_cost(shape, PLAIN)
     assert not plain.mesh and plain.cycles > 10 * cost.cycles
     assert not layer_cost(dw(144, 56, stride=2), MESH).mesh
 

@@ -319,7 +319,9 @@ def test_config_presets_sizes():
     dims = {k: (PRESETS[k].array_rows, PRESETS[k].array_cols) for k in ("tiny", "small", "default")}
     assert dims == {"tiny": (4, 4), "small": (8, 8), "default": (16, 16)}
     d = PRESETS["default"]
-    assert d == AccelConfig()
+    assert d == AccelConfig(dw_mesh=1)
+    assert {k: c.dw_mesh for k, c in PRESETS.items()} == {"tiny": 0, "small": 0, "default": 1,
+                                                         "fpga": 0}
     assert (d.buf_a_bytes, d.buf_b_bytes, d.acc_buf_bytes) == (128 << 10, 128 << 10, 64 << 10)
     for cfg in PRESETS.values():
         assert isinstance(cfg, AccelConfig)
@@ -329,12 +331,14 @@ def test_config_presets_sizes():
 def test_config_fpga_preset_is_default_with_smaller_memories():
     """`fpga` keeps default's array, ports and latencies and shrinks the on-chip memories, to a
     total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (12 MULT18X18D), and
-    it keeps a 16 MiB device memory (24-bit addresses) where default has 2 GiB."""
+    it keeps a 16 MiB device memory (24-bit addresses) where default has 2 GiB, and it has no
+    depthwise mesh (an ECP5-85k cannot take its area, docs/architecture.md)."""
     d, f = PRESETS["default"], PRESETS["fpga"]
     memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
                 "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
+    assert (d.dw_mesh, f.dw_mesh) == (1, 0)
     for field in FIELDS:
-        if field not in (*memories, "requant_lanes", "dram_addr_bits"):
+        if field not in (*memories, "requant_lanes", "dram_addr_bits", "dw_mesh"):
             assert getattr(f, field) == getattr(d, field), field
     assert (d.post_lanes, f.post_lanes, f.post_row_cycles) == (16, 4, 4)
     assert (d.dram_addr_bits, f.dram_addr_bits) == (31, 24)

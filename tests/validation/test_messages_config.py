@@ -110,7 +110,9 @@ def test_config_requant_lanes_range(cols, lanes):
 def test_config_dw_mesh_square(rows, cols):
     with refused(ConfigError, f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
                               f"not array_rows={rows} x array_cols={cols}"):
-        AccelConfig(array_rows=rows, array_cols=cols, block_m=16, block_n=16, dw_mesh=1)
+        AccelConfig(array_rows=rows, array_cols=cols, block_m=16, block_n=16, dw_mesh=1,
+                    a_port_bytes_per_cycle=rows, b_port_bytes_per_cycle=cols,
+                    c_port_bytes_per_cycle=4 * cols)
 
 
 @pytest.mark.parametrize("taps", [[1] * 8, [0] * 8 + [128], [-129] + [0] * 8])
