@@ -79,6 +79,9 @@ class BuiltLayer:
     predicted_cycles: int
     #: predicted memory-port bytes (rd_a + rd_b + wr_c; on-chip operands cross no port)
     predicted_dram_bytes: int = 0
+    #: useful multiply-accumulates: ``m * k * n``, nine per output of a depthwise record, the
+    #: kernel's taps per output of a block-diagonal one (:meth:`ImageBuilder.conv`)
+    macs: int = 0
 
 
 def _align(value: int, to: int = SECTION_ALIGN_BYTES) -> int:
@@ -252,13 +255,19 @@ class ImageBuilder:
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         self._add(name, desc, fields, predict(plan, self.cfg, post=post,
                                               b_local=self._is_local(b_addr),
-                                              c_local=self._is_local(out_addr)))
+                                              c_local=self._is_local(out_addr)), m * k * n)
 
     def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
              out_chan_stride: int, out_row_stride: int | None = None, bias=None,
-             requant: Requant | None = None, rows: tuple[int, int] | None = None) -> None:
+             requant: Requant | None = None, rows: tuple[int, int] | None = None,
+             diagonal: bool = False) -> None:
         """One convolution (``shape``: :class:`planner.ConvShape`, batch 1, one group) over the
         padded NCHW input at ``x_addr``; output placement as in the module docstring.
+
+        ``diagonal``: ``weights`` are zero but for output channel ``o``'s input channel ``o``
+        (``shape.in_channels == shape.out_channels``): a block of a depthwise layer run as one
+        dense convolution (the zeros cost array time, not results), whose useful MACs are the
+        kernel's taps per output, not ``in_channels`` times them.
 
         ``rows = (p0, p1)`` computes output rows ``p0 .. p1-1`` only, in one record, writing
         pixel ``(p, q)`` of channel ``c`` at ``out_addr + c * out_chan_stride + (p - p0) * out_w
@@ -273,6 +282,11 @@ class ImageBuilder:
             raise ValueError(f"{name}: weights must be int8 of shape (K, C, R, S) = "
                              f"{(shape.out_channels, shape.in_channels, shape.kernel_h, shape.kernel_w)}"
                              f", not {w.dtype} {w.shape}")
+        if diagonal and (shape.in_channels != shape.out_channels or
+                         np.any(w[~np.eye(shape.out_channels, dtype=bool)])):
+            raise ValueError(f"{name}: diagonal weights need in_channels == out_channels (not "
+                             f"{shape.in_channels}, {shape.out_channels}) and zeros off the "
+                             "diagonal (output channel o reads input channel o only)")
         P, Q = shape.out_h, shape.out_w
         row_stride = Q if out_row_stride is None else out_row_stride
         if row_stride < Q:
@@ -322,7 +336,8 @@ class ImageBuilder:
                                       for key, v in desc.items()})
             cycles = predict_conv(probe, tables, self.cfg, post=post, c_local=c_local)
             label = name if whole or rows else f"{name}[row {p}]"
-            self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles)
+            taps = gemm.k // (shape.in_channels if diagonal else 1)
+            self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles, gemm.m * taps * n)
 
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
@@ -353,7 +368,8 @@ class ImageBuilder:
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
                   **self._quant(c, bias, requant)}
         post = PostLoad(bias=bias is not None, requant=requant is not None)
-        self._add(name, desc, fields, predict_depthwise(probe, self.cfg, post=post))
+        self._add(name, desc, fields, predict_depthwise(probe, self.cfg, post=post),
+                  9 * c * h * w)
 
     def _claim(self, name: str) -> None:
         """Refuse a layer name in use before anything of the layer is added."""
@@ -363,10 +379,11 @@ class ImageBuilder:
             raise ValueError(f"layer name {name!r} is already used")
         self._names.add(name)
 
-    def _add(self, name: str, desc: dict, fields: dict, predicted) -> None:
-        """``predicted``: the planner's :class:`~planner.cost.CycleBreakdown` of the record."""
+    def _add(self, name: str, desc: dict, fields: dict, predicted, macs: int) -> None:
+        """``predicted``: the planner's :class:`~planner.cost.CycleBreakdown` of the record;
+        ``macs`` its useful multiply-accumulates."""
         stats = self.buffer(f"{name}.stats", STATS_BYTES)
-        self._pending.append((name, desc, {**fields, "stats_addr": stats}, predicted))
+        self._pending.append((name, desc, {**fields, "stats_addr": stats}, predicted, macs))
 
     # -- image ------------------------------------------------------------------------------------
 
@@ -401,7 +418,7 @@ class ImageBuilder:
                     return np.frombuffer(blob_view[kind], "<u4", count, addr - start).tolist()
             raise ImageError(f"no section holds address {addr:#x}")
 
-        for name, desc, fields, predicted in self._pending:
+        for name, desc, fields, predicted, macs in self._pending:
             d = GemmDescriptor(**{k: resolve(v) for k, v in desc.items()})
             f = {k: resolve(v) for k, v in fields.items()}
             rec = layer_record(d, **f)
@@ -414,7 +431,7 @@ class ImageBuilder:
             built.append(BuiltLayer(
                 name=name, layer=layer, predicted_cycles=predicted.total_cycles,
                 predicted_dram_bytes=(predicted.rd_a_bytes + predicted.rd_b_bytes
-                                      + predicted.wr_c_bytes)))
+                                      + predicted.wr_c_bytes), macs=macs))
         if problems:
             raise ImageError("image breaks hardware rules:\n  " + "\n  ".join(problems))
         image = with_a_crcs(Image(config_id=self.cfg.config_id,

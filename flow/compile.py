@@ -46,12 +46,11 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.dwcost import mesh_shape
+from planner.dwcost import is_depthwise, mesh_shape
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE
 from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
@@ -168,8 +167,9 @@ def _requant(layer: AccelLayer):
 @dataclasses.dataclass(frozen=True)
 class LayerRecord:
     """One record of an image: the layer it belongs to, its GEMM dimensions (a depthwise
-    record: channels, height, width) and the planner's predicted cycles (register-mode run of
-    its descriptor)."""
+    record: channels, height, width), the planner's predicted cycles (register-mode run of its
+    descriptor) and, when they are not ``m * k * n``, its useful MACs (``useful_macs``:
+    :attr:`firmware.builder.BuiltLayer.macs`)."""
 
     layer: str
     name: str
@@ -177,11 +177,11 @@ class LayerRecord:
     k: int
     n: int
     predicted_cycles: int
-    depthwise: bool = False
+    useful_macs: int = 0
 
     @property
     def macs(self) -> int:
-        return self.m * self.k * self.n * (9 if self.depthwise else 1)
+        return self.useful_macs or self.m * self.k * self.n
 
 
 @dataclasses.dataclass
@@ -401,7 +401,7 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
         d = bl.layer.desc
         records.append(LayerRecord(layer=owner, name=bl.name, m=d.m, k=d.k, n=d.n,
                                    predicted_cycles=int(bl.predicted_cycles),
-                                   depthwise=d.b_mode == B_MODE_DEPTHWISE))
+                                   useful_macs=0 if bl.macs == d.m * d.k * d.n else bl.macs))
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records,
                    overhead_cycles=image_overhead(blob, b.cfg),
@@ -469,6 +469,9 @@ def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorB
     per_out, per_in = s.out_channels // groups, s.in_channels // groups
     hpi, wpi = xb.padded_hw
     hp, wp = yb.padded_hw
+    if is_depthwise(s):
+        _add_depthwise_blocks(b, l, w, bias, rq, xb, yb, cfg)
+        return
     for n in range(s.batch):
         x_img = xb.addr + n * s.in_channels * hpi * wpi
         y_img = yb.addr + n * s.out_channels * hp * wp
@@ -508,6 +511,34 @@ def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: Te
             b.depthwise(name, weights=w[c0:c1], h=s.height, w=s.width, x_addr=xb.addr + at,
                         out_addr=yb.addr + at, pad_value=l.halo, bias=bias[c0:c1],
                         requant=rqc)
+
+
+def _add_depthwise_blocks(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq,
+                          xb: TensorBuffer, yb: TensorBuffer, cfg: AccelConfig) -> None:
+    """A depthwise layer off the mesh (:func:`planner.dwcost.depthwise_blocks`): per image,
+    blocks of ``array_rows`` channels, each a dense convolution with diagonal weights over its
+    slice of the padded input, into its slice of ``yb``."""
+    s = l.shape
+    hpi, wpi = xb.padded_hw
+    hp, wp = yb.padded_hw
+    block = cfg.array_rows
+    for n in range(s.batch):
+        x_img = xb.addr + n * s.in_channels * hpi * wpi
+        y_img = yb.addr + n * s.out_channels * hp * wp
+        for c0 in range(0, s.in_channels, block):
+            c1 = min(s.in_channels, c0 + block)
+            size = c1 - c0
+            diag = np.zeros((size, size, s.kernel_h, s.kernel_w), np.int8)
+            diag[np.arange(size), np.arange(size)] = w[c0:c1, 0]
+            sub = dataclasses.replace(s, in_channels=size, out_channels=size, groups=1,
+                                      batch=1)
+            name = l.name + (f"[n{n}]" if s.batch > 1 else "") + f"[ch {c0}:{c1}]"
+            rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
+                                      shift=rq.shift[c0:c1])
+            b.conv(name, shape=sub, weights=diag, x_addr=x_img + c0 * hpi * wpi,
+                   out_addr=y_img + c0 * hp * wp + yb.pads[0] * wp + yb.pads[1],
+                   out_chan_stride=hp * wp, out_row_stride=None if wp == sub.out_w else wp,
+                   bias=bias[c0:c1], requant=rqc, diagonal=True)
 
 
 class _Refused(Exception):

@@ -20,7 +20,8 @@ import dataclasses
 from spec.config import AccelConfig
 
 from .conv import ConvProgram
-from .dwcost import depthwise_descriptor, mesh_shape, predict_depthwise
+from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, mesh_shape,
+                     predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout
@@ -56,7 +57,7 @@ class LayerCost:
 
     @property
     def macs(self) -> int:
-        return self.plan.shape.macs * self.groups
+        return self.shape.macs
 
 
 def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig) -> None:
@@ -83,7 +84,8 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
     input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 stride-1 layer
     on a ``dw_mesh`` config with the mesh's model (:mod:`planner.dwcost`, one record per
-    image; ``plan`` is then its per-group GEMM's, the path it takes without the mesh)."""
+    image; ``plan`` is then its per-group GEMM's), any other depthwise layer as the dense
+    convolutions of its channel blocks (:func:`planner.dwcost.depthwise_blocks`)."""
     check_addressable(shape, cfg)
     if isinstance(shape, ConvShape) and cfg.dw_mesh and mesh_shape(shape):
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
@@ -91,6 +93,16 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
                                                      shape.width, cfg, out_bytes=4), cfg)
         counters = CycleBreakdown(**{k: v * shape.batch for k, v in one.as_dict().items()})
         return LayerCost(shape, plan, shape.groups, counters, mesh=True)
+    if is_depthwise(shape):
+        # off the mesh: blocks of array_rows channels, dense with diagonal weights (the
+        # compiler's records, flow.compile), each planned with ``strategy`` (``plan``, a
+        # per-group GEMM's tiling, does not apply)
+        parts = [(layer_cost(sub, cfg, strategy, db, layout=layout), count)
+                 for sub, count in depthwise_blocks(shape, cfg)]
+        counters = CycleBreakdown(**{k: sum(getattr(c.counters, k) * n for c, n in parts)
+                                     for k in COUNTER_FIELDS})
+        return LayerCost(shape, parts[0][0].plan, sum(n for _, n in parts), counters,
+                         sum(c.table_entries * n for c, n in parts))
     if isinstance(shape, GemmShape):
         plan = plan or plan_gemm(shape, cfg, strategy, None, db)
         return LayerCost(shape, plan, 1, predict(plan, cfg))

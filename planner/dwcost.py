@@ -13,6 +13,8 @@ row; its store one beat an output row (``G h`` of them), after the mesh's drain.
 
 from __future__ import annotations
 
+import dataclasses
+
 from spec.config import AccelConfig
 from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor
 from spec.dwmesh import strip_channels, strip_step_cycles, strip_steps
@@ -21,7 +23,8 @@ from .shapes import ConvShape
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
                    param_load_cycles, post_consts)
 
-__all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor"]
+__all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
+           "is_depthwise", "depthwise_blocks"]
 
 
 def mesh_shape(shape) -> bool:
@@ -33,6 +36,30 @@ def mesh_shape(shape) -> bool:
             shape.stride_h == shape.stride_w == 1 and shape.dilation_h == shape.dilation_w == 1
             and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
             (1, 1, 1, 1))
+
+
+def is_depthwise(shape) -> bool:
+    """``shape`` is a depthwise convolution: one input and one output channel per group."""
+    return (isinstance(shape, ConvShape) and shape.groups > 1 and
+            shape.groups == shape.in_channels == shape.out_channels)
+
+
+def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape, int]]:
+    """How a depthwise layer runs off the mesh: blocks of ``array_rows`` channels (the last
+    one smaller), each a dense one-image convolution whose weights are zero but for output
+    channel ``o``'s input channel ``o`` (the zeros cost array time, not results: about
+    ``1 / array_rows`` of the array does useful work, against one column's worth per channel
+    as separate groups). ``(block shape, count)`` pairs, ``count`` over every image."""
+    if not is_depthwise(shape):
+        raise ValueError(f"depthwise_blocks needs a depthwise convolution, not {shape}")
+    block, c = cfg.array_rows, shape.in_channels
+    out = []
+    for size, count in ((block, c // block), (c % block, 1)):
+        if size and count:
+            sub = dataclasses.replace(shape, batch=1, in_channels=size, out_channels=size,
+                                      groups=1)
+            out.append((sub, count * shape.batch))
+    return out
 
 
 def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,

@@ -162,18 +162,25 @@ def _grouped_model(groups: int, in_ch: int = 4, mid: int = 8, stride: int = 1, b
 ], ids=["grouped", "depthwise", "depthwise-x2-stride2"])
 def test_grouped_and_depthwise_convs_run_on_the_accelerator(groups, in_ch, mid, stride):
     """One ungrouped convolution record per group (its channels are slices of the padded input
-    and output tensors), bit-exact against the int8 reference."""
+    and output tensors), a depthwise layer one dense record per block of array_rows channels
+    (diagonal weights), bit-exact against the int8 reference."""
     q, low = _lowered(_grouped_model(groups, in_ch, mid, stride))
     net = compile_network(low, SMALL)
     assert net.summary()["host_layers"] == {}
     (seg,) = net.segments
     assert seg.layers == ["grouped", "plain"]
     grouped = [r for r in seg.records if r.layer == "grouped"]
-    # the output goes to the next conv's padded buffer: one record per group and output row
+    # the output goes to the next conv's padded buffer: one record per group (block) and
+    # output row
     side = -(-8 // stride)
-    assert [r.name for r in grouped] == [f"grouped[g{g}][row {p}]" for g in range(groups)
-                                         for p in range(side)]
-    assert {(r.m, r.k, r.n) for r in grouped} == {(mid // groups, in_ch // groups * 9, side)}
+    if groups == in_ch == mid:          # depthwise: the 4 channels are one block
+        assert [r.name for r in grouped] == [f"grouped[ch 0:4][row {p}]" for p in range(side)]
+        assert {(r.m, r.k, r.n) for r in grouped} == {(4, 4 * 9, side)}
+        assert sum(r.macs for r in grouped) == 4 * side * side * 9
+    else:
+        assert [r.name for r in grouped] == [f"grouped[g{g}][row {p}]" for g in range(groups)
+                                             for p in range(side)]
+        assert {(r.m, r.k, r.n) for r in grouped} == {(mid // groups, in_ch // groups * 9, side)}
     feeds = _x((1, in_ch, 8, 8))
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
 
@@ -402,7 +409,8 @@ def _dw_chain(second_kernel: int):
 def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on_mesh):
     """On a dw_mesh config a 3x3 stride-1 depthwise layer runs on the mesh (one record, dense
     NCHW in and out) unless a reader of its output is a padded convolution (the mesh writes
-    dense maps only); a config without the mesh never marks it. Golden runs are exact."""
+    dense maps only); a config without the mesh never marks it. Golden runs are exact (the
+    dense blocks' diagonal weights included)."""
     q, lowered = _lowered(_dw_chain(second_kernel))
     feeds = {"x": np.random.default_rng(0).normal(0, 1, (1, 3, 12, 12)).astype(np.float32)}
     cfg = dataclasses.replace(SMALL, dw_mesh=1)
@@ -410,9 +418,10 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
     assert net.layers["dw"].mesh is on_mesh
     assert not compile_network(lowered, SMALL, qmodel=q).layers["dw"].mesh
     dw_records = [r for s in net.segments for r in s.records if r.layer == "dw"]
-    assert len(dw_records) == (1 if on_mesh else 8 * 12)     # off it: a record per channel and row
-    assert dw_records[0].depthwise is on_mesh
-    assert sum(r.macs for r in dw_records) == 8 * 12 * 12 * 9
+    # off the mesh: one dense block of the 8 channels (diagonal weights), a record per output
+    # row of the padded buffer it writes
+    assert len(dw_records) == (1 if on_mesh else 12)
+    assert sum(r.macs for r in dw_records) == 8 * 12 * 12 * 9       # useful MACs only
     golden = run_network(net, feeds, sim="golden")
     want = reference.run(lowered, feeds)
     np.testing.assert_array_equal(golden.outputs["y"], want["y"])

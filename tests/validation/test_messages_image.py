@@ -373,6 +373,13 @@ def test_builder_depthwise_pad_value(pad):
         _depthwise(pad_value=pad)
 
 
+def test_builder_conv_diagonal():
+    with refused(ValueError, "c: diagonal weights need in_channels == out_channels (not 2, 4) "
+                             "and zeros off the diagonal (output channel o reads input channel "
+                             "o only)"):
+        _conv(diagonal=True)
+
+
 @pytest.mark.parametrize("stride", [0, 3])
 def test_builder_conv_row_stride(stride):
     with refused(ValueError, f"c: out_row_stride={stride} < out_w=4"):
