@@ -99,6 +99,9 @@ class ModelConstants:
     dry_run_cycles: int = 18
     record_ctrl_cycles: int = 7
     image_ctrl_cycles: int = 6
+    #: Image runs: the register every read response of the runner passes (header, CRC pass,
+    #: record fetches; hw.top.RUNNER_READ_LATENCY).
+    runner_read_extra_cycles: int = 1
     #: Depthwise layers on the mesh (planner.dwcost): cycles a strip's compute runs before its
     #: first beat (hw.compute.MESH_START_CYCLES after ``m_start``, the cycle of ``ISSUE``), the
     #: mesh's drain after a strip's last beat beyond ``R`` rows (hw.compute.mesh_drain_cycles:
@@ -502,7 +505,8 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
     depthwise)``: a depthwise record also loads its weight arrays) two record fetches, the
     check-pass dry run (parameter loads included) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
-    b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles, 0)
+    b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles,
+         consts.runner_read_extra_cycles)
     c = (cfg.c_beat_bytes, cfg.c_port_bytes_per_cycle, cfg.c_port_latency_cycles, 0)
     total = (_port_cycles(HEADER_BYTES // cfg.b_beat_bytes, *b)
              + _port_cycles(crc_bytes // cfg.b_beat_bytes, *b) + consts.image_ctrl_cycles)

@@ -78,3 +78,9 @@ def test_model_depthwise_constants_follow_the_rtl(preset):
     assert mesh_store_wait_cycles(cfg) == mesh_drain_cycles(cfg) - PHASE_CTRL_CYCLES
     assert K.step_ctrl_cycles == PHASE_CTRL_CYCLES
     assert K.dw_walk_cycles == DwWalker.START_LATENCY
+
+
+def test_model_runner_read_latency_equals_the_tops():
+    from hw.top import RUNNER_READ_LATENCY
+
+    assert K.runner_read_extra_cycles == RUNNER_READ_LATENCY
