@@ -84,6 +84,16 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "per-row convolution records (padded consumer)": lambda r: r["per_row"],
         "image run under memory stalls": lambda r: r["stalls"],
     },
+    "depthwise": {          # depthwise layers on the mesh (tests/sim/test_depthwise.py)
+        "several channels a strip step (G > 1)": lambda r: r["group"] > 1,
+        "one channel a step (odd h)": lambda r: r["h"] % 2 == 1 and r["group"] == 1,
+        "a short last channel group": lambda r: r["channels"] % r["group"] != 0,
+        "several column strips": lambda r: r["w"] > r["C"] - 2,
+        "one-row map": lambda r: r["h"] == 1,
+        "int8 output (requantised)": lambda r: r["int8"],
+        "int32 output": lambda r: not r["int8"],
+        "padding with a nonzero pad value": lambda r: r["pad"] != 0,
+    },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,
         "consumer B from the local buffer": lambda r: r["local_b"] > 0,

@@ -127,7 +127,8 @@ async def run_cases(dut) -> list[dict]:
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
         records.append({"channels": c, "h": h, "w": w, "group": d.partition_m, "int8": int8,
-                        "bias": with_bias, "predicted": predicted.as_dict(), **result.counters})
+                        "bias": with_bias, "pad": pad, "predicted": predicted.as_dict(),
+                        **result.counters})
     with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:
         json.dump(records, f, indent=1)
     return records

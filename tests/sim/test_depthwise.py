@@ -6,6 +6,7 @@ import json
 import pytest
 
 from spec.config import PRESETS
+from tb import coverage
 
 from .test_rtl import run, seed_for
 
@@ -29,6 +30,8 @@ def test_rtl_depthwise_verilator(rtl_build, preset, tmp_path, request):
               TESSERA_SEED=seed_for(request), TESSERA_DW_CASES=CASES[preset])
     records = json.loads((out / "depthwise_results.json").read_text())
     assert len(records) == len(CASES[preset].split(","))
+    coverage.record("depthwise", [{k: v for k, v in r.items() if k != "predicted"}
+                                  for r in records], C=cfg.array_cols)
     # the cycle model (planner.dwcost) reproduces every counter of every layer
     for r in records:
         for name, value in r["predicted"].items():
