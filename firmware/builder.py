@@ -37,7 +37,7 @@ from planner.conv import compile_conv
 from planner.convcost import predict_conv
 from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
-from planner.dwcost import depthwise_descriptor, predict_depthwise
+from planner.dwcost import depthwise_descriptor, depthwise_macs, predict_depthwise
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
 from planner.plan import plan_gemm
@@ -369,7 +369,7 @@ class ImageBuilder:
                   **self._quant(c, bias, requant)}
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         self._add(name, desc, fields, predict_depthwise(probe, self.cfg, post=post),
-                  9 * c * h * w)
+                  depthwise_macs(probe))
 
     def _claim(self, name: str) -> None:
         """Refuse a layer name in use before anything of the layer is added."""

@@ -46,7 +46,7 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.dwcost import is_depthwise, mesh_shape
+from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.shapes import ConvShape, GemmShape
@@ -408,13 +408,6 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                    fused=[(p.name, c.name, p.output) for p, c, _ in pairs])
 
 
-def _chunks(m: int, cfg: AccelConfig) -> list[tuple[int, int]]:
-    """Output-channel ranges of at most ``quant_entries`` channels (the post-processor's
-    parameter memories): a wider layer becomes one record group per range."""
-    step = cfg.quant_entries
-    return [(c0, min(m, c0 + step)) for c0 in range(0, m, step)]
-
-
 def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | None,
                cfg: AccelConfig, *, x_local: tuple[int, int] | None = None,
                y_local: tuple[int, int] | None = None) -> None:
@@ -450,7 +443,7 @@ def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | Non
     if l.kind == "conv":
         _add_conv(b, l, w, bias, rq, xb, yb, cfg)
         return
-    parts = _chunks(m, cfg)
+    parts = channel_chunks(m, cfg)
     for c0, c1 in parts:
         name = l.name if len(parts) == 1 else f"{l.name}[ch {c0}:{c1}]"
         rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1], shift=rq.shift[c0:c1])
@@ -464,7 +457,8 @@ def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorB
               yb: TensorBuffer, cfg: AccelConfig) -> None:
     """A convolution into padded NCHW ``yb``: one batch-1 ungrouped convolution per image and
     group (its input channels are a contiguous slice of ``xb``, its output channels one of
-    ``yb``), each split into output-channel chunks of at most ``quant_entries``."""
+    ``yb``), each split into output-channel chunks of at most ``quant_entries``; a depthwise
+    layer as dense channel blocks instead (:func:`_add_depthwise_blocks`)."""
     s, groups = l.shape, l.shape.groups
     per_out, per_in = s.out_channels // groups, s.in_channels // groups
     hpi, wpi = xb.padded_hw
@@ -478,7 +472,8 @@ def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorB
         for g in range(groups):
             label = l.name + (f"[n{n}]" if s.batch > 1 else "") + (f"[g{g}]" if groups > 1
                                                                     else "")
-            parts = [(g * per_out + c0, g * per_out + c1) for c0, c1 in _chunks(per_out, cfg)]
+            parts = [(g * per_out + c0, g * per_out + c1)
+                     for c0, c1 in channel_chunks(per_out, cfg)]
             for c0, c1 in parts:
                 name = label if len(parts) == 1 else f"{label}[ch {c0}:{c1}]"
                 rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
@@ -502,7 +497,7 @@ def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: Te
                          f"NCHW, not input pads {xb.pads} / output pads {yb.pads}")
     plane = s.height * s.width
     for n in range(s.batch):
-        for c0, c1 in _chunks(s.in_channels, cfg):
+        for c0, c1 in channel_chunks(s.in_channels, cfg):
             name = l.name + (f"[n{n}]" if s.batch > 1 else "") + (
                 f"[ch {c0}:{c1}]" if c1 - c0 < s.in_channels else "")
             rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
@@ -521,7 +516,7 @@ def _add_depthwise_blocks(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq,
     s = l.shape
     hpi, wpi = xb.padded_hw
     hp, wp = yb.padded_hw
-    block = cfg.array_rows
+    block = block_channels(cfg)
     for n in range(s.batch):
         x_img = xb.addr + n * s.in_channels * hpi * wpi
         y_img = yb.addr + n * s.out_channels * hp * wp
@@ -882,13 +877,13 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
 
 def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:
     """``lowered`` with every depthwise layer the config's mesh can run marked ``mesh``
-    (:func:`planner.dwcost.mesh_shape` on a ``dw_mesh`` config), unless a reader of its
-    output needs that output padded (a convolution off the mesh reads a padded buffer, and the
-    mesh writes dense NCHW only): such a layer stays a convolution per group."""
+    (:func:`planner.dwcost.mesh_fits`), unless a reader of its output needs that output
+    padded (a convolution off the mesh reads a padded buffer, and the mesh writes dense NCHW
+    only): such a layer runs as dense channel blocks (:func:`_add_depthwise_blocks`)."""
     if not cfg.dw_mesh:
         return lowered
     steps = [dataclasses.replace(s, mesh=True) if isinstance(s, AccelLayer) and
-             s.kind == "conv" and mesh_shape(s.shape) else s for s in lowered.steps]
+             s.kind == "conv" and mesh_fits(s.shape, cfg) else s for s in lowered.steps]
     while True:
         readers: dict[str, list[AccelLayer]] = {}
         for s in steps:

@@ -293,8 +293,7 @@ class RecordChecker(wiring.Component):
              (L["bias_present"] > 1))
         rule(ErrorCode.BAD_LAYER, ~int8_word(L["out_zero_point"]) | ~int8_word(L["act_min"]) |
              ~int8_word(L["act_max"]) | ~int8_word(L["pad_value"]))
-        rule(ErrorCode.BAD_LAYER, (L["pad_value"] != 0) &
-             ~(d["b_mode"] == B_MODE_DEPTHWISE if dw else Const(0, 1)))
+        rule(ErrorCode.BAD_LAYER, (L["pad_value"] != 0) & ~is_dw)
         rule(ErrorCode.BAD_LAYER,
              L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed())
         rule(ErrorCode.BAD_LAYER, ((L["op_kind"] == OpKind.CONV) != is_conv) |

@@ -141,9 +141,9 @@ class LoadEngine(wiring.Component):
         # front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107 endpoints
         # in buffer B and the parameter loader's check register)
         mask, first_mask = Signal(W, name="rs_mask"), Signal(W, name="rs_first_mask")
+        start_mask = _byte_mask(self.p_elems, W)
         with m.If(self.start):
-            m.d.sync += [mask.eq(_byte_mask(self.p_elems, W)),
-                         first_mask.eq(_byte_mask(self.p_elems, W))]
+            m.d.sync += [mask.eq(start_mask), first_mask.eq(start_mask)]
         m.d.comb += [
             self.w_addr.eq(rs_gbase + rs_row),
             self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask))),

@@ -20,8 +20,8 @@ import dataclasses
 from spec.config import AccelConfig
 
 from .conv import ConvProgram
-from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, mesh_shape,
-                     predict_depthwise)
+from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
+                     mesh_fits, predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout
@@ -83,15 +83,21 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
     input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 stride-1 layer
-    on a ``dw_mesh`` config with the mesh's model (:mod:`planner.dwcost`, one record per
-    image; ``plan`` is then its per-group GEMM's), any other depthwise layer as the dense
-    convolutions of its channel blocks (:func:`planner.dwcost.depthwise_blocks`)."""
+    the mesh runs (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
+    image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
+    depthwise layer as the dense convolutions of its channel blocks
+    (:func:`planner.dwcost.depthwise_blocks`). Like every convolution here, without post-
+    processing and for dense input: the compiler keeps a depthwise layer off the mesh when a
+    reader needs its output padded, which a shape alone does not say."""
     check_addressable(shape, cfg)
-    if isinstance(shape, ConvShape) and cfg.dw_mesh and mesh_shape(shape):
+    if mesh_fits(shape, cfg):
+        # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
-        one = predict_depthwise(depthwise_descriptor(shape.in_channels, shape.height,
-                                                     shape.width, cfg, out_bytes=4), cfg)
-        counters = CycleBreakdown(**{k: v * shape.batch for k, v in one.as_dict().items()})
+        parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
+                                                        cfg, out_bytes=4), cfg)
+                 for c0, c1 in channel_chunks(shape.in_channels, cfg)]
+        counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
+                                     for k in COUNTER_FIELDS})
         return LayerCost(shape, plan, shape.groups, counters, mesh=True)
     if is_depthwise(shape):
         # off the mesh: blocks of array_rows channels, dense with diagonal weights (the

@@ -103,7 +103,8 @@ class ModelConstants:
     #: record fetches; hw.top.RUNNER_READ_LATENCY).
     runner_read_extra_cycles: int = 1
     #: Depthwise layers on the mesh (planner.dwcost): cycles a strip's compute runs before its
-    #: first beat (hw.compute.MESH_START_CYCLES after ``m_start``, the cycle of ``ISSUE``), the
+    #: first beat (``hw.compute.MESH_START_CYCLES - 1``: the first beat comes MESH_START_CYCLES
+    #: after ``m_start``, in ``ISSUE``, and the compute runs from the cycle after), the
     #: mesh's drain after a strip's last beat beyond ``R`` rows (hw.compute.mesh_drain_cycles:
     #: ``R + 5``), and the walk's start (hw.dwwalk.DwWalker: two serial products of DIM_BITS
     #: cycles, then its first strip).

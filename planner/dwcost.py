@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor, check
 from spec.dwmesh import strip_channels, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
@@ -24,18 +24,45 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
                    param_load_cycles, post_consts)
 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
-           "is_depthwise", "depthwise_blocks"]
+           "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "channel_chunks"]
 
 
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
     runs: depthwise (``groups`` = input = output channels), 3x3, stride 1, padding 1 on every
     side, no dilation."""
-    return (isinstance(shape, ConvShape) and shape.groups == shape.in_channels ==
-            shape.out_channels and shape.kernel_h == shape.kernel_w == 3 and
+    return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w == 3 and
             shape.stride_h == shape.stride_w == 1 and shape.dilation_h == shape.dilation_w == 1
             and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
             (1, 1, 1, 1))
+
+
+def channel_chunks(channels: int, cfg: AccelConfig) -> list[tuple[int, int]]:
+    """Output-channel ranges of at most ``quant_entries`` channels (the parameter memories;
+    a depthwise layer's weights are parameter arrays too): a wider layer is one record (group)
+    per range."""
+    step = cfg.quant_entries
+    return [(c0, min(channels, c0 + step)) for c0 in range(0, channels, step)]
+
+
+def mesh_fits(shape, cfg: AccelConfig) -> bool:
+    """The mesh can run ``shape`` (a :func:`mesh_shape` on a ``dw_mesh`` config): one
+    channel's strips fit a buffer half and an accumulator half (a map too tall for them runs
+    as channel blocks instead, :func:`depthwise_blocks`)."""
+    if not (cfg.dw_mesh and mesh_shape(shape)):
+        return False
+    c = min(shape.in_channels, cfg.quant_entries)
+    d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1)
+    w_bytes = -(-12 * c // 64) * 64
+    x_bytes = c * shape.height * shape.width
+    placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
+    return not check(placed, cfg, out_bytes=4)
+
+
+def block_channels(cfg: AccelConfig) -> int:
+    """Channels of one dense block of a depthwise layer off the mesh: an array's rows, at
+    most the parameter memories' ``quant_entries``."""
+    return min(cfg.array_rows, cfg.quant_entries)
 
 
 def is_depthwise(shape) -> bool:
@@ -52,7 +79,7 @@ def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape
     as separate groups). ``(block shape, count)`` pairs, ``count`` over every image."""
     if not is_depthwise(shape):
         raise ValueError(f"depthwise_blocks needs a depthwise convolution, not {shape}")
-    block, c = cfg.array_rows, shape.in_channels
+    block, c = block_channels(cfg), shape.in_channels
     out = []
     for size, count in ((block, c // block), (c % block, 1)):
         if size and count:

@@ -188,7 +188,10 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output).
 
     A depthwise layer (``b_mode = 2``) has ``a``: its three weight arrays, ``b``: the input's
-    ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly)."""
+    ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
+    row loads are beats too: the last one may read up to ``array_cols - 1`` bytes past ``b``
+    (masked, never written anywhere), which these extents do not count, so a depthwise input
+    may end exactly where another tensor begins."""
     r, c = cfg.array_rows, cfg.array_cols
     a_row = -(-d.m // r) * r
     b_row = -(-d.n // c) * c

@@ -323,7 +323,7 @@ class AccelLayer:
         """The layout the layer reads its input in: ``("nchw", pads, halo)`` for a convolution
         (its padding stored with the tensor), else ``("fm", (0, 0, 0, 0), 0)``."""
         if self.kind == "conv" and self.mesh:
-            return ("nchw", (0, 0, 0, 0), 0)
+            return ("nchw", (0, 0, 0, 0), self.halo)
         if self.kind == "conv":
             s = self.shape
             return ("nchw", (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right), self.halo)

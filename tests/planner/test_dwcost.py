@@ -78,3 +78,32 @@ def test_layer_cost_of_a_depthwise_layer_off_the_mesh_is_its_blocks():
     assert not cost.mesh
     assert cost.cycles == sum(c.cycles * n for c, n in parts)
     assert cost.macs == shape.macs == 2 * 40 * 7 * 7 * 9
+
+
+def test_mesh_fits_only_maps_its_halves_hold():
+    from planner.dwcost import mesh_fits
+
+    assert mesh_fits(dw(32, 112), MESH) and mesh_fits(dw(960, 7), MESH)
+    assert not mesh_fits(dw(32, 112), PLAIN)                 # no mesh built
+    assert not mesh_fits(dw(32, 112, stride=2), MESH)
+    # 497 rows: one channel's h + R accumulator rows no longer fit a half (ACC_OVERFLOW);
+    # the layer runs as channel blocks, and layer_cost says so
+    assert mesh_fits(dw(2, 496), MESH) and not mesh_fits(dw(2, 497), MESH)
+    assert not layer_cost(dw(2, 497), MESH).mesh
+
+
+def test_mesh_cost_is_one_record_per_chunk_of_quant_entries():
+    from planner.dwcost import block_channels, channel_chunks
+
+    cfg = dataclasses.replace(MESH, quant_entries=64)
+    assert channel_chunks(144, cfg) == [(0, 64), (64, 128), (128, 144)]
+    cost = layer_cost(dw(144, 14, batch=2), cfg)
+    parts = [predict_depthwise(depthwise_descriptor(c1 - c0, 14, 14, cfg, out_bytes=4), cfg)
+             for c0, c1 in channel_chunks(144, cfg)]
+    assert cost.mesh and cost.cycles == 2 * sum(p.total_cycles for p in parts)
+    # a block of a depthwise layer off the mesh is at most quant_entries channels too
+    assert block_channels(dataclasses.replace(PLAIN, quant_entries=16, array_rows=32,
+                                              array_cols=32, block_m=32, block_n=32,
+                                              a_port_bytes_per_cycle=16,
+                                              b_port_bytes_per_cycle=16,
+                                              acc_buf_bytes=128 << 10)) == 16
