@@ -15,7 +15,7 @@ from spec.layouts import LAYER_WORDS, OpKind
 from spec.record import check_record, layer_record
 from hw.checker import LAYER_FIELDS, RecordChecker
 
-from .test_sequencer_checks import adversarial_descriptors
+from .test_sequencer_checks import adversarial_descriptors, drive_record
 
 CFG = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
 
@@ -111,13 +111,7 @@ def test_checker_depthwise_matches_python_rules():
 
     async def bench(ctx):
         for rec, image, weights_at in records:
-            for name in DESC_FIELDS:
-                ctx.set(getattr(dut, f"d_{name}"), rec[f"desc_{name}"])
-            for name in LAYER_FIELDS:
-                ctx.set(getattr(dut, f"l_{name}"), rec[name])
-            ctx.set(dut.img_lo, image[0] if image else 0)
-            ctx.set(dut.img_hi, image[1] if image else 0)
-            ctx.set(dut.img_wt, weights_at if image else 0)
+            drive_record(ctx, dut, rec, image, weights_at)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)

@@ -16,6 +16,18 @@ from hw.checker import LAYER_FIELDS, RecordChecker
 from hw.sequencer import Sequencer
 
 
+def drive_record(ctx, dut, rec, image, weights_at):
+    """Put layer record ``rec`` (u32 words by name) and the image range on ``dut``'s
+    :func:`hw.checker.record_members` (a Sequencer or a RecordChecker)."""
+    for name in DESC_FIELDS:
+        ctx.set(getattr(dut, f"d_{name}"), rec[f"desc_{name}"])
+    for name in LAYER_FIELDS:
+        ctx.set(getattr(dut, f"l_{name}"), rec[name])
+    ctx.set(dut.img_lo, image[0] if image else 0)
+    ctx.set(dut.img_hi, image[1] if image else 0)
+    ctx.set(dut.img_wt, weights_at if image else 0)
+
+
 def adversarial_descriptors(cfg, rng, count):
     R, C = cfg.array_rows, cfg.array_cols
     D = cfg.dram_bytes
@@ -108,13 +120,7 @@ def test_sequencer_checks_match_python_rules():
             ctx.set(rst, 1)
             await ctx.tick()
             ctx.set(rst, 0)
-            for name in DESC_FIELDS:
-                ctx.set(getattr(seq, f"d_{name}"), d[f"desc_{name}"])
-            for name in LAYER_FIELDS:
-                ctx.set(getattr(seq, f"l_{name}"), d[name])
-            ctx.set(seq.img_lo, image[0] if image else 0)
-            ctx.set(seq.img_hi, image[1] if image else 0)
-            ctx.set(seq.img_wt, weights_at if image else 0)
+            drive_record(ctx, seq, d, image, weights_at)
             ctx.set(seq.dry, 1)          # never start the engines: only the checks matter here
             ctx.set(seq.start, 1)
             await ctx.tick()
