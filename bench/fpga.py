@@ -13,7 +13,9 @@ For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this w
 router1`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
 tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
-``fpga.md``. A routed run also writes nextpnr's delays (``routed.sdf``), from which
+``fpga.md``. Between the two, :func:`bench.outreg.absorb_output_registers` moves block RAM
+read registers into the RAMs (``OUTREG``; ``bram_outreg_ports`` in the row). A routed run also
+writes nextpnr's delays (``routed.sdf``), from which
 :mod:`bench.sta` lists the :data:`TOP_PATHS` worst register-to-register paths, one per
 start/end signal pair, with logic and routing time and the failing endpoints of each, and the
 failing endpoints per submodule (``top_paths`` and ``failing_by_module`` in the row, tables
@@ -54,6 +56,7 @@ from hw.build import emit
 from hw.compute import array_tag_bits
 from spec.config import PRESETS
 
+from .outreg import absorb_output_registers
 from .report import table
 from .sta import failing_by_module, parse_sdf, worst_paths
 
@@ -356,12 +359,23 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
     Flip-flops whose wire has the ``keep`` attribute (duplicates the RTL makes on purpose, e.g.
     :class:`hw.postproc.PostProc`'s per-lane multiplier copies) get ``keep`` on the cell too,
     so that ``opt_merge`` does not fold them back into one register.
+
+    Every memory gets ``no_rw_check``: Yosys then builds no logic that emulates the RTL's
+    "a read of the address being written returns the old data" around the block RAM (about
+    1,500 flip-flops and a LUT on every RAM read path of the 8x8). The design never uses the
+    data of such a read (docs/bench.md, "Block RAM reads"), and without the emulation a
+    RAM's read register can be folded into the RAM (:mod:`bench.outreg`, run on the netlist after this script).
     """
     lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v",
              "hierarchy -top fpga_top", "proc",
              # registers the RTL duplicates on purpose carry `keep` on their wire, which
              # opt_merge ignores; the same attribute on the flip-flop cell stops the merge
-             "setattr -set keep 1 a:keep %ci1 t:$dff %i"]
+             "setattr -set keep 1 a:keep %ci1 t:$dff %i",
+             # no read/write collision emulation in front of the block RAMs: no read of the
+             # design whose data is used hits an address written in the same cycle
+             # (docs/bench.md, "Block RAM reads"), and without it a read register can move
+             # into the RAM (bench.outreg)
+             "setattr -set no_rw_check 1 m:*"]
     if dsp_rows is not None and dsp_rows < rows:
         if dsp_rows < 0:
             raise ValueError(f"dsp_rows must be >= 0, not {dsp_rows}")
@@ -472,6 +486,10 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     times.update({k: v for k, v in (("timing_weight", timing_weight), ("seed", seed),
                                     ("tmg_ripup", tmg_ripup or None))
                   if v is not None})
+    if rc == 0 and (work / "fpga_top.json").exists():
+        netlist = json.loads((work / "fpga_top.json").read_text())
+        times["bram_outreg_ports"] = absorb_output_registers(netlist)
+        (work / "fpga_top.json").write_text(json.dumps(netlist))
     if rc == 0:
         over = []
 

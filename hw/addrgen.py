@@ -176,7 +176,10 @@ class AddrGen(wiring.Component):
         k0, rows = Signal(DIM_BITS, name="g_k0"), Signal(DIM_BITS, name="g_rows")
         buf_base = Signal.like(self.p_buf_base)
         gstride = Signal(DIM_BITS)
-        run_lo, run_hi = Signal(32), Signal(32)
+        # the tables' read registers hold no state of their own (each is loaded before it is
+        # used): without a reset, an ECP5 flow can keep them in the block RAM's output register
+        # (bench.outreg)
+        run_lo, run_hi = Signal(32, reset_less=True), Signal(32, reset_less=True)
 
         walking = Signal()                              # (tap, run) pairs left to read
         w_go = Signal()                                 # read the pair this cycle
@@ -207,8 +210,8 @@ class AddrGen(wiring.Component):
         d_valid, d_first = Signal(), Signal()
         d_kk = Signal(DIM_BITS)
         q_valid, q_first = Signal(), Signal()
-        q_off = Signal(32)
-        q_run = Signal(RUN_ENTRY)
+        q_off = Signal(32, reset_less=True)
+        q_run = Signal(RUN_ENTRY, reset_less=True)
         q_krow = Signal(range(cfg.buf_b_depth))        # buf_base + tap: the tap's first row
         m.d.sync += [
             d_valid.eq(w_go), d_first.eq(w_first), d_kk.eq(w_kk),
