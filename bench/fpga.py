@@ -363,8 +363,9 @@ def synth_script(rows: int, cols: int, *, nodsp: bool = False,
     Every memory gets ``no_rw_check``: Yosys then builds no logic that emulates the RTL's
     "a read of the address being written returns the old data" around the block RAM (about
     1,500 flip-flops and a LUT on every RAM read path of the 8x8). The design never uses the
-    data of such a read (docs/bench.md, "Block RAM reads"), and without the emulation a
-    RAM's read register can be folded into the RAM (:mod:`bench.outreg`, run on the netlist after this script).
+    data of such a read (docs/bench.md, "Block RAM reads"; ``tests/sim/test_collisions.py``
+    simulates builds where such data is wrong), and without the emulation a RAM's read register
+    can be folded into the RAM (:mod:`bench.outreg`, run on the netlist after this script).
     """
     lines = ["read_verilog accel_top.v", "read_verilog fpga_top.v",
              "hierarchy -top fpga_top", "proc",

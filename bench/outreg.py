@@ -117,7 +117,8 @@ def absorb_output_registers(netlist: dict, top: str = "fpga_top") -> int:
             enables = set()
             for _, ff_name in regs:
                 fp, fc = cells[ff_name]["parameters"], cells[ff_name]["connections"]
-                always = _param(fp, "CEMUX", "CE") == "1" or _const(fc.get("CE"), "1") or not fc.get("CE")
+                always = (_param(fp, "CEMUX", "CE") == "1" or _const(fc.get("CE"), "1")
+                          or not fc.get("CE"))
                 enables.add(("1",) if always else tuple(fc["CE"]))
             if len(enables) != 1:
                 continue

@@ -10,6 +10,7 @@ from spec.config import AccelConfig
 from spec.desc import DIM_BITS
 from spec.tables import RUN_ENTRY_BITS, RUN_ENTRY_FIELDS, run_field_bits
 
+from .collide import read_data
 from .ports import ReadPort
 
 __all__ = ["AddrGen", "RUN_ENTRY", "GATHER_QUEUE"]
@@ -102,11 +103,14 @@ class AddrGen(wiring.Component):
         m.submodules.grp_mem = grp_mem = Memory(shape=32, depth=cfg.conv_group_entries, init=[])
         off_w, grp_w = off_mem.write_port(), grp_mem.write_port()
         run_w = run_mem.write_port(granularity=32)
-        # The gather only runs after the table load has finished: no read sees a write.
+        # The gather only runs after the table load has finished: no read whose data is used
+        # sees a write (hw.collide: poisoned in a collision-checking build).
         off_r = off_mem.read_port(transparent_for=())
         run_r = run_mem.read_port(transparent_for=())
         grp_lo_r = grp_mem.read_port(transparent_for=())
         grp_hi_r = grp_mem.read_port(transparent_for=())
+        off_rd, run_rd = read_data(m, off_r, [off_w]), read_data(m, run_r, [run_w])
+        grp_lo_rd, grp_hi_rd = read_data(m, grp_lo_r, [grp_w]), read_data(m, grp_hi_r, [grp_w])
 
         # -- table loader ------------------------------------------------------------------------
         t_issue = Signal()
@@ -216,7 +220,7 @@ class AddrGen(wiring.Component):
         m.d.sync += [
             d_valid.eq(w_go), d_first.eq(w_first), d_kk.eq(w_kk),
             q_valid.eq(d_valid), q_first.eq(d_first), q_krow.eq(buf_base + d_kk),
-            q_off.eq(off_r.data), q_run.eq(run_r.data),
+            q_off.eq(off_rd), q_run.eq(run_rd),
         ]
         # into the queue: the request's address, and its buffer row buf_base + g*gstride + tap
         req_layout = data.StructLayout({
@@ -272,7 +276,7 @@ class AddrGen(wiring.Component):
                     ]
                     m.next = "GROUPS"
             with m.State("GROUPS"):            # the run range, registered
-                m.d.sync += [run_lo.eq(grp_lo_r.data), run_hi.eq(grp_hi_r.data)]
+                m.d.sync += [run_lo.eq(grp_lo_rd), run_hi.eq(grp_hi_rd)]
                 m.next = "SETUP"
             with m.State("SETUP"):             # the walker's start and its flags, from registers
                 m.d.sync += [

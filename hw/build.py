@@ -21,6 +21,7 @@ from spec.config import FORMAT_VERSION, AccelConfig
 from spec.headers import HEADERS
 from spec.regmap import REGISTERS
 
+from .collide import poison_collisions
 from .fastinit import fast_meminit
 from .sim.harness import SimTop
 from .top import AccelTop
@@ -53,15 +54,17 @@ def _sources_digest() -> bytes:
 _SOURCES = _sources_digest()
 
 
-def _source_hash(cfg: AccelConfig) -> str:
-    """Hash of everything the generated files depend on: the sources (:data:`_SOURCES`) and
-    the config."""
-    return hashlib.sha256(cfg.to_json().encode() + _SOURCES).hexdigest()[:16]
+def _source_hash(cfg: AccelConfig, poison: bool = False) -> str:
+    """Hash of everything the generated files depend on: the sources (:data:`_SOURCES`), the
+    config and whether collisions are poisoned."""
+    return hashlib.sha256(cfg.to_json().encode() + _SOURCES
+                          + (b"poison_collisions" if poison else b"")).hexdigest()[:16]
 
 
-def build_dir(cfg: AccelConfig, out: Path | str | None = None) -> Path:
+def build_dir(cfg: AccelConfig, out: Path | str | None = None, *,
+              poison_collisions: bool = False) -> Path:
     out = Path(out) if out is not None else _ROOT / "build"
-    return out / f"cfg-{cfg.config_id:08x}"
+    return out / f"cfg-{cfg.config_id:08x}{'-poison' if poison_collisions else ''}"
 
 
 @contextlib.contextmanager
@@ -77,22 +80,27 @@ def locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False) -> Path:
+def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False,
+         poison_collisions: bool = False) -> Path:
     """Write Verilog (``accel_top.v``, ``sim_top.v``), ``config.json``, the register map and
     the top's port metadata for ``cfg``; return the directory.
+
+    ``poison_collisions``: a simulation build in which a memory read that collides with a
+    write of the same address returns wrong data (:mod:`hw.collide`), in a directory of its
+    own (``cfg-<id>-poison``); never for an FPGA.
 
     Reuses an existing directory whose stamp matches the current hw sources and config.
     Output is byte-reproducible (no source locations). Generation holds a per-config lock and
     writes to a temporary directory renamed into place, so concurrent callers neither repeat
     the work nor see half-written output.
     """
-    target = build_dir(cfg, out)
+    target = build_dir(cfg, out, poison_collisions=poison_collisions)
     with locked(target.with_name(target.name + ".lock")):
-        return _emit(cfg, target, force)
+        return _emit(cfg, target, force, poison_collisions)
 
 
-def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
-    stamp = _source_hash(cfg)
+def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
+    stamp = _source_hash(cfg, poison)
     stamp_file = target / ".stamp"
     if not force and stamp_file.exists() and stamp_file.read_text() == stamp:
         return target
@@ -101,7 +109,8 @@ def _emit(cfg: AccelConfig, target: Path, force: bool) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         top = AccelTop(cfg)
-        with fast_meminit():          # same Verilog, half the time (hw/fastinit.py)
+        with (fast_meminit(),          # same Verilog, half the time (hw/fastinit.py)
+              poison_collisions() if poison else contextlib.nullcontext()):
             (tmp / "accel_top.v").write_text(
                 verilog.convert(top, name="accel_top", emit_src=False))
             (tmp / "sim_top.v").write_text(

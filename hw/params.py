@@ -11,6 +11,7 @@ from spec.desc import depthwise_weight_words
 
 from .bits import log2
 from .checker import PARAM_ARRAYS
+from .collide import read_data
 from .dma import _byte_mask, load_command_members
 
 __all__ = ["ParamMemories", "ParamLoader", "WEIGHT_ARRAYS", "weight_word"]
@@ -88,10 +89,11 @@ class ParamMemories(wiring.Component):
             # submodule names as before the split (q_bias, ...): bench.fpga's breakdown keys
             m.submodules[f"q_{name}"] = mem
             w, r = mem.write_port(), mem.read_port(transparent_for=())
+            rd = read_data(m, r, [w])        # written only while the store and compute are idle
             m.d.comb += [w.addr.eq(self.w_addr), w.data.eq(self.w_data),
                          w.en.eq(self.w_en & self.load & (self.sel == i)),
                          r.addr.eq(self.ch >> lw), r.en.eq(self.ren),
-                         getattr(self, name).eq(r.data.word_select(lane, 32) if lw else r.data)]
+                         getattr(self, name).eq(rd.word_select(lane, 32) if lw else rd)]
         if self._weights:
             w_lane = Signal(max(lw, 1))
             with m.If(self.w_ren):
@@ -102,11 +104,12 @@ class ParamMemories(wiring.Component):
                              init=[])
                 m.submodules[f"q_{name}"] = mem
                 w, r = mem.write_port(), mem.read_port(transparent_for=())
+                rd = read_data(m, r, [w])
                 m.d.comb += [w.addr.eq(self.w_addr), w.data.eq(self.w_data),
                              w.en.eq(self.w_en & self.load
                                      & (self.sel == len(PARAM_ARRAYS) + t)),
                              r.addr.eq(self.w_ch >> lw), r.en.eq(self.w_ren)]
-                taps.append(r.data.word_select(w_lane, 32) if lw else r.data)
+                taps.append(rd.word_select(w_lane, 32) if lw else rd)
             m.d.comb += self.weights.eq(Cat(taps[0], taps[1], taps[2][:8]))
         return m
 

@@ -14,6 +14,7 @@ from spec.regmap import COUNTERS
 from .addrgen import AddrGen
 from .bits import log2
 from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
+from .collide import read_data
 from .compute import ComputeEngine, drain_cycles, mesh_drain_cycles
 from .counters import CATEGORIES, PerfCounters
 from .dma import LoadEngine, StoreEngine
@@ -146,8 +147,9 @@ class Sequencer(wiring.Component):
         m.submodules.buf_b = buf_b = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.buf_b_depth,
                                             init=[])
         m.submodules.acc = acc = Memory(shape=8 * cfg.c_beat_bytes, depth=cfg.acc_depth, init=[])
-        # Writes only ever target the buffer half (or accumulator rows) not being read, so no
-        # read port needs to see a same-cycle write.
+        # No read whose data is used hits an address written in the same cycle (writes target
+        # the buffer half or accumulator rows not being read; docs/bench.md, "Block RAM
+        # reads"): read_data makes any such use fail in a poisoned simulation build.
         a_w, a_r = buf_a.write_port(), buf_a.read_port(transparent_for=())
         b_w, b_r = buf_b.write_port(granularity=8), buf_b.read_port(transparent_for=())
         acc_w = acc.write_port()
@@ -166,6 +168,10 @@ class Sequencer(wiring.Component):
                                           init=[])
         loc_w = loc.write_port(granularity=8)
         loc_r = loc.read_port(transparent_for=())
+        # the data the design uses (hw.collide: poisoned in a collision-checking build)
+        a_rd, b_rd = read_data(m, a_r, [a_w]), read_data(m, b_r, [b_w])
+        acc_rmw_rd, acc_st_rd = read_data(m, acc_rmw, [acc_w]), read_data(m, acc_st, [acc_w])
+        loc_rd = read_data(m, loc_r, [loc_w])
 
         # -- engines -----------------------------------------------------------------------------
         m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
@@ -230,7 +236,7 @@ class Sequencer(wiring.Component):
         loc_rdata = Signal(8 * cfg.b_beat_bytes, reset_less=True)
         assert LOCAL_READ_LATENCY == 3          # the read, then the two registers
         m.d.sync += [loc_rvalid.eq(Cat(lb.mem.valid & lb_loc, loc_rvalid[:-1])),
-                     loc_rdata0.eq(loc_r.data), loc_rdata.eq(loc_rdata0)]
+                     loc_rdata0.eq(loc_rd), loc_rdata.eq(loc_rdata0)]
         m.d.comb += [
             loc_r.addr.eq(lb.mem.addr >> lc), loc_r.en.eq(lb.mem.valid & lb_loc),
             lb.mem.ready.eq(lb_loc | (self.b_rd.ready & ~conv)),
@@ -241,11 +247,11 @@ class Sequencer(wiring.Component):
         ]
         m.d.comb += [
             a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
-            a_r.addr.eq(ce.a_raddr), a_r.en.eq(ce.rd_en), ce.a_rdata.eq(a_r.data),
-            b_r.addr.eq(ce.b_raddr), b_r.en.eq(ce.rd_en), ce.b_rdata.eq(b_r.data),
-            acc_rmw.addr.eq(ce.acc_raddr), ce.acc_rdata.eq(acc_rmw.data),
+            a_r.addr.eq(ce.a_raddr), a_r.en.eq(ce.rd_en), ce.a_rdata.eq(a_rd),
+            b_r.addr.eq(ce.b_raddr), b_r.en.eq(ce.rd_en), ce.b_rdata.eq(b_rd),
+            acc_rmw.addr.eq(ce.acc_raddr), ce.acc_rdata.eq(acc_rmw_rd),
             acc_w.addr.eq(ce.acc_waddr), acc_w.data.eq(ce.acc_wdata), acc_w.en.eq(ce.acc_wen),
-            acc_st.addr.eq(se.acc_raddr), acc_st.en.eq(se.acc_ren), se.acc_rdata.eq(acc_st.data),
+            acc_st.addr.eq(se.acc_raddr), acc_st.en.eq(se.acc_ren), se.acc_rdata.eq(acc_st_rd),
         ]
 
         # -- latched descriptor ------------------------------------------------------------------

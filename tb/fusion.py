@@ -62,10 +62,12 @@ class ChainRun:
 
 def run_chain(chain: Chain, data: ChainData, cfg: AccelConfig, blocks: list[int | None], *,
               workdir: Path, sim: str = "verilator", plusargs: list[str] | tuple = (),
-              budget_scale: int = 2) -> tuple[np.ndarray, list[ChainRun]]:
+              budget_scale: int = 2,
+              poison_collisions: bool = False) -> tuple[np.ndarray, list[ChainRun]]:
     """Run every variant in ``blocks`` in one simulation; returns the golden output and the
     runs, in order. ``plusargs`` go to the simulator (the memory model's stall injection);
-    ``budget_scale`` multiplies the predicted cycles into each run's cycle budget."""
+    ``budget_scale`` multiplies the predicted cycles into each run's cycle budget;
+    ``poison_collisions`` runs the build of ``hw.build.emit(cfg, poison_collisions=True)``."""
     built = [build_image(chain, data, cfg, block) for block in blocks]
     runs = []
     for b in built:
@@ -73,7 +75,8 @@ def run_chain(chain: Chain, data: ChainData, cfg: AccelConfig, blocks: list[int 
         budget = budget_scale * b.predicted_cycles + 2 * len(b.blob) + 10_000
         runs.append(ImageRun(b.blob, budget_cycles=budget, load=[(b.x_addr, b.x_bytes)],
                              read=[("y", b.y_addr, size)]))
-    results = run_jobs(runs, cfg, workdir=workdir, sim=sim, plusargs=plusargs)
+    results = run_jobs(runs, cfg, workdir=workdir, sim=sim, plusargs=plusargs,
+                       poison_collisions=poison_collisions)
     out = []
     for block, b, r in zip(blocks, built, results):
         y = np.frombuffer(r.reads["y"], np.int8).reshape(b.y_rows, b.y_cols)

@@ -69,10 +69,12 @@ class RunResult:
 
 
 def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path,
-             sim: str = "verilator", plusargs: list[str] | tuple = ()) -> list[RunResult]:
+             sim: str = "verilator", plusargs: list[str] | tuple = (),
+             poison_collisions: bool = False) -> list[RunResult]:
     """Run ``runs`` in order in one simulation of ``cfg`` (no reset between runs).
     ``plusargs`` go to the simulator (e.g. the memory model's ``+STALL_*`` / ``+DELAY_*``
-    stall injection, tb/hdl/dram_model.sv)."""
+    stall injection, tb/hdl/dram_model.sv); ``poison_collisions`` simulates the build of
+    ``hw.build.emit(cfg, poison_collisions=True)`` (:mod:`hw.collide`)."""
 
     reason = missing_tool(sim)
     if reason:
@@ -107,7 +109,7 @@ def run_jobs(runs: list[ImageRun | LayerRun], cfg: AccelConfig, *, workdir: Path
     (workdir / "job.json").write_text(json.dumps({"runs": spec}, indent=1) + "\n")
     result_file = workdir / "result.json"
     result_file.unlink(missing_ok=True)
-    out = emit(cfg)
+    out = emit(cfg, poison_collisions=poison_collisions)
     runner = build(sim, out, waves=os.getenv("WAVES") == "1")
     runner.test(hdl_toplevel="sim_top", test_module="tb.run_image", test_dir=workdir,
                 extra_env={"ACCEL_BUILD": str(out), "TESSERA_JOB": str(workdir)},

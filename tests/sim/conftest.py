@@ -11,18 +11,19 @@ from tb.tools import build, missing_tool
 
 @pytest.fixture(scope="session")
 def rtl_build():
-    """``rtl_build(sim, preset) -> (runner, build_dir)``, ``preset`` a preset name or an
-    AccelConfig; skips naming a missing simulator."""
+    """``rtl_build(sim, preset, poison_collisions=False) -> (runner, build_dir)``, ``preset``
+    a preset name or an AccelConfig (``poison_collisions``: the build of
+    ``hw.build.emit(cfg, poison_collisions=True)``); skips naming a missing simulator."""
     cache = {}
 
-    def get(sim: str, preset: str | AccelConfig):
+    def get(sim: str, preset: str | AccelConfig, poison_collisions: bool = False):
         cfg = PRESETS[preset] if isinstance(preset, str) else preset
-        key = (sim, cfg)
+        key = (sim, cfg, poison_collisions)
         if key not in cache:
             reason = missing_tool(sim)
             if reason:
                 pytest.skip(reason)
-            out = emit(cfg)
+            out = emit(cfg, poison_collisions=poison_collisions)
             cache[key] = (build(sim, out, waves=os.getenv("WAVES") == "1"), out)
         return cache[key]
 

@@ -14,8 +14,9 @@ from tb import coverage
 WAVES = os.getenv("WAVES") == "1"
 
 
-def run(rtl_build, sim, preset, module, tmp_path, plusargs=(), **env):
-    runner, out = rtl_build(sim, preset)
+def run(rtl_build, sim, preset, module, tmp_path, plusargs=(), poison_collisions=False,
+        **env):
+    runner, out = rtl_build(sim, preset, poison_collisions)
     extra = {"ACCEL_BUILD": str(out), **{k: str(v) for k, v in env.items()}}
     results = runner.test(hdl_toplevel="sim_top", test_module=module, test_dir=tmp_path,
                           extra_env=extra, waves=WAVES, results_xml=str(tmp_path / "results.xml"),
