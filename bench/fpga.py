@@ -13,9 +13,9 @@ For each preset: ``hw.build.emit`` writes ``build/cfg-<id>/accel_top.v``; this w
 router1`` there (``fpga_top.lpf`` puts ``clk`` on a clock input pin; YoWASP
 tools only see the current directory, so every path is relative), and records LUT/FF/DSP/BRAM
 use, Fmax (after placement and after routing) and the critical path in ``fpga.json`` and
-``fpga.md``. Between the two, :func:`bench.outreg.absorb_output_registers` moves block RAM
-read registers into the RAMs (``OUTREG``; ``bram_outreg_ports`` in the row). A routed run also
-writes nextpnr's delays (``routed.sdf``), from which
+``fpga.md``. Between the two, :mod:`bench.outreg` moves block RAM read registers into the
+RAMs (``OUTREG``; ``bram_outreg_ports`` in the row) and the registers around each multiplier
+into its ``MULT18X18D`` (``dsp_register_groups``). A routed run also writes nextpnr's delays (``routed.sdf``), from which
 :mod:`bench.sta` lists the :data:`TOP_PATHS` worst register-to-register paths, one per
 start/end signal pair, with logic and routing time and the failing endpoints of each, and the
 failing endpoints per submodule (``top_paths`` and ``failing_by_module`` in the row, tables
@@ -56,7 +56,7 @@ from hw.build import emit
 from hw.compute import array_tag_bits
 from spec.config import PRESETS
 
-from .outreg import absorb_output_registers
+from .outreg import absorb_dsp_registers, absorb_output_registers
 from .report import table
 from .sta import failing_by_module, parse_sdf, worst_paths
 
@@ -490,6 +490,7 @@ def run_preset(preset: str, *, nodsp: bool = False, dsp_rows: int | None = None,
     if rc == 0 and (work / "fpga_top.json").exists():
         netlist = json.loads((work / "fpga_top.json").read_text())
         times["bram_outreg_ports"] = absorb_output_registers(netlist)
+        times["dsp_register_groups"] = absorb_dsp_registers(netlist)
         (work / "fpga_top.json").write_text(json.dumps(netlist))
     if rc == 0:
         over = []

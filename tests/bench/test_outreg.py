@@ -100,3 +100,108 @@ def test_bad_netlists_are_refused_by_name():
         absorb_output_registers({"cells": {}})
     with pytest.raises(ValueError, match="top='fpga_top': no such module"):
         absorb_output_registers({"modules": {"other": {"cells": {}}}})
+
+
+# -- multipliers --------------------------------------------------------------------------------
+
+def dsp_netlist(*, a_regs=None, p_regs=None, extra=None):
+    """A MULT18X18D: A0-7 from flip-flops (D nets 10+i -> Q nets 20+i, A8-17 = the sign bit),
+    B0-7 from flip-flops (30+i -> 40+i), P0-15 into flip-flops (P nets 100+i -> Q 200+i)."""
+    conns = {**{f"A{i}": [20 + min(i, 7)] for i in range(18)},
+             **{f"B{i}": [40 + min(i, 7)] for i in range(18)},
+             **{f"P{i}": [100 + i] for i in range(36)}, "SIGNEDA": ["1"], "SIGNEDB": ["1"]}
+    dirs = {p: ("output" if p[0] == "P" else "input") for p in conns}
+    cells = {"mul": {"type": "MULT18X18D", "parameters": {}, "connections": conns,
+                     "port_directions": dirs}}
+    for i in range(8):
+        cells[f"a{i}"] = (a_regs or {}).get(i, ff(10 + i, 20 + i))
+        cells[f"b{i}"] = ff(30 + i, 40 + i)
+    for i in range(16):
+        cells[f"p{i}"] = (p_regs or {}).get(i, ff(100 + i, 200 + i))
+    cells.update(extra or {})
+    return {"modules": {"fpga_top": {"ports": {}, "cells": cells, "netnames": {}}}}
+
+
+def test_a_multipliers_input_and_output_registers_move_into_it():
+    from bench.outreg import absorb_dsp_registers
+    n = dsp_netlist()
+    assert absorb_dsp_registers(n) == 3
+    cells = n["modules"]["fpga_top"]["cells"]
+    assert set(cells) == {"mul"}
+    mul = cells["mul"]
+    p, c = mul["parameters"], mul["connections"]
+    assert (p["REG_INPUTA_CLK"], p["REG_INPUTB_CLK"], p["REG_OUTPUT_CLK"]) == ("CLK0",) * 3
+    assert [c[f"A{i}"] for i in (0, 7, 17)] == [[10], [17], [17]]     # the D nets
+    assert [c[f"P{i}"] for i in (0, 15)] == [[200], [215]]             # the Q nets
+    assert c["P16"] == [116]                                           # unread: untouched
+    assert (c["CLK0"], c["RST0"], c["CE0"], c["CE1"], c["CE2"]) == ([CLK], ["0"], ["1"],
+                                                                      ["1"], ["1"])
+
+
+def test_a_shared_input_register_is_duplicated_and_an_inverted_enable_inverted():
+    from bench.outreg import absorb_dsp_registers
+    reader = {"type": "LUT4", "parameters": {}, "connections": {"A": [23], "Z": [99]},
+              "port_directions": {"A": "input", "Z": "output"}}
+    n = dsp_netlist(a_regs={i: ff(10 + i, 20 + i, ce=EN, cemux="INV") for i in range(8)},
+                    extra={"reader": reader})
+    assert absorb_dsp_registers(n) == 3
+    cells = n["modules"]["fpga_top"]["cells"]
+    assert "a3" in cells and "a2" not in cells        # a3's Q is also read elsewhere
+    (inv,) = [c for c in cells.values() if c["type"] == "LUT4" and c is not reader]
+    assert inv["connections"]["A"] == [EN] and inv["parameters"]["INIT"] == "0101010101010101"
+    assert cells["mul"]["connections"]["CE0"] == inv["connections"]["Z"]
+    assert cells["mul"]["connections"]["CE1"] == ["1"]
+
+
+@pytest.mark.parametrize("why, change, groups", [
+    ("an input register with a reset", dict(a_regs={3: ff(13, 23, lsr=RST)}), {"B", "P"}),
+    ("an input from logic", dict(a_regs={2: {
+        "type": "LUT4", "parameters": {}, "connections": {"A": [12], "Z": [22]},
+        "port_directions": {"A": "input", "Z": "output"}}}), {"B", "P"}),
+    ("an input register on another clock", dict(a_regs={0: ff(10, 20, clk=OTHER_CLK)}),
+     {"B", "P"}),
+    ("A on one clock, B and P on another: one clock per block",
+     dict(a_regs={i: ff(10 + i, 20 + i, clk=OTHER_CLK) for i in range(8)}), {"A"}),
+    ("a product bit read twice", dict(extra={"lut": {
+        "type": "LUT4", "parameters": {}, "connections": {"A": [105], "Z": [98]},
+        "port_directions": {"A": "input", "Z": "output"}}}), {"A", "B"}),
+    ("output registers with two enables", dict(p_regs={4: ff(104, 204, ce=EN)}), {"A", "B"}),
+])
+def test_a_group_that_is_not_one_plain_register_stays(why, change, groups):
+    from bench.outreg import absorb_dsp_registers
+    n = dsp_netlist(**change)
+    assert absorb_dsp_registers(n) == len(groups), why
+    p = n["modules"]["fpga_top"]["cells"]["mul"]["parameters"]
+    assert {g for g, key in (("A", "REG_INPUTA_CLK"), ("B", "REG_INPUTB_CLK"),
+                             ("P", "REG_OUTPUT_CLK")) if p.get(key) == "CLK0"} == groups, why
+
+
+@pytest.mark.parametrize("second_first", [False, True])
+def test_a_product_register_feeding_the_next_multiplier_moves_only_once(second_first):
+    """P of one multiplier -> its register -> A of another: the register goes into one block
+    (whichever is folded first), never into both, and no net is left without its driver."""
+    from bench.outreg import absorb_dsp_registers
+    first = dsp_netlist()["modules"]["fpga_top"]["cells"]
+    conns = {**{f"A{i}": [200 + min(i, 7)] for i in range(18)},
+             **{f"B{i}": ["0"] for i in range(18)}, **{f"P{i}": [300 + i] for i in range(36)}}
+    second = {"type": "MULT18X18D", "parameters": {}, "connections": conns,
+              "port_directions": {p: ("output" if p[0] == "P" else "input") for p in conns}}
+    cells = {"mul2": second, **first} if second_first else {**first, "mul2": second}
+    n = {"modules": {"fpga_top": {"ports": {}, "cells": cells, "netnames": {}}}}
+
+    def driven():
+        return {b for c in n["modules"]["fpga_top"]["cells"].values()
+                for pin, bits in c["connections"].items()
+                if c["port_directions"].get(pin) == "output" for b in bits}
+
+    before = driven()
+    assert absorb_dsp_registers(n) == 3
+    after = driven()
+    cells = n["modules"]["fpga_top"]["cells"]
+    for name, c in cells.items():
+        for pin, bits in c["connections"].items():
+            if c["port_directions"].get(pin) == "input":
+                assert all(b in after for b in bits if b in before), (name, pin)
+    folded_into = [name for name, key in (("mul", "REG_OUTPUT_CLK"), ("mul2", "REG_INPUTA_CLK"))
+                   if cells[name]["parameters"].get(key) == "CLK0"]
+    assert folded_into == (["mul2"] if second_first else ["mul"])
