@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from bench.outreg import absorb_output_registers
+from bench.outreg import absorb_dsp_registers, absorb_output_registers
 
 CLK, RST, EN, OTHER_CLK = 2, 3, 4, 5
 
@@ -18,6 +18,12 @@ def ff(di, q, *, clk=CLK, ce=None, lsr="0", regset="RESET", cemux=None):
         conns["CE"], dirs["CE"] = [ce], "input"
     return {"type": "TRELLIS_FF", "parameters": params, "connections": conns,
             "port_directions": dirs}
+
+
+def lut(a, z):
+    """A LUT4 reading net ``a`` into net ``z``."""
+    return {"type": "LUT4", "parameters": {}, "connections": {"A": [a], "Z": [z]},
+            "port_directions": {"A": "input", "Z": "output"}}
 
 
 def netlist(bits=4, *, ram_params=None, ram_conns=None, regs=None, extra=None, ports=None):
@@ -59,18 +65,14 @@ def test_the_registers_shared_enable_becomes_the_output_enable():
 
 
 @pytest.mark.parametrize("why, change", [
-    ("a data bit read twice", dict(extra={"lut": {
-        "type": "LUT4", "parameters": {}, "connections": {"A": [101], "Z": [400]},
-        "port_directions": {"A": "input", "Z": "output"}}})),
+    ("a data bit read twice", dict(extra={"lut": lut(101, 400)})),
     ("a register with a reset", dict(regs={2: ff(102, 202, lsr=RST)})),
     ("a register that resets to 1", dict(regs={0: ff(100, 200, regset="SET")})),
     ("a register on another clock", dict(regs={1: ff(101, 201, clk=OTHER_CLK)})),
     ("registers with different enables", dict(regs={0: ff(100, 200, ce=EN)})),
     ("an inverted enable", dict(regs={i: ff(100 + i, 200 + i, ce=EN, cemux="INV")
                                       for i in range(4)})),
-    ("a data bit into logic", dict(regs={3: {
-        "type": "LUT4", "parameters": {}, "connections": {"A": [103], "Z": [203]},
-        "port_directions": {"A": "input", "Z": "output"}}})),
+    ("a data bit into logic", dict(regs={3: lut(103, 203)})),
     ("an output register already", dict(ram_params={"REGMODE_B": "OUTREG"})),
     ("a read reset in use", dict(ram_conns={"RSTB": [RST]})),
     ("an output enable in use", dict(ram_conns={"OCEB": [EN]})),
@@ -123,7 +125,6 @@ def dsp_netlist(*, a_regs=None, p_regs=None, extra=None):
 
 
 def test_a_multipliers_input_and_output_registers_move_into_it():
-    from bench.outreg import absorb_dsp_registers
     n = dsp_netlist()
     assert absorb_dsp_registers(n) == 3
     cells = n["modules"]["fpga_top"]["cells"]
@@ -139,9 +140,7 @@ def test_a_multipliers_input_and_output_registers_move_into_it():
 
 
 def test_a_shared_input_register_is_duplicated_and_an_inverted_enable_inverted():
-    from bench.outreg import absorb_dsp_registers
-    reader = {"type": "LUT4", "parameters": {}, "connections": {"A": [23], "Z": [99]},
-              "port_directions": {"A": "input", "Z": "output"}}
+    reader = lut(23, 99)
     n = dsp_netlist(a_regs={i: ff(10 + i, 20 + i, ce=EN, cemux="INV") for i in range(8)},
                     extra={"reader": reader})
     assert absorb_dsp_registers(n) == 3
@@ -155,20 +154,15 @@ def test_a_shared_input_register_is_duplicated_and_an_inverted_enable_inverted()
 
 @pytest.mark.parametrize("why, change, groups", [
     ("an input register with a reset", dict(a_regs={3: ff(13, 23, lsr=RST)}), {"B", "P"}),
-    ("an input from logic", dict(a_regs={2: {
-        "type": "LUT4", "parameters": {}, "connections": {"A": [12], "Z": [22]},
-        "port_directions": {"A": "input", "Z": "output"}}}), {"B", "P"}),
+    ("an input from logic", dict(a_regs={2: lut(12, 22)}), {"B", "P"}),
     ("an input register on another clock", dict(a_regs={0: ff(10, 20, clk=OTHER_CLK)}),
      {"B", "P"}),
     ("A on one clock, B and P on another: one clock per block",
      dict(a_regs={i: ff(10 + i, 20 + i, clk=OTHER_CLK) for i in range(8)}), {"A"}),
-    ("a product bit read twice", dict(extra={"lut": {
-        "type": "LUT4", "parameters": {}, "connections": {"A": [105], "Z": [98]},
-        "port_directions": {"A": "input", "Z": "output"}}}), {"A", "B"}),
+    ("a product bit read twice", dict(extra={"lut": lut(105, 98)}), {"A", "B"}),
     ("output registers with two enables", dict(p_regs={4: ff(104, 204, ce=EN)}), {"A", "B"}),
 ])
 def test_a_group_that_is_not_one_plain_register_stays(why, change, groups):
-    from bench.outreg import absorb_dsp_registers
     n = dsp_netlist(**change)
     assert absorb_dsp_registers(n) == len(groups), why
     p = n["modules"]["fpga_top"]["cells"]["mul"]["parameters"]
@@ -180,7 +174,6 @@ def test_a_group_that_is_not_one_plain_register_stays(why, change, groups):
 def test_a_product_register_feeding_the_next_multiplier_moves_only_once(second_first):
     """P of one multiplier -> its register -> A of another: the register goes into one block
     (whichever is folded first), never into both, and no net is left without its driver."""
-    from bench.outreg import absorb_dsp_registers
     first = dsp_netlist()["modules"]["fpga_top"]["cells"]
     conns = {**{f"A{i}": [200 + min(i, 7)] for i in range(18)},
              **{f"B{i}": ["0"] for i in range(18)}, **{f"P{i}": [300 + i] for i in range(36)}}
