@@ -68,9 +68,10 @@ class WritePort:
 
 
 class CsrBus:
-    """A 32-bit register bus: word addresses; a write takes effect at the clock edge where ``we``
-    is high; a read's ``rdata`` is valid :data:`spec.regmap.CSR_READ_LATENCY` clock edges after
-    ``addr`` (which holds still meanwhile)."""
+    """A 32-bit register bus: word addresses; a write is taken at the clock edge where ``we`` is
+    high and reaches its register :data:`spec.regmap.CSR_WRITE_LATENCY` edges later; a read's
+    ``rdata`` is valid :data:`spec.regmap.CSR_READ_LATENCY` clock edges after ``addr`` (which
+    holds still meanwhile)."""
 
     class Signature(wiring.Signature):
         def __init__(self, *, addr_bits: int):

@@ -9,8 +9,8 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.layouts import LAYER_WORDS
-from spec.regmap import (COUNTERS, CSR_ADDR_BITS, CSR_READ_LATENCY, CTRL_BITS, REG, STATUS_BITS,
-                         record_register)
+from spec.regmap import (COUNTERS, CSR_ADDR_BITS, CSR_READ_LATENCY, CSR_WRITE_LATENCY,
+                         CTRL_BITS, REG, STATUS_BITS, record_register)
 
 from .ports import CsrBus, ReadPort, WritePort
 from .runner import ImageRunner
@@ -145,9 +145,27 @@ class AccelTop(wiring.Component):
             REG["IMAGE_ADDR"].offset: image_addr,
             REG["LAYER_INDEX"].offset: run.layer_index,
         }
-        csr_write = self.csr.we & ~busy_csr
-        with m.If(csr_write & (self.csr.addr == REG["IMAGE_ADDR"].offset)):
-            m.d.sync += image_addr.eq(self.csr.wdata)
+        # CSR writes take effect CSR_WRITE_LATENCY = 1 edge late: the bus's write, decoded
+        # into one strobe per writable register, and its data are registered here first. The
+        # bus inputs -> address compare -> start -> every counter's reset was a 11.1 ns path of
+        # the whole 8x8 (session 18, 170 endpoints); now it starts at a strobe register.
+        assert CSR_WRITE_LATENCY == 1
+        wdata = Signal(32, name="csr_wdata_r", reset_less=True)
+        m.d.sync += wdata.eq(self.csr.wdata)
+
+        def written(offset, bit=None, clear=None):
+            """The bus wrote ``offset`` one edge ago (with data bit ``bit`` set and ``clear``
+            clear, where given), and nothing is busy now (writes while busy are ignored)."""
+            hit = self.csr.we & (self.csr.addr == offset)
+            if bit is not None:
+                hit &= self.csr.wdata[bit]
+            if clear is not None:
+                hit &= ~self.csr.wdata[clear]
+            strobe = Signal(name=f"csr_we_{offset}" + ("" if bit is None else f"_{bit}"))
+            m.d.sync += strobe.eq(hit)
+            return strobe & ~busy_csr
+        with m.If(written(REG["IMAGE_ADDR"].offset)):
+            m.d.sync += image_addr.eq(wdata)
         m.d.comb += run.image_addr.eq(image_addr)
 
         # The layer record registers: written by the host between runs, or by the runner's
@@ -156,11 +174,12 @@ class AccelTop(wiring.Component):
         for name, word in LAYER_WORDS.items():
             reg = Signal(32, name=f"rec_{name}")
             offset = REG[record_register(name)].offset
+            host_write = written(offset)
             with m.If(run.rec_we & run.rec_sel[word // wpb]):
                 lane = word % wpb
                 m.d.sync += reg.eq(run.rec_data[32 * lane:32 * (lane + 1)])
-            with m.Elif(csr_write & (self.csr.addr == offset)):
-                m.d.sync += reg.eq(self.csr.wdata)
+            with m.Elif(host_write):
+                m.d.sync += reg.eq(wdata)
             readable[offset] = reg
             if name.startswith("desc_"):
                 m.d.comb += getattr(seq, f"d_{name[len('desc_'):]}").eq(reg)
@@ -172,10 +191,9 @@ class AccelTop(wiring.Component):
             readable[REG[f"PERF_{name.upper()}"].offset] = Mux(
                 image_mode, getattr(run, f"c_{name}"), getattr(seq, f"c_{name}"))
 
-        ctrl = csr_write & (self.csr.addr == REG["CTRL"].offset)
-        start_layer = ctrl & self.csr.wdata[CTRL_BITS["START"]]
-        start_image = ctrl & ~self.csr.wdata[CTRL_BITS["START"]] & \
-            self.csr.wdata[CTRL_BITS["RUN_IMAGE"]]
+        ctrl = REG["CTRL"].offset
+        start_layer = written(ctrl, bit=CTRL_BITS["START"])
+        start_image = written(ctrl, bit=CTRL_BITS["RUN_IMAGE"], clear=CTRL_BITS["START"])
         m.d.comb += [seq.start.eq(start_layer | run.seq_start), run.start.eq(start_image)]
         with m.If(start_layer):
             m.d.sync += image_mode.eq(0)

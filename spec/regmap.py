@@ -9,6 +9,7 @@ import dataclasses
 from .layouts import COUNTERS, LAYER_WORDS
 
 __all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CSR_READ_LATENCY",
+           "CSR_WRITE_LATENCY",
            "CTRL_BITS", "STATUS_BITS", "record_register"]
 
 
@@ -17,6 +18,11 @@ CSR_ADDR_BITS = 6
 #: multiplexer stage per group of registers (beside them), then the OR of the groups (so no
 #: cycle of the read mux spans the chip; the whole design's slowest path on the ECP5 once).
 CSR_READ_LATENCY = 3
+#: Clock edges from a CSR write (``we`` high) to the register holding the new value (and, for
+#: ``CTRL``, to the start): the write is decoded into one strobe per register, registered, then
+#: applied (no cycle spans bus inputs -> address compare -> start -> every counter's reset). A
+#: write is ignored when the accelerator is busy in the cycle it is applied.
+CSR_WRITE_LATENCY = 1
 
 #: Bit positions inside CTRL and STATUS (the RTL, the C headers and the testbench read these).
 CTRL_BITS: dict[str, int] = {"START": 0, "RUN_IMAGE": 1}

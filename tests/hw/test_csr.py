@@ -5,7 +5,7 @@ from amaranth.sim import Simulator
 
 from hw.top import AccelTop
 from spec.config import PRESETS
-from spec.regmap import CSR_READ_LATENCY, REG
+from spec.regmap import CSR_READ_LATENCY, CSR_WRITE_LATENCY, REG
 
 
 def test_csr_read_latency_is_the_regmap_constant():
@@ -30,3 +30,35 @@ def test_csr_read_latency_is_the_regmap_constant():
     # the address changed before edge 0: rdata shows it from edge CSR_READ_LATENCY on
     assert seen[:CSR_READ_LATENCY] == [0] * CSR_READ_LATENCY
     assert seen[CSR_READ_LATENCY] == cfg.config_id
+
+
+def test_csr_write_latency_is_the_regmap_constant():
+    """A write taken at edge 1 is in its register from edge 1 + CSR_WRITE_LATENCY on, so a read of
+    it (address held since before) shows it CSR_READ_LATENCY - 1 edges after that."""
+    cfg = PRESETS["tiny"]
+    top = AccelTop(cfg)
+    seen = []
+    value = 0x1234_5678
+
+    async def bench(ctx):
+        ctx.set(top.csr.addr, REG["IMAGE_ADDR"].offset)
+        for _ in range(CSR_READ_LATENCY + 1):
+            await ctx.tick()
+        assert ctx.get(top.csr.rdata) == 0
+        ctx.set(top.csr.wdata, value)
+        ctx.set(top.csr.we, 1)
+        await ctx.tick()                                    # edge 1 takes the write
+        ctx.set(top.csr.we, 0)
+        ctx.set(top.csr.wdata, 0)
+        seen.append(ctx.get(top.csr.rdata))                 # after edge 1
+        for _ in range(CSR_WRITE_LATENCY + CSR_READ_LATENCY + 2):
+            await ctx.tick()
+            seen.append(ctx.get(top.csr.rdata))
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    first = CSR_WRITE_LATENCY + CSR_READ_LATENCY           # the first edge showing the value
+    assert seen[:first - 1] == [0] * (first - 1)
+    assert seen[first - 1:] == [value] * (len(seen) - first + 1)
