@@ -54,7 +54,8 @@ class SystolicArray(wiring.Component):
     o_r : ``Out(range(array_rows))``
     o_tag : ``Out(tag_bits)``
     e_valid, e_r, e_tag : the values ``o_valid``, ``o_r``, ``o_tag`` take in the next cycle
-    (for a memory read that must be issued a cycle before its row arrives)
+    f_valid, f_r, f_tag : the values ``e_valid``, ``e_r``, ``e_tag`` take in the next cycle (the
+    accumulator's read-modify-write reads a row two cycles before the row arrives)
 
     With ``mesh=True`` the array also has the depthwise *mesh mode* of issue 18 (design and
     golden model: docs/architecture.md, :mod:`spec.dwmesh`; the compute engine does not drive
@@ -111,6 +112,9 @@ class SystolicArray(wiring.Component):
             "e_valid": Out(1),
             "e_r": Out(range(rows)),
             "e_tag": Out(tag_bits),
+            "f_valid": Out(1),
+            "f_r": Out(range(rows)),
+            "f_tag": Out(tag_bits),
         })
 
     @property
@@ -258,15 +262,17 @@ class SystolicArray(wiring.Component):
         # first result row, `latency` cycles later; rows then follow on consecutive cycles.
         tag_in = Signal(self._tag_bits + 1)
         m.d.comb += tag_in.eq(Cat(self.i_tag, self.i_valid & self.i_last))
-        tag_e = delayed(tag_in, self.latency - 1, "tag")
+        assert self.latency >= 2 and self.mesh_latency >= 2        # f_* is two cycles ahead
+        tag_f = delayed(tag_in, self.latency - 2, "tag")
         if mesh:
             # a mesh tile's tag joins at the stage that announces its rows on time
             mtag = Signal(self._tag_bits + 1, name="mesh_tag")
             m.d.comb += mtag.eq(Cat(self.i_tag, self.i_mesh & self.i_tap & self.i_last))
-            mtag_e = delayed(mtag, self.mesh_latency - 1, "mesh_tag")
-            merged = Signal.like(tag_e, name="tag_e")
-            m.d.comb += merged.eq(Mux(mtag_e[-1], mtag_e, tag_e))
-            tag_e = merged
+            mtag_f = delayed(mtag, self.mesh_latency - 2, "mesh_tag")
+            mtag_e = delayed(mtag_f, 1, "mesh_tag_e")
+            merged = Signal.like(tag_f, name="tag_f")
+            m.d.comb += merged.eq(Mux(mtag_f[-1], mtag_f, tag_f))
+            tag_f = merged
             # a mesh tile's rows, from the first one's announcement until all R have left
             rows_left = Signal(range(R + 1), name="mesh_rows_left")
             with m.If(mtag_e[-1]):
@@ -275,16 +281,18 @@ class SystolicArray(wiring.Component):
                 m.d.sync += rows_left.eq(rows_left - 1)
             for _, bypass in col_out:
                 m.d.comb += bypass.eq(rows_left != 0)
-        # e_*: the rows one cycle ahead of o_* (o_* is e_* registered)
+        # f_*: the rows two cycles ahead of o_* (e_* is f_* registered, o_* is e_* registered)
         row_tag = Signal(self._tag_bits)
         s = Signal(range(R + 1))      # rows still to announce of the current tile
-        with m.If(tag_e[-1]):
-            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(tag_e[:-1]), self.e_r.eq(R - 1)]
-            m.d.sync += [row_tag.eq(tag_e[:-1]), s.eq(R - 1)]
+        with m.If(tag_f[-1]):
+            m.d.comb += [self.f_valid.eq(1), self.f_tag.eq(tag_f[:-1]), self.f_r.eq(R - 1)]
+            m.d.sync += [row_tag.eq(tag_f[:-1]), s.eq(R - 1)]
         with m.Elif(s != 0):
-            m.d.comb += [self.e_valid.eq(1), self.e_tag.eq(row_tag), self.e_r.eq(s - 1)]
+            m.d.comb += [self.f_valid.eq(1), self.f_tag.eq(row_tag), self.f_r.eq(s - 1)]
             m.d.sync += s.eq(s - 1)
-        m.d.sync += [self.o_valid.eq(self.e_valid), self.o_tag.eq(self.e_tag),
+        m.d.sync += [self.e_valid.eq(self.f_valid), self.e_tag.eq(self.f_tag),
+                     self.e_r.eq(self.f_r),
+                     self.o_valid.eq(self.e_valid), self.o_tag.eq(self.e_tag),
                      self.o_r.eq(self.e_r)]
         m.d.comb += self.o_row.eq(Cat(*(c for c, _ in col_out)))
         return m

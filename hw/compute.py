@@ -305,32 +305,37 @@ class ComputeEngine(wiring.Component):
                              beat=(i_first, i_last, i_tag))
             m.d.comb += self.running.eq(running | mesh_run)
 
-        # accumulator read-modify-write: read the cycle before a row leaves the array (the
-        # array's e_* outputs), register the old value with the row, write one cycle after the
-        # row. A tile's rows leave bottom first on consecutive cycles: the first (o_r = R - 1)
-        # at the tag's address, each next one rstride below the previous.
+        # accumulator read-modify-write: read two cycles before a row leaves the array (the
+        # array's f_* outputs), so the old value is registered when the row arrives; the sum is
+        # registered and written the cycle after the row. A tile's rows leave bottom first on
+        # consecutive cycles: the first (o_r = R - 1) at the tag's address, each next one
+        # rstride below the previous. (Adding in the cycle of the write, old value -> adder ->
+        # both accumulator copies' data inputs was a 10.9 ns path of the whole 8x8, session 18,
+        # 107 endpoints.)
         ab = len(tile_addr)
         row_addr = Signal(range(cfg.acc_depth))
         next_row = Signal(range(cfg.acc_depth))
-        read_addr = Signal(range(cfg.acc_depth))      # the address read in the previous cycle
         m.d.comb += [
-            row_addr.eq(Mux(arr.e_r == R - 1, arr.e_tag[:ab], next_row)),
+            row_addr.eq(Mux(arr.f_r == R - 1, arr.f_tag[:ab], next_row)),
             self.acc_raddr.eq(row_addr),
         ]
-        with m.If(arr.e_valid):
+        with m.If(arr.f_valid):
             m.d.sync += next_row.eq(row_addr - rstride)
-        m.d.sync += read_addr.eq(row_addr)
-        w_valid, w_accum = Signal(), Signal()
+        read_addr = Signal(range(cfg.acc_depth))      # the address read in the previous cycle
+        old_addr = Signal(range(cfg.acc_depth))       # ... and the one before
+        w_valid = Signal()
         w_addr = Signal(range(cfg.acc_depth))
-        w_row = Signal(len(arr.o_row), reset_less=True)
         w_old = Signal(len(self.acc_rdata), reset_less=True)
-        m.d.sync += [w_valid.eq(arr.o_valid), w_addr.eq(read_addr), w_row.eq(arr.o_row),
-                     w_accum.eq(arr.o_tag[ab]), w_old.eq(self.acc_rdata)]
+        m.d.sync += [read_addr.eq(row_addr), old_addr.eq(read_addr), w_addr.eq(old_addr),
+                     w_valid.eq(arr.o_valid), w_old.eq(self.acc_rdata)]
+        accum = arr.o_tag[ab]
         lanes = []
         for j in range(C):
             old = w_old[32 * j:32 * (j + 1)]
-            new = w_row[32 * j:32 * (j + 1)]
-            lanes.append((Mux(w_accum, old, 0) + new)[:32])
+            new = arr.o_row[32 * j:32 * (j + 1)]
+            lane = Signal(32, name=f"acc_sum{j}", reset_less=True)
+            m.d.sync += lane.eq((Mux(accum, old, 0) + new)[:32])
+            lanes.append(lane)
         m.d.comb += [
             self.acc_waddr.eq(w_addr),
             self.acc_wdata.eq(Cat(*lanes)),

@@ -57,16 +57,20 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
 
     first_row_cycle = {}
     early, late = [], []                  # (valid, r, tag) per cycle of e_* and of o_*
+    earlier = []                          # ... and of f_*
 
     async def monitor(ctx):
         cycle = 0
-        async for clk_edge, rst, valid, row, r, tag, e_valid, e_r, e_tag in ctx.tick().sample(
-                dut.o_valid, dut.o_row, dut.o_r, dut.o_tag, dut.e_valid, dut.e_r, dut.e_tag):
+        async for (clk_edge, rst, valid, row, r, tag, e_valid, e_r, e_tag, f_valid, f_r,
+                   f_tag) in ctx.tick().sample(dut.o_valid, dut.o_row, dut.o_r, dut.o_tag,
+                                               dut.e_valid, dut.e_r, dut.e_tag, dut.f_valid,
+                                               dut.f_r, dut.f_tag):
             if valid:
                 got[(tag, r)] = unpack_signed(row, 32, C)
                 first_row_cycle.setdefault(tag, cycle)
             late.append((valid, r, tag) if valid else (0,))
             early.append((e_valid, e_r, e_tag) if e_valid else (0,))
+            earlier.append((f_valid, f_r, f_tag) if f_valid else (0,))
             cycle += 1
 
     async def waiter(ctx):
@@ -81,4 +85,5 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
             assert got.get((t, r)) == list(want[r]), f"tile {t} row {r}"
     # e_* announces every result row one cycle before o_* carries it
     assert early[:-1] == late[1:]
+    assert earlier[:-1] == early[1:]      # f_* one cycle before e_*
     assert sum(v[0] for v in late) == len(tiles) * R

@@ -80,12 +80,18 @@ def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
         ctx.set(dut.i_mesh, 0)
         ctx.set(dut.i_tap, 0)
 
+    stages = {"f": [], "e": [], "o": []}      # (valid, r, tag) of f_*, e_*, o_* per cycle
+
     async def monitor(ctx):
         for cycle in range(len(beats) + R + 8):
             if ctx.get(dut.o_valid):
                 t, r = ctx.get(dut.o_tag), ctx.get(dut.o_r)
                 rows_out.setdefault(t, []).append(
                     (cycle, r, unpack_signed(ctx.get(dut.o_row), 32, C)))
+            for x, seen in stages.items():
+                valid = ctx.get(getattr(dut, f"{x}_valid"))
+                seen.append((1, ctx.get(getattr(dut, f"{x}_r")), ctx.get(getattr(dut, f"{x}_tag")))
+                            if valid else (0,))
             await ctx.tick()
 
     run_sim(dut, producer, monitor)
@@ -100,6 +106,8 @@ def test_mesh_mode_matches_the_model(channels, h, w, stride, pad, split):
             acc[r] = row
         scatter_results(tile, acc, got, stride=stride)
     np.testing.assert_array_equal(got, expect)
+    # mesh rows are announced like a GEMM tile's: f_* a cycle before e_*, e_* before o_*
+    assert stages["f"][:-1] == stages["e"][1:] and stages["e"][:-1] == stages["o"][1:]
 
 
 
