@@ -302,13 +302,16 @@ class StoreEngine(wiring.Component):
         # acknowledges on time; a slower memory holds further beats at `limit`
         limit = 2 * (cfg.c_port_latency_cycles + 1)
         pending = Signal(range(limit + 1))
+        # `pending < limit` as a register kept with the count (the compare in front of the
+        # port's valid and the local buffer's write enables was a 11.1 ns path of the 8x8)
+        under_limit = Signal(init=1)
         can_send = Signal()
-        m.d.comb += can_send.eq((pending < limit) | self.mem.bvalid)
+        m.d.comb += can_send.eq(under_limit | self.mem.bvalid)
         accepted = self.mem.valid & self.mem.ready
         with m.If(accepted & ~self.mem.bvalid):
-            m.d.sync += pending.eq(pending + 1)
+            m.d.sync += [pending.eq(pending + 1), under_limit.eq(pending < limit - 1)]
         with m.Elif(~accepted & self.mem.bvalid):
-            m.d.sync += pending.eq(pending - 1)
+            m.d.sync += [pending.eq(pending - 1), under_limit.eq(1)]
 
         # Nothing left to issue, nothing waiting for the port, and the last acknowledgement
         # arrives now (or none is outstanding): done. A start in the same cycle takes precedence.
