@@ -71,7 +71,7 @@ class RecordChecker(wiring.Component):
     Members
     -------
     start : ``In(1)``; done : ``Out(1)``; code : ``Out(8)``; failed : ``Out(1)``: ``code != 0``
-    (an OR of registered bits, for the sequencer's launch decision)
+    (a register, for the sequencer's launch decision)
     d_<field> : ``In(32)`` for every descriptor field; l_<field> : ``In(32)`` for every
     :data:`LAYER_FIELDS` name; img_lo, img_hi : ``In(dram_addr_bits + 1)``
     a_kstep, b_kstep, c_mstep : ``Out(dram_addr_bits)``
@@ -107,13 +107,20 @@ class RecordChecker(wiring.Component):
 
         # -- phase counter -------------------------------------------------------------------
         phase = Signal(range(self.latency + 1))
-        with m.If(self.start):
-            m.d.sync += phase.eq(1)
-        with m.Elif(phase == self.latency):
-            m.d.sync += phase.eq(0)
-        with m.Elif(phase != 0):
-            m.d.sync += phase.eq(phase + 1)
-        m.d.comb += self.done.eq(phase == self.latency)
+        nxt = Signal.like(phase)
+        m.d.comb += nxt.eq(Mux(self.start, 1,
+                               Mux((phase == 0) | (phase == self.latency), 0, phase + 1)))
+        m.d.sync += phase.eq(nxt)
+
+        def stage(lo, hi, name, keep=False):
+            """A register that is high exactly while ``lo <= phase <= hi``, from the next
+            phase (every stage's enable was a compare of ``phase`` fanned out to hundreds of
+            flip-flops: 10.8 ns paths of the whole 8x8, session 18); ``keep``: a copy of its
+            own, not merged with equal ones."""
+            flag = Signal(name=name, attrs={"keep": 1} if keep else {})
+            m.d.sync += flag.eq((nxt >= lo) & (nxt <= hi))
+            return flag
+        m.d.comb += self.done.eq(stage(self.latency, self.latency, "done_stage"))
 
         # -- products: radix 4, most significant digit first -----------------------------------
         def product(factor, value, name):
@@ -122,9 +129,10 @@ class RecordChecker(wiring.Component):
             x3 = reg(value + (value << 1), 34, name=f"{name}_x3")
             digit = mr[-2:]
             pick = Mux(digit[1], Mux(digit[0], x3, value << 1), Mux(digit[0], value, 0))
+            step = stage(1, DIGITS, f"{name}_step", keep=True)
             with m.If(self.start):
                 m.d.sync += [mr.eq(factor[:FACTOR_BITS]), acc.eq(0)]
-            with m.Elif((phase >= 1) & (phase <= DIGITS)):
+            with m.Elif(step):
                 m.d.sync += [mr.eq(mr << 2), acc.eq((acc << 2) + pick)]
             return acc
 
@@ -176,7 +184,7 @@ class RecordChecker(wiring.Component):
         param_hi = [reg(L[f"{name}_addr"] + (M << 2), name=f"{name}_hi") for name in PARAM_ARRAYS]
 
         # -- extents -------------------------------------------------------------------------
-        extents = phase == DIGITS + 1
+        extents = stage(DIGITS + 1, DIGITS + 1, "extents")
         a_hi, b_hi, c_hi, w_hi = (Signal(64, name=n) for n in ("a_hi", "b_hi", "c_hi", "w_hi"))
         acc_need = Signal(64)
         with m.If(extents):
@@ -201,7 +209,7 @@ class RecordChecker(wiring.Component):
                             name="dw_unused")
 
         # -- rules: every compare registered on its own ---------------------------------------
-        compares = phase == DIGITS + 2
+        compares = stage(DIGITS + 2, DIGITS + 2, "compares")
         bits = {code: [] for code in ErrorCode}
 
         def rule(code, cond):
@@ -333,10 +341,12 @@ class RecordChecker(wiring.Component):
                  ErrorCode.BAD_WINDOW]
         assert set(order) == {code for code, got in bits.items() if got}, "a rule has no order"
         failing = Signal(len(order))
-        with m.If(phase == DIGITS + 3):
-            m.d.sync += failing.eq(Cat(*(Cat(*bits[code]).any() for code in order)))
+        failed = Signal()                   # their OR, registered too (the launch decision)
+        with m.If(stage(DIGITS + 3, DIGITS + 3, "codes")):
+            per_code = [Cat(*bits[code]).any() for code in order]
+            m.d.sync += [failing.eq(Cat(*per_code)), failed.eq(Cat(*per_code).any())]
         code = Const(0, 8)
         for i, err in reversed(list(enumerate(order))):
             code = Mux(failing[i], err.value, code)
-        m.d.comb += [self.code.eq(code), self.failed.eq(failing.any())]
+        m.d.comb += [self.code.eq(code), self.failed.eq(failed)]
         return m
