@@ -189,7 +189,8 @@ class StoreEngine(wiring.Component):
     registered before anything uses it (two cycles from read to port); a beat the port
     refuses waits in a one-beat skid register and the pipeline holds from the next cycle
     (``acc_ren`` low), so no pipeline enable depends on the port's ``ready``. ``busy`` falls in the cycle after the last beat was
-    acknowledged (``mem.bvalid``).
+    acknowledged (``mem.bvalid``). At most :meth:`pending_limit` beats are accepted and not yet
+    acknowledged; a further beat waits for an acknowledgement (which may come in its cycle).
 
     Parameters
     ----------
@@ -240,6 +241,12 @@ class StoreEngine(wiring.Component):
             "q_shift": In(32),
             "mem": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         })
+
+    @staticmethod
+    def pending_limit(cfg: AccelConfig) -> int:
+        """Beats the engine lets be accepted and not yet acknowledged: two per cycle of the C
+        port's latency (and one), so a memory that acknowledges on time never holds it up."""
+        return 2 * (cfg.c_port_latency_cycles + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -300,7 +307,7 @@ class StoreEngine(wiring.Component):
         fin_valid = Signal()
         # beats accepted but not yet acknowledged: one per cycle of latency with a memory that
         # acknowledges on time; a slower memory holds further beats at `limit`
-        limit = 2 * (cfg.c_port_latency_cycles + 1)
+        limit = self.pending_limit(cfg)
         pending = Signal(range(limit + 1))
         # `pending < limit` as a register kept with the count (the compare in front of the
         # port's valid and the local buffer's write enables was a 11.1 ns path of the 8x8)
