@@ -351,6 +351,12 @@ class Sequencer(wiring.Component):
         # what `cur` and `nxt` hold after the move. Before the first ISSUE the walker holds
         # `first` in `adv` (`restart`).
         shift = [Signal(name=f"step_shift{i}", attrs={"keep": 1}) for i in range(3)]
+        # `shift` is high exactly in ISSUE (which lasts one cycle): two more copies start the
+        # compute engine and the gather there, so no FSM state decode sits in front of their
+        # parameter registers (a 10.9 ns path of the 8x8 into the compute engine's loop
+        # counters, session 18)
+        issuing = [Signal(name=f"issuing{i}", attrs={"keep": 1}) for i in range(2)]
+        shift_all = [*shift, *issuing]
         comp, load = nxt, adv           # in ISSUE: the step to compute, the step to load
         # WAIT's first cycles: the walker's `adv` and `adv_last` for the `nxt` moved at the end
         # of ISSUE are valid from WAIT's third cycle (StepWalker.next_latency); a phase's
@@ -503,7 +509,7 @@ class Sequencer(wiring.Component):
                 with m.Elif(is_dw):
                     m.next = "DW_FIRST"
             with m.Else():
-                m.d.sync += [x.eq(1) for x in shift]
+                m.d.sync += [x.eq(1) for x in shift_all]
                 m.next = "ISSUE"
 
         # While a parameter array loads, the loader runs the B load engine: it copies the
@@ -524,7 +530,12 @@ class Sequencer(wiring.Component):
                          for name in pl.lb.signature.members if name.startswith("p_")]
 
         # the step registers' move (see `shift`): each copy of the flag enables one group
-        m.d.sync += [x.eq(0) for x in shift]
+        m.d.sync += [x.eq(0) for x in shift_all]
+        # ISSUE's engine starts (the loads' are set in the FSM, which also starts them in the
+        # depthwise states): the step to compute is `nxt`, the step to load `adv` (below)
+        m.d.comb += [ce.start.eq(issuing[0] & cur_valid),
+                     ag.gather_start.eq(issuing[1] & nxt_valid & ~(cur_valid & adv["b_same"])
+                                        & conv)]
         with m.If(shift[0]):
             m.d.sync += cur.eq(nxt)
         with m.If(shift[1]):
@@ -585,16 +596,14 @@ class Sequencer(wiring.Component):
             with m.State("TABLES"):             # convolution tables on chip before the prologue
                 m.d.comb += walk_restart.eq(1)
                 with m.If(~ag.tables_busy):
-                    m.d.sync += [x.eq(1) for x in shift]
+                    m.d.sync += [x.eq(1) for x in shift_all]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 same_a = cur_valid & load["a_same"]      # (the walker's: no compares here)
                 same_b = cur_valid & load["b_same"]
                 m.d.comb += [
-                    ce.start.eq(cur_valid),
                     la.start.eq(nxt_valid & ~same_a),
                     lb.start.eq(nxt_valid & ~same_b & ~conv),
-                    ag.gather_start.eq(nxt_valid & ~same_b & conv),
                 ]
                 m.d.sync += st_hold.eq(Mux(st_valid, wait_cycles, 0))
                 m.d.comb += st_load.eq(1)
@@ -616,7 +625,7 @@ class Sequencer(wiring.Component):
                     with m.If(new_st):
                         m.d.sync += acc_slot.eq(~acc_slot)
                     with m.If(nxt_valid | new_st):
-                        m.d.sync += [x.eq(1) for x in shift]
+                        m.d.sync += [x.eq(1) for x in shift_all]
                         m.next = "ISSUE"
                     with m.Else():
                         m.next = "FINISH"
