@@ -107,18 +107,24 @@ class RecordChecker(wiring.Component):
 
         # -- phase counter -------------------------------------------------------------------
         phase = Signal(range(self.latency + 1))
-        nxt = Signal.like(phase)
-        m.d.comb += nxt.eq(Mux(self.start, 1,
-                               Mux((phase == 0) | (phase == self.latency), 0, phase + 1)))
-        m.d.sync += phase.eq(nxt)
+        with m.If(self.start):
+            m.d.sync += phase.eq(1)
+        with m.Elif(phase == self.latency):
+            m.d.sync += phase.eq(0)
+        with m.Elif(phase != 0):
+            m.d.sync += phase.eq(phase + 1)
 
         def stage(lo, hi, name, keep=False):
-            """A register that is high exactly while ``lo <= phase <= hi``, from the next
-            phase (every stage's enable was a compare of ``phase`` fanned out to hundreds of
+            """A register that is high exactly while ``lo <= phase <= hi``, set from the
+            phase before (every stage's enable was a compare of ``phase`` fanned out to hundreds of
             flip-flops: 10.8 ns paths of the whole 8x8, session 18); ``keep``: a copy of its
             own, not merged with equal ones."""
             flag = Signal(name=name, attrs={"keep": 1} if keep else {})
-            m.d.sync += flag.eq((nxt >= lo) & (nxt <= hi))
+            # the next phase is in [lo, hi]: after a start, 1; else phase + 1 (while counting,
+            # not at the end). The compare reads only `phase`; `start` (the sequencer's state
+            # decode, fanned out) meets it in the last select.
+            counting = (phase >= max(lo - 1, 1)) & (phase <= min(hi - 1, self.latency - 1))
+            m.d.sync += flag.eq(Mux(self.start, int(lo <= 1 <= hi), counting))
             return flag
         m.d.comb += self.done.eq(stage(self.latency, self.latency, "done_stage"))
 
