@@ -35,6 +35,18 @@ class _Harness(Elaboratable):
         return m
 
 
+def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows):
+    """An int32 store of ``rows`` dense rows of ``array_cols`` elements at 0x100, the
+    accumulator from row 0, the window all of memory."""
+    C = CFG.array_cols
+    for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
+                        ("p_groups", 1), ("p_elems", C), ("p_acc_base", 0),
+                        ("p_acc_rstride", 1), ("p_post", post), ("p_int8", 0), ("p_bias", bias),
+                        ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
+                        ("p_act_max", 127), ("p_win_lo", 0), ("p_win_hi", 1 << 20)):
+        ctx.set(getattr(se, name), value)
+
+
 @pytest.mark.parametrize("rows,ch_rows,ch0", [(7, 3, 2), (6, 1, 0), (5, 5, 4), (8, 2, 1)])
 def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
     C = CFG.array_cols
@@ -47,12 +59,7 @@ def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
     out = {}
 
     async def bench(ctx):
-        for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
-                            ("p_groups", 1), ("p_elems", C), ("p_acc_base", 0),
-                            ("p_acc_rstride", 1), ("p_post", 1), ("p_int8", 0), ("p_bias", 1),
-                            ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
-                            ("p_act_max", 127), ("p_win_lo", 0), ("p_win_hi", 1 << 20)):
-            ctx.set(getattr(se, name), value)
+        set_params(ctx, se, rows=rows, post=1, bias=1, ch0=ch0, ch_rows=ch_rows)
         ctx.set(se.mem.ready, 1)
         ctx.set(se.start, 1)
         await ctx.tick()

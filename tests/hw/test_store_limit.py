@@ -7,7 +7,7 @@ import numpy as np
 
 from hw.dma import StoreEngine
 
-from .test_store_channels import CFG, _Harness
+from .test_store_channels import CFG, _Harness, set_params
 from .util import run_sim
 
 
@@ -26,12 +26,7 @@ def test_store_waits_at_the_pending_limit():
 
     async def bench(ctx):
         nonlocal acks, peak
-        for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
-                            ("p_groups", 1), ("p_elems", C), ("p_acc_base", 0),
-                            ("p_acc_rstride", 1), ("p_post", 0), ("p_int8", 0), ("p_bias", 0),
-                            ("p_ch0", 0), ("p_ch_rows", 1), ("p_act_min", -128),
-                            ("p_act_max", 127), ("p_win_lo", 0), ("p_win_hi", 1 << 20)):
-            ctx.set(getattr(se, name), value)
+        set_params(ctx, se, rows=rows, post=0, bias=0, ch0=0, ch_rows=1)
         ctx.set(se.mem.ready, 1)
         ctx.set(se.start, 1)
         await ctx.tick()
