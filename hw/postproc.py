@@ -88,21 +88,38 @@ class PostProc(wiring.Component):
     SHIFT_DECODE = {"left": 5, "right": 5, "x_max": signed(32), "half": 32, "half_neg": 32}
 
     @classmethod
+    def shift_decode_value(cls, shift: int) -> dict[str, int]:
+        """What :meth:`decode_shift` makes of ``shift`` (an integer in -32 .. 31, the 6-bit
+        field read as signed), as unsigned bit patterns of :data:`SHIFT_DECODE`'s widths:
+        ``left`` and ``right``, its magnitude on either side (-32 wraps to 0 in ``left``'s 5
+        bits), ``x_max = (2**31 - 1) >> left`` (the largest x whose left shift does not
+        saturate; the smallest is its complement), and the right shift's rounding offsets
+        ``half = 2**(right-1)`` (x >= 0) and ``half_neg = 2**(right-1) - 1`` (x < 0; ties away
+        from zero), both 0 without a right shift."""
+        if not -32 <= shift <= 31:
+            raise ValueError(f"shift={shift}: must be in -32..31 (a signed 6-bit field)")
+        left = (-shift if shift < 0 else 0) & 31
+        right = shift if shift > 0 else 0
+        return {"left": left, "right": right, "x_max": ((1 << 31) - 1) >> left,
+                "half": (1 << (right - 1)) if right else 0,
+                "half_neg": ((1 << (right - 1)) - 1) if right else 0}
+
+    @classmethod
     def decode_shift(cls, m: Module, shift: Value) -> dict[str, Signal]:
-        """The per-row values stage 1 registers from a ``shift`` in [-31, 31], as signals
-        driven in ``m``: ``left`` and ``right`` (its magnitude on either side), ``x_max =
-        (2**31 - 1) >> left`` (the largest x whose left shift does not saturate, a thermometer
-        code of ``left``: no shifter; the smallest is its complement), and the right shift's
-        rounding offsets ``half = 2**(right-1)`` (x >= 0) and ``half_neg = 2**(right-1) - 1`` (x
-        < 0; ties away from zero), both 0 without a right shift."""
+        """The per-row values stage 1 registers from a 6-bit ``shift`` (:meth:`shift_decode_value`,
+        whose results the contract bounds to -31 .. 31), as signals driven in ``m``.
+
+        Built as a 64-entry table (one case per value of the 6 bits): every output bit is then a
+        function of the 6 bits alone, which Yosys maps to one LUT4 level and two multiplexers
+        (``PFUMX``, ``L6MUX21``) on the ECP5. Written as compares of ``right`` and ``left``, the
+        same decode became carry chains and up to 7 LUT levels: the whole 8x8's slowest path in
+        session 19 (13.6 ns, ``q_shift`` -> ``half_neg`` in the store engine)."""
         out = {name: Signal(shape, name=name) for name, shape in cls.SHIFT_DECODE.items()}
-        left, right = out["left"], out["right"]
-        m.d.comb += [
-            left.eq(Mux(shift < 0, -shift, 0)), right.eq(Mux(shift > 0, shift, 0)),
-            out["x_max"].eq(Cat(*(left < 31 - b for b in range(31)), Const(0, 1))),
-            out["half"].eq(Cat(*(right == b + 1 for b in range(31)), Const(0, 1))),
-            out["half_neg"].eq(Cat(*(right > b + 1 for b in range(30)), Const(0, 2))),
-        ]
+        with m.Switch(shift.as_unsigned()[:6]):
+            for code in range(64):
+                value = cls.shift_decode_value(code - 64 if code >= 32 else code)
+                with m.Case(code):
+                    m.d.comb += [out[name].eq(value[name]) for name in out]
         return out
 
     def __init__(self, cfg: AccelConfig, *, decoded_shift: bool = False):
