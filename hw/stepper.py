@@ -37,14 +37,16 @@ class StepWalker(wiring.Component):
     """The step after ``step`` in loop order (``next``), and whether ``step`` is the layer's
     last (``last``). spec.schedule.steps is the same walk in Python.
 
-    Every compare the walk needs (the loops' wrap tests, the partition cuts) is registered from
-    ``step`` and the sizes, and ``next`` and ``last`` are registers too (the adds and selects
-    between the two), so they are valid :attr:`next_latency` clock edges after ``step``
-    changes (``first``, from the sizes only, after :attr:`first_latency`). The sequencer
+    Every compare the walk needs (the loops' wrap tests, the partition cuts) and every add of
+    an advance (``m0 + pm``, ``ml - pm``, the pointers' steps, ...) is registered from ``step``
+    and the sizes, and ``next`` and ``last`` are registers too (only selects between the two),
+    so they are valid :attr:`next_latency` clock edges after ``step`` changes (``first``, from the sizes only, after :attr:`first_latency`). The sequencer
     changes ``step`` at the end of ``ISSUE`` and reads ``next`` from ``WAIT``'s third cycle on
     (it guards the first two; a phase's engines are busy longer anyway). On the ECP5 the
     compare -> select -> step-register path put 421 of the whole 8x8's endpoints over 10 ns
-    (session 11); the adds -> select -> step-register path 213 (session 13).
+    (session 11); the adds -> select -> step-register path 213 (session 13); with the adds
+    still in the second cycle, Yosys moved the selects (``outer_m``, fan-out 121) in front of
+    the subtractors' carry chains: 108 endpoints at up to 11.7 ns (session 19).
 
     The split-K loop is innermost: k advances by ``pk`` until ``kl <= pk``, then wraps to 0 and
     the inner partition loop (n with ``outer_m``, else m) advances; when that wraps too, the
@@ -111,6 +113,24 @@ class StepWalker(wiring.Component):
             ("k", False): registered("cut_k", s.kl < (self.pk << 1)),
         }
 
+        def ahead(name, value):
+            """``value`` (an advance's add or subtract of ``step`` and the sizes) a cycle later,
+            like the compares: the walk's second cycle is then selects of registers only."""
+            q = Signal(value.shape(), name=name)
+            m.d.sync += q.eq(value)
+            return q
+
+        adds = {
+            "m0": ahead("adv_m0", s.m0 + self.pm), "ml": ahead("adv_ml", s.ml - self.pm),
+            "gml": ahead("adv_gml", s.gml - self.pmg),
+            "c_mptr": ahead("adv_c_mptr", s.c_mptr + self.c_mstep),
+            "n0": ahead("adv_n0", s.n0 + self.pn), "nl": ahead("adv_nl", s.nl - self.pn),
+            "gnl": ahead("adv_gnl", s.gnl - self.png),
+            "k0": ahead("adv_k0", s.k0 + self.pk), "kl": ahead("adv_kl", s.kl - self.pk),
+            "a_kptr": ahead("adv_a_kptr", s.a_kptr + self.a_kstep),
+            "b_kptr": ahead("adv_b_kptr", s.b_kptr + self.b_kstep),
+        }
+
         def short(dim, fresh):
             """Whether the partition is cut by the matrix's edge: ``whole < part`` at a fresh
             loop, else ``left - part < part`` after the advance, compared as ``left < 2 part``
@@ -124,8 +144,8 @@ class StepWalker(wiring.Component):
                 ml, gml, mptr = self.m, self.gm_all, self.c_addr
                 out = [t.m0.eq(0)]
             else:
-                ml, gml, mptr = s.ml - self.pm, s.gml - self.pmg, s.c_mptr + self.c_mstep
-                out = [t.m0.eq(s.m0 + self.pm)]
+                ml, gml, mptr = adds["ml"], adds["gml"], adds["c_mptr"]
+                out = [t.m0.eq(adds["m0"])]
             return out + [t.ml.eq(ml), t.gml.eq(gml), t.c_mptr.eq(mptr),
                           t.me.eq(Mux(cut, ml, self.pm)), t.gme.eq(Mux(cut, gml, self.pmg))]
 
@@ -134,7 +154,7 @@ class StepWalker(wiring.Component):
             if fresh:
                 nl, gnl, out = self.n, self.gn_all, [t.n0.eq(0)]
             else:
-                nl, gnl, out = s.nl - self.pn, s.gnl - self.png, [t.n0.eq(s.n0 + self.pn)]
+                nl, gnl, out = adds["nl"], adds["gnl"], [t.n0.eq(adds["n0"])]
             return out + [t.nl.eq(nl), t.gnl.eq(gnl),
                           t.ne.eq(Mux(cut, nl, self.pn)), t.gne.eq(Mux(cut, gnl, self.png))]
 
@@ -144,9 +164,8 @@ class StepWalker(wiring.Component):
                 kl, out = self.k, [t.k0.eq(0), t.a_kptr.eq(self.a_addr),
                                    t.b_kptr.eq(self.b_addr)]
             else:
-                kl, out = s.kl - self.pk, [t.k0.eq(s.k0 + self.pk),
-                                           t.a_kptr.eq(s.a_kptr + self.a_kstep),
-                                           t.b_kptr.eq(s.b_kptr + self.b_kstep)]
+                kl, out = adds["kl"], [t.k0.eq(adds["k0"]), t.a_kptr.eq(adds["a_kptr"]),
+                                       t.b_kptr.eq(adds["b_kptr"])]
             return out + [t.kl.eq(kl), t.ke.eq(Mux(cut, kl, self.pk))]
 
         # the walk is computed into `adv` and registered into `next` (and `last`)
