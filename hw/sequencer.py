@@ -159,11 +159,11 @@ class Sequencer(wiring.Component):
         # addresses [dram_bytes, dram_bytes + local_buf_bytes). A layer whose B lies there reads
         # it through `loc_r` instead of the B port, one whose C lies there writes it through
         # `loc_w` instead of the C port, at one beat per cycle. A write is acknowledged one cycle
-        # after its request, a read answers :data:`LOCAL_READ_LATENCY` cycles after it: the
-        # block RAM's output is registered (twice, below) before the B buffer's write data (on
-        # the ECP5 that path, 6.5 ns of logic and 7 ns of routing, limited the whole 8x8 to 72
-        # MHz). A layer
-        # never reads and writes the same local rows (checked like C vs B).
+        # after its request (and written to the block RAM in that cycle), a read answers
+        # :data:`LOCAL_READ_LATENCY` cycles after it: the block RAM's output is registered
+        # (twice, below) before the B buffer's write data (on the ECP5 that path, 6.5 ns of
+        # logic and 7 ns of routing, limited the whole 8x8 to 72 MHz). A layer never reads and
+        # writes the same local rows (checked like C vs B).
         m.submodules.local = loc = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.local_depth,
                                           init=[])
         loc_w = loc.write_port(granularity=8)
@@ -200,14 +200,22 @@ class Sequencer(wiring.Component):
         # C: to memory, or into the local buffer (an int8 beat's low array_cols bytes)
         loc_ack = Signal()
         m.d.sync += loc_ack.eq(se.mem.valid & c_loc)
+        # The local write itself is registered too (it lands in the cycle of its acknowledgement):
+        # the store's handshake straight into the local block RAMs' byte write enables was a
+        # 11.6 ns path of the whole 8x8 (session 19: skid_valid -> WEA). A later layer reads
+        # the rows only after this layer's store is done, many cycles later.
+        loc_waddr = Signal(len(loc_w.addr), name="loc_waddr")
+        loc_wdata = Signal(8 * cfg.b_beat_bytes, name="loc_wdata", reset_less=True)
+        loc_wen = Signal(cfg.b_beat_bytes, name="loc_wen")
+        m.d.sync += [loc_waddr.eq(se.mem.addr >> lc),
+                     loc_wdata.eq(se.mem.data[:8 * cfg.b_beat_bytes]),
+                     loc_wen.eq(Mux(se.mem.valid & c_loc, se.mem.strb[:cfg.b_beat_bytes], 0))]
         m.d.comb += [
             self.c_wr.addr.eq(se.mem.addr), self.c_wr.data.eq(se.mem.data),
             self.c_wr.strb.eq(se.mem.strb), self.c_wr.valid.eq(se.mem.valid & ~c_loc),
             se.mem.ready.eq(c_loc | self.c_wr.ready),
             se.mem.bvalid.eq(Mux(c_loc, loc_ack, self.c_wr.bvalid)),
-            loc_w.addr.eq(se.mem.addr >> lc),
-            loc_w.data.eq(se.mem.data[:8 * cfg.b_beat_bytes]),
-            loc_w.en.eq(Mux(se.mem.valid & c_loc, se.mem.strb[:cfg.b_beat_bytes], 0)),
+            loc_w.addr.eq(loc_waddr), loc_w.data.eq(loc_wdata), loc_w.en.eq(loc_wen),
         ]
         # The B port and buffer B belong to the dense load engine or, in convolution mode, to
         # the address generator.
