@@ -40,7 +40,8 @@ class StepWalker(wiring.Component):
     Every compare the walk needs (the loops' wrap tests, the partition cuts) and every add of
     an advance (``m0 + pm``, ``ml - pm``, the pointers' steps, ...) is registered from ``step``
     and the sizes, and ``next`` and ``last`` are registers too (only selects between the two),
-    so they are valid :attr:`next_latency` clock edges after ``step`` changes (``first``, from the sizes only, after :attr:`first_latency`). The sequencer
+    so they are valid :attr:`next_latency` clock edges after ``step`` changes (``first``, from
+    the sizes only, after :attr:`first_latency`). The sequencer
     changes ``step`` at the end of ``ISSUE`` and reads ``next`` from ``WAIT``'s third cycle on
     (it guards the first two; a phase's engines are busy longer anyway). On the ECP5 the
     compare -> select -> step-register path put 421 of the whole 8x8's endpoints over 10 ns
@@ -99,8 +100,9 @@ class StepWalker(wiring.Component):
         s = self.step
 
         def registered(name, value):
-            """``value`` a cycle later: every compare of the walk, off its select paths."""
-            q = Signal(name=name)
+            """``value`` a cycle later: every compare and every add of the walk, off its select
+            paths (the walk's second cycle is then selects of registers only)."""
+            q = Signal(value.shape(), name=name)
             m.d.sync += q.eq(value)
             return q
 
@@ -113,22 +115,15 @@ class StepWalker(wiring.Component):
             ("k", False): registered("cut_k", s.kl < (self.pk << 1)),
         }
 
-        def ahead(name, value):
-            """``value`` (an advance's add or subtract of ``step`` and the sizes) a cycle later,
-            like the compares: the walk's second cycle is then selects of registers only."""
-            q = Signal(value.shape(), name=name)
-            m.d.sync += q.eq(value)
-            return q
-
         adds = {
-            "m0": ahead("adv_m0", s.m0 + self.pm), "ml": ahead("adv_ml", s.ml - self.pm),
-            "gml": ahead("adv_gml", s.gml - self.pmg),
-            "c_mptr": ahead("adv_c_mptr", s.c_mptr + self.c_mstep),
-            "n0": ahead("adv_n0", s.n0 + self.pn), "nl": ahead("adv_nl", s.nl - self.pn),
-            "gnl": ahead("adv_gnl", s.gnl - self.png),
-            "k0": ahead("adv_k0", s.k0 + self.pk), "kl": ahead("adv_kl", s.kl - self.pk),
-            "a_kptr": ahead("adv_a_kptr", s.a_kptr + self.a_kstep),
-            "b_kptr": ahead("adv_b_kptr", s.b_kptr + self.b_kstep),
+            "m0": registered("adv_m0", s.m0 + self.pm), "ml": registered("adv_ml", s.ml - self.pm),
+            "gml": registered("adv_gml", s.gml - self.pmg),
+            "c_mptr": registered("adv_c_mptr", s.c_mptr + self.c_mstep),
+            "n0": registered("adv_n0", s.n0 + self.pn), "nl": registered("adv_nl", s.nl - self.pn),
+            "gnl": registered("adv_gnl", s.gnl - self.png),
+            "k0": registered("adv_k0", s.k0 + self.pk), "kl": registered("adv_kl", s.kl - self.pk),
+            "a_kptr": registered("adv_a_kptr", s.a_kptr + self.a_kstep),
+            "b_kptr": registered("adv_b_kptr", s.b_kptr + self.b_kstep),
         }
 
         def short(dim, fresh):
