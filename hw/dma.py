@@ -332,6 +332,7 @@ class StoreEngine(wiring.Component):
         # beat waits here and the pipeline stops the cycle after. So `advance` (the enable of
         # every pipeline register, the accumulator and parameter reads) is a register, not a
         # function of the port's `ready`. The port still sees a beat every cycle one is there.
+        # (The requantiser and the skid's data registers take copies of it: below.)
         skid_valid = Signal()
         skid_addr, skid_data = Signal(ab, reset_less=True), Signal(8 * W, reset_less=True)
         skid_strb = Signal(W, reset_less=True)
@@ -373,7 +374,14 @@ class StoreEngine(wiring.Component):
         else:
             ch_last = None
 
-        m.submodules.post = pp = PostProc(cfg, decoded_shift=True)
+        # Copies of `skid_valid` (`keep`), equal to it in every cycle: the requantiser's lanes,
+        # its per-row registers and the skid's data registers each take their own, so no
+        # single net enables every pipeline register (one did: 7,884 flip-flops of the whole
+        # 8x8, the net with the most routing congestion after the CSR writes', session 21)
+        m.submodules.post = pp = PostProc(cfg, decoded_shift=True,
+                                          en_copies=cfg.post_lanes + 1)
+        skid_copies = [Signal(name=f"skid_valid_c{k}", attrs={"keep": 1})
+                       for k in range(pp.en_copies + 1)]
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
@@ -408,7 +416,7 @@ class StoreEngine(wiring.Component):
             self.q_ch.eq(Mux(self.start, self.p_ch0,
                              Mux(go & glast if ch_last is None else go & glast & ch_last,
                                  ch1, ch))),
-            pp.en.eq(advance),
+            pp.en.eq(Cat(~c for c in skid_copies[:pp.en_copies])),
             pp.i_valid.eq(word_valid & post),
             pp.i_data.eq(word),
             pp.i_bias.eq(Mux(bias, w_bias, 0)),
@@ -425,13 +433,13 @@ class StoreEngine(wiring.Component):
         # The skid register takes the last stage's beat in every cycle it is empty (its enable
         # is `~skid_valid`, a flip-flop, rather than a function of the port's handshake, which
         # would fan out to its 8 * W data bits); it holds a beat when the port refused it.
-        with m.If(~skid_valid):
+        with m.If(~skid_copies[-1]):
             m.d.sync += [skid_addr.eq(fin_addr), skid_data.eq(fin_data), skid_strb.eq(fin_strb)]
         with m.If(skid_valid):
             with m.If(accepted):
-                m.d.sync += skid_valid.eq(0)
+                m.d.sync += [c.eq(0) for c in (skid_valid, *skid_copies)]
         with m.Elif(fin_valid & ~accepted):
-            m.d.sync += skid_valid.eq(1)
+            m.d.sync += [c.eq(1) for c in (skid_valid, *skid_copies)]
         with m.If(advance):
             prev = (word_valid & post, word_addr, word_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):

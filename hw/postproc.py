@@ -66,10 +66,16 @@ class PostProc(wiring.Component):
         Uses ``array_cols``, ``acc_bits``, ``post_lanes``.
     decoded_shift : bool
         Take the row's shift decoded (:meth:`decode_shift`) instead of ``i_shift``.
+    en_copies : int
+        Bits of ``en`` (1 .. ``post_lanes + 1``): copies of one enable, which the driver keeps
+        equal in every cycle, so that no single net enables every register. Lane ``j``'s
+        registers take bit ``j % en_copies``, the per-row ones (parameters, valid bits) the
+        last bit. On the ECP5 the store's one enable reached 7,884 flip-flops of the whole 8x8,
+        the net with the most congestion after the CSR writes' (session 21).
 
     Members
     -------
-    en, i_valid : ``In(1)``; i_data : ``In(array_cols * 32)``
+    en : ``In(en_copies)``; i_valid : ``In(1)``; i_data : ``In(array_cols * 32)``
     i_bias : ``In(signed(32))``; i_mult : ``In(unsigned(31))`` (1 .. 2**31 - 1)
     i_shift : ``In(signed(6))`` (-31 .. 31); or, with ``decoded_shift``, ``i_left``,
     ``i_right``, ``i_x_max``, ``i_half``, ``i_half_neg``: what :meth:`decode_shift` makes of it
@@ -122,7 +128,7 @@ class PostProc(wiring.Component):
                     m.d.comb += [out[name].eq(value[name]) for name in out]
         return out
 
-    def __init__(self, cfg: AccelConfig, *, decoded_shift: bool = False):
+    def __init__(self, cfg: AccelConfig, *, decoded_shift: bool = False, en_copies: int = 1):
         self._cfg = cfg
         self._decoded = decoded_shift
         cols = cfg.array_cols
@@ -131,8 +137,12 @@ class PostProc(wiring.Component):
         self.row_cycles = cfg.post_row_cycles
         #: ``en`` cycles from a row's ``i_valid`` to its ``o_valid``
         self.row_latency = self.row_latency_of(cfg)
+        if not 1 <= en_copies <= self.lanes + 1:
+            raise ValueError(f"en_copies={en_copies}: must be in 1..{self.lanes + 1} "
+                             f"(post_lanes + 1)")
+        self.en_copies = en_copies
         super().__init__({
-            "en": In(1),
+            "en": In(en_copies),
             "i_valid": In(1),
             "i_data": In(cols * cfg.acc_bits),
             "i_bias": In(signed(32)),
@@ -158,23 +168,28 @@ class PostProc(wiring.Component):
         cols, lanes, P = self._cfg.array_cols, self.lanes, self.row_cycles
         shared = P > 1
 
-        def reg(name, value, *, keep=False, data=True, load=None):
+        def en_of(lane=None):
+            """The ``en`` copy of lane ``lane``'s registers (``None``: the per-row ones)."""
+            return self.en[-1 if lane is None else lane % self.en_copies]
+
+        def reg(name, value, *, keep=False, data=True, load=None, lane=None):
             """``value`` one pipeline stage later (``keep``: a deliberate duplicate, below;
             ``data``: no reset, as every stage but the valid bits: each is written before the
-            row it carries is used; ``load``: loaded only then, otherwise held)."""
+            row it carries is used; ``load``: loaded only then, otherwise held; ``lane``: the
+            lane whose ``en`` copy enables it, ``None`` for per-row values)."""
             r = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {},
                        reset_less=data)
-            with m.If(self.en & (1 if load is None else load)):
+            with m.If(en_of(lane) & (1 if load is None else load)):
                 m.d.sync += r.eq(value)
             return r
 
-        def delay(name, value, stages, *, data=True, load=None):
+        def delay(name, value, stages, *, data=True, load=None, lane=None):
             """``value`` registered ``stages`` times: ``[value, stage 1, .., stage n]`` (the
             first stage loaded only with ``load``)."""
             chain = [value]
             for s in range(stages):
                 chain.append(reg(f"{name}_s{s + 1}", chain[-1], data=data,
-                                 load=load if s == 0 else None))
+                                 load=load if s == 0 else None, lane=lane))
             return chain
 
         # With shared lanes a row stays in stage 1 for its P cycles: the row's values and
@@ -216,7 +231,7 @@ class PostProc(wiring.Component):
         x1 = [Signal(signed(32), name=f"x1_{p}", reset_less=True) for p in range(cols)]
         for p in range(cols):
             acc = self.i_data[32 * p:32 * (p + 1)].as_signed()
-            with m.If(self.en):
+            with m.If(en_of(p)):
                 if not shared:
                     m.d.sync += x1[p].eq((acc + self.i_bias)[:32])
                 else:
@@ -229,64 +244,66 @@ class PostProc(wiring.Component):
         out_lanes, sum_lanes = [], []
         for j in range(lanes):
             x1j = x1[j]
-            sum_lanes.append(delay(f"sum{j}", x1j, self.latency - 1 - shared)[-1])
-            left1 = reg(f"left1_{j}", left, keep=True, load=row_load)
-            x_max1 = reg(f"x_max1_{j}", x_max, keep=True, load=row_load)
+            sum_lanes.append(delay(f"sum{j}", x1j, self.latency - 1 - shared, lane=j)[-1])
+            left1 = reg(f"left1_{j}", left, keep=True, load=row_load, lane=j)
+            x_max1 = reg(f"x_max1_{j}", x_max, keep=True, load=row_load, lane=j)
             # 2: saturating left shift. x_max = 2**(31 - left) - 1, so a non-negative x exceeds
             # it iff one of its bits 31 - left .. 30 is set, and a negative x is below ~x_max
             # = -2**(31 - left) iff one of those bits is clear: AND-OR trees, no compare chain.
             # The flags and the shift are registered side by side; 3 selects.
             high = ~x_max1[:31]                       # bits 31 - left .. 30
             sign = x1j[31]
-            over2 = reg(f"over2_{j}", ~sign & (x1j[:31] & high).any())
-            under2 = reg(f"under2_{j}", sign & (~x1j[:31] & high).any())
-            shifted2 = reg(f"shifted2_{j}", (x1j << left1)[:32].as_signed())
-            x2 = reg(f"x2_{j}", Mux(over2, _I32_MAX, Mux(under2, _I32_MIN, shifted2)))
+            over2 = reg(f"over2_{j}", ~sign & (x1j[:31] & high).any(), lane=j)
+            under2 = reg(f"under2_{j}", sign & (~x1j[:31] & high).any(), lane=j)
+            shifted2 = reg(f"shifted2_{j}", (x1j << left1)[:32].as_signed(), lane=j)
+            x2 = reg(f"x2_{j}", Mux(over2, _I32_MAX, Mux(under2, _I32_MIN, shifted2)), lane=j)
             # x < 0 gives high <= 0, and for high == 0 either rounding offset gives 0: so x's
             # sign, not high's, can select the offset of stage 8
-            neg = delay(f"neg{j}", x2[31], 4)
+            neg = delay(f"neg{j}", x2[31], 4, lane=j)
             # 4: operand copies, one pair per product (Karatsuba's three): x = xh * 2**16 + xl,
             # mult = mh * 2**16 + ml (the low halves unsigned); xl - xh and mh - ml (per row,
             # from stage 0) fit 18 signed bits, so each product is one 18 x 18 multiplier
             xl = Cat(x2[:16], Const(0, 2)).as_signed()
             xh = x2[16:].as_signed()
-            mult2 = reg(f"mult2_{j}", mult_d[2], keep=True)
-            md2 = reg(f"md2_{j}", md_d[2], keep=True)
+            mult2 = reg(f"mult2_{j}", mult_d[2], keep=True, lane=j)
+            md2 = reg(f"md2_{j}", md_d[2], keep=True, lane=j)
             ml = Cat(mult2[:16], Const(0, 2)).as_signed()
             mh = Cat(mult2[16:], Const(0, 3)).as_signed()
-            ops = {name: (reg(f"{name}_x{j}", a, keep=True), reg(f"{name}_m{j}", b, keep=True))
+            ops = {name: (reg(f"{name}_x{j}", a, keep=True, lane=j),
+                          reg(f"{name}_m{j}", b, keep=True, lane=j))
                    for name, a, b in (("ll", xl, ml), ("hh", xh, mh),
                                       ("dd", (xl - xh)[:18].as_signed(), md2))}
             # 5: products ll = xl*ml, hh = xh*mh, dd = (xl - xh)*(mh - ml)
-            ll, hh, dd = (reg(f"{name}{j}", a * b) for name, (a, b) in ops.items())
+            ll, hh, dd = (reg(f"{name}{j}", a * b, lane=j) for name, (a, b) in ops.items())
             # 6: the cross term xl*mh + xh*ml = dd + ll + hh, as a carry-save add (one LUT
             # level) into one carry chain
             terms = [Signal(signed(36), name=f"{name}e{j}") for name in ("ll", "hh", "dd")]
             m.d.comb += [t.eq(v) for t, v in zip(terms, (ll, hh, dd))]
             ta, tb, tc = terms
             carries = Cat(Const(0, 1), ((ta & tb) | (ta & tc) | (tb & tc))[:35]).as_signed()
-            cross5 = reg(f"cross5_{j}", ((ta ^ tb ^ tc).as_signed() + carries)[:36].as_signed())
-            ll5 = reg(f"ll5_{j}", ll[:32])
-            hh5 = reg(f"hh5_{j}", hh[:32].as_signed())
+            cross5 = reg(f"cross5_{j}", ((ta ^ tb ^ tc).as_signed() + carries)[:36].as_signed(),
+                         lane=j)
+            ll5 = reg(f"ll5_{j}", ll[:32], lane=j)
+            hh5 = reg(f"hh5_{j}", hh[:32].as_signed(), lane=j)
             # 7: the product p = x * mult = ll + cross * 2**16 + hh * 2**32: ll (unsigned, 32
             # bits) and hh * 2**32 do not overlap, so one add (ll's low 16 bits pass through)
             p6 = reg(f"p6_{j}", Cat(ll5[:16], (Cat(ll5[16:], hh5).as_signed()
-                                               + cross5)[:48]).as_signed())
+                                               + cross5)[:48]).as_signed(), lane=j)
             # 8: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            half6 = reg(f"half6_{j}", half_d[6], keep=True)
-            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[6], keep=True)
+            half6 = reg(f"half6_{j}", half_d[6], keep=True, lane=j)
+            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[6], keep=True, lane=j)
             offset = Cat(Const(1, 1), Mux(neg[4], half_neg6, half6), Const(0, 1))
-            t7 = reg(f"t7_{j}", (p6[30:].as_signed() + offset.as_signed()) >> 1)
+            t7 = reg(f"t7_{j}", (p6[30:].as_signed() + offset.as_signed()) >> 1, lane=j)
             # 9: right shift
-            right7 = reg(f"right7_{j}", right_d[7], keep=True)
-            s8 = reg(f"s8_{j}", t7 >> right7)
+            right7 = reg(f"right7_{j}", right_d[7], keep=True, lane=j)
+            s8 = reg(f"s8_{j}", t7 >> right7, lane=j)
             # 10: clamp, zero point
-            lo8 = reg(f"lo8_{j}", lo_d[8], keep=True)
-            hi8 = reg(f"hi8_{j}", hi_d[8], keep=True)
-            zp8 = reg(f"zp8_{j}", zp_d[8], keep=True)
+            lo8 = reg(f"lo8_{j}", lo_d[8], keep=True, lane=j)
+            hi8 = reg(f"hi8_{j}", hi_d[8], keep=True, lane=j)
+            zp8 = reg(f"zp8_{j}", zp_d[8], keep=True, lane=j)
             q = Mux(s8 < lo8, lo8, Mux(s8 > hi8, hi8, s8[:9].as_signed()))
-            out_lanes.append((q + zp8)[:8] if shared else reg(f"out{j}", (q + zp8)[:8]))
+            out_lanes.append((q + zp8)[:8] if shared else reg(f"out{j}", (q + zp8)[:8], lane=j))
         if shared:
             # 10 (shared lanes): each lane group's results enter the top of the output row and
             # move down one group per cycle: after the row's P groups it is whole, in order
@@ -294,7 +311,7 @@ class PostProc(wiring.Component):
             total = [Signal(32, name=f"sum{p}", reset_less=True) for p in range(cols)]
             for p in range(cols):
                 src = p - (cols - lanes)
-                with m.If(self.en):
+                with m.If(en_of(p)):
                     m.d.sync += [out[p].eq(out_lanes[src] if src >= 0 else out[p + lanes]),
                                  total[p].eq(sum_lanes[src] if src >= 0 else total[p + lanes])]
             out_lanes, sum_lanes = out, total

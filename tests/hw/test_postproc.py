@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """PostProc (Amaranth simulator) against spec.golden.requantize, row by row, with stalls."""
 
 import dataclasses
@@ -58,13 +59,24 @@ def test_postproc_matches_golden_with_stalls(preset, lanes, tmp_path):
         mult[r], shift[r], bias[r], zp[r], lo[r], hi[r] = 1 << 30, (r - 8) % 4, 0, 0, -128, 127
         acc[r] = np.resize(np.array([-7, -6, -5, -3, -2, -1, 1, 3, 5, 6, 7, 9], np.int32)
                            * (1 << ((r - 8) % 4)), C)
-    _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, stall=[1, 1, 0, 1, 0, 0, 1, 1, 1])
+    for en_copies in (1, cfg.post_lanes + 1):
+        _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path,
+               stall=[1, 1, 0, 1, 0, 0, 1, 1, 1], en_copies=en_copies)
 
 
-def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
-    """Runs the rows through PostProc with the ``en`` pattern ``stall`` (repeated), a row every
-    ``row_cycles`` enabled cycles (the fastest it takes them); compares the int8 output and the
-    int32 ``acc + bias`` with the golden model, and, in a stall-free run, the latency."""
+def test_postproc_en_copies_range():
+    cfg = _cfg("small", 4)
+    assert len(PostProc(cfg, en_copies=5).en) == 5
+    for bad in (0, 6):
+        with pytest.raises(ValueError, match=f"en_copies={bad}: must be in 1..5"):
+            PostProc(cfg, en_copies=bad)
+
+
+def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall, en_copies=1):
+    """Runs the rows through PostProc with the ``en`` pattern ``stall`` (repeated; every one of
+    ``en_copies`` copies of ``en`` alike), a row every ``row_cycles`` enabled cycles (the fastest
+    it takes them); compares the int8 output and the int32 ``acc + bias`` with the golden model,
+    and, in a stall-free run, the latency."""
     C = cfg.array_cols
     rows = len(acc)
     want = np.stack([requantize(acc[i:i + 1], multiplier=int(mult[i]), shift=int(shift[i]),
@@ -72,7 +84,7 @@ def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
                                 act_max=int(hi[i]))[0] for i in range(rows)])
     want_sum = (acc.astype(np.int64) + np.asarray(bias, dtype=np.int64)[:, None]
                 + (1 << 31)) % (1 << 32) - (1 << 31)
-    dut = PostProc(cfg)
+    dut = PostProc(cfg, en_copies=en_copies)
     P = dut.row_cycles
     assert P == cfg.array_cols // (cfg.requant_lanes or cfg.array_cols)
     assert dut.row_latency == PostProc.latency + P - 1
@@ -82,7 +94,7 @@ def _check(cfg, acc, bias, mult, shift, zp, lo, hi, tmp_path, *, stall):
         i = cycle = phase = 0
         while len(got) < rows and cycle < 10 * P * rows + 2 * dut.row_latency:
             en = stall[cycle % len(stall)]
-            ctx.set(dut.en, en)
+            ctx.set(dut.en, (1 << en_copies) - 1 if en else 0)
             if i < rows and phase == 0:
                 for port, value in ((dut.i_valid, 1), (dut.i_data, _pack(acc[i], 32)),
                                     (dut.i_bias, int(bias[i])), (dut.i_mult, int(mult[i])),
