@@ -102,7 +102,14 @@ def parse_ports(verilog: str, module: str = "accel_top") -> list[tuple[str, str,
 
 def wrapper_verilog(ports: list[tuple[str, str, int]], module: str = "accel_top") -> str:
     """``fpga_top``: six pins, ``module``'s inputs from a serial-in shift register, its outputs
-    captured into a serial-out shift register (``clk`` and ``rst`` pass through)."""
+    captured into a serial-out shift register; ``clk`` passes through, ``rst`` through a
+    ``DCCA`` clock buffer onto a primary clock net.
+
+    ``rst`` is the synchronous reset of about 9,300 of the whole 8x8's flip-flops (their
+    ``LSR``): in general routing it was one of the nets with the most congestion (session 21),
+    on a global net it uses none. Its pin is an unconstrained input either way, so no timed
+    path changes (nextpnr gives a global net no delay, which would flatter a register's path;
+    no register drives this one)."""
     ins = [(n, w) for d, n, w in ports if d == "input" and n not in ("clk", "rst")]
     outs = [(n, w) for d, n, w in ports if d == "output"]
     in_bits, out_bits = sum(w for _, w in ins), sum(w for _, w in outs)
@@ -116,13 +123,15 @@ def wrapper_verilog(ports: list[tuple[str, str, int]], module: str = "accel_top"
     for name, width in outs:
         conns.append(f"    .{name}(outs[{lo + width - 1}:{lo}])")
         lo += width
-    conns += ["    .clk(clk)", "    .rst(rst)"]
+    conns += ["    .clk(clk)", "    .rst(rst_g)"]
     return "\n".join([
         "// Narrow-I/O wrapper for synthesis only (bench/fpga.py): six pins.",
         "module fpga_top(input clk, input rst, input sin, input shift, input cap, output sout);",
         f"  reg [{in_bits - 1}:0] in_sr;",
         f"  reg [{out_bits - 1}:0] out_sr;",
         f"  wire [{out_bits - 1}:0] outs;",
+        "  wire rst_g;",
+        "  DCCA rst_gbuf (.CLKI(rst), .CE(1'b1), .CLKO(rst_g));",
         "  always @(posedge clk) begin",
         f"    if (shift) in_sr <= {{in_sr[{in_bits - 2}:0], sin}};",
         "    if (cap) out_sr <= outs;",

@@ -194,7 +194,8 @@ def test_fpga_wrapper_covers_every_port():
     top = wrapper_verilog(ports)
     assert "reg [8:0] in_sr;" in top and "reg [15:0] out_sr;" in top
     assert ".a(in_sr[7:0])" in top and ".b(in_sr[8:8])" in top and ".y(outs[15:0])" in top
-    assert ".clk(clk)" in top and ".rst(rst)" in top
+    assert ".clk(clk)" in top and ".rst(rst_g)" in top     # the reset on a global net
+    assert "DCCA rst_gbuf (.CLKI(rst), .CE(1'b1), .CLKO(rst_g));" in top
 
 
 def test_fpga_log_parsers():
