@@ -115,6 +115,9 @@ class Sequencer(wiring.Component):
     a_rd, b_rd : ``Out(ReadPort.Signature)``; c_wr : ``Out(WritePort.Signature)``
     """
 
+    #: Record words (and image bounds) latched under one copy of the idle flag.
+    LATCH_GROUP = 8
+
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
         ab = cfg.dram_addr_bits
@@ -272,11 +275,21 @@ class Sequencer(wiring.Component):
         L = {name: Signal(32, name=f"layer_{name}") for name in LAYER_FIELDS}
         img_lo, img_hi, img_wt = (Signal(cfg.dram_addr_bits + 1) for _ in range(3))
         dry = Signal()
-        with m.If(self.start & ~self.busy):
-            m.d.sync += [d[name].eq(getattr(self, f"d_{name}")) for name in DESC_FIELDS]
-            m.d.sync += [L[name].eq(getattr(self, f"l_{name}")) for name in LAYER_FIELDS]
-            m.d.sync += [img_lo.eq(self.img_lo), img_hi.eq(self.img_hi), img_wt.eq(self.img_wt),
-                         dry.eq(self.dry)]
+        # The latch follows its inputs in every idle cycle (the start's too, where `busy` is
+        # still low) and holds while busy: what it holds from the start on is what a latch at
+        # `start & ~busy` held, and nothing reads it while idle. Its enable is then a register,
+        # in copies (`keep`) of `~busy` a group of words each: `start & ~busy` reached about
+        # 1,250 flip-flops of the whole 8x8 through two LUTs, the net with the most routing
+        # congestion (session 21).
+        latched = [*((d[name], getattr(self, f"d_{name}")) for name in DESC_FIELDS),
+                   *((L[name], getattr(self, f"l_{name}")) for name in LAYER_FIELDS),
+                   (img_lo, self.img_lo), (img_hi, self.img_hi), (img_wt, self.img_wt),
+                   (dry, self.dry)]
+        for g in range(0, len(latched), self.LATCH_GROUP):
+            idle = Signal(name=f"idle_latch{g // self.LATCH_GROUP}", init=1, attrs={"keep": 1})
+            m.d.sync += idle.eq(~self.busy_next)
+            with m.If(idle):
+                m.d.sync += [reg.eq(value) for reg, value in latched[g:g + self.LATCH_GROUP]]
         # What the record decides for the whole run, registered from the latched record (valid
         # from CHECK on, a cycle after the latch), so no launch or engine parameter path starts
         # with a compare of record words.
