@@ -30,11 +30,13 @@ same cycle timing. ``--nodsp`` adds a ``synth_ecp5 -nodsp`` run (every multiply 
 
 **Narrow-I/O wrapper.** ``accel_top`` has about a thousand port bits (three memory ports with
 128- and 512-bit data, the CSR bus), the CABGA381 package about 200 user pins. ``fpga_top`` has
-six pins: ``clk``, ``rst``, ``sin``, ``shift``, ``cap`` and ``sout``. Every ``accel_top`` input
-comes from a shift register loaded through ``sin``; every output is captured in parallel into a
-second shift register (``cap``) and shifted out on ``sout``. Nothing of the accelerator can be
-optimised away and every port is registered at the boundary; the wrapper adds about one
-flip-flop per port bit, which the table includes.
+four pins: ``clk``, ``rst``, ``sin`` and ``sout``. Every ``accel_top`` input comes from a shift
+register that shifts ``sin`` in every cycle; every output enters a multiple-input signature
+register (bit ``i`` takes output bit ``i`` XOR bit ``i - 1``) whose last bit is ``sout``. Nothing
+of the accelerator can be optimised away and every port is registered at the boundary; the
+wrapper adds about one flip-flop per port bit, which the table includes, and no control net
+(until session 21 a capture and a shift pin enabled every wrapper flip-flop: two nets of 400-560
+sinks).
 """
 
 from __future__ import annotations
@@ -101,9 +103,10 @@ def parse_ports(verilog: str, module: str = "accel_top") -> list[tuple[str, str,
 
 
 def wrapper_verilog(ports: list[tuple[str, str, int]], module: str = "accel_top") -> str:
-    """``fpga_top``: six pins, ``module``'s inputs from a serial-in shift register, its outputs
-    captured into a serial-out shift register; ``clk`` passes through, ``rst`` through a
-    ``DCCA`` clock buffer onto a primary clock net.
+    """``fpga_top``: four pins, ``module``'s inputs from a shift register shifting ``sin`` in
+    every cycle, its outputs into a signature register (``out_sr[i] <= outs[i] ^ out_sr[i - 1]``)
+    whose last bit is ``sout``; ``clk`` passes through, ``rst`` through a ``DCCA`` clock buffer
+    onto a primary clock net.
 
     ``rst`` is the synchronous reset of about 9,300 of the whole 8x8's flip-flops (their
     ``LSR``): in general routing it was one of the nets with the most congestion (session 21),
@@ -125,17 +128,16 @@ def wrapper_verilog(ports: list[tuple[str, str, int]], module: str = "accel_top"
         lo += width
     conns += ["    .clk(clk)", "    .rst(rst_g)"]
     return "\n".join([
-        "// Narrow-I/O wrapper for synthesis only (bench/fpga.py): six pins.",
-        "module fpga_top(input clk, input rst, input sin, input shift, input cap, output sout);",
+        "// Narrow-I/O wrapper for synthesis only (bench/fpga.py): four pins.",
+        "module fpga_top(input clk, input rst, input sin, output sout);",
         f"  reg [{in_bits - 1}:0] in_sr;",
         f"  reg [{out_bits - 1}:0] out_sr;",
         f"  wire [{out_bits - 1}:0] outs;",
         "  wire rst_g;",
         "  DCCA rst_gbuf (.CLKI(rst), .CE(1'b1), .CLKO(rst_g));",
         "  always @(posedge clk) begin",
-        f"    if (shift) in_sr <= {{in_sr[{in_bits - 2}:0], sin}};",
-        "    if (cap) out_sr <= outs;",
-        f"    else if (shift) out_sr <= {{out_sr[{out_bits - 2}:0], 1'b0}};",
+        f"    in_sr <= {{in_sr[{in_bits - 2}:0], sin}};",
+        f"    out_sr <= outs ^ {{out_sr[{out_bits - 2}:0], 1'b0}};",
         "  end",
         f"  assign sout = out_sr[{out_bits - 1}];",
         f"  {module} u_accel (",

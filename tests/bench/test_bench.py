@@ -196,6 +196,10 @@ def test_fpga_wrapper_covers_every_port():
     assert ".a(in_sr[7:0])" in top and ".b(in_sr[8:8])" in top and ".y(outs[15:0])" in top
     assert ".clk(clk)" in top and ".rst(rst_g)" in top     # the reset on a global net
     assert "DCCA rst_gbuf (.CLKI(rst), .CE(1'b1), .CLKO(rst_g));" in top
+    # no control pins: the inputs shift every cycle, the outputs enter a signature register
+    assert "module fpga_top(input clk, input rst, input sin, output sout);" in top
+    assert "in_sr <= {in_sr[7:0], sin};" in top
+    assert "out_sr <= outs ^ {out_sr[14:0], 1'b0};" in top and "sout = out_sr[15]" in top
 
 
 def test_fpga_log_parsers():
