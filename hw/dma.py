@@ -380,8 +380,13 @@ class StoreEngine(wiring.Component):
         # 8x8, the net with the most routing congestion after the CSR writes', session 21)
         m.submodules.post = pp = PostProc(cfg, decoded_shift=True,
                                           en_copies=cfg.post_lanes + 1)
+        # More copies select the port's outputs: one for `valid` (which also reaches the local
+        # buffer's write enables: a 12.9 ns path of the 8x8 in session 21), one for the
+        # address and strobes, one per 128 data bits.
+        data_chunks = range(0, 8 * W, 128)
         skid_copies = [Signal(name=f"skid_valid_c{k}", attrs={"keep": 1})
-                       for k in range(pp.en_copies + 1)]
+                       for k in range(pp.en_copies + 3 + len(data_chunks))]
+        sel_valid, sel_addr, *sel_data = skid_copies[pp.en_copies + 1:]
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
@@ -425,15 +430,17 @@ class StoreEngine(wiring.Component):
             pp.i_zero_point.eq(zp),
             pp.i_act_min.eq(act_min),
             pp.i_act_max.eq(act_max),
-            self.mem.valid.eq((skid_valid | fin_valid) & can_send),
-            self.mem.addr.eq(Mux(skid_valid, skid_addr, fin_addr)),
-            self.mem.data.eq(Mux(skid_valid, skid_data, fin_data)),
-            self.mem.strb.eq(Mux(skid_valid, skid_strb, fin_strb)),
+            self.mem.valid.eq((sel_valid | fin_valid) & can_send),
+            self.mem.addr.eq(Mux(sel_addr, skid_addr, fin_addr)),
+            self.mem.strb.eq(Mux(sel_addr, skid_strb, fin_strb)),
+            *(self.mem.data[lo:lo + 128].eq(Mux(sel, skid_data[lo:lo + 128],
+                                                fin_data[lo:lo + 128]))
+              for sel, lo in zip(sel_data, data_chunks)),
         ]
         # The skid register takes the last stage's beat in every cycle it is empty (its enable
         # is `~skid_valid`, a flip-flop, rather than a function of the port's handshake, which
         # would fan out to its 8 * W data bits); it holds a beat when the port refused it.
-        with m.If(~skid_copies[-1]):
+        with m.If(~skid_copies[pp.en_copies]):
             m.d.sync += [skid_addr.eq(fin_addr), skid_data.eq(fin_data), skid_strb.eq(fin_strb)]
         with m.If(skid_valid):
             with m.If(accepted):

@@ -86,9 +86,12 @@ class AccelTop(wiring.Component):
             return regs
         # The C port's data select has a copy per 128 bits (one copy for all of it, with the
         # write port's other outputs, was a 10.9 ns path of the 8x8 in session 18).
+        # The handshakes have a copy per side: one for the runner's, one for the sequencer's
+        # B port (into load B and the gather: a 13.2 ns path of the whole 8x8 in session 21,
+        # 11.8 ns of it routing, to buffer B's write enables), one for its C port.
         chunks = range(0, len(self.c_wr.data), 128)
-        port_mux, port_hs, *port_data = flag("runner_port", run.busy_next & ~seq.busy_next,
-                                             2 + len(chunks))
+        port_mux, run_hs, seq_b_hs, seq_c_hs, *port_data = flag(
+            "runner_port", run.busy_next & ~seq.busy_next, 4 + len(chunks))
         busy_csr, busy_out = flag("any_busy", run.busy_next | seq.busy_next, 2)
         with m.If(port_mux):
             m.d.comb += [
@@ -108,24 +111,23 @@ class AccelTop(wiring.Component):
             part = slice(lo, lo + 128)
             m.d.comb += self.c_wr.data[part].eq(
                 Mux(sel, run.wr.data[part], seq.c_wr.data[part]))
-        runner_port = port_hs
         # The runner's read responses pass a register (RUNNER_READ_LATENCY): the B port's
         # rvalid straight into the runner's fetch counters and record-beat one-hot was the whole
         # 8x8's worst path in session 17 (11.75 ns, 9.6 ns of it routing, 158 endpoints).
         run_rdata = Signal.like(self.b_rd.rdata, name="runner_rdata", reset_less=True)
         run_rvalid = Signal(name="runner_rvalid")
         m.d.sync += [run_rdata.eq(self.b_rd.rdata),
-                     run_rvalid.eq(self.b_rd.rvalid & runner_port)]
+                     run_rvalid.eq(self.b_rd.rvalid & run_hs)]
         m.d.comb += [
-            run.rd.ready.eq(self.b_rd.ready & runner_port), run.rd.rdata.eq(run_rdata),
+            run.rd.ready.eq(self.b_rd.ready & run_hs), run.rd.rdata.eq(run_rdata),
             run.rd.rvalid.eq(run_rvalid),
-            seq.b_rd.ready.eq(self.b_rd.ready & ~runner_port),
+            seq.b_rd.ready.eq(self.b_rd.ready & ~seq_b_hs),
             seq.b_rd.rdata.eq(self.b_rd.rdata),
-            seq.b_rd.rvalid.eq(self.b_rd.rvalid & ~runner_port),
-            run.wr.ready.eq(self.c_wr.ready & runner_port),
-            run.wr.bvalid.eq(self.c_wr.bvalid & runner_port),
-            seq.c_wr.ready.eq(self.c_wr.ready & ~runner_port),
-            seq.c_wr.bvalid.eq(self.c_wr.bvalid & ~runner_port),
+            seq.b_rd.rvalid.eq(self.b_rd.rvalid & ~seq_b_hs),
+            run.wr.ready.eq(self.c_wr.ready & run_hs),
+            run.wr.bvalid.eq(self.c_wr.bvalid & run_hs),
+            seq.c_wr.ready.eq(self.c_wr.ready & ~seq_c_hs),
+            seq.c_wr.bvalid.eq(self.c_wr.bvalid & ~seq_c_hs),
             run.a_fire.eq(self.a_rd.valid & self.a_rd.ready),
             run.b_fire.eq(self.b_rd.valid & self.b_rd.ready),
             run.c_fire.eq(self.c_wr.valid & self.c_wr.ready),
