@@ -26,7 +26,8 @@ GATHER_QUEUE = 8
 class AddrGen(wiring.Component):
     """Loads a layer's convolution tables on chip, then gathers B blocks through them.
 
-    Table formats are in ``docs/conv_tables.md``. ``tables_start`` reads the offset table
+    Table formats are in ``docs/conv_tables.md``. ``tables_start`` (only while ``tables_busy``
+    is low: the parameters are taken in that cycle) reads the offset table
     (``p_k`` u32), the run table (``p_runs`` u64, as pairs of u32 words) and the group table
     (``p_groups`` u32) through the B port, one 32-bit word per request, into three on-chip
     memories of ``conv_offset_entries``, ``conv_run_entries`` and ``conv_group_entries`` entries.
@@ -118,33 +119,44 @@ class AddrGen(wiring.Component):
         t_left, r_left = Signal(DIM_BITS + 1), Signal(DIM_BITS + 1)
         t_addr = Signal(ab)
         r_idx = Signal(DIM_BITS + 1)
-        k_words, run_words, grp_words = (Signal(DIM_BITS + 1, name=n)
-                                         for n in ("k_words", "run_words", "grp_words"))
+        run_words, grp_words = (Signal(DIM_BITS + 1, name=n) for n in ("run_words", "grp_words"))
         run_addr, grp_addr = Signal(ab), Signal(ab)
         b_addr = Signal(ab)
-        with m.If(self.tables_start):
+        # `t_left == 1` / `r_left == 1`, registered with the counters (their compares were on
+        # the path into the counters and the table writes: 11.0 ns of the whole 8x8, session 21)
+        t_one, r_one = Signal(), Signal()
+        # While idle the loader's registers follow their parameters, and from `tables_start` on
+        # they hold or count: the same values as sampling on the start, but the start (the
+        # sequencer's launch, decoded from its state and the checker's done flag) only sets the
+        # two flags below. Its fan-out into ~190 flip-flops was the whole 8x8's worst path
+        # (11.6 ns, 87 endpoints over 10 ns, session 21).
+        with m.If(~self.tables_busy):
             m.d.sync += [
-                self.tables_busy.eq(1), t_issue.eq(1),
-                t_phase.eq(0), t_left.eq(self.p_k), t_addr.eq(self.p_off_addr),
-                r_phase.eq(0), r_left.eq(self.p_k), r_idx.eq(0),
-                k_words.eq(self.p_k), run_words.eq(self.p_runs << 1),
+                t_phase.eq(0), t_left.eq(self.p_k), t_one.eq(self.p_k == 1),
+                t_addr.eq(self.p_off_addr),
+                r_phase.eq(0), r_left.eq(self.p_k), r_one.eq(self.p_k == 1), r_idx.eq(0),
+                run_words.eq(self.p_runs << 1),
                 grp_words.eq(self.p_groups),
                 run_addr.eq(self.p_run_addr), grp_addr.eq(self.p_grp_addr),
                 b_addr.eq(self.p_b_addr),
             ]
+        with m.If(self.tables_start):
+            m.d.sync += [self.tables_busy.eq(1), t_issue.eq(1)]
         t_accept = Signal()
         m.d.comb += t_accept.eq(t_issue & self.mem.ready)
         with m.If(t_accept):
-            with m.If(t_left == 1):
+            with m.If(t_one):
                 with m.Switch(t_phase):
                     with m.Case(0):
-                        m.d.sync += [t_phase.eq(1), t_left.eq(run_words), t_addr.eq(run_addr)]
+                        m.d.sync += [t_phase.eq(1), t_left.eq(run_words),
+                                     t_one.eq(run_words == 1), t_addr.eq(run_addr)]
                     with m.Case(1):
-                        m.d.sync += [t_phase.eq(2), t_left.eq(grp_words), t_addr.eq(grp_addr)]
+                        m.d.sync += [t_phase.eq(2), t_left.eq(grp_words),
+                                     t_one.eq(grp_words == 1), t_addr.eq(grp_addr)]
                     with m.Default():
                         m.d.sync += t_issue.eq(0)
             with m.Else():
-                m.d.sync += [t_left.eq(t_left - 1), t_addr.eq(t_addr + 4)]
+                m.d.sync += [t_left.eq(t_left - 1), t_one.eq(t_left == 2), t_addr.eq(t_addr + 4)]
         word = self.mem.rdata[:32]
         t_resp = Signal()
         m.d.comb += [
@@ -158,17 +170,19 @@ class AddrGen(wiring.Component):
             grp_w.addr.eq(r_idx), grp_w.data.eq(word), grp_w.en.eq(t_resp & (r_phase == 2)),
         ]
         with m.If(t_resp):
-            with m.If(r_left == 1):
+            with m.If(r_one):
                 m.d.sync += r_idx.eq(0)
                 with m.Switch(r_phase):
                     with m.Case(0):
-                        m.d.sync += [r_phase.eq(1), r_left.eq(run_words)]
+                        m.d.sync += [r_phase.eq(1), r_left.eq(run_words),
+                                     r_one.eq(run_words == 1)]
                     with m.Case(1):
-                        m.d.sync += [r_phase.eq(2), r_left.eq(grp_words)]
+                        m.d.sync += [r_phase.eq(2), r_left.eq(grp_words),
+                                     r_one.eq(grp_words == 1)]
                     with m.Default():
                         m.d.sync += self.tables_busy.eq(0)
             with m.Else():
-                m.d.sync += [r_left.eq(r_left - 1), r_idx.eq(r_idx + 1)]
+                m.d.sync += [r_left.eq(r_left - 1), r_one.eq(r_left == 2), r_idx.eq(r_idx + 1)]
 
         # -- gather: a walker, two table-read stages and a request queue -------------------------
         # The walker steps through (tap, run) pairs without a pause between taps, one table read
@@ -182,14 +196,19 @@ class AddrGen(wiring.Component):
         gstride = Signal(DIM_BITS)
         # the tables' read registers hold no state of their own (each is loaded before it is
         # used): without a reset, an ECP5 flow can keep them in the block RAM's output register
-        # (bench.outreg)
-        run_lo, run_hi = Signal(32, reset_less=True), Signal(32, reset_less=True)
+        # (bench.outreg). A group entry is a run index, 0 .. run_count <= conv_run_entries
+        # (planner.offsets.gather_b's rule), so run indices are as wide as that, not 32 bits:
+        # the walker's compares on them follow the block RAM's output (11.1 ns of the whole
+        # 8x8 at 32 bits, session 21). A corrupt entry is read modulo 2 ** that width; the walk
+        # stays bounded.
+        ridx_shape = range(cfg.conv_run_entries + 1)
+        run_lo, run_hi = Signal(ridx_shape, reset_less=True), Signal(ridx_shape, reset_less=True)
 
         walking = Signal()                              # (tap, run) pairs left to read
         w_go = Signal()                                 # read the pair this cycle
         w_kk = Signal(DIM_BITS)                         # tap
         w_kaddr = Signal(DIM_BITS)                      # k0 + tap: the offset table's address
-        w_ridx = Signal(32)                             # run
+        w_ridx = Signal(ridx_shape)                     # run
         w_first, w_rlast, w_klast = Signal(), Signal(), Signal()
         one_run = Signal()                              # the block's groups have one run
         room = Signal(range(GATHER_QUEUE + 1), init=GATHER_QUEUE)

@@ -11,6 +11,7 @@ from spec.layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS
 from spec.record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
 
 from .bits import log2
+from .crc import restartable_crc
 from .ports import ReadPort, WritePort, named_members
 from .sequencer import CATEGORIES
 
@@ -156,7 +157,10 @@ class ImageRunner(wiring.Component):
                      self.rec_data.eq(self.rd.rdata)]
 
         # -- CRC over the whole image, the crc32 word read as zero --------------------------------
-        m.submodules.crc = crc = CRC_ALGORITHM(data_width=8 * bb).create()
+        # restarted in the first HEADER cycle (it takes data only in CRC), from a flip-flop set
+        # with the start (the FSM's decode into the CRC's flip-flops was a 10.9 ns path)
+        crc_restart = Signal()
+        crc, m.submodules.crc = restartable_crc(CRC_ALGORITHM, 8 * bb, crc_restart)
         crc_byte = 4 * HEADER_WORDS["crc32"]
         crc_data = Signal(8 * bb)
         m.d.comb += crc_data.eq(self.rd.rdata)
@@ -172,11 +176,7 @@ class ImageRunner(wiring.Component):
         with m.If(crc_beat):
             lane = (crc_byte % bb) // 4
             m.d.comb += crc_data[32 * lane:32 * (lane + 1)].eq(0)
-        # restarted in the first HEADER cycle (it takes data only in CRC), from a flip-flop set
-        # with the start: the FSM's decode into the CRC's flip-flops was a 10.9 ns path
-        crc_restart = Signal()
-        m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc),
-                     crc.start.eq(crc_restart)]
+        m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc)]
         crc_bad = Signal()
         m.d.sync += crc_bad.eq(crc.crc != H["crc32"])
 

@@ -17,6 +17,7 @@ from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
 from .collide import read_data
 from .compute import ComputeEngine, drain_cycles, mesh_drain_cycles
 from .counters import CATEGORIES, PerfCounters
+from .crc import restartable_crc
 from .dma import LoadEngine, StoreEngine
 from .dwwalk import DwWalker
 from .params import ParamLoader, ParamMemories
@@ -316,15 +317,15 @@ class Sequencer(wiring.Component):
 
         # -- the CRC of the A beats (the record's a_crc), a register stage after the buffer's
         # write port so it adds nothing to the load engine's paths
-        m.submodules.a_crc = a_crc = A_CRC_ALGORITHM(data_width=8 * cfg.a_beat_bytes).create()
-        a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
-        a_beat_valid = Signal()
-        m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
         # restarted in CHECK_START (long before the first A load), from a flip-flop set with
         # the start: the FSM's state decode into the CRC's 32 flip-flops was a 12.1 ns path
         crc_restart = Signal()
-        m.d.comb += [a_crc.start.eq(crc_restart), a_crc.data.eq(a_beat),
-                     a_crc.valid.eq(a_beat_valid)]
+        a_crc, m.submodules.a_crc = restartable_crc(A_CRC_ALGORITHM, 8 * cfg.a_beat_bytes,
+                                                    crc_restart)
+        a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
+        a_beat_valid = Signal()
+        m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
+        m.d.comb += [a_crc.data.eq(a_beat), a_crc.valid.eq(a_beat_valid)]
         # (a depthwise layer's A port reads activations: its a_crc means nothing)
         m.d.sync += self.a_bad.eq((a_crc.crc != L["a_crc"]) & ~is_dw)
         gn_all = Signal(DIM_BITS)                   # the matrix's array-tile columns
