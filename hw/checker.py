@@ -43,8 +43,9 @@ def record_members(cfg: AccelConfig) -> dict:
 class RecordChecker(wiring.Component):
     """Checks a latched layer record with the rules of :func:`spec.record.check_record`.
 
-    One ``start`` pulse, with ``d_*``, ``l_*``, ``img_lo``, ``img_hi`` already holding the
-    record (they must hold still until ``done``), runs the checks in :attr:`latency` cycles:
+    One ``start`` pulse while idle (not in the ``done`` cycle), with ``d_*``, ``l_*``,
+    ``img_lo``, ``img_hi`` already holding the record (they must hold still until ``done``),
+    runs the checks in :attr:`latency` cycles:
     ``done`` is high for one cycle ``latency`` cycles after ``start``, with ``code`` the first
     failing rule's :class:`spec.desc.ErrorCode` in the priority order of :func:`spec.desc.check`
     (0 when the record is legal) and ``a_kstep``, ``b_kstep``, ``c_mstep`` the sequencer's
@@ -130,16 +131,23 @@ class RecordChecker(wiring.Component):
 
         # -- products: radix 4, most significant digit first -----------------------------------
         def product(factor, value, name):
+            """``factor x value``, final from cycle DIGITS + 1 until the next ``start``. The
+            multiplier register follows ``factor`` while the checker is idle and the first step
+            starts the sum from 0, so ``start`` (decoded from the sequencer's state) reaches
+            only flags, not the products' ~1,000 flip-flops."""
             mr = Signal(2 * DIGITS, name=f"{name}_mr")
             acc = Signal(2 * DIGITS + 32, name=name)
             x3 = reg(value + (value << 1), 34, name=f"{name}_x3")
             digit = mr[-2:]
             pick = Mux(digit[1], Mux(digit[0], x3, value << 1), Mux(digit[0], value, 0))
             step = stage(1, DIGITS, f"{name}_step", keep=True)
-            with m.If(self.start):
-                m.d.sync += [mr.eq(factor[:FACTOR_BITS]), acc.eq(0)]
+            first = stage(1, 1, f"{name}_first", keep=True)
+            idle = Signal(name=f"{name}_idle", init=1, attrs={"keep": 1})   # phase == 0
+            m.d.sync += idle.eq(~self.start & ((phase == 0) | (phase == self.latency)))
+            with m.If(idle):
+                m.d.sync += mr.eq(factor[:FACTOR_BITS])
             with m.Elif(step):
-                m.d.sync += [mr.eq(mr << 2), acc.eq((acc << 2) + pick)]
+                m.d.sync += [mr.eq(mr << 2), acc.eq(Mux(first, 0, acc << 2) + pick)]
             return acc
 
         p_a = product(K - 1, d["a_stride"], "p_a")
@@ -188,6 +196,21 @@ class RecordChecker(wiring.Component):
         stats = L["stats_addr"]
         stats_hi = reg(stats + STATS_BYTES)
         param_hi = [reg(L[f"{name}_addr"] + (M << 2), name=f"{name}_hi") for name in PARAM_ARRAYS]
+
+        # -- the record, copied: from here on (the extents and the rules, DIGITS + 1 cycles
+        # after `start` and later) every field is read from a register of the checker's own,
+        # loaded every cycle. The sequencer's record latch is placed for its other readers; a
+        # compare of a latched field into a rule's register was a 12.3 ns path of the whole 8x8
+        # (session 21, 5d65dd2 seed 2). Unread copies are removed by synthesis.
+        d = {name: reg(v, len(v), name=f"rec_{name}") for name, v in d.items()}
+        L = {name: reg(v, len(v), name=f"rec_{name}") for name, v in L.items()}
+        img_lo, img_hi, img_wt = (reg(v, len(v), name=f"rec_{name}") for name, v in
+                                  (("img_lo", img_lo), ("img_hi", img_hi), ("img_wt", img_wt)))
+        M, K, N = d["m"], d["k"], d["n"]
+        pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]
+        stats = L["stats_addr"]
+        tables = [(d[name], hi) for name, (_, hi) in zip(("off_addr", "run_addr", "grp_addr"),
+                                                          tables)]
 
         # -- extents -------------------------------------------------------------------------
         extents = stage(DIGITS + 1, DIGITS + 1, "extents")

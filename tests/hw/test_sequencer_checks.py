@@ -149,3 +149,46 @@ def test_sequencer_checks_match_python_rules():
     # tests/hw/test_record.py
     assert len(seen) >= 8, f"seed {seed}: only codes {sorted(seen)} exercised"
     assert {ErrorCode.BAD_LAYER, ErrorCode.BAD_WINDOW} <= seen, sorted(seen)
+
+
+def test_checker_back_to_back_without_reset():
+    """The checker alone, records one after another with no reset between them (as an image
+    run issues them): each record's code and the address steps (``partition_k * a_stride``,
+    ``partition_k * b_stride``, ``partition_m * c_stride``) are its own, whatever the record
+    before left in the products."""
+    cfg = PRESETS["tiny"]
+    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
+    print(f"TESSERA_SEED={seed}")
+    rng = random.Random(seed)
+    records = list(adversarial_descriptors(cfg, rng, 150))
+    dut = RecordChecker(cfg)
+    mask = (1 << cfg.dram_addr_bits) - 1
+    wrong = []
+
+    async def bench(ctx):
+        for rec, image, weights_at in records:
+            drive_record(ctx, dut, rec, image, weights_at)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for _ in range(RecordChecker.latency - 1):
+                await ctx.tick()
+            assert ctx.get(dut.done)
+            errs = check_record(rec, cfg, image=image, weights_at=weights_at)
+            want = int(errs[0][0]) if errs else 0
+            pk, pm = rec["desc_partition_k"], rec["desc_partition_m"]
+            steps = ((pk * rec["desc_a_stride"]) & mask, (pk * rec["desc_b_stride"]) & mask,
+                     (pm * rec["desc_c_stride"]) & mask)
+            got = (ctx.get(dut.code), ctx.get(dut.a_kstep), ctx.get(dut.b_kstep),
+                   ctx.get(dut.c_mstep))
+            # the steps are only used by a legal record (whose factors are in range)
+            if got[0] != want or (not want and got[1:] != steps):
+                wrong.append((rec, got, (want, *steps)))
+            await ctx.tick()
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong, f"seed {seed}: {len(wrong)} records wrong, first {wrong[0]}"
