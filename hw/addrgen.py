@@ -258,12 +258,16 @@ class AddrGen(wiring.Component):
         with m.If(q_valid):
             m.d.sync += grow.eq(row + Mux(q_run.last, gstride, 0))
 
-        # one entry per request in flight; an unbuffered FIFO: an entry written in cycle x is
-        # readable in x + 1, before its response (port latency >= 1)
-        # the entry holds the lanes' write mask, not (lo, cnt): the FIFO's read -> mask decode
-        # -> buffer B write enables was the whole 8x8's worst path (11.4 ns, session 18)
+        # one entry per request in flight, read by its response. With a port latency of 2 or
+        # more a buffered FIFO: an entry written in cycle x is readable in x + 2, before its
+        # response, and it comes from a register (the queue's LUT-RAM read in front of buffer
+        # B's write enables and the lane shift was a 11.4-12.0 ns path of the whole 8x8,
+        # sessions 18 and 21). With a one-cycle port an unbuffered one (readable in x + 1).
+        # The entry holds the lanes' write mask, not (lo, cnt): the FIFO's read -> mask decode
+        # -> buffer B write enables was the whole 8x8's worst path (11.4 ns, session 18).
         r_req = data.View(req_layout, req.r_data)
-        m.submodules.meta = meta = SyncFIFO(
+        meta_fifo = SyncFIFOBuffered if cfg.b_port_latency_cycles >= 2 else SyncFIFO
+        m.submodules.meta = meta = meta_fifo(
             width=len(r_req.row) + lanes_bits + C,
             depth=cfg.b_port_latency_cycles + 4)
         outstanding = Signal(range(cfg.b_port_latency_cycles + 6))

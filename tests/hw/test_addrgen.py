@@ -96,9 +96,14 @@ def simulate(cfg, tables, x_img, *, rows, g0, gn, k0=0, buf_base=100, gstride=7,
     return buf
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_addrgen_gathers_the_blocks_the_tables_describe(layout):
-    cfg = PRESETS["tiny"]
+@pytest.mark.parametrize("layout, latency", [("NCHW", 5), ("NHWC", 5), ("NCHW", 1),
+                                             ("NCHW", 2)])
+def test_addrgen_gathers_the_blocks_the_tables_describe(layout, latency):
+    """Buffer B's rows and lanes as the tables say; with port latencies 1 (the response queue
+    unbuffered) and 2 or more (buffered: its entry readable two cycles after the request)."""
+    import dataclasses
+
+    cfg = dataclasses.replace(PRESETS["tiny"], b_port_latency_cycles=latency)
     C = cfg.array_cols
     # 3x3 stride 2, pads, 7 output columns: runs cross rows and some groups need 2-3 runs
     shape = ConvShape(batch=1, in_channels=2, height=7, width=13, out_channels=1, kernel_h=3,
@@ -109,7 +114,7 @@ def test_addrgen_gathers_the_blocks_the_tables_describe(layout):
     x_img = rng.integers(1, 256, size=1000, dtype=np.uint8).tobytes()
     g0, gn, k0, rows, gstride, buf_base = 1, 3, 2, 5, 7, 100
     buf = simulate(cfg, tables, x_img, rows=rows, g0=g0, gn=gn, k0=k0, gstride=gstride,
-                   buf_base=buf_base)
+                   buf_base=buf_base, latency=latency)
     base = [int(b) for b in base_offsets(shape, layout)]
     off = [int(o) for o in tables.offsets]
     n = len(base)
