@@ -380,13 +380,24 @@ class StoreEngine(wiring.Component):
         # 8x8, the net with the most routing congestion after the CSR writes', session 21)
         m.submodules.post = pp = PostProc(cfg, decoded_shift=True,
                                           en_copies=cfg.post_lanes + 1)
+        skid_copies = []
+
+        def skid_copy(name):
+            copy = Signal(name=f"skid_valid_{name}", attrs={"keep": 1})
+            skid_copies.append(copy)
+            return copy
+        post_en = [skid_copy(f"post{k}") for k in range(pp.en_copies)]
+        skid_data_en = skid_copy("skid_data")
         # More copies select the port's outputs: one for `valid` (which also reaches the local
         # buffer's write enables: a 12.9 ns path of the 8x8 in session 21), one for the
         # address and strobes, one per 128 data bits.
         data_chunks = range(0, 8 * W, 128)
-        skid_copies = [Signal(name=f"skid_valid_c{k}", attrs={"keep": 1})
-                       for k in range(pp.en_copies + 3 + len(data_chunks))]
-        sel_valid, sel_addr, *sel_data = skid_copies[pp.en_copies + 1:]
+        sel_valid, sel_addr = skid_copy("sel_valid"), skid_copy("sel_addr")
+        sel_data = [skid_copy(f"sel_data{k}") for k in range(len(data_chunks))]
+        # And the store's own pipeline: stage 2 (the accumulator word, its parameters) and the
+        # address/strobe registers beside the requantiser (with the raw flag, about 1,100
+        # flip-flops of the 8x8 at 27d389e, session 22).
+        word_hold, pipe_hold = skid_copy("word"), skid_copy("pipe")
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
@@ -395,7 +406,7 @@ class StoreEngine(wiring.Component):
         q_dec = PostProc.decode_shift(m, q_shift.as_signed())
         w_dec = {name: Signal(shape, name=f"w_{name}", reset_less=True)
                  for name, shape in PostProc.SHIFT_DECODE.items()}
-        with m.If(advance):
+        with m.If(~word_hold):
             m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
             m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
                          q_shift.eq(self.q_shift[:6]),
@@ -421,7 +432,7 @@ class StoreEngine(wiring.Component):
             self.q_ch.eq(Mux(self.start, self.p_ch0,
                              Mux(go & glast if ch_last is None else go & glast & ch_last,
                                  ch1, ch))),
-            pp.en.eq(Cat(~c for c in skid_copies[:pp.en_copies])),
+            pp.en.eq(Cat(~c for c in post_en)),
             pp.i_valid.eq(word_valid & post),
             pp.i_data.eq(word),
             pp.i_bias.eq(Mux(bias, w_bias, 0)),
@@ -440,14 +451,14 @@ class StoreEngine(wiring.Component):
         # The skid register takes the last stage's beat in every cycle it is empty (its enable
         # is `~skid_valid`, a flip-flop, rather than a function of the port's handshake, which
         # would fan out to its 8 * W data bits); it holds a beat when the port refused it.
-        with m.If(~skid_copies[pp.en_copies]):
+        with m.If(~skid_data_en):
             m.d.sync += [skid_addr.eq(fin_addr), skid_data.eq(fin_data), skid_strb.eq(fin_strb)]
         with m.If(skid_valid):
             with m.If(accepted):
                 m.d.sync += [c.eq(0) for c in (skid_valid, *skid_copies)]
         with m.Elif(fin_valid & ~accepted):
             m.d.sync += [c.eq(1) for c in (skid_valid, *skid_copies)]
-        with m.If(advance):
+        with m.If(~pipe_hold):
             prev = (word_valid & post, word_addr, word_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):
                 m.d.sync += [v.eq(prev[0]), a.eq(prev[1]), st.eq(prev[2])]
