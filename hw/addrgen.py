@@ -101,7 +101,15 @@ class AddrGen(wiring.Component):
         m.submodules.off_mem = off_mem = Memory(shape=32, depth=cfg.conv_offset_entries, init=[])
         m.submodules.run_mem = run_mem = Memory(shape=RUN_ENTRY_BITS, depth=cfg.conv_run_entries,
                                                 init=[])
-        m.submodules.grp_mem = grp_mem = Memory(shape=32, depth=cfg.conv_group_entries, init=[])
+        # A group entry is a run index, 0 .. run_count <= conv_run_entries (planner.offsets.
+        # gather_b's rule): stored and read as wide as that, not 32 bits, so the walker's
+        # compares on the entries read come from one block RAM per read port (the BRAM output
+        # -> compare path was among the 8x8's worst in sessions 18-22, ~11.1 ns, with the bits
+        # spread over two). A corrupt entry is read modulo 2 ** that width; the walk stays
+        # bounded.
+        ridx_shape = range(cfg.conv_run_entries + 1)
+        m.submodules.grp_mem = grp_mem = Memory(shape=ridx_shape, depth=cfg.conv_group_entries,
+                                                init=[])
         off_w, grp_w = off_mem.write_port(), grp_mem.write_port()
         run_w = run_mem.write_port(granularity=32)
         # The gather only runs after the table load has finished: no read whose data is used
@@ -196,12 +204,7 @@ class AddrGen(wiring.Component):
         gstride = Signal(DIM_BITS)
         # the tables' read registers hold no state of their own (each is loaded before it is
         # used): without a reset, an ECP5 flow can keep them in the block RAM's output register
-        # (bench.outreg). A group entry is a run index, 0 .. run_count <= conv_run_entries
-        # (planner.offsets.gather_b's rule), so run indices are as wide as that, not 32 bits:
-        # the walker's compares on them follow the block RAM's output (11.1 ns of the whole
-        # 8x8 at 32 bits, session 21). A corrupt entry is read modulo 2 ** that width; the walk
-        # stays bounded.
-        ridx_shape = range(cfg.conv_run_entries + 1)
+        # (bench.outreg). Run indices are as wide as the group table's entries.
         run_lo, run_hi = Signal(ridx_shape, reset_less=True), Signal(ridx_shape, reset_less=True)
 
         walking = Signal()                              # (tap, run) pairs left to read
