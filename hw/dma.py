@@ -398,6 +398,9 @@ class StoreEngine(wiring.Component):
         # address/strobe registers beside the requantiser (with the raw flag, about 1,100
         # flip-flops of the 8x8 at 27d389e, session 22).
         word_hold, pipe_hold = skid_copy("word"), skid_copy("pipe")
+        # and the accumulator's and parameter memories' read enables (the raw flag into the
+        # accumulator's read address was a 11.4 ns path of the whole 8x8, session 22)
+        read_hold = skid_copy("read")
         q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
@@ -423,12 +426,12 @@ class StoreEngine(wiring.Component):
             fin_data.eq(Mux(post, Mux(int8, pp.o_data, pp.o_sum), word)),
             fin_strb.eq(Mux(post, d_strb[-1], word_strb)),
             advance.eq(~skid_valid),
-            self.acc_ren.eq(advance),
+            self.acc_ren.eq(~read_hold),
             self.acc_raddr.eq(acc_addr),
             # The parameter memories are read one beat ahead (the start cycle reads the first
             # beat's channel; each beat's read cycle reads the next beat's) and their words are
             # registered on the way in, so the requantiser's per-row inputs are registers.
-            self.q_ren.eq(advance),
+            self.q_ren.eq(~read_hold),
             self.q_ch.eq(Mux(self.start, self.p_ch0,
                              Mux(go & glast if ch_last is None else go & glast & ch_last,
                                  ch1, ch))),
@@ -470,7 +473,11 @@ class StoreEngine(wiring.Component):
         # of registers, not a subtract first.
         elem_mask = _byte_mask(left, cols)
         guard = ~_byte_mask(below, W) & _byte_mask(above, W)
-        step = Mux(int8 & post, cols, W)
+        # the bytes a beat covers, a register set with the start (the flags' AND in front of
+        # the address and guard subtracts was a 10.9 ns path of the whole 8x8, session 22)
+        step = Signal(range(W + 1), name="beat_step")
+        with m.If(self.start):
+            m.d.sync += step.eq(Mux(self.p_int8 & self.p_post, cols, W))
         with m.If(advance):
             m.d.sync += out_valid.eq(go)
             if P > 1:

@@ -59,6 +59,8 @@ class ImageRunner(wiring.Component):
     busy, done : ``Out(1)``; error : ``Out(8)``; layer_index : ``Out(32)``
     busy_next : ``Out(1)``: the value ``busy`` takes in the next cycle (for registered copies)
     rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
+    crc_rdata : ``In(b beat)``: ``rd.rdata`` again, from a register of its own, for the CRC
+        alone (equal to ``rd.rdata`` in every cycle)
     rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
         a register); rec_data : ``Out(b beat)``
     seq_start, seq_dry : ``Out(1)``; seq_busy, seq_a_bad : ``In(1)``; seq_error : ``In(8)``
@@ -84,6 +86,7 @@ class ImageRunner(wiring.Component):
             "rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
                                          strided=True)),
             "wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
+            "crc_rdata": In(8 * cfg.b_beat_bytes),
             "rec_we": Out(1),
             "rec_sel": Out(RECORD_BEATS(cfg)),
             "rec_data": Out(8 * cfg.b_beat_bytes),
@@ -163,7 +166,7 @@ class ImageRunner(wiring.Component):
         crc, m.submodules.crc = restartable_crc(CRC_ALGORITHM, 8 * bb, crc_restart)
         crc_byte = 4 * HEADER_WORDS["crc32"]
         crc_data = Signal(8 * bb)
-        m.d.comb += crc_data.eq(self.rd.rdata)
+        m.d.comb += crc_data.eq(self.crc_rdata)
         # whether the beat arriving is the one holding the crc32 word: a flag kept with rs_idx
         # (its compare in front of the CRC's XOR network was a 11.85 ns path of the whole 8x8,
         # session 18: the record index -> the CRC register)
@@ -297,6 +300,12 @@ class ImageRunner(wiring.Component):
         m.d.comb += [seq_go.eq(in_record & ~fetching),
                      self.seq_start.eq(seq_go), self.seq_dry.eq(seq_go & ~run_pass)]
 
+        # `layer + 1 == count`, a register: read in LAYER and STATS, at least three cycles after
+        # `layer` or `count` last changed (the 32-bit compare into `layer`'s select was a
+        # 11.2 ns path of the whole 8x8, 46 endpoints, session 22)
+        layer_last = Signal()
+        m.d.sync += layer_last.eq(layer + 1 == count)
+
         m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
         m.d.sync += self.busy.eq(self.busy_next)
         m.d.sync += crc_restart.eq(0)
@@ -355,7 +364,7 @@ class ImageRunner(wiring.Component):
                         m.d.sync += [st_active.eq(1), st_issue.eq(0), st_ack.eq(0),
                                      stats_addr.eq(self.stats_addr)]
                         m.next = "STATS"
-                    with m.Elif(layer + 1 == count):
+                    with m.Elif(layer_last):
                         m.d.sync += [layer.eq(0), run_pass.eq(1)]
                         m.next = "NEXT"
                     with m.Else():
@@ -364,7 +373,7 @@ class ImageRunner(wiring.Component):
             with m.State("STATS"):
                 with m.If(st_ack == st_beats):
                     m.d.sync += st_active.eq(0)
-                    with m.If(layer + 1 == count):
+                    with m.If(layer_last):
                         m.next = "FINISH"
                     with m.Else():
                         m.d.sync += layer.eq(layer + 1)
