@@ -98,7 +98,7 @@ class LoadEngine(wiring.Component):
         rq_row_addr = Signal(ab)
         rq_addr = Signal(ab)
         # response side
-        rs_row = Signal(DIM_BITS)
+        rs_rem = Signal(DIM_BITS)                   # rows after the current one
         rs_g = Signal(DIM_BITS)
         # the buffer row written by the beat (its group's base + the row), kept as a register
         # (`rs_waddr`) with the next row's first group's (`rs_next_row`): the add in front of
@@ -106,8 +106,11 @@ class LoadEngine(wiring.Component):
         # 8x8 (session 19, runner port select -> buffer B's WEA through that adder's outputs)
         rs_waddr = Signal(range(self._depth))
         rs_next_row = Signal(range(self._depth))
-        rs_left = Signal(signed(DIM_BITS + 1))       # valid bytes from this beat's first byte
-        elems = Signal(DIM_BITS)
+        # valid bytes from the next beat's first byte (this beat's less a beat), and a row's
+        # second beat's: the next mask is a decode of a register, not of a subtract (from
+        # this beat's count it was a 10.0 ns path of the whole 8x8, session 22)
+        rs_next_left = Signal(signed(DIM_BITS + 2))
+        elems_w = Signal(signed(DIM_BITS + 2))
 
         # "last group of the row" / "last row" flags, registered with the counters they describe
         # (so the counters' compares are not on the path to the address registers)
@@ -118,11 +121,11 @@ class LoadEngine(wiring.Component):
             m.d.sync += [
                 self.busy.eq(1), issuing.eq(1),
                 stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
-                gstride.eq(self.p_buf_gstride), elems.eq(self.p_elems),
+                gstride.eq(self.p_buf_gstride), elems_w.eq(self.p_elems - W),
                 rq_row.eq(0), rq_g.eq(0), rq_row_addr.eq(self.p_addr), rq_addr.eq(self.p_addr),
-                rs_row.eq(0), rs_g.eq(0), rs_waddr.eq(self.p_buf_base),
+                rs_rem.eq(self.p_rows - 1), rs_g.eq(0), rs_waddr.eq(self.p_buf_base),
                 rs_next_row.eq(self.p_buf_base + 1),
-                rs_left.eq(self.p_elems),
+                rs_next_left.eq(self.p_elems - W),
                 one_group.eq(self.p_groups == 1),
                 rq_glast.eq(self.p_groups == 1), rs_glast.eq(self.p_groups == 1),
                 rq_rlast.eq(self.p_rows == 1), rs_rlast.eq(self.p_rows == 1),
@@ -141,9 +144,9 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g + 2 == groups),
                              rq_addr.eq(rq_addr + W)]
 
-        # the beat's byte mask, a register kept with rs_left (the mask decoded from rs_left in
-        # front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107 endpoints
-        # in buffer B and the parameter loader's check register)
+        # the beat's byte mask, a register kept with the counts (the mask decoded from the
+        # count in front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107
+        # endpoints in buffer B and the parameter loader's check register)
         mask, first_mask = Signal(W, name="rs_mask"), Signal(W, name="rs_first_mask")
         start_mask = _byte_mask(self.p_elems, W)
         with m.If(self.start):
@@ -155,16 +158,17 @@ class LoadEngine(wiring.Component):
         ]
         with m.If(self.mem.rvalid & self.busy):
             with m.If(rs_glast):
-                m.d.sync += [rs_g.eq(0), rs_row.eq(rs_row + 1), rs_waddr.eq(rs_next_row),
+                m.d.sync += [rs_g.eq(0), rs_rem.eq(rs_rem - 1), rs_waddr.eq(rs_next_row),
                              rs_next_row.eq(rs_next_row + 1),
-                             rs_left.eq(elems), rs_glast.eq(one_group),
-                             rs_rlast.eq(rs_row + 2 == rows), mask.eq(first_mask)]
+                             rs_next_left.eq(elems_w), rs_glast.eq(one_group),
+                             rs_rlast.eq(rs_rem == 1), mask.eq(first_mask)]
                 with m.If(rs_rlast):
                     m.d.sync += self.busy.eq(0)
             with m.Else():
                 m.d.sync += [rs_g.eq(rs_g + 1), rs_waddr.eq(rs_waddr + gstride),
-                             rs_left.eq(rs_left - W), rs_glast.eq(rs_g + 2 == groups),
-                             mask.eq(_byte_mask(rs_left - W, W))]
+                             rs_next_left.eq(rs_next_left - W),
+                             rs_glast.eq(rs_g + 2 == groups),
+                             mask.eq(_byte_mask(rs_next_left, W))]
         return m
 
 

@@ -145,8 +145,9 @@ class ParamLoader(wiring.Component):
     lb : ``In(Signature(load_command_members))`` the B load engine command it drives
     w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
     phase : ``Out(1)``; phase_lb : ``Out(1)`` (equal to ``phase``: its own register, for the
-    load engine's command select, its local-read flag and buffer B's write enables); sel : ``Out(range(3))`` (valid while ``phase``: registers, set with the
-    state moves); done : ``Out(1)``; bad : ``Out(1)``
+    load engine's command select, its local-read flag and buffer B's write enables);
+    sel : ``Out(range(3))`` (valid while ``phase``; ``phase``, ``phase_lb`` and ``sel`` are
+    registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
     """
 
     def __init__(self, cfg: AccelConfig, *, weights: bool = False):
