@@ -270,7 +270,8 @@ class StoreEngine(wiring.Component):
         groups = Signal(DIM_BITS)
         elems = Signal(DIM_BITS)
         rstride = Signal(DIM_BITS)
-        post, int8, bias = Signal(name="post"), Signal(name="int8"), Signal(name="bias")
+        # (`post_on`: `post` names the requantiser submodule)
+        post, int8, bias = Signal(name="post_on"), Signal(name="int8"), Signal(name="bias")
         # copies of `post` (`keep`, equal to it) for the final stage's beat select and its data
         # select: from the one flag (~380 loads), the beat select into the port's valid and the
         # local buffer's write enables was a 11.2 ns path of the whole 8x8 (session 22)
