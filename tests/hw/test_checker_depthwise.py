@@ -101,12 +101,17 @@ def depthwise_boundaries(cfg):
 
 
 def test_checker_depthwise_matches_python_rules():
+    """The checker alone on records back to back without a reset (as an image run issues
+    them): each record's code, and for a legal one the address steps (``partition_k *
+    a_stride``, ``partition_k * b_stride``, ``partition_m * c_stride``), are its own, whatever
+    the record before left in the products."""
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
     print(f"TESSERA_SEED={seed}")
     rng = random.Random(seed)
     records = (depthwise_boundaries(CFG) + list(depthwise_records(CFG, rng, 500)) +
                list(adversarial_descriptors(CFG, rng, 150)))
     dut = RecordChecker(CFG)
+    mask = (1 << CFG.dram_addr_bits) - 1
     mismatches, seen = [], set()
 
     async def bench(ctx):
@@ -121,6 +126,12 @@ def test_checker_depthwise_matches_python_rules():
             seen.add((rec["desc_b_mode"], want))
             if ctx.get(dut.code) != want:
                 mismatches.append((rec, image, weights_at, ctx.get(dut.code), errs))
+            pk, pm = rec["desc_partition_k"], rec["desc_partition_m"]
+            steps = ((pk * rec["desc_a_stride"]) & mask, (pk * rec["desc_b_stride"]) & mask,
+                     (pm * rec["desc_c_stride"]) & mask)
+            got = (ctx.get(dut.a_kstep), ctx.get(dut.b_kstep), ctx.get(dut.c_mstep))
+            if not want and got != steps:
+                mismatches.append((rec, "steps", got, steps))
             await ctx.tick()
 
     sim = Simulator(dut)
