@@ -11,7 +11,7 @@ from spec.layouts import COUNTERS, HEADER_WORDS, IMAGE_MAGIC, STATS_BYTES, STATS
 from spec.record import HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, record_fetch_beats
 
 from .bits import log2
-from .crc import restartable_crc
+from .crc import CrcState, crc_data_term
 from .ports import ReadPort, WritePort, named_members
 from .sequencer import CATEGORIES
 
@@ -59,8 +59,9 @@ class ImageRunner(wiring.Component):
     busy, done : ``Out(1)``; error : ``Out(8)``; layer_index : ``Out(32)``
     busy_next : ``Out(1)``: the value ``busy`` takes in the next cycle (for registered copies)
     rd : ``Out(ReadPort.Signature)`` (B width); wr : ``Out(WritePort.Signature)`` (C width)
-    crc_rdata : ``In(b beat)``: ``rd.rdata`` again, from a register of its own, for the CRC
-        alone (equal to ``rd.rdata`` in every cycle)
+    crc_term, crc_word_term : ``In(32)``: :meth:`crc_terms` of ``rd.rdata``'s beat, from
+        registers of their own (given in the cycle ``rd.rdata`` is: the CRC's data network sits in
+        front of those registers, see :class:`~hw.crc.CrcState`)
     rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
         a register); rec_data : ``Out(b beat)``
     seq_start, seq_dry : ``Out(1)``; seq_busy, seq_a_bad : ``In(1)``; seq_error : ``In(8)``
@@ -71,6 +72,20 @@ class ImageRunner(wiring.Component):
     previous cycle in that counter; c_<counter> : ``Out(32)`` the image's
     a_fire, b_fire, c_fire : ``In(1)`` accepted beats on the three ports
     """
+
+    #: Byte offset of the header's ``crc32`` word (read as 0 by the image's CRC).
+    CRC_BYTE = 4 * HEADER_WORDS["crc32"]
+
+    @classmethod
+    def crc_terms(cls, rdata: Value) -> tuple[Value, Value]:
+        """``(crc_term, crc_word_term)`` of a B beat ``rdata``: the beat's contribution to the
+        image CRC's state (:func:`hw.crc.crc_data_term`) and that of its ``crc32`` word's lane
+        alone (the lane the header's crc32 word takes in its beat; the other lanes zero)."""
+        bb = len(rdata) // 8
+        lane = (cls.CRC_BYTE % bb) // 4
+        word_only = Cat(Const(0, 32 * lane), rdata[32 * lane:32 * (lane + 1)],
+                        Const(0, 8 * bb - 32 * (lane + 1)))
+        return crc_data_term(CRC_ALGORITHM, rdata), crc_data_term(CRC_ALGORITHM, word_only)
 
     def __init__(self, cfg: AccelConfig):
         self._cfg = cfg
@@ -86,7 +101,8 @@ class ImageRunner(wiring.Component):
             "rd": Out(ReadPort.Signature(addr_bits=ab, data_bytes=cfg.b_beat_bytes,
                                          strided=True)),
             "wr": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
-            "crc_rdata": In(8 * cfg.b_beat_bytes),
+            "crc_term": In(CRC_ALGORITHM.crc_width),
+            "crc_word_term": In(CRC_ALGORITHM.crc_width),
             "rec_we": Out(1),
             "rec_sel": Out(RECORD_BEATS(cfg)),
             "rec_data": Out(8 * cfg.b_beat_bytes),
@@ -163,23 +179,19 @@ class ImageRunner(wiring.Component):
         # restarted in the first HEADER cycle (it takes data only in CRC), from a flip-flop set
         # with the start (the FSM's decode into the CRC's flip-flops was a 10.9 ns path)
         crc_restart = Signal()
-        crc, m.submodules.crc = restartable_crc(CRC_ALGORITHM, 8 * bb, crc_restart)
-        crc_byte = 4 * HEADER_WORDS["crc32"]
-        crc_data = Signal(8 * bb)
-        m.d.comb += crc_data.eq(self.crc_rdata)
+        m.submodules.crc = crc = CrcState(CRC_ALGORITHM, 8 * bb)
         # whether the beat arriving is the one holding the crc32 word: a flag kept with rs_idx
         # (its compare in front of the CRC's XOR network was a 11.85 ns path of the whole 8x8,
-        # session 18: the record index -> the CRC register)
-        crc_index = crc_byte // bb
+        # session 18: the record index -> the CRC register); that beat's word term cancels the
+        # word's share of the beat's term (the CRC is linear in the word)
+        crc_index = self.CRC_BYTE // bb
         crc_beat = Signal(name="crc_beat", init=crc_index == 0)     # rs_idx == crc_index
         with m.If(f_start):
             m.d.sync += crc_beat.eq(crc_index == 0)
         with m.Elif(fetching & self.rd.rvalid):
             m.d.sync += crc_beat.eq(rs_idx == crc_index - 1 if crc_index else 0)
-        with m.If(crc_beat):
-            lane = (crc_byte % bb) // 4
-            m.d.comb += crc_data[32 * lane:32 * (lane + 1)].eq(0)
-        m.d.comb += [crc.data.eq(crc_data), crc.valid.eq(beat_in & to_crc)]
+        m.d.comb += [crc.term.eq(self.crc_term ^ Mux(crc_beat, self.crc_word_term, 0)),
+                     crc.valid.eq(beat_in & to_crc), crc.restart.eq(crc_restart)]
         crc_bad = Signal()
         m.d.sync += crc_bad.eq(crc.crc != H["crc32"])
 

@@ -22,7 +22,8 @@ __all__ = ["AccelTop", "RUNNER_READ_LATENCY"]
 #: runner (``planner.cost.ModelConstants.runner_read_extra_cycles``).
 RUNNER_READ_LATENCY = 1
 
-#: Readable registers per first-stage CSR read multiplexer (8 x 32 bits: a few LUT levels).
+#: Readable registers per CSR read group (the AND-OR of 8 x 32 bits with one-hot selects: two
+#: LUT levels per bit).
 _CSR_GROUP = 8
 
 
@@ -92,7 +93,10 @@ class AccelTop(wiring.Component):
         chunks = range(0, len(self.c_wr.data), 128)
         port_mux, run_hs, seq_b_hs, seq_c_hs, *port_data = flag(
             "runner_port", run.busy_next & ~seq.busy_next, 4 + len(chunks))
-        busy_csr, busy_out = flag("any_busy", run.busy_next | seq.busy_next, 2)
+        # (the starts' own copy: with the record registers' write enables, spread over the
+        # chip, any_busy -> CTRL's start -> busy_next -> runner_port was a 10.7 ns path of the
+        # whole 8x8 at 598b87c)
+        busy_csr, busy_out, busy_start = flag("any_busy", run.busy_next | seq.busy_next, 3)
         with m.If(port_mux):
             m.d.comb += [
                 self.b_rd.addr.eq(run.rd.addr), self.b_rd.valid.eq(run.rd.valid),
@@ -114,18 +118,21 @@ class AccelTop(wiring.Component):
         # The runner's read responses pass a register (RUNNER_READ_LATENCY): the B port's
         # rvalid straight into the runner's fetch counters and record-beat one-hot was the whole
         # 8x8's worst path in session 17 (11.75 ns, 9.6 ns of it routing, 158 endpoints).
-        # The CRC's XOR network takes a copy of the data register of its own (`keep`): from
-        # the one register, which also feeds the header words and the record latch, it was a
-        # 11.2 ns path of the whole 8x8 (9.2 ns of routing, session 22).
+        # The image CRC's data network sits in front of that register instead of behind it:
+        # registers of their own take the beat's CRC terms (ImageRunner.crc_terms, `keep`).
+        # The network behind a data register (a copy of its own since session 22) was a 10.9 ns
+        # path of the whole 8x8 at 598b87c (hw/crc.py: CrcState).
         run_rdata = Signal.like(self.b_rd.rdata, name="runner_rdata", reset_less=True)
-        crc_rdata = Signal.like(self.b_rd.rdata, name="runner_crc_rdata", reset_less=True,
-                                attrs={"keep": 1})
+        crc_term, crc_word_term = (Signal.like(run.crc_term, name=n, reset_less=True,
+                                               attrs={"keep": 1})
+                                   for n in ("runner_crc_term", "runner_crc_word_term"))
         run_rvalid = Signal(name="runner_rvalid")
-        m.d.sync += [run_rdata.eq(self.b_rd.rdata), crc_rdata.eq(self.b_rd.rdata),
-                     run_rvalid.eq(self.b_rd.rvalid & run_hs)]
+        terms = ImageRunner.crc_terms(self.b_rd.rdata)
+        m.d.sync += [run_rdata.eq(self.b_rd.rdata), crc_term.eq(terms[0]),
+                     crc_word_term.eq(terms[1]), run_rvalid.eq(self.b_rd.rvalid & run_hs)]
         m.d.comb += [
             run.rd.ready.eq(self.b_rd.ready & run_hs), run.rd.rdata.eq(run_rdata),
-            run.crc_rdata.eq(crc_rdata),
+            run.crc_term.eq(crc_term), run.crc_word_term.eq(crc_word_term),
             run.rd.rvalid.eq(run_rvalid),
             seq.b_rd.ready.eq(self.b_rd.ready & ~seq_b_hs),
             seq.b_rd.rdata.eq(self.b_rd.rdata),
@@ -169,9 +176,10 @@ class AccelTop(wiring.Component):
         wdata = Signal(32, name="csr_wdata_r", reset_less=True)
         m.d.sync += wdata.eq(self.csr.wdata)
 
-        def written(offset, bit=None, clear=None):
+        def written(offset, bit=None, clear=None, busy_now=busy_csr):
             """The bus wrote ``offset`` one edge ago (with data bit ``bit`` set and ``clear``
-            clear, where given), and nothing is busy now (writes while busy are ignored)."""
+            clear, where given), and nothing is busy now (``busy_now``, a copy of any_busy:
+            writes while busy are ignored)."""
             hit = self.csr.we & (self.csr.addr == offset)
             if bit is not None:
                 hit &= self.csr.wdata[bit]
@@ -179,7 +187,7 @@ class AccelTop(wiring.Component):
                 hit &= ~self.csr.wdata[clear]
             strobe = Signal(name=f"csr_we_{offset}" + ("" if bit is None else f"_{bit}"))
             m.d.sync += strobe.eq(hit)
-            return strobe & ~busy_csr
+            return strobe & ~busy_now
         with m.If(written(REG["IMAGE_ADDR"].offset)):
             m.d.sync += image_addr.eq(wdata)
         m.d.comb += run.image_addr.eq(image_addr)
@@ -208,32 +216,32 @@ class AccelTop(wiring.Component):
                 image_mode, getattr(run, f"c_{name}"), getattr(seq, f"c_{name}"))
 
         ctrl = REG["CTRL"].offset
-        start_layer = written(ctrl, bit=CTRL_BITS["START"])
-        start_image = written(ctrl, bit=CTRL_BITS["RUN_IMAGE"], clear=CTRL_BITS["START"])
+        start_layer = written(ctrl, bit=CTRL_BITS["START"], busy_now=busy_start)
+        start_image = written(ctrl, bit=CTRL_BITS["RUN_IMAGE"], clear=CTRL_BITS["START"],
+                              busy_now=busy_start)
         m.d.comb += [seq.start.eq(start_layer | run.seq_start), run.start.eq(start_image)]
         with m.If(start_layer):
             m.d.sync += image_mode.eq(0)
         with m.If(start_image):
             m.d.sync += image_mode.eq(1)
 
-        # CSR reads in CSR_READ_LATENCY = 3 registered stages: the address; per group of
-        # registers (in offset order) the selected one or 0; the OR of the groups.
+        # CSR reads in CSR_READ_LATENCY = 3 registered stages: the address decoded into one
+        # select flip-flop per readable register; per group of registers (in offset order) the
+        # AND-OR of the group's values with their selects; the OR of the groups. (Until session
+        # 23 the first stage registered the address and the second compared it: the compare and
+        # the value multiplexer, 6 LUTs deep between registers spread over the chip, was the
+        # 11.2 ns worst path of the whole 8x8 at 598b87c.)
         assert CSR_READ_LATENCY == 3
         items = sorted(readable.items())
         parts = []
         for g in range(0, len(items), _CSR_GROUP):
-            # each group its own copy of the address register (`keep`): one register fanning
-            # out to every group's select was a 11.3 ns path of the whole 8x8 (session 16)
-            rd_addr = Signal.like(self.csr.addr, name=f"csr_rd_addr{g // _CSR_GROUP}",
-                                  attrs={"keep": 1})
-            m.d.sync += rd_addr.eq(self.csr.addr)
             part = Signal(32, name=f"csr_part{g // _CSR_GROUP}")
-            with m.Switch(rd_addr):
-                for offset, value in items[g:g + _CSR_GROUP]:
-                    with m.Case(offset):
-                        m.d.sync += part.eq(value)
-                with m.Default():
-                    m.d.sync += part.eq(0)
+            terms = []
+            for offset, value in items[g:g + _CSR_GROUP]:
+                sel = Signal(name=f"csr_sel_{offset:#x}")
+                m.d.sync += sel.eq(self.csr.addr == offset)
+                terms.append(Mux(sel, value, 0))
+            m.d.sync += part.eq(functools.reduce(operator.or_, terms))
             parts.append(part)
         m.d.sync += self.csr.rdata.eq(functools.reduce(operator.or_, parts))
         return m

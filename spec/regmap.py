@@ -14,9 +14,10 @@ __all__ = ["Register", "REGISTERS", "COUNTERS", "REG", "CSR_ADDR_BITS", "CSR_REA
 
 
 CSR_ADDR_BITS = 6
-#: Clock edges from a CSR read's ``addr`` to its ``rdata``: the address registered, a first
-#: multiplexer stage per group of registers (beside them), then the OR of the groups (so no
-#: cycle of the read mux spans the chip; the whole design's slowest path on the ECP5 once).
+#: Clock edges from a CSR read's ``addr`` to its ``rdata``: the address decoded into one select
+#: flip-flop per register, an AND-OR stage per group of registers (beside them), then the OR of
+#: the groups (so no cycle of the read mux spans the chip; the whole design's slowest path on
+#: the ECP5 more than once).
 CSR_READ_LATENCY = 3
 #: Clock edges from a CSR write (``we`` high) to the register holding the new value (and, for
 #: ``CTRL``, to the start): the write is decoded into one strobe per register, registered, then
