@@ -144,11 +144,16 @@ class ParamLoader(wiring.Component):
     from the cycle before ``start``: the command's sizes are registered from it)
     lb : ``In(Signature(load_command_members))`` the B load engine command it drives
     w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
-    phase : ``Out(1)``; phase_lb : ``Out(1)`` (equal to ``phase``: its own register, for the
-    load engine's command select, its local-read flag and buffer B's write enables);
+    phase : ``Out(1)``; phase_lb : ``Out(2 + len(LB_FIELDS))``, copies of ``phase`` (registers
+    of their own, equal to it in every cycle): bit 0 for the B load engine's local-read flag,
+    bit 1 for buffer B's write enables, bit ``2 + i`` for the select of command field
+    ``LB_FIELDS[i]``;
     sel : ``Out(range(3))`` (valid while ``phase``; ``phase``, ``phase_lb`` and ``sel`` are
     registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
     """
+
+    #: The B load engine's command fields (``p_*``), each selected by a copy of ``phase``.
+    LB_FIELDS = tuple(name for name in load_command_members(1, 2) if name.startswith("p_"))
 
     def __init__(self, cfg: AccelConfig, *, weights: bool = False):
         self._cfg = cfg
@@ -160,7 +165,7 @@ class ParamLoader(wiring.Component):
                                                            cfg.buf_b_depth))),
             "w_addr": In(range(cfg.buf_b_depth)), "w_data": In(8 * cfg.b_beat_bytes),
             "w_en": In(1),
-            "phase": Out(1), "phase_lb": Out(1),
+            "phase": Out(1), "phase_lb": Out(2 + len(self.LB_FIELDS)),
             "sel": Out(range(len(self._arrays))), "done": Out(1),
             "bad": Out(1),
         })
@@ -206,11 +211,13 @@ class ParamLoader(wiring.Component):
         # `phase` and `sel` are registers set with the state moves, not decodes of the state:
         # `phase` selects the B load engine's command, and its decode in front of the engine's
         # start mask was a 10.9 ns path of the whole 8x8 (session 21)
-        # (`phase_lb`, a copy of `phase` for the B load engine's command select alone: from
-        # `phase` that select was still a 11.3 ns path, session 22)
+        # (`phase_lb`, copies of `phase` for the B load engine's command select alone: from
+        # `phase` that select was still a 11.3 ns path, session 22; from one copy, into the
+        # engine's start registers, a 10.4 ns path at 598b87c: now a copy per field)
         phase, sel = Signal(), Signal.like(self.sel)
-        phase_lb = Signal(attrs={"keep": 1})
-        m.d.comb += [self.phase.eq(phase), self.phase_lb.eq(phase_lb), self.sel.eq(sel)]
+        lb_copies = [Signal(name=f"phase_lb{i}", attrs={"keep": 1})
+                     for i in range(len(self.phase_lb))]
+        m.d.comb += [self.phase.eq(phase), self.phase_lb.eq(Cat(*lb_copies)), self.sel.eq(sel)]
 
         def leave(i):
             """Leave array ``i``'s states for the next array's, or END after the last."""
@@ -218,13 +225,14 @@ class ParamLoader(wiring.Component):
                 m.d.sync += sel.eq(i + 1)
                 m.next = arrays[i + 1]
             else:
-                m.d.sync += [phase.eq(0), phase_lb.eq(0)]
+                m.d.sync += [phase.eq(0), *(c.eq(0) for c in lb_copies)]
                 m.next = "END"
 
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [self.bad.eq(0), phase.eq(1), phase_lb.eq(1), sel.eq(0)]
+                    m.d.sync += [self.bad.eq(0), phase.eq(1), *(c.eq(1) for c in lb_copies),
+                                 sel.eq(0)]
                     m.next = arrays[0]
             for i, name in enumerate(arrays):
                 with m.State(name):

@@ -229,7 +229,7 @@ class Sequencer(wiring.Component):
         # the address generator.
         conv = Signal()
         lb_loc = Signal()                         # the B load engine reads the local buffer
-        m.d.comb += lb_loc.eq(b_loc & ~pl.phase_lb)
+        m.d.comb += lb_loc.eq(b_loc & ~pl.phase_lb[0])
         with m.If(conv):
             m.d.comb += [
                 self.b_rd.addr.eq(ag.mem.addr), self.b_rd.valid.eq(ag.mem.valid),
@@ -241,7 +241,8 @@ class Sequencer(wiring.Component):
                 self.b_rd.addr.eq(lb.mem.addr), self.b_rd.valid.eq(lb.mem.valid & ~lb_loc),
                 self.b_rd.stride.eq(1),
                 b_w.addr.eq(lb.w_addr), b_w.data.eq(lb.w_data),
-                b_w.en.eq(Mux(lb.w_en & ~pl.phase_lb, (1 << cfg.b_beat_bytes) - 1, 0)),
+                b_w.en.eq(Mux(lb.w_en & ~pl.phase_lb[1], (1 << cfg.b_beat_bytes) - 1,
+                              0)),
             ]
         # local reads in flight: the block RAM's read, then its output register
         loc_rvalid = Signal(LOCAL_READ_LATENCY)
@@ -390,6 +391,13 @@ class Sequencer(wiring.Component):
         # engines are busy longer anyway, so this guard never adds a cycle (the cycle-exact
         # tests show it)
         wait_early = Signal(2)
+        # "in WAIT (or DW_WAIT) with wait_early == 0" as a flip-flop, set from what the state
+        # and wait_early become: the phase's end is then `wait_ready & ~engines_busy`, kept as
+        # one signal, with no state decode or compare between the engines' busy flags and the
+        # registers the phase's end moves (compute's `running` -> those registers' enables was
+        # a 10.8 ns path of the whole 8x8, 7 LUTs deep, at 598b87c)
+        wait_ready = Signal()
+        wait_go = Signal(attrs={"keep": 1})
         m.d.comb += [walk.step.eq(nxt), walk.m.eq(M), walk.n.eq(N), walk.k.eq(K),
                      walk.pm.eq(pm), walk.pn.eq(pn), walk.pk.eq(pk), walk.pmg.eq(pmg),
                      walk.png.eq(png), walk.gm_all.eq(gm_all), walk.gn_all.eq(gn_all),
@@ -521,8 +529,20 @@ class Sequencer(wiring.Component):
         m.d.comb += se.start.eq(st_go)
         engines_busy = Signal()
         m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | st_holding)
+        m.d.comb += wait_go.eq(wait_ready & ~engines_busy)
         error = Signal(8)
         m.d.comb += self.error.eq(error)
+
+        # The walker restarts (`adv` is the first step) in every state but ISSUE, WAIT and
+        # FINISH: a flip-flop set at every transition from the state entered (goto), so the
+        # walker's ~400 flip-flops take their reset from a register, not from a decode of the
+        # state (a 10.4 ns path of the whole 8x8 at 598b87c)
+        walk_restart = Signal(init=1)
+        m.d.comb += walk.restart.eq(walk_restart)
+
+        def goto(state):
+            m.next = state
+            m.d.sync += walk_restart.eq(state not in ("ISSUE", "WAIT", "FINISH"))
 
         def launch():
             """Leave the checks: tables first for a convolution, then the prologue."""
@@ -531,13 +551,13 @@ class Sequencer(wiring.Component):
             if dw:
                 m.d.comb += dww.start.eq(is_dw)
             with m.If(is_conv):
-                m.next = "TABLES"
+                goto("TABLES")
             if dw:
                 with m.Elif(is_dw):
-                    m.next = "DW_FIRST"
+                    goto("DW_FIRST")
             with m.Else():
                 m.d.sync += [x.eq(1) for x in shift_all]
-                m.next = "ISSUE"
+                goto("ISSUE")
 
         # While a parameter array loads, the loader runs the B load engine: it copies the
         # array (one row of 4*m bytes) into the parameter memory `pl.sel`, checking every word.
@@ -552,9 +572,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [pl.addr_w0.eq(w_addrs[0]), pl.addr_w1.eq(w_addrs[1]),
                          pl.addr_w2.eq(w_addrs[2])]
         m.d.comb += [lb.start.eq(pl.lb.start), pl.lb.busy.eq(lb.busy)]
-        with m.If(pl.phase_lb):
-            m.d.comb += [getattr(lb, name).eq(getattr(pl.lb, name))
-                         for name in pl.lb.signature.members if name.startswith("p_")]
+        for i, name in enumerate(pl.LB_FIELDS):          # (a copy of the flag per field)
+            with m.If(pl.phase_lb[2 + i]):
+                m.d.comb += getattr(lb, name).eq(getattr(pl.lb, name))
 
         # the step registers' move (see `shift`): each copy of the flag enables one group
         m.d.sync += [x.eq(0) for x in shift_all]
@@ -575,26 +595,21 @@ class Sequencer(wiring.Component):
                          st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
                                                              cur["n0"] << 2)),
                          st["slot"].eq(~acc_slot)]      # (acc_slot moved with st_valid)
-        walk_restart = Signal()         # until the first ISSUE: `adv` is the first step
-        m.d.comb += walk.restart.eq(walk_restart)
 
         m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
         m.d.sync += self.busy.eq(self.busy_next)
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += walk_restart.eq(1)
                 with m.If(self.start):
                     m.d.comb += self.busy_next.eq(1)
                     m.d.sync += [self.done.eq(0), error.eq(0), conv.eq(0),
                                  crc_restart.eq(1)]
-                    m.next = "CHECK_START"
+                    goto("CHECK_START")
             with m.State("CHECK_START"):            # the record is latched: check it
-                m.d.comb += walk_restart.eq(1)
                 m.d.comb += chk.start.eq(1)
                 m.d.sync += crc_restart.eq(0)
-                m.next = "CHECK"
+                goto("CHECK")
             with m.State("CHECK"):
-                m.d.comb += walk_restart.eq(1)
                 with m.If(chk.done):
                     m.d.sync += [
                         gn_max.eq(pn >> lc),
@@ -603,28 +618,26 @@ class Sequencer(wiring.Component):
                     ]
                     with m.If(chk.failed):
                         m.d.sync += error.eq(chk.code)
-                        m.next = "FINISH"
+                        goto("FINISH")
                     with m.Elif(params_needed):
                         m.d.comb += pl.start.eq(1)
-                        m.next = "PARAMS"
+                        goto("PARAMS")
                     with m.Elif(dry):
-                        m.next = "FINISH"
+                        goto("FINISH")
                     with m.Else():
                         launch()
             with m.State("PARAMS"):             # post-processing parameters (ParamLoader)
-                m.d.comb += walk_restart.eq(1)
                 with m.If(pl.done & pl.bad):
                     m.d.sync += error.eq(ErrorCode.BAD_QUANT)
-                    m.next = "FINISH"
+                    goto("FINISH")
                 with m.Elif(pl.done & dry):
-                    m.next = "FINISH"
+                    goto("FINISH")
                 with m.Elif(pl.done):
                     launch()
             with m.State("TABLES"):             # convolution tables on chip before the prologue
-                m.d.comb += walk_restart.eq(1)
                 with m.If(~ag.tables_busy):
                     m.d.sync += [x.eq(1) for x in shift_all]
-                    m.next = "ISSUE"
+                    goto("ISSUE")
             with m.State("ISSUE"):
                 same_a = cur_valid & load["a_same"]      # (the walker's: no compares here)
                 same_b = cur_valid & load["b_same"]
@@ -636,10 +649,11 @@ class Sequencer(wiring.Component):
                 m.d.comb += st_load.eq(1)
                 m.d.sync += [need_a.eq(nxt_valid & ~same_a), need_b.eq(nxt_valid & ~same_b)]
                 m.d.sync += wait_early.eq(0b11)
-                m.next = "WAIT"
+                goto("WAIT")
             with m.State("WAIT"):
-                m.d.sync += wait_early.eq(wait_early >> 1)
-                with m.If(~engines_busy & (wait_early == 0)):
+                m.d.sync += [wait_early.eq(wait_early >> 1), wait_ready.eq(wait_early <= 1)]
+                with m.If(wait_go):
+                    m.d.sync += wait_ready.eq(0)
                     cur_klast = cur["kl"] <= pk
                     new_st = cur_valid & cur_klast
                     m.d.sync += [
@@ -653,20 +667,18 @@ class Sequencer(wiring.Component):
                         m.d.sync += acc_slot.eq(~acc_slot)
                     with m.If(nxt_valid | new_st):
                         m.d.sync += [x.eq(1) for x in shift_all]
-                        m.next = "ISSUE"
+                        goto("ISSUE")
                     with m.Else():
-                        m.next = "FINISH"
+                        goto("FINISH")
             if dw:
                 # a depthwise layer: the walk's first strip, then its phases, each computing
                 # the strip loaded in the phase before and storing the one computed before that
                 with m.State("DW_FIRST"):           # the walk's products, then its first strip
-                    m.d.comb += walk_restart.eq(1)
                     with m.If(dww.valid):
                         m.d.sync += [dw_more.eq(1), dw_cp_valid.eq(0), dw_st_valid.eq(0)]
-                        m.next = "DW_ISSUE"
+                        goto("DW_ISSUE")
                 with m.State("DW_ISSUE"):
                     m.d.comb += [
-                        walk_restart.eq(1),
                         ce.m_start.eq(dw_cp_valid),
                         # (h = 1 has no odd rows: buffer A has nothing to load)
                         la.start.eq(dw_more & (dww.a_words != 0)),
@@ -679,11 +691,12 @@ class Sequencer(wiring.Component):
                                  st_hold.eq(Mux(dw_st_valid, dw_wait, 0))]
                     with m.If(dw_more & dww.last):
                         m.d.sync += dw_more.eq(0)
-                    m.next = "DW_WAIT"
+                    goto("DW_WAIT")
                 with m.State("DW_WAIT"):
-                    m.d.comb += walk_restart.eq(1)
-                    m.d.sync += wait_early.eq(wait_early >> 1)
-                    with m.If(~engines_busy & (wait_early == 0) & (dww.valid | ~dw_more)):
+                    m.d.sync += [wait_early.eq(wait_early >> 1),
+                                 wait_ready.eq(wait_early <= 1)]
+                    with m.If(wait_go & (dww.valid | ~dw_more)):
+                        m.d.sync += wait_ready.eq(0)
                         # both buffers' halves change with every strip loaded, the accumulator's
                         # with every strip computed
                         m.d.sync += [dw_st_valid.eq(dw_cp_valid), dw_cp_valid.eq(dw_loaded),
@@ -694,13 +707,13 @@ class Sequencer(wiring.Component):
                         with m.If(dw_loaded):
                             m.d.sync += [dw_cp[name].eq(dw_ld[name]) for name in dw_cp]
                         with m.If(dw_loaded | dw_cp_valid):
-                            m.next = "DW_ISSUE"
+                            goto("DW_ISSUE")
                         with m.Else():
-                            m.next = "FINISH"
+                            goto("FINISH")
             with m.State("FINISH"):
                 m.d.comb += self.busy_next.eq(0)
                 m.d.sync += self.done.eq(1)
-                m.next = "IDLE"
+                goto("IDLE")
 
         # -- performance counters (busy covers the whole layer run) ------------------------------
         m.submodules.counters = pc = PerfCounters(cfg)
