@@ -56,6 +56,9 @@ class SystolicArray(wiring.Component):
     e_valid, e_r, e_tag : the values ``o_valid``, ``o_r``, ``o_tag`` take in the next cycle
     f_valid, f_r, f_tag : the values ``e_valid``, ``e_r``, ``e_tag`` take in the next cycle (the
     accumulator's read-modify-write reads a row two cycles before the row arrives)
+    f_first, f_first_tag : ``f_r == array_rows - 1`` (a tile's first row) and that row's tag,
+    straight from the tag's pipeline register (``f_tag`` selects between it and the tag kept
+    for the tile's later rows): the accumulator's read address starts from these
 
     With ``mesh=True`` the array also has the depthwise *mesh mode* of issue 18 (design and
     golden model: docs/architecture.md, :mod:`spec.dwmesh`; the compute engine does not drive
@@ -115,6 +118,8 @@ class SystolicArray(wiring.Component):
             "f_valid": Out(1),
             "f_r": Out(range(rows)),
             "f_tag": Out(tag_bits),
+            "f_first": Out(1),
+            "f_first_tag": Out(tag_bits),
         })
 
     @property
@@ -284,6 +289,7 @@ class SystolicArray(wiring.Component):
         # f_*: the rows two cycles ahead of o_* (e_* is f_* registered, o_* is e_* registered)
         row_tag = Signal(self._tag_bits)
         s = Signal(range(R + 1))      # rows still to announce of the current tile
+        m.d.comb += [self.f_first.eq(tag_f[-1]), self.f_first_tag.eq(tag_f[:-1])]
         with m.If(tag_f[-1]):
             m.d.comb += [self.f_valid.eq(1), self.f_tag.eq(tag_f[:-1]), self.f_r.eq(R - 1)]
             m.d.sync += [row_tag.eq(tag_f[:-1]), s.eq(R - 1)]

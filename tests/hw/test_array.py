@@ -62,9 +62,12 @@ def test_array_streams_back_to_back_tiles(preset, tmp_path):
     async def monitor(ctx):
         cycle = 0
         async for (clk_edge, rst, valid, row, r, tag, e_valid, e_r, e_tag, f_valid, f_r,
-                   f_tag) in ctx.tick().sample(dut.o_valid, dut.o_row, dut.o_r, dut.o_tag,
-                                               dut.e_valid, dut.e_r, dut.e_tag, dut.f_valid,
-                                               dut.f_r, dut.f_tag):
+                   f_tag, f_first, f_first_tag) in ctx.tick().sample(
+                       dut.o_valid, dut.o_row, dut.o_r, dut.o_tag, dut.e_valid, dut.e_r,
+                       dut.e_tag, dut.f_valid, dut.f_r, dut.f_tag, dut.f_first, dut.f_first_tag):
+            # f_first marks the tile's first row (f_r == R - 1), with its tag
+            assert f_first == (f_valid and f_r == R - 1), f"cycle {cycle}: f_first"
+            assert not f_first or f_first_tag == f_tag, f"cycle {cycle}: f_first_tag"
             if valid:
                 got[(tag, r)] = unpack_signed(row, 32, C)
                 first_row_cycle.setdefault(tag, cycle)
