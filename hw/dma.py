@@ -412,22 +412,21 @@ class StoreEngine(wiring.Component):
         # and the accumulator's and parameter memories' read enables (the raw flag into the
         # accumulator's read address was a 11.4 ns path of the whole 8x8, session 22)
         read_hold = skid_copy("read")
-        q_bias, q_mult = Signal(32), Signal(31)
+        q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
         # requantiser's lanes take it from registers: the decode between this register and the
         # lanes' first stage was a 11.7 ns path (41 endpoints) of the whole 8x8 in session 16.
-        # The shift's register has a copy (`keep`) per decoded value: one register into all 106
-        # decoded bits was a 10.7 ns path of the whole 8x8 at 598b87c (9 ns of it routing).
-        q_shifts = {name: Signal(6, name=f"q_shift_{name}", attrs={"keep": 1})
-                    for name in PostProc.SHIFT_DECODE}
+        # (`q_shift` is the shift memory's read register, which bench.outreg folds into the
+        # block RAM: copies of it, tried in session 23 against its 106-bit decode's fan-out,
+        # stop that fold and put the RAM's 6 ns clock-to-out in front of every copy.)
+        q_dec = PostProc.decode_shift(m, q_shift.as_signed())
         w_dec = {name: Signal(shape, name=f"w_{name}", reset_less=True)
                  for name, shape in PostProc.SHIFT_DECODE.items()}
         with m.If(~word_hold):
-            m.d.sync += [w_dec[name].eq(PostProc.decode_shift(m, q_shifts[name])[name])
-                         for name in w_dec]
-            m.d.sync += [q_shift.eq(self.q_shift[:6]) for q_shift in q_shifts.values()]
+            m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
             m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
+                         q_shift.eq(self.q_shift[:6]),
                          word_valid.eq(out_valid), word_addr.eq(out_addr),
                          word_strb.eq(Mux(int8 & post, Cat(out_emask, Const(0, W - cols)),
                                           Cat(*(b.replicate(E) for b in out_emask)))
