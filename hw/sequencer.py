@@ -208,16 +208,26 @@ class Sequencer(wiring.Component):
         # C: to memory, or into the local buffer (an int8 beat's low array_cols bytes)
         loc_ack = Signal()
         m.d.sync += loc_ack.eq(se.mem.valid & c_loc_w)
-        # The local write itself is registered too (it lands in the cycle of its acknowledgement):
-        # the store's handshake straight into the local block RAMs' byte write enables was a
-        # 11.6 ns path of the whole 8x8 (session 19: skid_valid -> WEA). A later layer reads
-        # the rows only after this layer's store is done, many cycles later.
+        # The local write itself is registered twice (it lands a cycle after its
+        # acknowledgement): the store's handshake straight into the local block RAMs' byte
+        # write enables was a 11.6 ns path of the whole 8x8 (session 19: skid_valid -> WEA);
+        # registered once, the handshake into the registered enables' reset still was (10.5 and
+        # 11.9 ns at 41fd93f and 60c3540, from the port's acknowledgement flag and the store's
+        # final-stage select): the first stage now registers the beat as it is (its valid one
+        # flip-flop), the second the byte enables. A later layer reads the rows only after this
+        # layer's store is done, many cycles later.
+        loc_v = Signal(name="loc_valid")
+        loc_strb = Signal(cfg.b_beat_bytes, name="loc_strb", reset_less=True)
+        loc_addr1 = Signal(len(loc_w.addr), name="loc_addr1", reset_less=True)
+        loc_data1 = Signal(8 * cfg.b_beat_bytes, name="loc_data1", reset_less=True)
+        m.d.sync += [loc_v.eq(se.mem.valid & c_loc_w), loc_strb.eq(se.mem.strb[:cfg.b_beat_bytes]),
+                     loc_addr1.eq(se.mem.addr >> lc),
+                     loc_data1.eq(se.mem.data[:8 * cfg.b_beat_bytes])]
         loc_waddr = Signal(len(loc_w.addr), name="loc_waddr")
         loc_wdata = Signal(8 * cfg.b_beat_bytes, name="loc_wdata", reset_less=True)
         loc_wen = Signal(cfg.b_beat_bytes, name="loc_wen")
-        m.d.sync += [loc_waddr.eq(se.mem.addr >> lc),
-                     loc_wdata.eq(se.mem.data[:8 * cfg.b_beat_bytes]),
-                     loc_wen.eq(Mux(se.mem.valid & c_loc_w, se.mem.strb[:cfg.b_beat_bytes], 0))]
+        m.d.sync += [loc_waddr.eq(loc_addr1), loc_wdata.eq(loc_data1),
+                     loc_wen.eq(Mux(loc_v, loc_strb, 0))]
         m.d.comb += [
             self.c_wr.addr.eq(se.mem.addr), self.c_wr.data.eq(se.mem.data),
             self.c_wr.strb.eq(se.mem.strb), self.c_wr.valid.eq(se.mem.valid & ~c_loc),
@@ -530,6 +540,11 @@ class Sequencer(wiring.Component):
         engines_busy = Signal()
         m.d.comb += engines_busy.eq(ce.running | la.busy | b_busy | se.busy | st_holding)
         m.d.comb += wait_go.eq(wait_ready & ~engines_busy)
+        # `cur` is the step's last k partition: a register, valid from the cycle after `cur`
+        # moves (the end of ISSUE), so from WAIT's second cycle, before wait_ready (the compare
+        # in the phase's end was a 10.8 ns path of the whole 8x8 at 60c3540)
+        cur_klast = Signal()
+        m.d.sync += cur_klast.eq(cur["kl"] <= pk)
         error = Signal(8)
         m.d.comb += self.error.eq(error)
 
@@ -654,7 +669,6 @@ class Sequencer(wiring.Component):
                 m.d.sync += [wait_early.eq(wait_early >> 1), wait_ready.eq(wait_early <= 1)]
                 with m.If(wait_go):
                     m.d.sync += wait_ready.eq(0)
-                    cur_klast = cur["kl"] <= pk
                     new_st = cur_valid & cur_klast
                     m.d.sync += [
                         st_valid.eq(new_st),
