@@ -1,11 +1,11 @@
 """The register block's read latency is exactly spec.regmap.CSR_READ_LATENCY clock edges
 (Amaranth simulation of the tiny AccelTop)."""
 
-from amaranth.sim import Simulator
-
 from hw.top import AccelTop
 from spec.config import PRESETS
 from spec.regmap import CSR_READ_LATENCY, CSR_WRITE_LATENCY, REG
+
+from .util import run_sim
 
 
 def test_csr_read_latency_is_the_regmap_constant():
@@ -23,10 +23,7 @@ def test_csr_read_latency_is_the_regmap_constant():
             seen.append(ctx.get(top.csr.rdata))
             await ctx.tick()
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    run_sim(top, bench)
     # the address changed before edge 0: rdata shows it from edge CSR_READ_LATENCY on
     assert seen[:CSR_READ_LATENCY] == [0] * CSR_READ_LATENCY
     assert seen[CSR_READ_LATENCY] == cfg.config_id
@@ -55,10 +52,7 @@ def test_csr_write_latency_is_the_regmap_constant():
             await ctx.tick()
             seen.append(ctx.get(top.csr.rdata))
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    run_sim(top, bench)
     first = CSR_WRITE_LATENCY + CSR_READ_LATENCY           # the first edge showing the value
     assert seen[:first - 1] == [0] * (first - 1)
     assert seen[first - 1:] == [value] * (len(seen) - first + 1)
@@ -94,10 +88,7 @@ def test_csr_reads_every_register_back_to_back():
             await ctx.tick()
             seen.append(ctx.get(top.csr.rdata))
 
-    sim = Simulator(top)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    run_sim(top, bench)
     # the read of readable[i] was taken at edge i (counted from 0): its value is seen after
     # edge i + CSR_READ_LATENCY - 1
     got = {r.offset: seen[i + CSR_READ_LATENCY - 1] for i, r in enumerate(readable)}
