@@ -22,6 +22,14 @@ PARAM_ARRAYS: tuple[str, ...] = ("bias", "mult", "shift")
 FACTOR_BITS = MAX_DIM.bit_length()
 #: Radix-4 digits of a factor: cycles of the bit-serial multiply.
 DIGITS = (FACTOR_BITS + 1) // 2
+#: Register stages after ``start`` of the deepest record-only term (a rule's part that reads
+#: neither a product nor an extent): the record copy ``rec_*`` (phase 1), a bound registered
+#: from it such as ``tile_m_max`` or ``dw_a_hi`` (phase 2), the bound's compare (phase 3).
+EARLY_STAGES = 3
+# The rules' registers load in phase DIGITS + 2 (the ``compares`` stage): a record-only term
+# registered on its own is final by then only while its chain is no longer (a margin of
+# DIGITS + 2 - EARLY_STAGES = 11 cycles with 24-bit dimensions).
+assert EARLY_STAGES <= DIGITS + 2, "a record-only term is not final at the compares stage"
 
 __all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members"]
 
@@ -57,10 +65,14 @@ class RecordChecker(wiring.Component):
 
     ========================  ========================================================
     cycles 1 .. DIGITS         nine products ``factor x value`` (24 x 32 bits), radix 4,
-                               one 56-bit add per cycle each (most significant digit first)
-    DIGITS + 1                 extents: ``base + product``, the bases registered meanwhile
-    DIGITS + 2                 every rule's compares, each in its own register
-    DIGITS + 3                 one bit per error code (the OR of its compares)
+                               one 56-bit add per cycle each (most significant digit first);
+                               meanwhile the record copied (cycle 1), the bases registered,
+                               and every record-only compare in a flip-flop of its own
+                               (cycles 2 .. ``EARLY_STAGES``)
+    DIGITS + 1                 extents: ``base + product``
+    DIGITS + 2                 every rule in its own register: the compares of products and
+                               extents, ANDed / ORed with registered record-only compares
+    DIGITS + 3                 one bit per error code (the OR of its rules)
     DIGITS + 4 (``done``)      ``code``: the priority of the registered bits
     ========================  ========================================================
 
@@ -237,7 +249,7 @@ class RecordChecker(wiring.Component):
             dw_unused = reg(Cat(*(d[name] != 0 for name in DEPTHWISE_UNUSED)).any(), 1,
                             name="dw_unused")
 
-        # -- rules: every compare registered on its own ---------------------------------------
+        # -- rules: each in its own register, their record-only compares registered before ---
         compares = stage(DIGITS + 2, DIGITS + 2, "compares")
         bits = {code: [] for code in ErrorCode}
 
@@ -247,120 +259,148 @@ class RecordChecker(wiring.Component):
                 m.d.sync += bit.eq(cond)
             bits[code].append(bit)
 
+        def early(expr, name):
+            """A record-only term (``rec_*`` and bounds registered from them: no product, no
+            extent) in a flip-flop of its own, loaded every cycle: final from phase
+            :data:`EARLY_STAGES` at the latest, long before the ``compares`` stage, so a rule's
+            register ORs a few flip-flops instead of the record's compares (eight 25-bit
+            compares ORed into BAD_LAYER's register: the whole 8x8 route, session 24:
+            rec_out_zero_point -> bad_layer 10.67 ns; gn_all -> its carry chain -> bad_table
+            10 ns; about 8 ns of either routing)."""
+            return reg(expr, 1, name=f"early_{name}")
+
         def in_dim(v):
             return (v >= 1) & (v <= MAX_DIM)
 
         def int8_word(w):
             return (w[7:] == 0) | (w[7:] == (1 << 25) - 1)
 
-        def in_image(lo, hi):
-            return (img_lo <= lo) & (hi <= img_hi)
-
-        def overlaps_image(lo, hi):
-            return (lo < img_hi) & (img_lo < hi)
-
-        def reads_weights(lo, hi):
-            """[lo, hi) overlaps the image's weights part [img_wt, img_hi)."""
-            return (lo < img_hi) & (img_wt < hi)
-
         dram, loc_end = cfg.dram_bytes, cfg.local_base + cfg.local_buf_bytes
-        b_loc, c_loc = d["b_addr"] >= dram, d["c_addr"] >= dram
-        imaged = img_hi != 0
         win_lo, win_hi = L["out_window_lo"], L["out_window_hi"]
+        imaged = early(img_hi != 0, "imaged")
+        dim_ok = {name: early(in_dim(d[name]), f"{name}_ok")
+                  for name in ("m", "k", "n", "partition_m", "partition_n", "partition_k")}
 
-        rule(ErrorCode.BAD_SHAPE, ~(in_dim(M) & in_dim(K) & in_dim(N)))
-        rule(ErrorCode.BAD_PARTITION_M, gemm(~(in_dim(pm) & (pm[:lr] == 0))))
-        rule(ErrorCode.BAD_PARTITION_N, gemm(~(in_dim(pn) & (pn[:lc] == 0))))
-        rule(ErrorCode.BAD_PARTITION_K, gemm(~in_dim(pk) | ((d["need_splitk"] == 0) & (pk < K))))
+        rule(ErrorCode.BAD_SHAPE, ~(dim_ok["m"] & dim_ok["k"] & dim_ok["n"]))
+        rule(ErrorCode.BAD_PARTITION_M, gemm(~(dim_ok["partition_m"] &
+                                               early(pm[:lr] == 0, "pm_whole"))))
+        rule(ErrorCode.BAD_PARTITION_N, gemm(~(dim_ok["partition_n"] &
+                                               early(pn[:lc] == 0, "pn_whole"))))
+        rule(ErrorCode.BAD_PARTITION_K, gemm(~dim_ok["partition_k"] |
+                                             (early(d["need_splitk"] == 0, "no_splitk") &
+                                              early(pk < K, "pk_short"))))
         # (the bounds registered first: a compare, a select and a compare in one cycle were a
         # 12.1 ns path on the ECP5)
         tile_m_max = reg(Mux(pm > R, pm, R), 32, name="tile_m_max")
         tile_n_max = reg(Mux(pn > C, pn, C), 32, name="tile_n_max")
-        rule(ErrorCode.BAD_TILE, gemm((d["tile_m"] < R) | (d["tile_m"] > tile_m_max) |
-                                      (d["tile_m"][:lr] != 0)))
-        rule(ErrorCode.BAD_TILE, gemm((d["tile_n"] < C) | (d["tile_n"] > tile_n_max) |
-                                      (d["tile_n"][:lc] != 0)))
+        for name, low, top, lt in (("tile_m", R, tile_m_max, lr), ("tile_n", C, tile_n_max, lc)):
+            tile = d[name]
+            rule(ErrorCode.BAD_TILE, gemm(early(tile < low, f"{name}_small") |
+                                          early(tile > top, f"{name}_big") |
+                                          early(tile[:lt] != 0, f"{name}_odd")))
         rule(ErrorCode.BUF_A_OVERFLOW, gemm(p_mk > cfg.buf_a_half_bytes))
         rule(ErrorCode.BUF_B_OVERFLOW, gemm(p_kn > cfg.buf_b_half_bytes))
         rule(ErrorCode.ACC_OVERFLOW, gemm(acc_need > d["acc_buffer_needed"]))
-        rule(ErrorCode.ACC_OVERFLOW, d["acc_buffer_needed"] > cfg.acc_half_bytes)
-        rule(ErrorCode.BAD_FLAGS, gemm((d["outer_m"] > 1) | (d["need_splitk"] > 1)) |
-             (d["b_mode"] > (B_MODE_DEPTHWISE if dw else 1)))
+        rule(ErrorCode.ACC_OVERFLOW, early(d["acc_buffer_needed"] > cfg.acc_half_bytes,
+                                           "acc_half"))
+        rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
+                                       early(d["need_splitk"] > 1, "need_splitk")) |
+             early(d["b_mode"] > (B_MODE_DEPTHWISE if dw else 1), "b_mode"))
         if dw:
             # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
-            rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(in_dim(pm) & (~K[0] | (pm == 1))))
+            rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(dim_ok["partition_m"] &
+                                                      early(~K[0] | (pm == 1), "dw_groups")))
             rule(ErrorCode.BUF_A_OVERFLOW, is_dw & (dw_words_a > cfg.buf_a_depth // 2))
             rule(ErrorCode.BUF_B_OVERFLOW, is_dw & (dw_words_b > cfg.buf_b_depth // 2))
             rule(ErrorCode.ACC_OVERFLOW, is_dw & (dw_acc_need > d["acc_buffer_needed"]))
             rule(ErrorCode.BAD_FLAGS, is_dw & dw_unused)
-        rule(ErrorCode.BAD_TABLE, is_conv & ((K > cfg.conv_offset_entries) |
-                                             (d["run_count"] == 0) |
-                                             (d["run_count"] > cfg.conv_run_entries) |
-                                             (gn_all + 1 > cfg.conv_group_entries)))
+        # (gn_all + 1 > entries as gn_all >= entries: no adder before the compare)
+        rule(ErrorCode.BAD_TABLE, is_conv & (
+            early(K > cfg.conv_offset_entries, "k_offsets") |
+            early(d["run_count"] == 0, "no_runs") |
+            early(d["run_count"] > cfg.conv_run_entries, "runs") |
+            early(gn_all >= cfg.conv_group_entries, "groups")))
         # B / C in the local buffer (spec.desc.local_problem): whole rows, dense B, int8 C
+        b_local = early((d["b_addr"] >= dram) & (d["b_addr"][:lc] == 0) &
+                        (d["b_stride"][:lc] == 0), "b_local")
+        c_local = early((d["c_addr"] >= dram) & (d["c_addr"][:lc] == 0) &
+                        (d["c_stride"][:lc] == 0), "c_local")
         rule(ErrorCode.BAD_ADDRESS, gemm(a_hi > dram))
         rule(ErrorCode.BAD_ADDRESS, gemm((b_hi > dram) & ~(
-            b_loc & (b_hi <= loc_end) & ~is_conv & (d["b_addr"][:lc] == 0) &
-            (d["b_stride"][:lc] == 0))))
+            b_local & (b_hi <= loc_end) & ~is_conv)))
         rule(ErrorCode.BAD_ADDRESS, gemm((c_hi > dram) & ~(
-            c_loc & (c_hi <= loc_end) & int8_out & (d["c_addr"][:lc] == 0) &
-            (d["c_stride"][:lc] == 0))))
-        rule(ErrorCode.BAD_ADDRESS, gemm(d["c_stride"] < n_bytes))
+            c_local & (c_hi <= loc_end) & int8_out)))
+        rule(ErrorCode.BAD_ADDRESS, gemm(early(d["c_stride"] < n_bytes, "c_stride")))
         rule(ErrorCode.BAD_ADDRESS, gemm((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)))
         rule(ErrorCode.BAD_ADDRESS, gemm((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)))
         if dw:
             # dense NCHW maps, the weight arrays, everything in memory, C apart from A and B
             rule(ErrorCode.BAD_ADDRESS, is_dw & ((d["b_stride"] != p_dkn) |
                                                  (d["c_stride"] != dw_c_pitch)))
-            rule(ErrorCode.BAD_ADDRESS, is_dw & ((d["a_addr"][:2] != 0) |
-                                                 (d["a_stride"][:2] != 0) |
-                                                 (d["a_stride"] < (M << 2))))
-            rule(ErrorCode.BAD_ADDRESS, is_dw & ((dw_a_hi > dram) | (dw_b_hi > dram) |
-                                                 (dw_c_hi > dram)))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & (
+                early((d["a_addr"][:2] != 0) | (d["a_stride"][:2] != 0), "dw_a_odd") |
+                early(d["a_stride"] < (M << 2), "dw_a_stride")))
+            rule(ErrorCode.BAD_ADDRESS, is_dw & (early(dw_a_hi > dram, "dw_a_hi") |
+                                                 (dw_b_hi > dram) | (dw_c_hi > dram)))
             rule(ErrorCode.BAD_ADDRESS, is_dw & (d["a_addr"] < dw_c_hi) &
-                 (d["c_addr"] < dw_a_hi))
+                 early(d["c_addr"] < dw_a_hi, "dw_c_under_a"))
             rule(ErrorCode.BAD_ADDRESS, is_dw & (d["b_addr"] < dw_c_hi) &
                  (d["c_addr"] < dw_b_hi))
-        for lo, hi in tables:
-            rule(ErrorCode.BAD_ADDRESS, is_conv & ((hi > dram) |
-                                                   ((lo < c_hi) & (d["c_addr"] < hi))))
+        for (lo, hi), name in zip(tables, ("off", "run", "grp")):
+            rule(ErrorCode.BAD_ADDRESS, is_conv & (early(hi > dram, f"{name}_hi") | (
+                (lo < c_hi) & early(d["c_addr"] < hi, f"c_under_{name}"))))
         # layer record rules (spec.record.check_record)
-        rule(ErrorCode.BAD_LAYER, (L["op_kind"] >= len(OpKind)) |
-             (L["out_format"] >= len(OutFormat)) | (L["post_mode"] >= len(PostMode)) |
-             (L["bias_present"] > 1))
-        rule(ErrorCode.BAD_LAYER, ~int8_word(L["out_zero_point"]) | ~int8_word(L["act_min"]) |
-             ~int8_word(L["act_max"]) | ~int8_word(L["pad_value"]))
-        rule(ErrorCode.BAD_LAYER, (L["pad_value"] != 0) & ~is_dw)
-        rule(ErrorCode.BAD_LAYER,
-             L["act_min"][:8].as_signed() > L["act_max"][:8].as_signed())
-        rule(ErrorCode.BAD_LAYER, ((L["op_kind"] == OpKind.CONV) != is_conv) |
-             ((L["op_kind"] == OpKind.DEPTHWISE) != is_dw) |
-             ((post | is_dw) & (M > cfg.quant_entries)))
-        rule(ErrorCode.BAD_WINDOW, win_lo >= win_hi)
-        rule(ErrorCode.BAD_WINDOW, (win_hi > dram) & ~((win_lo >= dram) & (win_hi <= loc_end)))
-        rule(ErrorCode.BAD_WINDOW, d["c_addr"] < win_lo)
+        rule(ErrorCode.BAD_LAYER, early(L["op_kind"] >= len(OpKind), "op_kind") |
+             early(L["out_format"] >= len(OutFormat), "out_format") |
+             early(L["post_mode"] >= len(PostMode), "post_mode") |
+             early(L["bias_present"] > 1, "bias_present"))
+        rule(ErrorCode.BAD_LAYER, ~early(int8_word(L["out_zero_point"]), "zero_point_int8") |
+             ~early(int8_word(L["act_min"]), "act_min_int8") |
+             ~early(int8_word(L["act_max"]), "act_max_int8") |
+             ~early(int8_word(L["pad_value"]), "pad_value_int8"))
+        rule(ErrorCode.BAD_LAYER, early(L["pad_value"] != 0, "padded") & ~is_dw)
+        rule(ErrorCode.BAD_LAYER, early(L["act_min"][:8].as_signed() >
+                                        L["act_max"][:8].as_signed(), "act_range"))
+        rule(ErrorCode.BAD_LAYER, (early(L["op_kind"] == OpKind.CONV, "op_conv") != is_conv) |
+             (early(L["op_kind"] == OpKind.DEPTHWISE, "op_dw") != is_dw) |
+             ((post | is_dw) & early(M > cfg.quant_entries, "m_quant")))
+        rule(ErrorCode.BAD_WINDOW, early(win_lo >= win_hi, "win_empty"))
+        rule(ErrorCode.BAD_WINDOW, early(win_hi > dram, "win_hi") &
+             ~early((win_lo >= dram) & (win_hi <= loc_end), "win_local"))
+        rule(ErrorCode.BAD_WINDOW, early(d["c_addr"] < win_lo, "c_under_win"))
         rule(ErrorCode.BAD_WINDOW, gemm(w_hi > win_hi))
         if dw:
             rule(ErrorCode.BAD_WINDOW, is_dw & (dw_c_hi > win_hi))
-        rule(ErrorCode.BAD_WINDOW, overlaps_image(win_lo, win_hi))
-        rule(ErrorCode.BAD_WINDOW, imaged & ((stats[:log2(SECTION_ALIGN_BYTES)] != 0) |
-                                             (stats_hi > dram)))
-        rule(ErrorCode.BAD_WINDOW, imaged & overlaps_image(stats, stats_hi))
+        # [lo, hi) overlaps the image: lo < img_hi and img_lo < hi
+        rule(ErrorCode.BAD_WINDOW, early(win_lo < img_hi, "win_lo_image") &
+             early(img_lo < win_hi, "win_hi_image"))
+        rule(ErrorCode.BAD_WINDOW, imaged & (
+            early(stats[:log2(SECTION_ALIGN_BYTES)] != 0, "stats_odd") |
+            early(stats_hi > dram, "stats_hi")))
+        rule(ErrorCode.BAD_WINDOW, imaged & early(stats < img_hi, "stats_lo_image") &
+             early(img_lo < stats_hi, "stats_hi_image"))
         # image runs: A inside the image (its loads are checked against a_crc), B and the
-        # tables outside its weights part (the header's CRC covers [img_lo, img_wt))
-        rule(ErrorCode.BAD_WINDOW, gemm(imaged & ~in_image(d["a_addr"], a_hi)))
-        rule(ErrorCode.BAD_WINDOW, gemm(imaged & reads_weights(d["b_addr"], b_hi)))
+        # tables outside its weights part [img_wt, img_hi) (the header's CRC covers [img_lo,
+        # img_wt)): [lo, hi) reads it when lo < img_hi and img_wt < hi
+        a_from_image = early(img_lo <= d["a_addr"], "a_image")
+        b_under_image = early(d["b_addr"] < img_hi, "b_image")
+        rule(ErrorCode.BAD_WINDOW, gemm(imaged & ~(a_from_image & (a_hi <= img_hi))))
+        rule(ErrorCode.BAD_WINDOW, gemm(imaged & b_under_image & (img_wt < b_hi)))
         if dw:
             # a depthwise layer's weights are parameter arrays, under the header's CRC
-            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & ~((img_lo <= d["a_addr"]) &
-                                                          (dw_a_hi <= img_wt)))
-            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & reads_weights(d["b_addr"], dw_b_hi))
-        for lo, hi in tables:
-            rule(ErrorCode.BAD_WINDOW, imaged & is_conv & reads_weights(lo, hi))
+            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & ~(
+                a_from_image & early(dw_a_hi <= img_wt, "dw_a_hi_weights")))
+            rule(ErrorCode.BAD_WINDOW, is_dw & imaged & b_under_image & (img_wt < dw_b_hi))
+        for (lo, hi), name in zip(tables, ("off", "run", "grp")):
+            rule(ErrorCode.BAD_WINDOW, imaged & is_conv & early(lo < img_hi, f"{name}_image") &
+                 early(img_wt < hi, f"{name}_weights"))
         for i, name in enumerate(PARAM_ARRAYS):
             lo, hi = L[f"{name}_addr"], param_hi[i]
-            rule(ErrorCode.BAD_WINDOW, q_need[i] & ((lo[:log2(PARAM_ALIGN)] != 0) | (hi > dram)))
-            rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~((img_lo <= lo) & (hi <= img_wt)))
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & (
+                early(lo[:log2(PARAM_ALIGN)] != 0, f"{name}_odd") |
+                early(hi > dram, f"{name}_hi")))
+            rule(ErrorCode.BAD_WINDOW, q_need[i] & imaged & ~(
+                early(img_lo <= lo, f"{name}_image") & early(hi <= img_wt, f"{name}_weights")))
 
         # -- one bit per code, then the priority of spec.desc.check -----------------------------
         order = [ErrorCode.BAD_SHAPE, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_PARTITION_N,
