@@ -26,21 +26,39 @@ def load_command_members(ab: int, depth: int) -> dict:
     return {**_grid_members(ab), "p_buf_base": In(range(depth)), "p_buf_gstride": In(DIM_BITS)}
 
 
+def _byte_mask_parts(valid_bytes: Value, beat_bytes: int) -> tuple:
+    """:func:`_byte_mask` up to its per-byte step: ``(negative, big, low)``, which a pipeline
+    can register between the steps (:func:`_byte_mask_from_parts` finishes it).
+
+    ``negative``: the sign; ``big``: ``valid_bytes >= 2**low_bits`` (every byte: one shared test
+    of the bits above the beat); ``low``: the low ``low_bits`` bits, the bits of a byte index."""
+    low_bits = (beat_bytes - 1).bit_length()          # the low bits hold 0 .. 2**low_bits - 1
+    value = Value.cast(valid_bytes)
+    if len(value) < low_bits + 2:                      # narrow: widened by its sign (or 0)
+        pad = low_bits + 2 - len(value)
+        value = (Cat(value, value[-1].replicate(pad)).as_signed() if value.shape().signed
+                 else Cat(value, Const(0, pad)))
+    negative = value[-1] if value.shape().signed else Const(0, 1)
+    big = ~negative & value[low_bits:].any()           # >= 2**low_bits >= beat_bytes
+    return negative, big, value[:low_bits]
+
+
+def _byte_mask_from_parts(negative: Value, big: Value, low: Value, beat_bytes: int) -> Value:
+    """The byte mask from :func:`_byte_mask_parts`: byte ``b`` is set when ``big``, or when
+    not ``negative`` and ``low > b``. (With ``big`` a constant 0, the mask of the low bits
+    alone: ``big`` can join it later, as an OR into every byte.)"""
+    top = (1 << len(low)) - 1                          # no low value exceeds it: only `big`
+    return Cat(*(~negative & (big | (low > b)) if b < top else big for b in range(beat_bytes)))
+
+
 def _byte_mask(valid_bytes: Value, beat_bytes: int) -> Value:
     """Bit ``b`` set when ``b < valid_bytes`` (``valid_bytes`` may be negative or > beat).
 
     Built as one shared test of the bits above the beat (negative, or at least the next power
-    of two) and a compare of the low bits per byte, rather than ``beat_bytes`` compares of the
-    whole value (which synthesis turns into as many carry chains)."""
-    low_bits = (beat_bytes - 1).bit_length()          # the low bits hold 0 .. 2**low_bits - 1
-    if len(valid_bytes) <= low_bits + 1:
-        return Cat(*(valid_bytes > b for b in range(beat_bytes)))
-    value = Value.cast(valid_bytes)
-    negative = value[-1] if value.shape().signed else Const(0, 1)
-    big = ~negative & value[low_bits:].any()           # >= 2**low_bits >= beat_bytes
-    low = value[:low_bits]
-    top = (1 << low_bits) - 1                          # no low value exceeds it: only `big`
-    return Cat(*(~negative & (big | (low > b)) if b < top else big for b in range(beat_bytes)))
+    of two) and a compare of the low bits per byte (:func:`_byte_mask_parts`, then
+    :func:`_byte_mask_from_parts`), rather than ``beat_bytes`` compares of the whole value
+    (which synthesis turns into as many carry chains)."""
+    return _byte_mask_from_parts(*_byte_mask_parts(valid_bytes, beat_bytes), beat_bytes)
 
 
 class LoadEngine(wiring.Component):
@@ -88,8 +106,6 @@ class LoadEngine(wiring.Component):
         ab = self._cfg.dram_addr_bits
 
         stride = Signal(32)
-        rows = Signal(DIM_BITS)
-        groups = Signal(DIM_BITS)
         gstride = Signal(DIM_BITS)
         # request side
         issuing = Signal()
@@ -117,10 +133,17 @@ class LoadEngine(wiring.Component):
         one_group = Signal()
         rq_glast, rq_rlast, rs_glast, rs_rlast = (Signal(name=n) for n in
                                                   ("rq_glast", "rq_rlast", "rs_glast", "rs_rlast"))
+        # `groups - 2` and `rows - 2`, registered at the start: "the next beat is the row's
+        # last" is then an equality of two registers, `g == groups - 2`, not an add and a
+        # compare (`rq_g + 2 == groups`, two carry chains: a 10.4 ns path of the whole 8x8,
+        # ad670c5 seed 3, session 24). They wrap for one group / one row, where the flags come
+        # from `one_group` / the start instead.
+        groups_m2, rows_m2 = Signal(DIM_BITS, name="groups_m2"), Signal(DIM_BITS, name="rows_m2")
         with m.If(self.start):
             m.d.sync += [
                 self.busy.eq(1), issuing.eq(1),
-                stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
+                groups_m2.eq(self.p_groups - 2), rows_m2.eq(self.p_rows - 2),
+                stride.eq(self.p_stride),
                 gstride.eq(self.p_buf_gstride), elems_w.eq(self.p_elems - W),
                 rq_row.eq(0), rq_g.eq(0), rq_row_addr.eq(self.p_addr), rq_addr.eq(self.p_addr),
                 rs_rem.eq(self.p_rows - 1), rs_g.eq(0), rs_waddr.eq(self.p_buf_base),
@@ -135,13 +158,13 @@ class LoadEngine(wiring.Component):
         with m.If(issuing & self.mem.ready):
             with m.If(rq_glast):
                 m.d.sync += [rq_g.eq(0), rq_row.eq(rq_row + 1), rq_glast.eq(one_group),
-                             rq_rlast.eq(rq_row + 2 == rows),
+                             rq_rlast.eq(rq_row == rows_m2),
                              rq_row_addr.eq(rq_row_addr + stride),
                              rq_addr.eq(rq_row_addr + stride)]
                 with m.If(rq_rlast):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g + 2 == groups),
+                m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g == groups_m2),
                              rq_addr.eq(rq_addr + W)]
 
         # the beat's byte mask, a register kept with the counts (the mask decoded from the
@@ -167,7 +190,7 @@ class LoadEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [rs_g.eq(rs_g + 1), rs_waddr.eq(rs_waddr + gstride),
                              rs_next_left.eq(rs_next_left - W),
-                             rs_glast.eq(rs_g + 2 == groups),
+                             rs_glast.eq(rs_g == groups_m2),
                              mask.eq(_byte_mask(rs_next_left, W))]
         return m
 
@@ -301,7 +324,26 @@ class StoreEngine(wiring.Component):
         # the beat's strobes in two parts, combined in stage 2: the row's valid elements and
         # the window guard (compares of registers, then one AND-select a stage later)
         out_emask = Signal(cols)
-        out_guard = Signal(W)
+        # The guard is split across the two stages. Stage 1 registers, for `below` and for
+        # `above`, its `big` flag (>= 2**low_bits: the shared test of the high bits, a tree
+        # with one load) and the mask of its sign and low bits alone (_byte_mask_from_parts
+        # with `big` 0: per byte a compare of the low bits, no high bits); stage 2 ORs `big`
+        # into the masks and ANDs them into the strobes (per byte seven register inputs:
+        # `int8_post`, two element-mask bits and the four guard bits). Registering the whole
+        # guard put the high-bit test, its fan-out to every byte and the per-byte compares in
+        # one cycle: the whole 8x8 route, session 24 (ad670c5 seed 2): above -> out_guard
+        # 10.58 ns (8.4 ns of it routing, 9 cells), and $signal$128 (`below`) -> out_guard
+        # 9.88 ns. Registering only the parts (sign, `big`, low bits) would leave stage 2 a
+        # function of 16 of them per byte, as deep as what it replaces. Same strobes in the
+        # same cycle.
+        guard_parts = {}
+        for side, diff in (("below", below), ("above", above)):
+            negative, big, low = _byte_mask_parts(diff, W)
+            guard_parts[side] = (big, _byte_mask_from_parts(negative, Const(0, 1), low, W))
+        out_guard = {side: (Signal(name=f"out_{side}_big"), Signal(W, name=f"out_{side}_low"))
+                     for side in guard_parts}
+        # `int8 & post`, a register set with the start: stage 2's strobe select
+        int8_post = Signal(name="int8_post")
         # stage 2: the accumulator word in a register (a block RAM's read port feeds no logic:
         # on the ECP5 its clock-to-out alone is 5.8 ns), with its beat and row parameters
         word_valid = Signal()
@@ -428,9 +470,12 @@ class StoreEngine(wiring.Component):
             m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
                          q_shift.eq(self.q_shift[:6]),
                          word_valid.eq(out_valid), word_addr.eq(out_addr),
-                         word_strb.eq(Mux(int8 & post, Cat(out_emask, Const(0, W - cols)),
+                         word_strb.eq(Mux(int8_post, Cat(out_emask, Const(0, W - cols)),
                                           Cat(*(b.replicate(E) for b in out_emask)))
-                                      & out_guard),
+                                      & ~(out_guard["below"][0].replicate(W)
+                                          | out_guard["below"][1])
+                                      & (out_guard["above"][0].replicate(W)
+                                         | out_guard["above"][1])),
                          word.eq(self.acc_rdata),
                          w_bias.eq(q_bias), w_mult.eq(q_mult)]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
@@ -484,21 +529,23 @@ class StoreEngine(wiring.Component):
         # Byte strobes of the beat at `addr`: the row's valid elements, then the window guard
         # (byte b is in the window when win_lo - addr <= b < win_hi - addr). The differences
         # are kept as running registers beside `addr` (and `row_addr`), so the guard is compares
-        # of registers, not a subtract first.
+        # of registers, not a subtract first (and stage 1 takes only the guard's parts: above).
         elem_mask = _byte_mask(left, cols)
-        guard = ~_byte_mask(below, W) & _byte_mask(above, W)
         # the bytes a beat covers, a register set with the start (the flags' AND in front of
         # the address and guard subtracts was a 10.9 ns path of the whole 8x8, session 22)
         step = Signal(range(W + 1), name="beat_step")
         with m.If(self.start):
-            m.d.sync += step.eq(Mux(self.p_int8 & self.p_post, cols, W))
+            m.d.sync += [step.eq(Mux(self.p_int8 & self.p_post, cols, W)),
+                         int8_post.eq(self.p_int8 & self.p_post)]
         with m.If(advance):
             m.d.sync += out_valid.eq(go)
             if P > 1:
                 m.d.sync += gap.eq(Mux(go & post, P - 1, Mux(gap != 0, gap - 1, 0)))
             with m.If(go):
                 m.d.sync += [
-                    out_addr.eq(addr), out_emask.eq(elem_mask), out_guard.eq(guard),
+                    out_addr.eq(addr), out_emask.eq(elem_mask),
+                    *(reg.eq(part) for side, parts in guard_parts.items()
+                      for reg, part in zip(out_guard[side], parts)),
                 ]
                 with m.If(glast):
                     m.d.sync += [g.eq(0), row_rem.eq(row_rem - 1),

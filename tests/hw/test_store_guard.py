@@ -10,9 +10,9 @@ from hw.dma import StoreEngine
 CFG = PRESETS["tiny"]
 
 
-def run_store(*, rows, groups, elems, addr, stride, win, post=0, int8=0):
+def run_store(*, rows, groups, elems, addr, stride, win, post=0, int8=0, cfg=CFG):
     """Start one store; return the accepted beats as (addr, strb) in order."""
-    dut = StoreEngine(CFG)
+    dut = StoreEngine(cfg)
     beats = []
 
     async def bench(ctx):
@@ -55,10 +55,10 @@ def run_store(*, rows, groups, elems, addr, stride, win, post=0, int8=0):
     return beats
 
 
-def written_bytes(beats):
+def written_bytes(beats, cfg=CFG):
     out = set()
     for addr, strb in beats:
-        out |= {addr + b for b in range(CFG.c_beat_bytes) if strb >> b & 1}
+        out |= {addr + b for b in range(cfg.c_beat_bytes) if strb >> b & 1}
     return out
 
 
@@ -89,3 +89,23 @@ def test_store_window_guard_clears_strobes_outside(int8, win):
     full = {base + r * stride + j for r in range(rows) for j in range(elem * elems)}
     got = written_bytes(beats)
     assert got == {a for a in full if win[0] <= a < win[1]}
+
+
+@pytest.mark.parametrize("preset", ["small", "fpga"])
+@pytest.mark.parametrize("int8", [0, 1])
+def test_store_window_guard_wide_beats(preset, int8):
+    """The guard's parts (registered in stage 1, finished in stage 2) on 32- and 64-byte
+    beats: windows ending at every kind of byte offset, wholly below or above the beat, and
+    reaching past the last beat (`above` larger than a beat)."""
+    cfg = PRESETS[preset]
+    W, elem = cfg.c_beat_bytes, 1 if int8 else 4
+    rows, elems, stride, base = 2, cfg.array_cols + 3, 4 * W, 0x400
+    groups = -(-elems // cfg.array_cols)
+    full = {base + r * stride + j for r in range(rows) for j in range(elem * elems)}
+    for win in [(base + 1, base + W - 1), (base + 5, base + W + 7), (base + W - 3, base + 2 * W),
+                (base - 0x100, base), (base + 5 * W, base + 6 * W), (0, base + stride + 13),
+                (base + stride + 2, cfg.dram_bytes)]:
+        beats = run_store(rows=rows, groups=groups, elems=elems, addr=base, stride=stride,
+                          win=win, post=int8, int8=int8, cfg=cfg)
+        assert len(beats) == rows * groups
+        assert written_bytes(beats, cfg) == {a for a in full if win[0] <= a < win[1]}, win
