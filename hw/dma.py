@@ -167,31 +167,64 @@ class LoadEngine(wiring.Component):
                 m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g == groups_m2),
                              rq_addr.eq(rq_addr + W)]
 
-        # the beat's byte mask, a register kept with the counts (the mask decoded from the
+        # The beat's byte mask, a register kept with the counts (the mask decoded from the
         # count in front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107
-        # endpoints in buffer B and the parameter loader's check register)
+        # endpoints in buffer B and the parameter loader's check register).
+        #
+        # The next beat's mask is _byte_mask(rs_next_left): byte b is set when the count is
+        # not negative and either at least a beat (`big`) or its low bits exceed b. A beat is
+        # a power of two bytes, so the low bits never change in a load (the count steps by a
+        # beat; a row restarts it at elems - W): their per-byte compare is `tail`, decoded
+        # once. The sign and `big` of the count are flip-flops kept with it (`nl_neg`,
+        # `nl_big`; for the next value, compares of its high part H: H <= 0, H >= 2), so the
+        # mask loads a select of registers (decoding the count there put a 20-bit OR tree
+        # and the port's `rvalid` in one path: 11.6 ns of the whole 8x8, ad670c5 seed 3).
+        #
+        # The first masks are decoded in the cycle after the start, from `elems` registered
+        # there: the first response comes two cycles after the start at the earliest (the
+        # first request goes out in the next cycle, a port answers a cycle or more later).
+        # Decoded from `p_elems` in the start cycle it was a 10.1 ns path of the whole 8x8
+        # (the parameter loader's command select -> load B's first mask, ad670c5 seed 2).
+        assert W & (W - 1) == 0, "a beat is a power of two bytes"
+        low_bits = (W - 1).bit_length()
         mask, first_mask = Signal(W, name="rs_mask"), Signal(W, name="rs_first_mask")
-        start_mask = _byte_mask(self.p_elems, W)
+        tail = Signal(W, name="rs_tail")
+        nl_neg, nl_big = Signal(name="rs_nl_neg"), Signal(name="rs_nl_big")
+        w_neg, w_big = Signal(name="rs_w_neg"), Signal(name="rs_w_big")     # elems_w's
+        elems, started = Signal(DIM_BITS, name="rs_elems"), Signal(name="rs_started")
+        m.d.sync += started.eq(self.start)
         with m.If(self.start):
-            m.d.sync += [mask.eq(start_mask), first_mask.eq(start_mask)]
+            m.d.sync += elems.eq(self.p_elems)
+        with m.If(started):
+            start_mask = _byte_mask(elems, W)
+            neg, big, _ = _byte_mask_parts(elems_w, W)
+            m.d.sync += [mask.eq(start_mask), first_mask.eq(start_mask),
+                         tail.eq(_byte_mask_from_parts(Const(0, 1), Const(0, 1),
+                                                       elems[:low_bits], W)),
+                         nl_neg.eq(neg), nl_big.eq(big), w_neg.eq(neg), w_big.eq(big)]
         m.d.comb += [
             self.w_addr.eq(rs_waddr),
             self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask))),
             self.w_en.eq(self.mem.rvalid & self.busy),
         ]
+        high = rs_next_left[low_bits:]                  # H (signed): the count in beats
         with m.If(self.mem.rvalid & self.busy):
             with m.If(rs_glast):
                 m.d.sync += [rs_g.eq(0), rs_rem.eq(rs_rem - 1), rs_waddr.eq(rs_next_row),
                              rs_next_row.eq(rs_next_row + 1),
-                             rs_next_left.eq(elems_w), rs_glast.eq(one_group),
+                             rs_next_left.eq(elems_w), nl_neg.eq(w_neg), nl_big.eq(w_big),
+                             rs_glast.eq(one_group),
                              rs_rlast.eq(rs_rem == 1), mask.eq(first_mask)]
                 with m.If(rs_rlast):
                     m.d.sync += self.busy.eq(0)
             with m.Else():
                 m.d.sync += [rs_g.eq(rs_g + 1), rs_waddr.eq(rs_waddr + gstride),
                              rs_next_left.eq(rs_next_left - W),
+                             # the count a beat less: negative when H <= 0, big when H >= 2
+                             nl_neg.eq(high[-1] | (high == 0)),
+                             nl_big.eq(~high[-1] & high[1:].any()),
                              rs_glast.eq(rs_g == groups_m2),
-                             mask.eq(_byte_mask(rs_next_left, W))]
+                             mask.eq(Mux(nl_neg, 0, Mux(nl_big, (1 << W) - 1, tail)))]
         return m
 
 
@@ -515,11 +548,15 @@ class StoreEngine(wiring.Component):
         # would fan out to its 8 * W data bits); it holds a beat when the port refused it.
         with m.If(~skid_data_en):
             m.d.sync += [skid_addr.eq(fin_addr), skid_data.eq(fin_data), skid_strb.eq(fin_strb)]
-        with m.If(skid_valid):
-            with m.If(accepted):
-                m.d.sync += [c.eq(0) for c in (skid_valid, *skid_copies)]
-        with m.Elif(fin_valid & ~accepted):
-            m.d.sync += [c.eq(1) for c in (skid_valid, *skid_copies)]
+        # The skid holds a beat after this cycle when one is here (in the skid, or the last
+        # stage's) and the port does not take it: the port sees `valid` exactly when a beat is
+        # here and it may send (`can_send`), so "not taken" is ~(can_send & ready). Written so,
+        # with no enable, it is two LUT levels from registers and the port's handshake; as
+        # "clear when accepted, set when refused" (an enable and a select behind the port's
+        # valid) it was 10.5 ns of the whole 8x8 into the copies' enables (ad670c5 seed 3).
+        here = skid_valid | fin_valid
+        m.d.sync += [c.eq(here & ~(can_send & self.mem.ready))
+                     for c in (skid_valid, *skid_copies)]
         with m.If(~pipe_hold):
             prev = (word_valid & post, word_addr, word_strb)
             for v, a, st in zip(d_valid, d_addr, d_strb):
