@@ -492,7 +492,9 @@ class StoreEngine(wiring.Component):
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
         # requantiser's lanes take it from registers: the decode between this register and the
         # lanes' first stage was a 11.7 ns path (41 endpoints) of the whole 8x8 in session 16.
-        # (`q_shift` is the shift memory's read register, which bench.outreg folds into the
+        # Only what stage 1 needs (37 bits: PostProc.SHIFT_DECODE); the rounding offsets are
+        # decoded in the requantiser from `right` (all 106 bits here: 10.5-11.7 ns, sessions
+        # 23 and 24). (`q_shift` is the shift memory's read register, which bench.outreg folds into the
         # block RAM: copies of it, tried in session 23 against its 106-bit decode's fan-out,
         # stop that fold and put the RAM's 6 ns clock-to-out in front of every copy.)
         q_dec = PostProc.decode_shift(m, q_shift.as_signed())

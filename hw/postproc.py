@@ -78,7 +78,7 @@ class PostProc(wiring.Component):
     en : ``In(en_copies)``; i_valid : ``In(1)``; i_data : ``In(array_cols * 32)``
     i_bias : ``In(signed(32))``; i_mult : ``In(unsigned(31))`` (1 .. 2**31 - 1)
     i_shift : ``In(signed(6))`` (-31 .. 31); or, with ``decoded_shift``, ``i_left``,
-    ``i_right``, ``i_x_max``, ``i_half``, ``i_half_neg``: what :meth:`decode_shift` makes of it
+    ``i_right``, ``i_x_max``: what :meth:`decode_shift` makes of it
     (so that a driver can register them: on the ECP5 the decode between the store's register
     and the lanes' first stage was a 11.7 ns path of the whole 8x8, session 16)
     i_zero_point, i_act_min, i_act_max : ``In(signed(8))``
@@ -90,8 +90,14 @@ class PostProc(wiring.Component):
     #: output, with one lane per column; :attr:`row_latency` is a row's whole latency.
     latency = 10
 
-    #: What a row's ``shift`` decodes into (:meth:`decode_shift`), name -> shape.
-    SHIFT_DECODE = {"left": 5, "right": 5, "x_max": signed(32), "half": 32, "half_neg": 32}
+    #: What a row's ``shift`` decodes into for stage 1 (:meth:`decode_shift`), name -> shape.
+    SHIFT_DECODE = {"left": 5, "right": 5, "x_max": signed(32)}
+    #: What ``right`` decodes into for stage 8's rounding (:meth:`decode_right`): the lanes use
+    #: them six stages later, so they are decoded from ``right``'s first per-row register, apart
+    #: from the stage-1 decode (the store decodes that one in front of its own register, where
+    #: all 106 bits from one 6-bit register were a 10.5-11.7 ns path of the whole 8x8: 41fd93f
+    #: and ad670c5 seed 3, sessions 23 and 24).
+    RIGHT_DECODE = {"half": 32, "half_neg": 32}
 
     @classmethod
     def shift_decode_value(cls, shift: int) -> dict[str, int]:
@@ -107,13 +113,19 @@ class PostProc(wiring.Component):
         left = (-shift if shift < 0 else 0) & 31
         right = shift if shift > 0 else 0
         return {"left": left, "right": right, "x_max": ((1 << 31) - 1) >> left,
-                "half": (1 << (right - 1)) if right else 0,
+                **cls.right_decode_value(right)}
+
+    @staticmethod
+    def right_decode_value(right: int) -> dict[str, int]:
+        """``half`` and ``half_neg`` of a right shift ``right`` in 0 .. 31 (both 0 for 0)."""
+        return {"half": (1 << (right - 1)) if right else 0,
                 "half_neg": ((1 << (right - 1)) - 1) if right else 0}
 
     @classmethod
     def decode_shift(cls, m: Module, shift: Value) -> dict[str, Signal]:
-        """The per-row values stage 1 registers from a 6-bit ``shift`` (:meth:`shift_decode_value`,
-        whose results the contract bounds to -31 .. 31), as signals driven in ``m``.
+        """The per-row values stage 1 registers from a 6-bit ``shift`` (:data:`SHIFT_DECODE` of
+        :meth:`shift_decode_value`, whose results the contract bounds to -31 .. 31), as signals
+        driven in ``m``.
 
         Built as a 64-entry table (one case per value of the 6 bits): every output bit is then a
         function of the 6 bits alone, which Yosys maps to one LUT4 level and two multiplexers
@@ -124,6 +136,18 @@ class PostProc(wiring.Component):
         with m.Switch(shift.as_unsigned()[:6]):
             for code in range(64):
                 value = cls.shift_decode_value(code - 64 if code >= 32 else code)
+                with m.Case(code):
+                    m.d.comb += [out[name].eq(value[name]) for name in out]
+        return out
+
+    @classmethod
+    def decode_right(cls, m: Module, right: Value) -> dict[str, Signal]:
+        """:data:`RIGHT_DECODE` of a 5-bit ``right`` (:meth:`right_decode_value`), as a
+        32-entry table like :meth:`decode_shift`'s, driven in ``m``."""
+        out = {name: Signal(shape, name=name) for name, shape in cls.RIGHT_DECODE.items()}
+        with m.Switch(right[:5]):
+            for code in range(32):
+                value = cls.right_decode_value(code)
                 with m.Case(code):
                     m.d.comb += [out[name].eq(value[name]) for name in out]
         return out
@@ -205,8 +229,7 @@ class PostProc(wiring.Component):
             dec = {name: getattr(self, f"i_{name}") for name in self.SHIFT_DECODE}
         else:
             dec = self.decode_shift(m, self.i_shift)
-        left, right = dec["left"], dec["right"]
-        x_max, half, half_neg = dec["x_max"], dec["half"], dec["half_neg"]
+        left, right, x_max = dec["left"], dec["right"], dec["x_max"]
         # clamp bounds relative to the zero point
         lo_rel = Signal(signed(9))
         hi_rel = Signal(signed(9))
@@ -220,9 +243,12 @@ class PostProc(wiring.Component):
         md = Signal(signed(18))                 # mh - ml of the multiplier's 16-bit halves
         m.d.comb += md.eq(self.i_mult[16:] - self.i_mult[:16])
         md_d = delay("md", md, 2, load=row_load)
-        half_d = delay("half", half, 6, load=row_load)
-        half_neg_d = delay("half_neg", half_neg, 6, load=row_load)
         right_d = delay("right", right, 7, load=row_load)
+        # the rounding offsets from right's first per-row register (RIGHT_DECODE), then five
+        # more stages: stage 8 reads them where it read the stage-0 decode six stages on
+        rdec = self.decode_right(m, right_d[1])
+        half_d = delay("half", rdec["half"], 5)
+        half_neg_d = delay("half_neg", rdec["half_neg"], 5)
         zp_d = delay("zp", self.i_zero_point, 8, load=row_load)
         lo_d = delay("lo_rel", lo_rel, 8, load=row_load)
         hi_d = delay("hi_rel", hi_rel, 8, load=row_load)
@@ -291,8 +317,8 @@ class PostProc(wiring.Component):
                                                + cross5)[:48]).as_signed(), lane=j)
             # 8: SRDHM and the right shift's offset in one add: floor((p + 2**30 + h * 2**31)
             # / 2**31), where only p's bits 30 up matter (the offset's low 30 bits are zero)
-            half6 = reg(f"half6_{j}", half_d[6], keep=True, lane=j)
-            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[6], keep=True, lane=j)
+            half6 = reg(f"half6_{j}", half_d[5], keep=True, lane=j)
+            half_neg6 = reg(f"half_neg6_{j}", half_neg_d[5], keep=True, lane=j)
             offset = Cat(Const(1, 1), Mux(neg[4], half_neg6, half6), Const(0, 1))
             t7 = reg(f"t7_{j}", (p6[30:].as_signed() + offset.as_signed()) >> 1, lane=j)
             # 9: right shift
