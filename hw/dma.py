@@ -274,7 +274,9 @@ class StoreEngine(wiring.Component):
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
     acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
     q_ch : ``Out(range(quant_entries))``; q_ren : ``Out(1)``
-    q_bias, q_mult, q_shift : ``In(32)``
+    q_bias, q_mult : ``In(8 * b_beat_bytes)``: the parameter memories' rows holding the
+    channel's words, at lane ``q_lane`` (32 bits each; registered here as they leave the block
+    RAMs, the word selected after the register); q_shift : ``In(32)``: the channel's word
     mem : ``Out(WritePort.Signature)``
     """
 
@@ -301,8 +303,9 @@ class StoreEngine(wiring.Component):
             "acc_rdata": In(8 * cfg.c_beat_bytes),
             "q_ch": Out(range(cfg.quant_entries)),
             "q_ren": Out(1),
-            "q_bias": In(32),
-            "q_mult": In(32),
+            "q_bias": In(8 * cfg.b_beat_bytes),
+            "q_mult": In(8 * cfg.b_beat_bytes),
+            "q_lane": In(range(max(cfg.b_beat_bytes // 4, 2))),
             "q_shift": In(32),
             "mem": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         })
@@ -487,22 +490,29 @@ class StoreEngine(wiring.Component):
         # and the accumulator's and parameter memories' read enables (the raw flag into the
         # accumulator's read address was a 11.4 ns path of the whole 8x8, session 22)
         read_hold = skid_copy("read")
-        q_bias, q_mult, q_shift = Signal(32), Signal(31), Signal(6)
+        # The bias and multiplier rows (the multipliers' low 31 bits) and the word's lane,
+        # registered as they leave the parameter memories (bench.outreg keeps the registers in
+        # the block RAMs); stage 2 selects the word (ParamMemories: through the select, the
+        # RAMs' unregistered read was 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
+        words = cfg.b_beat_bytes // 4
+        q_bias, q_mult = Signal(32 * words), Signal(31 * words)
+        q_lane = Signal.like(self.q_lane, name="q_lane_r")
+        q_shift = Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
         # requantiser's lanes take it from registers: the decode between this register and the
         # lanes' first stage was a 11.7 ns path (41 endpoints) of the whole 8x8 in session 16.
         # Only what stage 1 needs (37 bits: PostProc.SHIFT_DECODE); the rounding offsets are
         # decoded in the requantiser from `right` (all 106 bits here: 10.5-11.7 ns, sessions
-        # 23 and 24). (`q_shift` is the shift memory's read register, which bench.outreg folds into the
-        # block RAM: copies of it, tried in session 23 against its 106-bit decode's fan-out,
-        # stop that fold and put the RAM's 6 ns clock-to-out in front of every copy.)
+        # 23 and 24). (Copies of `q_shift`, tried in session 23 against the decode's fan-out,
+        # put the RAM's 6 ns clock-to-out in front of every copy: 12.09 ns at 60c3540.)
         q_dec = PostProc.decode_shift(m, q_shift.as_signed())
         w_dec = {name: Signal(shape, name=f"w_{name}", reset_less=True)
                  for name, shape in PostProc.SHIFT_DECODE.items()}
         with m.If(~word_hold):
             m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
-            m.d.sync += [q_bias.eq(self.q_bias), q_mult.eq(self.q_mult[:31]),
+            m.d.sync += [q_bias.eq(self.q_bias[:32 * words]), q_lane.eq(self.q_lane),
+                         q_mult.eq(Cat(*(self.q_mult[32 * i:32 * i + 31] for i in range(words)))),
                          q_shift.eq(self.q_shift[:6]),
                          word_valid.eq(out_valid), word_addr.eq(out_addr),
                          word_strb.eq(Mux(int8_post, Cat(out_emask, Const(0, W - cols)),
@@ -512,7 +522,8 @@ class StoreEngine(wiring.Component):
                                       & (out_guard["above"][0].replicate(W)
                                          | out_guard["above"][1])),
                          word.eq(self.acc_rdata),
-                         w_bias.eq(q_bias), w_mult.eq(q_mult)]
+                         w_bias.eq(q_bias.word_select(q_lane, 32) if words > 1 else q_bias),
+                         w_mult.eq(q_mult.word_select(q_lane, 31) if words > 1 else q_mult)]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)
         m.d.comb += [
             fin_valid.eq(Mux(post_fin, d_valid[-1], word_valid)),

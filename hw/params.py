@@ -37,7 +37,11 @@ class ParamMemories(wiring.Component):
     Loading: the B load engine's buffer writes (``w_addr``, ``w_data``, ``w_en``) go to the
     array ``sel`` while ``load`` is high. Reading: ``ch`` with ``ren`` reads channel ``ch`` of
     every array; its words are on ``bias``, ``mult`` and ``shift`` in the next cycle (and held
-    until the next read).
+    until the next read), and the rows holding them on ``bias_row``, ``mult_row``, the word at
+    lane ``lane`` (a driver that registers the rows as they leave the block RAMs and selects
+    the word after its register lets the RAMs keep that register: ``bench.outreg``; through
+    the select it was the RAMs' 5.8 ns unregistered clock-to-out, 10.5 ns of the whole 8x8,
+    94a525d seed 3, session 24).
 
     With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`, ``sel`` 3 .. 5), read
     at their own port: ``w_ch`` with ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights``
@@ -55,7 +59,8 @@ class ParamMemories(wiring.Component):
     load : ``In(1)``; sel : ``In(range(3))`` (6 with ``weights``); w_addr :
     ``In(range(quant_entries // words))``
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
-    ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``
+    ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
+    bias_row, mult_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(words))``
     w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)`` (only with
     ``weights``)
     """
@@ -74,6 +79,8 @@ class ParamMemories(wiring.Component):
             "w_en": In(1),
             "ch": In(range(cfg.quant_entries)), "ren": In(1),
             **{name: Out(32) for name in PARAM_ARRAYS},
+            "bias_row": Out(8 * cfg.b_beat_bytes), "mult_row": Out(8 * cfg.b_beat_bytes),
+            "lane": Out(range(max(words, 2))),
         })
 
     def elaborate(self, platform):
@@ -84,6 +91,7 @@ class ParamMemories(wiring.Component):
         lane = Signal(max(lw, 1))
         with m.If(self.ren):
             m.d.sync += lane.eq(self.ch[:lw] if lw else 0)
+        m.d.comb += self.lane.eq(lane)
         for i, name in enumerate(PARAM_ARRAYS):
             mem = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.quant_entries // words, init=[])
             # submodule names as before the split (q_bias, ...): bench.fpga's breakdown keys
@@ -94,6 +102,8 @@ class ParamMemories(wiring.Component):
                          w.en.eq(self.w_en & self.load & (self.sel == i)),
                          r.addr.eq(self.ch >> lw), r.en.eq(self.ren),
                          getattr(self, name).eq(rd.word_select(lane, 32) if lw else rd)]
+            if name in ("bias", "mult"):
+                m.d.comb += getattr(self, f"{name}_row").eq(rd)
         if self._weights:
             w_lane = Signal(max(lw, 1))
             with m.If(self.w_ren):

@@ -198,7 +198,8 @@ class Sequencer(wiring.Component):
         m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(pl.sel), qm.w_addr.eq(lb.w_addr),
                      qm.w_data.eq(lb.w_data), qm.w_en.eq(lb.w_en),
                      qm.ch.eq(se.q_ch), qm.ren.eq(se.q_ren),
-                     se.q_bias.eq(qm.bias), se.q_mult.eq(qm.mult), se.q_shift.eq(qm.shift)]
+                     se.q_bias.eq(qm.bias_row), se.q_mult.eq(qm.mult_row), se.q_lane.eq(qm.lane),
+                     se.q_shift.eq(qm.shift)]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
         b_loc, c_loc = Signal(), Signal()        # this layer's B / C lies in the local buffer
         # copies of c_loc (`keep`, equal in every cycle) for the store's handshake (ready,

@@ -136,3 +136,50 @@ def test_loader_issues_the_weight_arrays_after_the_others():
 
     run_sim(dut, bench)
     assert issued == [(1, 0x200), (3, 0x400), (4, 0x500), (5, 0x600)]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "default"])
+def test_parameter_arrays_read_as_words_and_as_rows_with_their_lane(preset):
+    """ParamMemories: channel ``ch`` of each array reads back on ``bias`` / ``mult`` /
+    ``shift`` a cycle after ``ren``, and as lane ``lane`` of ``bias_row`` / ``mult_row`` (the
+    rows the store registers before selecting the word), for channels in any order."""
+    import numpy as np
+
+    from hw.params import ParamMemories
+
+    cfg = PRESETS[preset]
+    words = cfg.b_beat_bytes // 4
+    rng = np.random.default_rng(words)
+    channels = 4 * words + 3
+    arrays = rng.integers(0, 1 << 32, (len(PARAM_ARRAYS), -(-channels // words) * words))
+    dut = ParamMemories(cfg)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.load, 1)
+        for a in range(len(PARAM_ARRAYS)):
+            ctx.set(dut.sel, a)
+            for beat in range(arrays.shape[1] // words):
+                ctx.set(dut.w_addr, beat)
+                ctx.set(dut.w_data, sum(int(arrays[a, beat * words + j]) << (32 * j)
+                                        for j in range(words)))
+                ctx.set(dut.w_en, 1)
+                await ctx.tick()
+        ctx.set(dut.w_en, 0)
+        ctx.set(dut.load, 0)
+        for c in rng.permutation(channels):
+            ctx.set(dut.ch, int(c))
+            ctx.set(dut.ren, 1)
+            await ctx.tick()
+            ctx.set(dut.ren, 0)
+            lane = ctx.get(dut.lane)
+            got.append((int(c), ctx.get(dut.bias), ctx.get(dut.mult), ctx.get(dut.shift),
+                        (ctx.get(dut.bias_row) >> (32 * lane)) & 0xFFFFFFFF,
+                        (ctx.get(dut.mult_row) >> (32 * lane)) & 0xFFFFFFFF))
+
+    run_sim(dut, bench)
+    assert len(got) == channels
+    for c, bias, mult, shift, bias_w, mult_w in got:
+        want = [int(arrays[a, c]) for a in range(len(PARAM_ARRAYS))]
+        assert [bias, mult, shift] == want, c
+        assert [bias_w, mult_w] == want[:2], c
