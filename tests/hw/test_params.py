@@ -66,6 +66,22 @@ def test_words_up_to_rows_checked_and_none_past(rows):
         assert flagged == (bad_at < rows), (rows, bad_at)
 
 
+async def _write_arrays(ctx, dut, arrays, words, *, first_sel):
+    """Write ``arrays[i]`` (32-bit words, ``words`` per beat) into ParamMemories array
+    ``first_sel + i``, one beat per cycle, as the B load engine does while ``load`` is high."""
+    ctx.set(dut.load, 1)
+    for i in range(arrays.shape[0]):
+        ctx.set(dut.sel, first_sel + i)
+        for beat in range(arrays.shape[1] // words):
+            ctx.set(dut.w_addr, beat)
+            ctx.set(dut.w_data, sum(int(arrays[i, beat * words + j]) << (32 * j)
+                                    for j in range(words)))
+            ctx.set(dut.w_en, 1)
+            await ctx.tick()
+    ctx.set(dut.w_en, 0)
+    ctx.set(dut.load, 0)
+
+
 def test_weight_arrays_load_and_read_as_one_word_per_channel():
     """ParamMemories(weights=True): words written into the three weight arrays (sel 3 .. 5)
     read back as each channel's nine taps in one 72-bit word, at the weight port."""
@@ -78,7 +94,7 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
     rng = np.random.default_rng(5)
     channels = 11
     taps = rng.integers(-128, 128, (channels, 9))
-    arrays = np.zeros((3, -(-channels // words) * words), np.int64)
+    arrays = np.zeros((len(WEIGHT_ARRAYS), -(-channels // words) * words), np.int64)
     for c in range(channels):
         padded = list(taps[c]) + [int(x) for x in rng.integers(-128, 128, 3)]   # 9 .. 11 junk
         for t in range(3):
@@ -88,17 +104,7 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
     got = {}
 
     async def bench(ctx):
-        ctx.set(dut.load, 1)
-        for t in range(len(WEIGHT_ARRAYS)):
-            ctx.set(dut.sel, len(PARAM_ARRAYS) + t)
-            for beat in range(arrays.shape[1] // words):
-                ctx.set(dut.w_addr, beat)
-                ctx.set(dut.w_data, sum(int(arrays[t, beat * words + j]) << (32 * j)
-                                        for j in range(words)))
-                ctx.set(dut.w_en, 1)
-                await ctx.tick()
-        ctx.set(dut.w_en, 0)
-        ctx.set(dut.load, 0)
+        await _write_arrays(ctx, dut, arrays, words, first_sel=len(PARAM_ARRAYS))
         for c in reversed(range(channels)):
             ctx.set(dut.w_ch, c)
             ctx.set(dut.w_ren, 1)
@@ -156,17 +162,7 @@ def test_parameter_arrays_read_as_words_and_as_rows_with_their_lane(preset):
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.load, 1)
-        for a in range(len(PARAM_ARRAYS)):
-            ctx.set(dut.sel, a)
-            for beat in range(arrays.shape[1] // words):
-                ctx.set(dut.w_addr, beat)
-                ctx.set(dut.w_data, sum(int(arrays[a, beat * words + j]) << (32 * j)
-                                        for j in range(words)))
-                ctx.set(dut.w_en, 1)
-                await ctx.tick()
-        ctx.set(dut.w_en, 0)
-        ctx.set(dut.load, 0)
+        await _write_arrays(ctx, dut, arrays, words, first_sel=0)
         for c in rng.permutation(channels):
             ctx.set(dut.ch, int(c))
             ctx.set(dut.ren, 1)
