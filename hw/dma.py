@@ -491,11 +491,14 @@ class StoreEngine(wiring.Component):
         # accumulator's read address was a 11.4 ns path of the whole 8x8, session 22)
         read_hold = skid_copy("read")
         # The bias and multiplier rows (the multipliers' low 31 bits) and the word's lane,
-        # registered as they leave the parameter memories (bench.outreg keeps the registers in
-        # the block RAMs); stage 2 selects the word (ParamMemories: through the select, the
-        # RAMs' unregistered read was 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
+        # registered as they leave the parameter memories; stage 2 selects the word
+        # (ParamMemories: through the select, the RAMs' unregistered read was 10.5 ns of the
+        # whole 8x8, 94a525d seed 3, session 24). The row registers have no reset (each is
+        # loaded before it is used), so bench.outreg may fold them into the block RAMs; at
+        # 14dda7d they still had one and stayed in the fabric (q_mult: 9.2 ns, seed 2).
         words = cfg.b_beat_bytes // 4
-        q_bias, q_mult = Signal(32 * words), Signal(31 * words)
+        q_bias = Signal(32 * words, reset_less=True)
+        q_mult = Signal(31 * words, reset_less=True)
         q_lane = Signal.like(self.q_lane, name="q_lane_r")
         q_shift = Signal(6)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's

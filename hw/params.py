@@ -39,9 +39,9 @@ class ParamMemories(wiring.Component):
     every array; its words are on ``bias``, ``mult`` and ``shift`` in the next cycle (and held
     until the next read), and the rows holding them on ``bias_row``, ``mult_row``, the word at
     lane ``lane`` (a driver that registers the rows as they leave the block RAMs and selects
-    the word after its register lets the RAMs keep that register: ``bench.outreg``; through
-    the select it was the RAMs' 5.8 ns unregistered clock-to-out, 10.5 ns of the whole 8x8,
-    94a525d seed 3, session 24).
+    the word after its register takes the RAMs' read straight into a register, which
+    ``bench.outreg`` can fold into the RAMs; through the select it was the RAMs' 5.8 ns
+    unregistered clock-to-out, 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
 
     With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`, ``sel`` 3 .. 5), read
     at their own port: ``w_ch`` with ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights``
@@ -60,7 +60,7 @@ class ParamMemories(wiring.Component):
     ``In(range(quant_entries // words))``
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
-    bias_row, mult_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(words))``
+    bias_row, mult_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
     w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)`` (only with
     ``weights``)
     """
