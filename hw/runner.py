@@ -157,7 +157,6 @@ class ImageRunner(wiring.Component):
         hdr_beats = HEADER_BYTES // bb
         hdr = [Signal(32, name=f"hdr_{i}") for i in range(HEADER_BYTES // 4)]
         to_hdr, to_rec, to_crc = Signal(), Signal(), Signal()
-        hdr_sum, hdr_cmp = Signal(), Signal()         # the header-check states (below)
         with m.If(beat_in & to_hdr):
             with m.Switch(rs_idx):
                 for b in range(hdr_beats):
@@ -196,42 +195,58 @@ class ImageRunner(wiring.Component):
         m.d.sync += crc_bad.eq(crc.crc != H["crc32"])
 
         # -- header checks (same rules and priority as spec.record.check_header) ---------------------
-        # Registered in two steps (HEADER_SUM: the sums; HEADER_CMP: every compare), so the
-        # decision in HEADER_CHECK is a priority over registered bits.
+        # A free-running pipeline of three register stages: (1) the sums, and every compare that
+        # reads header words only; (2) the compares of the sums, and a copy of the stage-1 bits;
+        # (3) `bad_any`, their OR. The header words are final in HEADER's last cycle (the fetch
+        # clears `fetching` with the last beat), three cycles before HEADER_CHECK reads stage 3
+        # (HEADER_SUM and HEADER_CMP are those cycles). Each stage is one compare or one OR: the
+        # 64-bit `l_end > total` compare behind an OR of fifteen compares into `bad_any` was
+        # 10.06 ns of the whole 8x8 (session 24).
         img = Signal(ab)
         total, count = H["total_bytes"], H["layer_count"]
         l_off = H[f"section_{SectionKind.LAYERS.name.lower()}_offset"]
         l_size = H[f"section_{SectionKind.LAYERS.name.lower()}_bytes"]
         w_off = H[f"section_{SectionKind.WEIGHTS.name.lower()}_offset"]
-        img_end = Signal(64)
-        img_wt = Signal(64)
-        l_need = Signal(64)
-        l_end = Signal(64)
+        img_end = Signal(max(ab, 32) + 1)
+        img_wt = Signal(max(ab, 32) + 1)
+        l_end = Signal(33)
         rec_base = Signal(ab)                        # the first layer record's address
-        with m.If(hdr_sum):
-            m.d.sync += [img_end.eq(img + total), img_wt.eq(img + w_off),
-                         l_need.eq(count * LAYER_RECORD_BYTES),
-                         l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
+        m.d.sync += [img_end.eq(img + total), img_wt.eq(img + w_off),
+                     l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
         align = log2(SECTION_ALIGN_BYTES)
+        l_need = count << log2(LAYER_RECORD_BYTES)
+        # (name, stage-1 compare of header words, or None: a compare of the sums in stage 2)
         structure = [
-            (H["base_addr"] != img), (img[:align] != 0), (total[:align] != 0),
-            (total < HEADER_BYTES), (img_end > cfg.dram_bytes), (count == 0),
-            (l_size != l_need), (l_off[:align] != 0), (l_off < HEADER_BYTES), (l_end > total),
-            (w_off[:align] != 0), (w_off < l_end), (w_off > total)]
+            ("base_addr", H["base_addr"] != img), ("image_align", img[:align] != 0),
+            ("total_align", total[:align] != 0), ("total_small", total < HEADER_BYTES),
+            ("image_end", None), ("count_zero", count == 0),
+            ("layers_size", l_size != l_need), ("layers_align", l_off[:align] != 0),
+            ("layers_small", l_off < HEADER_BYTES), ("layers_end", None),
+            ("weights_align", w_off[:align] != 0), ("weights_before", None),
+            ("weights_past", w_off > total)]
+        late = {"image_end": img_end > cfg.dram_bytes, "layers_end": l_end > total,
+                "weights_before": w_off < l_end}
+        early_format, early_config = Signal(), Signal()
+        m.d.sync += [
+            early_format.eq((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION)),
+            early_config.eq(H["config_id"] != cfg.config_id),
+        ]
+        stage2 = []
+        for name, compare in structure:
+            if compare is None:
+                stage2.append(late[name])
+            else:
+                early = Signal(name=f"early_{name}")
+                m.d.sync += early.eq(compare)
+                stage2.append(early)
         bad_format, bad_config = Signal(), Signal()
         bad_structure = Signal(len(structure))
-        # whether any check failed, registered beside the checks: HEADER_CHECK's branch (which
+        # whether any check failed, registered after the checks: HEADER_CHECK's branch (which
         # starts the CRC fetch, resetting the fetcher's counters) reads one flip-flop, not an OR
         bad_any = Signal()
-        with m.If(hdr_cmp):
-            format_bad = ((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION))
-            config_bad = H["config_id"] != cfg.config_id
-            m.d.sync += [
-                bad_format.eq(format_bad),
-                bad_config.eq(config_bad),
-                bad_structure.eq(Cat(*structure)),
-                bad_any.eq(format_bad | config_bad | Cat(*structure).any()),
-            ]
+        m.d.sync += [bad_format.eq(early_format), bad_config.eq(early_config),
+                     bad_structure.eq(Cat(*stage2)),
+                     bad_any.eq(bad_format | bad_config | bad_structure.any())]
         hdr_code = Mux(bad_format, ErrorCode.BAD_IMAGE,
                        Mux(bad_config, ErrorCode.CONFIG_MISMATCH,
                            Mux(bad_structure.any(), ErrorCode.BAD_IMAGE, 0)))
@@ -297,12 +312,38 @@ class ImageRunner(wiring.Component):
         # -- control -------------------------------------------------------------------------------
         layer = self.layer_index
 
-        def fetch_record():
-            m.d.comb += [f_start.eq(1),
-                         f_addr_in.eq(rec_base + (layer << log2(LAYER_RECORD_BYTES))),
-                         f_beats_in.eq(RECORD_BEATS(cfg))]
+        # The fetcher's start, from flip-flops: the FSM's state decode and its branch conditions
+        # -> the fetch start -> the fetcher's address select was a 10.24 ns path of the whole
+        # 8x8 (session 24: fsm_state -> rq_addr, rec_sel, rq_left; 13 endpoints). Each `at_*`
+        # flag is set by the FSM's move into the state that starts a fetch; the fetch's address
+        # and length wait in `nf_addr` / `nf_beats`, set ahead of it:
+        #   IDLE and `start`:             the header (from `image_addr`, `busy` is low only in IDLE);
+        #   HEADER_CHECK, no bad header:  the CRC read (from `img`, `w_off` beats);
+        #   CRC_CHECK, CRC good, NEXT:    a layer record (`rec_base` plus the layer's offset,
+        #                                 kept with the layer index).
+        at_hcheck, at_ccheck, at_next = Signal(), Signal(), Signal()
+        nf_addr = Signal(ab)
+        nf_beats = Signal(32)
+        m.d.sync += [at_hcheck.eq(0), at_ccheck.eq(0), at_next.eq(0)]
+        m.d.comb += [
+            f_start.eq((self.start & ~self.busy) | (at_hcheck & ~bad_any) |
+                       (at_ccheck & ~crc_bad) | at_next),
+            f_addr_in.eq(Mux(self.busy, nf_addr, self.image_addr)),
+            f_beats_in.eq(Mux(self.busy, nf_beats, hdr_beats)),
+        ]
+
+        def fetch_record():                 # (the fetch itself starts from `at_*`, above)
             m.d.sync += [to_hdr.eq(0), to_rec.eq(1), to_crc.eq(0), in_record.eq(1)]
             m.next = "RECORD"
+
+        def next_layer(first):
+            """Move to the next layer (the first one if ``first``) and its record's fetch."""
+            if first:
+                m.d.sync += [layer.eq(0), nf_addr.eq(rec_base)]
+            else:
+                m.d.sync += [layer.eq(layer + 1), nf_addr.eq(nf_addr + LAYER_RECORD_BYTES)]
+            m.d.sync += at_next.eq(1)
+            m.next = "NEXT"
 
         # The sequencer's start: RECORD's fetch done, from a flag set on entering RECORD (the
         # FSM's state decode -> the sequencer's start -> its counters' clear was a 10.8 ns path
@@ -314,9 +355,12 @@ class ImageRunner(wiring.Component):
 
         # `layer + 1 == count`, a register: read in LAYER and STATS, at least three cycles after
         # `layer` or `count` last changed (the 32-bit compare into `layer`'s select was a
-        # 11.2 ns path of the whole 8x8, 46 endpoints, session 22)
+        # 11.2 ns path of the whole 8x8, 46 endpoints, session 22), as an equality with
+        # `count - 1` (a register of its own; its 33 bits never equal `layer` when the count is
+        # 0): `layer + 1 == count` was a carry chain (9.50 ns, session 24)
         layer_last = Signal()
-        m.d.sync += layer_last.eq(layer + 1 == count)
+        count_m1 = Signal(33)
+        m.d.sync += [count_m1.eq(count - 1), layer_last.eq(layer == count_m1)]
 
         m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
         m.d.sync += self.busy.eq(self.busy_next)
@@ -328,31 +372,29 @@ class ImageRunner(wiring.Component):
                     m.d.sync += crc_restart.eq(1)
                     m.d.sync += [self.done.eq(0), self.error.eq(0),
                                  layer.eq(0), run_pass.eq(0), img.eq(self.image_addr),
-                                 to_hdr.eq(1), to_rec.eq(0), to_crc.eq(0)]
+                                 to_hdr.eq(1), to_rec.eq(0), to_crc.eq(0),
+                                 nf_addr.eq(self.image_addr)]
                     m.d.sync += [c.eq(0) for c in ctr.values()]
-                    m.d.comb += [f_start.eq(1), f_addr_in.eq(self.image_addr),
-                                 f_beats_in.eq(hdr_beats)]
                     m.next = "HEADER"
             with m.State("HEADER"):
                 with m.If(~fetching):
                     m.next = "HEADER_SUM"
-            with m.State("HEADER_SUM"):
-                m.d.comb += hdr_sum.eq(1)
+            with m.State("HEADER_SUM"):            # (the header checks' pipeline, above)
                 m.next = "HEADER_CMP"
             with m.State("HEADER_CMP"):
-                m.d.comb += hdr_cmp.eq(1)
+                m.d.sync += [at_hcheck.eq(1), nf_beats.eq(w_off >> log2(bb))]
                 m.next = "HEADER_CHECK"
             with m.State("HEADER_CHECK"):
                 with m.If(bad_any):
                     m.d.sync += self.error.eq(hdr_code)
                     m.next = "FINISH"
                 with m.Else():
-                    m.d.comb += [f_start.eq(1), f_addr_in.eq(img),
-                                 f_beats_in.eq(w_off >> log2(bb))]
-                    m.d.sync += [to_hdr.eq(0), to_crc.eq(1)]
+                    m.d.sync += [to_hdr.eq(0), to_crc.eq(1),
+                                 nf_addr.eq(rec_base), nf_beats.eq(RECORD_BEATS(cfg))]
                     m.next = "CRC"
             with m.State("CRC"):
                 with m.If(~fetching):
+                    m.d.sync += at_ccheck.eq(1)
                     m.next = "CRC_CHECK"
             with m.State("CRC_CHECK"):             # the compare, registered in CRC's last cycle
                 with m.If(crc_bad):
@@ -377,19 +419,17 @@ class ImageRunner(wiring.Component):
                                      stats_addr.eq(self.stats_addr)]
                         m.next = "STATS"
                     with m.Elif(layer_last):
-                        m.d.sync += [layer.eq(0), run_pass.eq(1)]
-                        m.next = "NEXT"
+                        m.d.sync += run_pass.eq(1)
+                        next_layer(first=True)
                     with m.Else():
-                        m.d.sync += layer.eq(layer + 1)
-                        m.next = "NEXT"
+                        next_layer(first=False)
             with m.State("STATS"):
                 with m.If(st_ack == st_beats):
                     m.d.sync += st_active.eq(0)
                     with m.If(layer_last):
                         m.next = "FINISH"
                     with m.Else():
-                        m.d.sync += layer.eq(layer + 1)
-                        m.next = "NEXT"
+                        next_layer(first=False)
             with m.State("NEXT"):
                 fetch_record()
             with m.State("FINISH"):
