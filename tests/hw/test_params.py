@@ -68,7 +68,8 @@ def test_words_up_to_rows_checked_and_none_past(rows):
 
 async def _write_arrays(ctx, dut, arrays, words, *, first_sel):
     """Write ``arrays[i]`` (32-bit words, ``words`` per beat) into ParamMemories array
-    ``first_sel + i``, one beat per cycle, as the B load engine does while ``load`` is high."""
+    ``first_sel + i``, one beat per cycle, as the B load engine does while ``load`` is high;
+    then one more cycle, in which the last beat lands (the write is registered)."""
     ctx.set(dut.load, 1)
     for i in range(arrays.shape[0]):
         ctx.set(dut.sel, first_sel + i)
@@ -80,6 +81,7 @@ async def _write_arrays(ctx, dut, arrays, words, *, first_sel):
             await ctx.tick()
     ctx.set(dut.w_en, 0)
     ctx.set(dut.load, 0)
+    await ctx.tick()
 
 
 def test_weight_arrays_load_and_read_as_one_word_per_channel():
