@@ -64,14 +64,28 @@ def test_the_registers_shared_enable_becomes_the_output_enable():
     assert n["modules"]["fpga_top"]["cells"]["ram"]["connections"]["OCEB"] == [EN]
 
 
+def test_an_inverted_enable_reaches_the_output_enable_through_one_shared_inverter():
+    """Registers loaded when their enable is low (``CEMUX`` INV) fold too: the port's ``OCE``
+    is the enable through a LUT4 inverter, one per enable net, shared by every port."""
+    second = {f"r{i}": ff(400 + i, 500 + i, ce=EN, cemux="INV") for i in range(2)}
+    n = netlist(regs={i: ff(100 + i, 200 + i, ce=EN, cemux="INV") for i in range(4)},
+                ram_conns={"DOA0": [400], "DOA1": [401], "CLKA": [CLK]}, extra=second)
+    ram = n["modules"]["fpga_top"]["cells"]["ram"]
+    ram["port_directions"].update(DOA0="output", DOA1="output")
+    assert absorb_output_registers(n) == 2
+    cells = n["modules"]["fpga_top"]["cells"]
+    (inv,) = [c for c in cells.values() if c["type"] == "LUT4"]
+    assert inv["connections"]["A"] == [EN] and inv["parameters"]["INIT"] == "0101010101010101"
+    assert ram["connections"]["OCEA"] == ram["connections"]["OCEB"] == inv["connections"]["Z"]
+    assert not [c for c in cells.values() if c["type"] == "TRELLIS_FF"]
+
+
 @pytest.mark.parametrize("why, change", [
     ("a data bit read twice", dict(extra={"lut": lut(101, 400)})),
     ("a register with a reset", dict(regs={2: ff(102, 202, lsr=RST)})),
     ("a register that resets to 1", dict(regs={0: ff(100, 200, regset="SET")})),
     ("a register on another clock", dict(regs={1: ff(101, 201, clk=OTHER_CLK)})),
     ("registers with different enables", dict(regs={0: ff(100, 200, ce=EN)})),
-    ("an inverted enable", dict(regs={i: ff(100 + i, 200 + i, ce=EN, cemux="INV")
-                                      for i in range(4)})),
     ("a data bit into logic", dict(regs={3: lut(103, 203)})),
     ("an output register already", dict(ram_params={"REGMODE_B": "OUTREG"})),
     ("a read reset in use", dict(ram_conns={"RSTB": [RST]})),
