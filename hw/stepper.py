@@ -99,10 +99,11 @@ class StepWalker(wiring.Component):
         m = Module()
         s = self.step
 
-        def registered(name, value):
+        def registered(name, value, keep=False):
             """``value`` a cycle later: every compare and every add of the walk, off its select
-            paths (the walk's second cycle is then selects of registers only)."""
-            q = Signal(value.shape(), name=name)
+            paths (the walk's second cycle is then selects of registers only). ``keep``: a
+            deliberate copy, not merged with an equal register elsewhere."""
+            q = Signal(value.shape(), name=name, attrs={"keep": 1} if keep else {})
             m.d.sync += q.eq(value)
             return q
 
@@ -110,8 +111,11 @@ class StepWalker(wiring.Component):
         # for its many other readers: a latched partition size into the m/n flags' compares
         # was a 10.7 ns path of the whole 8x8, ad670c5 seed 3, session 24). The sequencer
         # holds the record for the checker's latency before the first step, so `first` a
-        # cycle later (first_latency) costs nothing.
-        sz = {name: registered(f"{name}_r", getattr(self, name))
+        # cycle later (first_latency) costs nothing. They are `keep` copies: synthesis merged
+        # them with the checker's copies of the same fields (`rec_*`, equal in every cycle),
+        # which put the checker's `rec_partition_n` 8 ns of routing from the walker's flags
+        # (10.14 ns, 0c732f5 seed 3, session 25).
+        sz = {name: registered(f"{name}_r", getattr(self, name), keep=True)
               for name in ("m", "n", "k", "pm", "pn", "pk")}
 
         cuts = {
