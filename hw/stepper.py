@@ -111,10 +111,10 @@ class StepWalker(wiring.Component):
         # for its many other readers: a latched partition size into the m/n flags' compares
         # was a 10.7 ns path of the whole 8x8, ad670c5 seed 3, session 24). The sequencer
         # holds the record for the checker's latency before the first step, so `first` a
-        # cycle later (first_latency) costs nothing. They are `keep` copies: synthesis merged
-        # them with the checker's copies of the same fields (`rec_*`, equal in every cycle),
-        # which put the checker's `rec_partition_n` 8 ns of routing from the walker's flags
-        # (10.14 ns, 0c732f5 seed 3, session 25).
+        # cycle later (first_latency) costs nothing. They are `keep` copies, as are the
+        # checker's of the same fields (`rec_*`, equal in every cycle): synthesis merged the
+        # two, which put the checker's `rec_partition_n` 8 ns of routing from the walker's
+        # flags (10.14 ns, 0c732f5 seed 3, session 25).
         sz = {name: registered(f"{name}_r", getattr(self, name), keep=True)
               for name in ("m", "n", "k", "pm", "pn", "pk")}
 
