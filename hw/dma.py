@@ -339,7 +339,10 @@ class StoreEngine(wiring.Component):
 
         stride = Signal(32)
         rows = Signal(DIM_BITS)
-        groups = Signal(DIM_BITS)
+        # `groups - 2`, registered at the start: "the next beat is the row's last" is the
+        # equality `g == groups - 2`, not an add and a compare (as in the load engines; signed,
+        # so no group count makes it true where `g + 2 == groups` is not)
+        groups_m2 = Signal(signed(DIM_BITS + 1), name="groups_m2")
         elems = Signal(DIM_BITS)
         rstride = Signal(DIM_BITS)
         # (`post_on`: `post` names the requantiser submodule)
@@ -434,7 +437,7 @@ class StoreEngine(wiring.Component):
         # every pipeline register, the accumulator and parameter reads) is a register, not a
         # function of the port's `ready`. The port still sees a beat every cycle one is there.
         # (The requantiser and the skid's data registers take copies of it: below.)
-        skid_valid = Signal()
+        skid_valid = Signal(attrs={"keep": 1})      # (keep: see the copies below)
         skid_addr, skid_data = Signal(ab, reset_less=True), Signal(8 * W, reset_less=True)
         skid_strb = Signal(W, reset_less=True)
         in_flight = Cat(out_valid, word_valid, *d_valid, skid_valid).any()
@@ -443,7 +446,7 @@ class StoreEngine(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 self.busy.eq(1), issuing.eq(1),
-                stride.eq(self.p_stride), rows.eq(self.p_rows), groups.eq(self.p_groups),
+                stride.eq(self.p_stride), rows.eq(self.p_rows),
                 elems.eq(self.p_elems), rstride.eq(self.p_acc_rstride),
                 post.eq(self.p_post), post_fin.eq(self.p_post), post_data.eq(self.p_post),
                 int8.eq(self.p_int8), bias.eq(self.p_bias),
@@ -457,10 +460,12 @@ class StoreEngine(wiring.Component):
                 below.eq(self.p_win_lo - self.p_addr), below_row.eq(self.p_win_lo - self.p_addr),
                 above.eq(self.p_win_hi - self.p_addr), above_row.eq(self.p_win_hi - self.p_addr),
                 one_group.eq(self.p_groups == 1), glast.eq(self.p_groups == 1),
+                groups_m2.eq(self.p_groups - 2),
                 rlast.eq(self.p_rows == 1),
             ]
 
         advance = Signal()
+        acc_advance = Signal()                  # (advance, from the read addresses' copy)
         # the channel's last row (always, without channel_rows): the row end moves `ch` on
         if self._channel_rows:
             ch_rows, ch_left = Signal(DIM_BITS), Signal(DIM_BITS)      # rows left after this
@@ -468,7 +473,7 @@ class StoreEngine(wiring.Component):
             with m.If(self.start):
                 m.d.sync += [ch_rows.eq(self.p_ch_rows), ch_left.eq(self.p_ch_rows - 1),
                              ch_last.eq(self.p_ch_rows == 1), one_row.eq(self.p_ch_rows == 1)]
-            with m.Elif(advance & go & glast):
+            with m.Elif(acc_advance & go & glast):
                 with m.If(ch_last):
                     m.d.sync += [ch_left.eq(ch_rows - 1), ch_last.eq(one_row)]
                 with m.Else():
@@ -503,6 +508,13 @@ class StoreEngine(wiring.Component):
         # and the accumulator's and parameter memories' read enables (the raw flag into the
         # accumulator's read address was a 11.4 ns path of the whole 8x8, session 22)
         read_hold = skid_copy("read")
+        # and the issue side: `advance` for the beat's address, guard and mask registers, and
+        # one for the accumulator and parameter read addresses (`acc_*`, `ch`). Every copy,
+        # `skid_valid` too, is `keep`: Yosys merged `skid_valid` (then `advance`'s only source)
+        # into the read copy, so one net enabled the read addresses and the whole issue side
+        # (skid_valid_read -> acc_addr, acc_row, ch: 10.2-11.1 ns, 10 endpoints, dfa520f seed 3,
+        # session 25).
+        issue_hold, acc_hold = skid_copy("issue"), skid_copy("acc")
         # The bias and multiplier rows (the multipliers' low 31 bits) and the word's lane,
         # registered as they leave the parameter memories; stage 2 selects the word
         # (ParamMemories: through the select, the RAMs' unregistered read was 10.5 ns of the
@@ -546,7 +558,7 @@ class StoreEngine(wiring.Component):
             fin_addr.eq(Mux(post_fin, d_addr[-1], word_addr)),
             fin_data.eq(Mux(post_data, Mux(int8, pp.o_data, pp.o_sum), word)),
             fin_strb.eq(Mux(post_fin, d_strb[-1], word_strb)),
-            advance.eq(~skid_valid),
+            advance.eq(~issue_hold), acc_advance.eq(~acc_hold),
             self.acc_ren.eq(~read_hold),
             self.acc_raddr.eq(acc_addr),
             # The parameter memories are read one beat ahead (the start cycle reads the first
@@ -631,12 +643,8 @@ class StoreEngine(wiring.Component):
                 with m.If(glast):
                     m.d.sync += [g.eq(0), row_rem.eq(row_rem - 1),
                                  row_addr.eq(row_addr + stride),
-                                 addr.eq(row_addr + stride), acc_row.eq(acc_row + rstride),
-                                 acc_addr.eq(acc_row + rstride), left.eq(elems),
+                                 addr.eq(row_addr + stride), left.eq(elems),
                                  l_neg.eq(0), l_big.eq(e_big),
-                                 ch.eq(ch1 if ch_last is None else Mux(ch_last, ch1, ch)),
-                                 ch1.eq(ch1 + 1 if ch_last is None
-                                        else Mux(ch_last, ch1 + 1, ch1)),
                                  below_row.eq(below_row - stride), below.eq(below_row - stride),
                                  above_row.eq(above_row - stride), above.eq(above_row - stride),
                                  glast.eq(one_group), rlast.eq(row_rem == 1)]
@@ -644,8 +652,16 @@ class StoreEngine(wiring.Component):
                         m.d.sync += issuing.eq(0)
                 with m.Else():
                     m.d.sync += [g.eq(g + 1), addr.eq(addr + step),
-                                 acc_addr.eq(acc_addr + 1), left.eq(left - cols),
+                                 left.eq(left - cols),
                                  Cat(l_neg, l_big).eq(Cat(*_count_down_flags(left[e_low:]))),
                                  below.eq(below - step), above.eq(above - step),
-                                 glast.eq(g + 2 == groups)]
+                                 glast.eq(g == groups_m2)]
+        # the read addresses: the same moves, on their own copy of `advance`
+        with m.If(acc_advance & go):
+            with m.If(glast):
+                m.d.sync += [acc_row.eq(acc_row + rstride), acc_addr.eq(acc_row + rstride),
+                             ch.eq(ch1 if ch_last is None else Mux(ch_last, ch1, ch)),
+                             ch1.eq(ch1 + 1 if ch_last is None else Mux(ch_last, ch1 + 1, ch1))]
+            with m.Else():
+                m.d.sync += acc_addr.eq(acc_addr + 1)
         return m
