@@ -215,37 +215,31 @@ class ImageRunner(wiring.Component):
                      l_end.eq(l_off + l_size), rec_base.eq(img + l_off)]
         align = log2(SECTION_ALIGN_BYTES)
         l_need = count << log2(LAYER_RECORD_BYTES)
-        # (name, stage-1 compare of header words, or None: a compare of the sums in stage 2)
+
+        def early(name, compare):
+            """A compare of header words alone, registered in stage 1."""
+            flag = Signal(name=f"early_{name}")
+            m.d.sync += flag.eq(compare)
+            return flag
+        # stage 2 registers these: stage-1 flags, and the compares of the sums
         structure = [
-            ("base_addr", H["base_addr"] != img), ("image_align", img[:align] != 0),
-            ("total_align", total[:align] != 0), ("total_small", total < HEADER_BYTES),
-            ("image_end", None), ("count_zero", count == 0),
-            ("layers_size", l_size != l_need), ("layers_align", l_off[:align] != 0),
-            ("layers_small", l_off < HEADER_BYTES), ("layers_end", None),
-            ("weights_align", w_off[:align] != 0), ("weights_before", None),
-            ("weights_past", w_off > total)]
-        late = {"image_end": img_end > cfg.dram_bytes, "layers_end": l_end > total,
-                "weights_before": w_off < l_end}
-        early_format, early_config = Signal(), Signal()
-        m.d.sync += [
-            early_format.eq((H["magic"] != IMAGE_MAGIC) | (H["format_version"] != FORMAT_VERSION)),
-            early_config.eq(H["config_id"] != cfg.config_id),
-        ]
-        stage2 = []
-        for name, compare in structure:
-            if compare is None:
-                stage2.append(late[name])
-            else:
-                early = Signal(name=f"early_{name}")
-                m.d.sync += early.eq(compare)
-                stage2.append(early)
+            early("base_addr", H["base_addr"] != img), early("image_align", img[:align] != 0),
+            early("total_align", total[:align] != 0), early("total_small", total < HEADER_BYTES),
+            img_end > cfg.dram_bytes, early("count_zero", count == 0),
+            early("layers_size", l_size != l_need), early("layers_align", l_off[:align] != 0),
+            early("layers_small", l_off < HEADER_BYTES), l_end > total,
+            early("weights_align", w_off[:align] != 0), w_off < l_end,
+            early("weights_past", w_off > total)]
+        early_format = early("format", (H["magic"] != IMAGE_MAGIC)
+                             | (H["format_version"] != FORMAT_VERSION))
+        early_config = early("config", H["config_id"] != cfg.config_id)
         bad_format, bad_config = Signal(), Signal()
         bad_structure = Signal(len(structure))
         # whether any check failed, registered after the checks: HEADER_CHECK's branch (which
         # starts the CRC fetch, resetting the fetcher's counters) reads one flip-flop, not an OR
         bad_any = Signal()
         m.d.sync += [bad_format.eq(early_format), bad_config.eq(early_config),
-                     bad_structure.eq(Cat(*stage2)),
+                     bad_structure.eq(Cat(*structure)),
                      bad_any.eq(bad_format | bad_config | bad_structure.any())]
         hdr_code = Mux(bad_format, ErrorCode.BAD_IMAGE,
                        Mux(bad_config, ErrorCode.CONFIG_MISMATCH,
