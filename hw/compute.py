@@ -53,9 +53,13 @@ class ComputeEngine(wiring.Component):
 
     Loop nest (seed 000 step 5, inner part): inner tiles of ``tile_m`` x ``tile_n`` (given in
     array tiles: ``p_tile_mg`` x ``p_tile_ng``), and inside each inner tile its array tiles, ``n``
-    fastest. Each array tile ``(tm, tn)`` streams ``L = max(p_keff, array_rows)`` beats; beat
-    ``k`` reads A buffer row ``a_base + tm*pk + k`` and B buffer row ``b_base + tn*pk + k`` (beats
-    with ``k >= p_keff`` are zero padding, so a tile is never shorter than the array's drain).
+    fastest. Each array tile ``(tm, tn)`` streams ``L = max(p_keff, array_rows)`` beats: first
+    ``pad = L - p_keff`` padding beats (so a tile is never shorter than the array's drain), then
+    the real beats ``k = 0 .. p_keff - 1``, beat ``k`` reading A buffer row ``a_base + tm*pk + k``
+    and B buffer row ``b_base + tn*pk + k``. The padding beats come first and carry no data:
+    whatever they add to a PE's sum is dropped by the first real beat, which restarts it (the
+    ``first`` flag), so neither operand needs a zero in front of its register (``p_keff >= 1``,
+    as every partition has).
     Beats of consecutive array tiles follow each other with no bubble.
 
     Results of tile ``(tm, tn)``, row ``r``, go to accumulator row ``acc_base + (tm*array_rows +
@@ -163,7 +167,8 @@ class ComputeEngine(wiring.Component):
         rstride = Signal.like(self.p_acc_rstride)
         gm, gn = Signal(DIM_BITS), Signal(DIM_BITS)
         tmg, tng = Signal(DIM_BITS), Signal(DIM_BITS)
-        pk, keff, last_k = Signal(DIM_BITS), Signal(DIM_BITS), Signal(DIM_BITS)
+        pk, last_k = Signal(DIM_BITS), Signal(DIM_BITS)
+        pad = Signal(range(R + 1))                     # the tile's padding beats, R - keff or 0
         accum = Signal()
         # loop counters: inner-tile origin (im, in_), array tile (tm, tn), beat k
         im, in_, tm, tn, k = (Signal(DIM_BITS, name=n) for n in ("im", "in_", "tm", "tn", "k"))
@@ -195,8 +200,9 @@ class ComputeEngine(wiring.Component):
                 a_base.eq(self.p_a_base), b_base.eq(self.p_b_base),
                 rstride.eq(self.p_acc_rstride), tile_rows.eq(self.p_acc_rstride << lr),
                 gm.eq(self.p_gm), gn.eq(self.p_gn), tmg.eq(self.p_tile_mg),
-                tng.eq(self.p_tile_ng), pk.eq(self.p_pk), keff.eq(self.p_keff),
+                tng.eq(self.p_tile_ng), pk.eq(self.p_pk),
                 last_k.eq(Mux(self.p_keff > R, self.p_keff, R) - 1), accum.eq(self.p_accum),
+                pad.eq(Mux(self.p_keff > R, 0, R - self.p_keff)),
                 im.eq(0), in_.eq(0), tm.eq(0), tn.eq(0), k.eq(0), last_beat.eq(0),
                 a_row.eq(self.p_a_base), a_im.eq(self.p_a_base),
                 b_row.eq(self.p_b_base), b_in.eq(self.p_b_base),
@@ -217,10 +223,14 @@ class ComputeEngine(wiring.Component):
         ]
         # last beat of the array tile (k == last_k), a register: it enables every loop and
         # address register, so no compare sits in front of that fan-out (last_k >= 1)
+        # (the pointers stay on the tile's first rows through its padding beats)
+        padding = Signal()
+        m.d.comb += padding.eq(k < pad)
         with m.If(running):
             with m.If(~last_beat):
-                m.d.sync += [k.eq(k + 1), last_beat.eq(k + 1 == last_k),
-                             a_ptr.eq(a_ptr + 1), b_ptr.eq(b_ptr + 1)]
+                m.d.sync += [k.eq(k + 1), last_beat.eq(k + 1 == last_k)]
+                with m.If(~padding):
+                    m.d.sync += [a_ptr.eq(a_ptr + 1), b_ptr.eq(b_ptr + 1)]
             with m.Else():
                 m.d.sync += [k.eq(0), last_beat.eq(0)]
                 with m.If(more_tn):
@@ -257,7 +267,7 @@ class ComputeEngine(wiring.Component):
         # tag follow the data through both stages (FEED_CYCLES)
         real = Signal()
         m.d.comb += [
-            real.eq(running & (k < keff)),
+            real.eq(running & ~padding),
             self.beat_real.eq(real),
             self.rd_en.eq(real),
             self.a_raddr.eq(a_ptr),
@@ -265,22 +275,21 @@ class ComputeEngine(wiring.Component):
         ]
         tile_addr = Signal(range(cfg.acc_depth))       # the tile's last row in the accumulator
         m.d.comb += tile_addr.eq(acc_row + tn)
-        d_valid, d_real, d_first, d_last = Signal(), Signal(), Signal(), Signal()
+        d_valid, d_first, d_last = Signal(), Signal(), Signal()
         d_tag = Signal(len(arr.i_tag))
         m.d.sync += [
-            d_valid.eq(running), d_real.eq(real), d_first.eq(k == 0), d_last.eq(last_beat),
+            d_valid.eq(running), d_first.eq(k == pad), d_last.eq(last_beat),
             d_tag.eq(Cat(tile_addr, accum)),
         ]
-        # The operand register: data without reset (flags and tag reset), the padding beats'
-        # zeros selected in front of A's. B's is the buffer's word as read: a padding beat's
-        # products are zero with its A column zero (the array is output-stationary: beat k's
-        # A and B meet only each other, in every PE), and the depthwise mesh's operands come
-        # from the feeder, not from B. Without the select B's register takes the block RAM's
-        # output straight (buf_b -> op_b through the select, the zero as a synchronous reset:
-        # 9.8 ns of the whole 8x8, ad670c5 seed 2, session 24).
+        # The operand registers: the buffers' words as read, without reset (flags and tag
+        # reset), so each is the block RAM's own output register on an FPGA
+        # (bench.outreg). The padding beats need no zero (they come first: above), and the
+        # depthwise mesh's operands come from the feeder. (With the padding last, A's register
+        # took a zero in front, as a synchronous reset: buf_a -> op_a 10.66 ns of the whole
+        # 8x8, 3d09a99 seed 2, session 25; B's the same before, 9.8 ns, session 24.)
         op_a = Signal.like(arr.i_a, reset_less=True)
         op_b = Signal.like(arr.i_b, reset_less=True)
-        a_in = Mux(d_real, self.a_rdata, 0)
+        a_in = self.a_rdata
         b_in = self.b_rdata
         # with the mesh, the beat's flags and tag meet the feeder's (registered there) in a
         # select: the GEMM's registers are then their own
