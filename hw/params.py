@@ -234,7 +234,8 @@ class ParamLoader(wiring.Component):
         # (`phase_lb`, copies of `phase` for the B load engine's command select alone: from
         # `phase` that select was still a 11.3 ns path, session 22; from one copy, into the
         # engine's start registers, a 10.4 ns path at 598b87c: now a copy per field)
-        phase, sel = Signal(), Signal.like(self.sel)
+        # (`keep` on `phase` too, or Yosys merges it into one of its equal copies)
+        phase, sel = Signal(name="phase", attrs={"keep": 1}), Signal.like(self.sel)
         lb_copies = [Signal(name=f"phase_lb{i}", attrs={"keep": 1})
                      for i in range(len(self.phase_lb))]
         m.d.comb += [self.phase.eq(phase), self.phase_lb.eq(Cat(*lb_copies)), self.sel.eq(sel)]

@@ -201,10 +201,13 @@ class Sequencer(wiring.Component):
                      se.q_bias.eq(qm.bias_row), se.q_mult.eq(qm.mult_row), se.q_lane.eq(qm.lane),
                      se.q_shift.eq(qm.shift)]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
-        b_loc, c_loc = Signal(), Signal()        # this layer's B / C lies in the local buffer
+        # this layer's B / C lies in the local buffer
+        b_loc, c_loc = Signal(), Signal(name="c_loc", attrs={"keep": 1})
         # copies of c_loc (`keep`, equal in every cycle) for the store's handshake (ready,
         # acknowledgements) and the local write: c_loc into the handshake, the store's valid
-        # and the local write enables was a 11.7 ns path of the whole 8x8 (session 22)
+        # and the local write enables was a 11.7 ns path of the whole 8x8 (session 22). `keep`
+        # on c_loc too: Yosys merges a flip-flop without it into an equal one with it, so c_loc's
+        # own loads would land on a copy.
         c_loc_hs, c_loc_w = (Signal(name=n, attrs={"keep": 1}) for n in ("c_loc_hs", "c_loc_w"))
         # C: to memory, or into the local buffer (an int8 beat's low array_cols bytes)
         loc_ack = Signal()
