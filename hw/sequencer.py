@@ -279,7 +279,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
             # the operand buffers read every cycle (their ports' enable is 1), whatever the
-            # compute engine's rd_en says: a padding beat's data is zeroed after the read and a
+            # compute engine's rd_en says: a tile's padding beats come first, their sums dropped, and a
             # mesh tile only takes fill words it read, so nothing uses a read's data held over
             # an idle cycle, and rd_en's fan-out to every block RAM's clock enable (32 on the
             # 8x8, 11.8 ns routed in session 18) leaves the FPGA's paths
