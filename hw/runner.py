@@ -137,18 +137,17 @@ class ImageRunner(wiring.Component):
         fetching = Signal()
         rq_addr = Signal(ab)
         rq_left = Signal(32)
-        rs_idx = Signal(32)
         rs_left = Signal(32)
         m.d.comb += [self.rd.addr.eq(rq_addr), self.rd.valid.eq(fetching & (rq_left != 0)),
                      self.rd.stride.eq(1)]
         with m.If(f_start):
             m.d.sync += [fetching.eq(1), rq_addr.eq(f_addr_in), rq_left.eq(f_beats_in),
-                         rs_idx.eq(0), rs_left.eq(f_beats_in)]
+                         rs_left.eq(f_beats_in)]
         with m.Else():
             with m.If(self.rd.valid & self.rd.ready):
                 m.d.sync += [rq_addr.eq(rq_addr + bb), rq_left.eq(rq_left - 1)]
             with m.If(fetching & self.rd.rvalid):
-                m.d.sync += [rs_idx.eq(rs_idx + 1), rs_left.eq(rs_left - 1)]
+                m.d.sync += rs_left.eq(rs_left - 1)
                 with m.If(rs_left == 1):
                     m.d.sync += fetching.eq(0)
         beat_in = fetching & self.rd.rvalid
@@ -157,11 +156,11 @@ class ImageRunner(wiring.Component):
         hdr_beats = HEADER_BYTES // bb
         hdr = [Signal(32, name=f"hdr_{i}") for i in range(HEADER_BYTES // 4)]
         to_hdr, to_rec, to_crc = Signal(), Signal(), Signal()
-        # The header and record beat arriving, one-hot in registers (bit i: rs_idx == i), so
-        # each word register's load enable is one AND of flip-flops, not a compare of rs_idx
-        # (`Switch(rs_idx)` in front of the header words' enables was 10.85 ns of the whole
-        # 8x8, 32 endpoints, 3d09a99 seed 2, session 25). `keep` on both: they hold the same
-        # bits, and merged one would drive both fan-outs.
+        # The header and record beat arriving, one-hot in registers (bit i: the fetch's beat
+        # i), so each word register's load enable is one AND of flip-flops, not a compare of
+        # a beat index (`Switch(rs_idx)`, then a 32-bit count, in front of the header words'
+        # enables was 10.85 ns of the whole 8x8, 32 endpoints, 3d09a99 seed 2, session 25).
+        # `keep` on both: they hold the same bits, and merged one would drive both fan-outs.
         hdr_hot = Signal(hdr_beats, attrs={"keep": 1})
         rec_hot = Signal(RECORD_BEATS(cfg), attrs={"keep": 1})
         with m.If(f_start):
@@ -181,16 +180,17 @@ class ImageRunner(wiring.Component):
         # with the start (the FSM's decode into the CRC's flip-flops was a 10.9 ns path)
         crc_restart = Signal()
         m.submodules.crc = crc = CrcState(CRC_ALGORITHM, 8 * bb)
-        # whether the beat arriving is the one holding the crc32 word: a flag kept with rs_idx
-        # (its compare in front of the CRC's XOR network was a 11.85 ns path of the whole 8x8,
+        # whether the beat arriving is the one holding the crc32 word (a header beat): a flag
+        # kept with hdr_hot (a compare in front of the CRC's XOR network was a 11.85 ns path of the whole 8x8,
         # session 18: the record index -> the CRC register); that beat's word term cancels the
         # word's share of the beat's term (the CRC is linear in the word)
         crc_index = self.CRC_BYTE // bb
-        crc_beat = Signal(name="crc_beat", init=crc_index == 0)     # rs_idx == crc_index
+        assert crc_index < hdr_beats
+        crc_beat = Signal(name="crc_beat", init=crc_index == 0)     # beat crc_index
         with m.If(f_start):
             m.d.sync += crc_beat.eq(crc_index == 0)
         with m.Elif(fetching & self.rd.rvalid):
-            m.d.sync += crc_beat.eq(rs_idx == crc_index - 1 if crc_index else 0)
+            m.d.sync += crc_beat.eq(hdr_hot[crc_index - 1] if crc_index else 0)
         m.d.comb += [crc.term.eq(self.crc_term ^ Mux(crc_beat, self.crc_word_term, 0)),
                      crc.valid.eq(beat_in & to_crc), crc.restart.eq(crc_restart)]
         crc_bad = Signal()
@@ -358,13 +358,24 @@ class ImageRunner(wiring.Component):
         count_m1 = Signal(33)
         m.d.sync += [count_m1.eq(count - 1), layer_last.eq(layer == count_m1)]
 
-        m.d.comb += self.busy_next.eq(self.busy)       # (set by IDLE and FINISH below)
+        # `busy_next` from flip-flops: IDLE is `~busy`, FINISH is `at_finish` (set with every
+        # move into FINISH, its one cycle), so no decode of the state sits in front of the
+        # top's registered copies (fsm_state -> runner_port / any_busy: 10.4-10.7 ns, 7
+        # endpoints of the whole 8x8 at 53bb396 seed 2, session 26)
+        at_finish = Signal()
+        m.d.comb += self.busy_next.eq(Mux(self.busy, ~at_finish, self.start))
         m.d.sync += self.busy.eq(self.busy_next)
         m.d.sync += crc_restart.eq(0)
+
+        def finish(code=None):
+            """Move to FINISH (with error ``code``, where given)."""
+            m.d.sync += at_finish.eq(1)
+            if code is not None:
+                m.d.sync += self.error.eq(code)
+            m.next = "FINISH"
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.comb += self.busy_next.eq(1)
                     m.d.sync += crc_restart.eq(1)
                     m.d.sync += [self.done.eq(0), self.error.eq(0),
                                  layer.eq(0), run_pass.eq(0), img.eq(self.image_addr),
@@ -382,8 +393,7 @@ class ImageRunner(wiring.Component):
                 m.next = "HEADER_CHECK"
             with m.State("HEADER_CHECK"):
                 with m.If(bad_any):
-                    m.d.sync += self.error.eq(hdr_code)
-                    m.next = "FINISH"
+                    finish(hdr_code)
                 with m.Else():
                     m.d.sync += [to_hdr.eq(0), to_crc.eq(1),
                                  nf_addr.eq(rec_base), nf_beats.eq(RECORD_BEATS(cfg))]
@@ -394,8 +404,7 @@ class ImageRunner(wiring.Component):
                     m.next = "CRC_CHECK"
             with m.State("CRC_CHECK"):             # the compare, registered in CRC's last cycle
                 with m.If(crc_bad):
-                    m.d.sync += self.error.eq(ErrorCode.BAD_CRC)
-                    m.next = "FINISH"
+                    finish(ErrorCode.BAD_CRC)
                 with m.Else():
                     fetch_record()
             with m.State("RECORD"):
@@ -405,11 +414,9 @@ class ImageRunner(wiring.Component):
             with m.State("LAYER"):
                 with m.If(~self.seq_busy):
                     with m.If(self.seq_error != 0):
-                        m.d.sync += self.error.eq(self.seq_error)
-                        m.next = "FINISH"
+                        finish(self.seq_error)
                     with m.Elif(run_pass & self.seq_a_bad):
-                        m.d.sync += self.error.eq(ErrorCode.BAD_WEIGHTS)
-                        m.next = "FINISH"
+                        finish(ErrorCode.BAD_WEIGHTS)
                     with m.Elif(run_pass):
                         m.d.sync += [st_active.eq(1), st_issue.eq(0), st_ack.eq(0),
                                      stats_addr.eq(self.stats_addr)]
@@ -423,13 +430,12 @@ class ImageRunner(wiring.Component):
                 with m.If(st_ack == st_beats):
                     m.d.sync += st_active.eq(0)
                     with m.If(layer_last):
-                        m.next = "FINISH"
+                        finish()
                     with m.Else():
                         next_layer(first=False)
             with m.State("NEXT"):
                 fetch_record()
             with m.State("FINISH"):
-                m.d.comb += self.busy_next.eq(0)
-                m.d.sync += self.done.eq(1)
+                m.d.sync += [self.done.eq(1), at_finish.eq(0)]
                 m.next = "IDLE"
         return m
