@@ -466,6 +466,7 @@ class StoreEngine(wiring.Component):
 
         advance = Signal()
         acc_advance = Signal()                  # (advance, from the read addresses' copy)
+        row_advance = Signal()                  # (advance, from the row registers' copy)
         # the channel's last row (always, without channel_rows): the row end moves `ch` on
         if self._channel_rows:
             ch_rows, ch_left = Signal(DIM_BITS), Signal(DIM_BITS)      # rows left after this
@@ -515,6 +516,11 @@ class StoreEngine(wiring.Component):
         # (skid_valid_read -> acc_addr, acc_row, ch: 10.2-11.1 ns, 10 endpoints, dfa520f seed 3,
         # session 25).
         issue_hold, acc_hold = skid_copy("issue"), skid_copy("acc")
+        # and the registers a row's end alone moves (`row_rem`, `row_addr`, the guard's row
+        # differences, `rlast`, `issuing`): from the issue copy, beside the beat's ~300
+        # flip-flops, skid_valid_issue -> row_rem / rlast was 9.97-10.29 ns of the whole 8x8
+        # (bc58de8 seed 3, session 26)
+        row_hold = skid_copy("row")
         # The bias and multiplier rows (the multipliers' low 31 bits) and the word's lane,
         # registered as they leave the parameter memories; stage 2 selects the word
         # (ParamMemories: through the select, the RAMs' unregistered read was 10.5 ns of the
@@ -558,7 +564,7 @@ class StoreEngine(wiring.Component):
             fin_addr.eq(Mux(post_fin, d_addr[-1], word_addr)),
             fin_data.eq(Mux(post_data, Mux(int8, pp.o_data, pp.o_sum), word)),
             fin_strb.eq(Mux(post_fin, d_strb[-1], word_strb)),
-            advance.eq(~issue_hold), acc_advance.eq(~acc_hold),
+            advance.eq(~issue_hold), acc_advance.eq(~acc_hold), row_advance.eq(~row_hold),
             self.acc_ren.eq(~read_hold),
             self.acc_raddr.eq(acc_addr),
             # The parameter memories are read one beat ahead (the start cycle reads the first
@@ -641,21 +647,23 @@ class StoreEngine(wiring.Component):
                       for reg, part in zip(out_guard[side], parts)),
                 ]
                 with m.If(glast):
-                    m.d.sync += [g.eq(0), row_rem.eq(row_rem - 1),
-                                 row_addr.eq(row_addr + stride),
-                                 addr.eq(row_addr + stride), left.eq(elems),
+                    m.d.sync += [g.eq(0), addr.eq(row_addr + stride), left.eq(elems),
                                  l_neg.eq(0), l_big.eq(e_big),
-                                 below_row.eq(below_row - stride), below.eq(below_row - stride),
-                                 above_row.eq(above_row - stride), above.eq(above_row - stride),
-                                 glast.eq(one_group), rlast.eq(row_rem == 1)]
-                    with m.If(rlast):
-                        m.d.sync += issuing.eq(0)
+                                 below.eq(below_row - stride), above.eq(above_row - stride),
+                                 glast.eq(one_group)]
                 with m.Else():
                     m.d.sync += [g.eq(g + 1), addr.eq(addr + step),
                                  left.eq(left - cols),
                                  Cat(l_neg, l_big).eq(Cat(*_count_down_flags(left[e_low:]))),
                                  below.eq(below - step), above.eq(above - step),
                                  glast.eq(g == groups_m2)]
+        # a row's end: the same moves, on their own copy of `advance`
+        with m.If(row_advance & go & glast):
+            m.d.sync += [row_rem.eq(row_rem - 1), row_addr.eq(row_addr + stride),
+                         below_row.eq(below_row - stride), above_row.eq(above_row - stride),
+                         rlast.eq(row_rem == 1)]
+            with m.If(rlast):
+                m.d.sync += issuing.eq(0)
         # the read addresses: the same moves, on their own copy of `advance`
         with m.If(acc_advance & go):
             with m.If(glast):
