@@ -287,9 +287,9 @@ class StoreEngine(wiring.Component):
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
     acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
     q_ch : ``Out(range(quant_entries))``; q_ren : ``Out(1)``
-    q_bias, q_mult : ``In(8 * b_beat_bytes)``: the parameter memories' rows holding the
-    channel's words, at lane ``q_lane`` (32 bits each; registered here as they leave the block
-    RAMs, the word selected after the register); q_shift : ``In(32)``: the channel's word
+    q_bias, q_mult, q_shift : ``In(8 * b_beat_bytes)``: the parameter memories' rows holding
+    the channel's words, at lane ``q_lane`` (32 bits each; registered here as they leave the
+    block RAMs, the word selected after the register)
     mem : ``Out(WritePort.Signature)``
     """
 
@@ -319,7 +319,7 @@ class StoreEngine(wiring.Component):
             "q_bias": In(8 * cfg.b_beat_bytes),
             "q_mult": In(8 * cfg.b_beat_bytes),
             "q_lane": In(range(max(cfg.b_beat_bytes // 4, 2))),
-            "q_shift": In(32),
+            "q_shift": In(8 * cfg.b_beat_bytes),
             "mem": Out(WritePort.Signature(addr_bits=ab, data_bytes=cfg.c_beat_bytes)),
         })
 
@@ -531,7 +531,10 @@ class StoreEngine(wiring.Component):
         q_bias = Signal(32 * words, reset_less=True)
         q_mult = Signal(31 * words, reset_less=True)
         q_lane = Signal.like(self.q_lane, name="q_lane_r")
-        q_shift = Signal(6)
+        # (the shift's row too, each word's 6 bits: through the select in front of its
+        # register, the RAM's unregistered read was 9.6-9.7 ns on both of session 26's first
+        # routes)
+        q_shift = Signal(6 * words, reset_less=True)
         w_bias, w_mult = Signal(32), Signal(31)    # stage 2's
         # stage 2's shift, decoded here (PostProc.decode_shift) and registered, so the
         # requantiser's lanes take it from registers: the decode between this register and the
@@ -540,14 +543,16 @@ class StoreEngine(wiring.Component):
         # decoded in the requantiser from `right` (all 106 bits here: 10.5-11.7 ns, sessions
         # 23 and 24). (Copies of `q_shift`, tried in session 23 against the decode's fan-out,
         # put the RAM's 6 ns clock-to-out in front of every copy: 12.09 ns at 60c3540.)
-        q_dec = PostProc.decode_shift(m, q_shift.as_signed())
+        q_dec = PostProc.decode_shift(
+            m, (q_shift.word_select(q_lane, 6) if words > 1 else q_shift).as_signed())
         w_dec = {name: Signal(shape, name=f"w_{name}", reset_less=True)
                  for name, shape in PostProc.SHIFT_DECODE.items()}
         with m.If(~word_hold):
             m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
             m.d.sync += [q_bias.eq(self.q_bias[:32 * words]), q_lane.eq(self.q_lane),
                          q_mult.eq(Cat(*(self.q_mult[32 * i:32 * i + 31] for i in range(words)))),
-                         q_shift.eq(self.q_shift[:6]),
+                         q_shift.eq(Cat(*(self.q_shift[32 * i:32 * i + 6]
+                                          for i in range(words)))),
                          word_valid.eq(out_valid), word_addr.eq(out_addr),
                          word_strb.eq(Mux(int8_post, Cat(out_emask, Const(0, W - cols)),
                                           Cat(*(b.replicate(E) for b in out_emask)))

@@ -41,7 +41,8 @@ class ParamMemories(wiring.Component):
     nothing reads a parameter until :class:`ParamLoader` is ``done``, at least a cycle after
     the last word landed). Reading: ``ch`` with ``ren`` reads channel ``ch`` of
     every array; its words are on ``bias``, ``mult`` and ``shift`` in the next cycle (and held
-    until the next read), and the rows holding them on ``bias_row``, ``mult_row``, the word at
+    until the next read), and the rows holding them on ``bias_row``, ``mult_row``,
+    ``shift_row``, the word at
     lane ``lane`` (a driver that registers the rows as they leave the block RAMs and selects
     the word after its register takes the RAMs' read straight into a register, which
     ``bench.outreg`` can fold into the RAMs; through the select it was the RAMs' 5.8 ns
@@ -64,7 +65,7 @@ class ParamMemories(wiring.Component):
     ``In(range(quant_entries // words))``
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
-    bias_row, mult_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
+    bias_row, mult_row, shift_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
     w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)`` (only with
     ``weights``)
     """
@@ -84,6 +85,7 @@ class ParamMemories(wiring.Component):
             "ch": In(range(cfg.quant_entries)), "ren": In(1),
             **{name: Out(32) for name in PARAM_ARRAYS},
             "bias_row": Out(8 * cfg.b_beat_bytes), "mult_row": Out(8 * cfg.b_beat_bytes),
+            "shift_row": Out(8 * cfg.b_beat_bytes),
             "lane": Out(range(max(words, 2))),
         })
 
@@ -113,7 +115,7 @@ class ParamMemories(wiring.Component):
             m.d.comb += [w.addr.eq(wq_addr), w.data.eq(wq_data), w.en.eq(wq_en[i]),
                          r.addr.eq(self.ch >> lw), r.en.eq(self.ren),
                          getattr(self, name).eq(rd.word_select(lane, 32) if lw else rd)]
-            if name in ("bias", "mult"):
+            if name in ("bias", "mult", "shift"):
                 m.d.comb += getattr(self, f"{name}_row").eq(rd)
         if self._weights:
             w_lane = Signal(max(lw, 1))

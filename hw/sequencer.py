@@ -199,7 +199,7 @@ class Sequencer(wiring.Component):
                      qm.w_data.eq(lb.w_data), qm.w_en.eq(lb.w_en),
                      qm.ch.eq(se.q_ch), qm.ren.eq(se.q_ren),
                      se.q_bias.eq(qm.bias_row), se.q_mult.eq(qm.mult_row), se.q_lane.eq(qm.lane),
-                     se.q_shift.eq(qm.shift)]
+                     se.q_shift.eq(qm.shift_row)]
         wiring.connect(m, wiring.flipped(self.a_rd), la.mem)
         # this layer's B / C lies in the local buffer
         b_loc, c_loc = Signal(), Signal(name="c_loc", attrs={"keep": 1})
