@@ -185,9 +185,9 @@ class ImageRunner(wiring.Component):
         crc_restart = Signal()
         m.submodules.crc = crc = CrcState(CRC_ALGORITHM, 8 * bb)
         # whether the beat arriving is the one holding the crc32 word (a header beat): a flag
-        # kept with hdr_hot (a compare in front of the CRC's XOR network was a 11.85 ns path of the whole 8x8,
-        # session 18: the record index -> the CRC register); that beat's word term cancels the
-        # word's share of the beat's term (the CRC is linear in the word)
+        # kept with hdr_hot (a compare in front of the CRC's XOR network was a 11.85 ns path
+        # of the whole 8x8, session 18: the record index -> the CRC register); that beat's
+        # word term cancels the word's share of the beat's term (the CRC is linear in the word)
         crc_index = self.CRC_BYTE // bb
         assert crc_index < hdr_beats
         crc_beat = Signal(name="crc_beat", init=crc_index == 0)     # beat crc_index
