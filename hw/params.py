@@ -161,10 +161,12 @@ class ParamLoader(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; need : ``In(3)`` (6 with ``weights``); addr_<array> : ``In(32)``;
+    start : ``In(1)``; need : ``In(3)`` (6 with ``weights``; stable from ``start`` on: the
+    engine's start is registered from it); addr_<array> : ``In(32)``;
     rows : ``In(32)`` (stable
     from the cycle before ``start``: the command's sizes are registered from it)
-    lb : ``In(Signature(load_command_members))`` the B load engine command it drives
+    lb : ``In(Signature(load_command_members))`` the B load engine command it drives (its
+    ``start`` a register)
     w_addr, w_data, w_en : ``In(...)`` the B load engine's buffer writes
     phase : ``Out(1)``; phase_lb : ``Out(2 + len(LB_FIELDS))``, copies of ``phase`` (registers
     of their own, equal to it in every cycle): bit 0 for the B load engine's local-read flag,
@@ -242,11 +244,23 @@ class ParamLoader(wiring.Component):
                      for i in range(len(self.phase_lb))]
         m.d.comb += [self.phase.eq(phase), self.phase_lb.eq(Cat(*lb_copies)), self.sel.eq(sel)]
 
+        # The engine's start, a register set with the move into an array's state when `need`
+        # has its bit (what the state decode and `need` gave before): from the decode, through
+        # the sequencer's OR into the engine's start registers' enables, it was a 10.9 ns path
+        # of the whole 8x8 at e2de91f (session 26)
+        lb_start = Signal(name="pl_lb_start")
+        m.d.sync += lb_start.eq(0)
+        m.d.comb += self.lb.start.eq(lb_start)
+
+        def enter(i):
+            """Move into array ``i``'s first state."""
+            m.d.sync += [sel.eq(i), lb_start.eq(self.need[i])]
+            m.next = arrays[i]
+
         def leave(i):
             """Leave array ``i``'s states for the next array's, or END after the last."""
             if i + 1 < len(arrays):
-                m.d.sync += sel.eq(i + 1)
-                m.next = arrays[i + 1]
+                enter(i + 1)
             else:
                 m.d.sync += [phase.eq(0), *(c.eq(0) for c in lb_copies)]
                 m.next = "END"
@@ -254,13 +268,11 @@ class ParamLoader(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [self.bad.eq(0), phase.eq(1), *(c.eq(1) for c in lb_copies),
-                                 sel.eq(0)]
-                    m.next = arrays[0]
+                    m.d.sync += [self.bad.eq(0), phase.eq(1), *(c.eq(1) for c in lb_copies)]
+                    enter(0)
             for i, name in enumerate(arrays):
                 with m.State(name):
-                    with m.If(self.need[i]):
-                        m.d.comb += self.lb.start.eq(1)
+                    with m.If(self.need[i]):          # (lb_start is high)
                         m.next = f"{name}_wait"
                     with m.Else():
                         leave(i)

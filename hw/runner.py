@@ -64,7 +64,8 @@ class ImageRunner(wiring.Component):
         front of those registers, see :class:`~hw.crc.CrcState`)
     rec_we : ``Out(1)``; rec_sel : ``Out(RECORD_BEATS)`` (one-hot: the record beat arriving,
         a register); rec_data : ``Out(b beat)``
-    seq_start, seq_dry : ``Out(1)``; seq_busy, seq_a_bad : ``In(1)``; seq_error : ``In(8)``
+    seq_start, seq_dry : ``Out(1)``; seq_busy, seq_a_bad : ``In(1)``; seq_error : ``In(8)``;
+    seq_failed : ``In(1)`` (``seq_error != 0``, the sequencer's flag)
     stats_addr : ``In(32)`` the current record's ``stats_addr`` word
     img_lo, img_hi, img_wt : ``Out(dram_addr_bits + 1)`` (the image, its weights section)
     s_<counter> : ``In(32)`` the sequencer's counters (for the statistics records);
@@ -110,6 +111,7 @@ class ImageRunner(wiring.Component):
             "seq_dry": Out(1),
             "seq_busy": In(1),
             "seq_error": In(8),
+            "seq_failed": In(1),
             "seq_a_bad": In(1),
             "stats_addr": In(32),
             "img_lo": Out(ab + 1),
@@ -417,7 +419,7 @@ class ImageRunner(wiring.Component):
                     m.next = "LAYER"
             with m.State("LAYER"):
                 with m.If(~self.seq_busy):
-                    with m.If(self.seq_error != 0):
+                    with m.If(self.seq_failed):
                         finish(self.seq_error)
                     with m.Elif(run_pass & self.seq_a_bad):
                         finish(ErrorCode.BAD_WEIGHTS)

@@ -145,6 +145,7 @@ class AccelTop(wiring.Component):
             run.b_fire.eq(self.b_rd.valid & self.b_rd.ready),
             run.c_fire.eq(self.c_wr.valid & self.c_wr.ready),
             run.seq_busy.eq(seq.busy), run.seq_error.eq(seq.error),
+            run.seq_failed.eq(seq.failed),
             seq.dry.eq(run.seq_dry), seq.img_lo.eq(run.img_lo), seq.img_hi.eq(run.img_hi),
             seq.img_wt.eq(run.img_wt), run.seq_a_bad.eq(seq.a_bad),
         ]
