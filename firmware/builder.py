@@ -44,7 +44,7 @@ from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, GemmDescriptor, depthwise_weight_words
+from spec.desc import DEPTHWISE_STRIDES, GemmDescriptor, depthwise_weight_words
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
@@ -341,13 +341,17 @@ class ImageBuilder:
 
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
-                  requant: Requant | None = None) -> None:
-        """A depthwise 3x3 convolution, stride 1, pad 1, on the mesh (``b_mode`` 2): the
-        ``C`` channels of the dense NCHW ``h x w`` input at ``x_addr``, padded with
+                  requant: Requant | None = None, stride: int = 1) -> None:
+        """A depthwise 3x3 convolution, pad 1, ``stride`` 1 or 2, on the mesh (``b_mode`` 2 or
+        3): the ``C`` channels of the dense NCHW ``h x w`` input at ``x_addr``, padded with
         ``pad_value`` (the input zero point), each with its own 3x3 ``weights`` (``(C, 3, 3)``
-        or ``(C, 1, 3, 3)`` int8), into the dense NCHW output at ``out_addr``. The weights
-        are three u32 arrays in the QUANT section (under the image's CRC)."""
+        or ``(C, 1, 3, 3)`` int8), into the dense NCHW output at ``out_addr`` (``ceil(h / s) x
+        ceil(w / s)`` maps). The weights are three u32 arrays in the QUANT section (under the
+        image's CRC)."""
         self._claim(name)
+        if stride not in (1, 2):
+            raise ValueError(f"{name}: stride={stride!r} must be 1 or 2 (a depthwise layer on "
+                             f"the mesh)")
         if not self.cfg.dw_mesh:
             raise ValueError(f"{name}: a depthwise layer on the mesh needs a config with "
                              f"dw_mesh=1; this one has none")
@@ -363,7 +367,7 @@ class ImageBuilder:
         words = np.array([depthwise_weight_words(wt[ch]) for ch in range(c)], "<u4")
         a_ref = self._blob(SectionKind.QUANT, np.ascontiguousarray(words.T).tobytes())
         probe = depthwise_descriptor(c, h, w, self.cfg, out_bytes=1 if requant else 4,
-                                     b_addr=x_addr, c_addr=out_addr)
+                                     b_addr=x_addr, c_addr=out_addr, stride=stride)
         desc = {**dataclasses.asdict(probe), "a_addr": a_ref}
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
                   **self._quant(c, bias, requant)}
@@ -453,7 +457,7 @@ def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
     image = decode(blob)
     crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
     return image_overhead_cycles(crc_bytes, [(layer.desc.m, _post_of(layer),
-                                              layer.desc.b_mode == B_MODE_DEPTHWISE)
+                                              layer.desc.b_mode in DEPTHWISE_STRIDES)
                                              for layer in image.layers], cfg)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from planner.offsets import ConvTables, gather_b
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DESC_FIELDS, ErrorCode, GemmDescriptor, groups_n
+from spec.desc import DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_out, ErrorCode, GemmDescriptor, groups_n
 from spec.golden import conv2d_int8, gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
                           OutFormat)
@@ -156,7 +156,7 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
         # the A beats as the layer loads them (the check pass put A inside the image, which no
         # layer writes): their CRC is known before the layer runs, compared when it ends (not
         # for a depthwise layer: its A port reads activations)
-        depthwise = d.b_mode == B_MODE_DEPTHWISE
+        depthwise = d.b_mode in DEPTHWISE_STRIDES
         a_crc = 0 if depthwise else a_load_crc(d, cfg, lambda addr, n: bytes(mem[addr:addr + n]))
         if result.defined:
             result.defined = _run_layer(m, rec, cfg, result, track)
@@ -178,7 +178,7 @@ def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationRe
                track: bool) -> bool:
     """One layer; False when its output is not defined by the spec (malformed tables)."""
     d = GemmDescriptor(**{name: rec[f"desc_{name}"] for name in DESC_FIELDS})
-    if d.b_mode == B_MODE_DEPTHWISE:
+    if d.b_mode in DEPTHWISE_STRIDES:
         return _run_depthwise(m, rec, d, result, track)
     kk = np.arange(d.k, dtype=np.int64)
     a = m.gather(d.a_addr + kk[None, :] * d.a_stride + np.arange(d.m)[:, None])    # m x k
@@ -208,10 +208,13 @@ def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationRe
 
 def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: EmulationResult,
                    track: bool) -> bool:
-    """A depthwise layer (``b_mode`` 2): ``m`` channels of ``k x n`` maps, dense NCHW, padded
-    by one with ``pad_value``, convolved with each channel's 3x3 weights (the three u32 arrays
-    at ``a_addr + t a_stride``); the output is dense NCHW, channel ``c`` a row of ``k n``."""
+    """A depthwise layer (``b_mode`` 2, or 3 for stride 2): ``m`` channels of ``k x n`` maps,
+    dense NCHW, padded by one with ``pad_value``, convolved with each channel's 3x3 weights
+    (the three u32 arrays at ``a_addr + t a_stride``) at the stride; the output is dense NCHW,
+    channel ``c`` a row of ``P Q`` (:func:`spec.desc.depthwise_out`)."""
     c, h, w = d.m, d.k, d.n
+    s = DEPTHWISE_STRIDES[d.b_mode]
+    oh, ow = depthwise_out(d)
     x = m.gather(d.b_addr + np.arange(c * h * w, dtype=np.int64)).reshape(c, h, w)
     words = np.array([m.words(d.a_addr + t * d.a_stride, c) for t in range(3)], "<u4")
     taps = np.ascontiguousarray(words.T).view(np.int8).reshape(c, 12)[:, :9]
@@ -223,8 +226,9 @@ def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: Emulat
         for name in ("bias_addr", "mult_addr", "shift_addr"):
             result.reads += _ranges(rec[name] + np.arange(4 * c, dtype=np.int64), m.size)
     padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=signed32(rec["pad_value"]))
-    acc = conv2d_int8(padded[None], taps.reshape(c, 1, 3, 3), groups=c)[0].reshape(c, h * w)
-    flat = dataclasses.replace(d, n=h * w, c_stride=out_bytes(rec) * h * w)
+    acc = conv2d_int8(padded[None], taps.reshape(c, 1, 3, 3), stride=(s, s),
+                      groups=c)[0].reshape(c, oh * ow)
+    flat = dataclasses.replace(d, n=oh * ow, c_stride=out_bytes(rec) * oh * ow)
     return _post_and_store(m, rec, flat, acc, result, track)
 
 

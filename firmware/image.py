@@ -25,7 +25,7 @@ import struct
 import zlib
 
 from spec.config import FORMAT_VERSION, PRESETS, AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DESC_FIELDS, GemmDescriptor, groups_n, tensor_extents
+from spec.desc import DEPTHWISE_STRIDES, DESC_FIELDS, GemmDescriptor, groups_n, tensor_extents
 from spec.schedule import a_load_crc
 from spec.record import (HEADER_BYTES, LAYER_RECORD_BYTES, SECTION_ALIGN_BYTES, check_record)
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS,
@@ -212,7 +212,7 @@ def _a_crc(blob: bytes, base: int, d: GemmDescriptor, cfg: AccelConfig) -> int |
     """The CRC-32 of ``d``'s A loads (:func:`spec.schedule.a_load_crc`) from the image ``blob``
     placed at ``base``; ``None`` when A does not lie inside the image; 0 for a depthwise
     layer, whose A port reads activations (the hardware does not check its ``a_crc``)."""
-    if d.b_mode == B_MODE_DEPTHWISE:
+    if d.b_mode in DEPTHWISE_STRIDES:
         return 0
     lo, hi = tensor_extents(d, cfg)["a"]
     if not (base <= lo and hi <= base + len(blob)):
@@ -448,7 +448,7 @@ def _layer_problems(rec, cfg, blob, good, dev_range, mem, image_range, weights_a
                          read_words=read_words)]
     if not out:
         crc = _a_crc(blob, image_range[0], d, cfg)
-        if crc is not None and crc != rec["a_crc"] and d.b_mode != B_MODE_DEPTHWISE:
+        if crc is not None and crc != rec["a_crc"] and d.b_mode not in DEPTHWISE_STRIDES:
             out.append(f"BAD_WEIGHTS: a_crc={rec['a_crc']:#010x} does not match the CRC-32 of "
                        f"the layer's A loads, {crc:#010x} (firmware.image.with_a_crcs)")
     for word, value in sorted(rec["_reserved"].items()):

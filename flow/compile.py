@@ -495,17 +495,17 @@ def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: Te
     if xb.pads != (0, 0, 0, 0) or yb.pads != (0, 0, 0, 0):
         raise ValueError(f"{l.name}: a depthwise layer on the mesh reads and writes unpadded "
                          f"NCHW, not input pads {xb.pads} / output pads {yb.pads}")
-    plane = s.height * s.width
+    plane, out_plane = s.height * s.width, s.out_h * s.out_w
     for n in range(s.batch):
         for c0, c1 in channel_chunks(s.in_channels, cfg):
             name = l.name + (f"[n{n}]" if s.batch > 1 else "") + (
                 f"[ch {c0}:{c1}]" if c1 - c0 < s.in_channels else "")
             rqc = dataclasses.replace(rq, multiplier=rq.multiplier[c0:c1],
                                       shift=rq.shift[c0:c1])
-            at = (n * s.in_channels + c0) * plane
-            b.depthwise(name, weights=w[c0:c1], h=s.height, w=s.width, x_addr=xb.addr + at,
-                        out_addr=yb.addr + at, pad_value=l.halo, bias=bias[c0:c1],
-                        requant=rqc)
+            at = n * s.in_channels + c0
+            b.depthwise(name, weights=w[c0:c1], h=s.height, w=s.width,
+                        x_addr=xb.addr + at * plane, out_addr=yb.addr + at * out_plane,
+                        pad_value=l.halo, bias=bias[c0:c1], requant=rqc, stride=s.stride_h)
 
 
 def _add_depthwise_blocks(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq,

@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
@@ -177,10 +177,12 @@ class RecordChecker(wiring.Component):
         p_mk = product(pm, pk, "p_mk", dim=True)
         p_kn = product(pk, pn, "p_kn", dim=True)
         p_mn = product(pm, pn, "p_mn", dim=True)
-        dw = bool(cfg.dw_mesh)                  # the depthwise rules (b_mode 2) are built
+        dw = bool(cfg.dw_mesh)                  # the depthwise rules (b_mode 2, 3) are built
         if dw:
             p_dgk = product(pm, K, "p_dgk", dim=True)       # G h: the strip step's rows
             p_dkn = product(K, N, "p_dkn", dim=True)        # h w: a channel's map
+            # ceil(h / 2) ceil(w / 2): a channel's output map with stride 2
+            p_dpq = product((K + 1) >> 1, (N + 1) >> 1, "p_dpq", dim=True)
             p_dmb = product(M, d["b_stride"], "p_dmb")
             p_dmc = product(M, d["c_stride"], "p_dmc")
         ab = cfg.dram_addr_bits
@@ -189,7 +191,9 @@ class RecordChecker(wiring.Component):
 
         # -- bases (registered while the products run) ----------------------------------------
         is_conv = reg(d["b_mode"] == 1, 1)
-        is_dw = reg(d["b_mode"] == B_MODE_DEPTHWISE, 1, name="is_dw") if dw else Const(0, 1)
+        is_dw = reg((d["b_mode"] == B_MODE_DEPTHWISE) | (d["b_mode"] == B_MODE_DEPTHWISE_S2), 1,
+                    name="is_dw") if dw else Const(0, 1)
+        dw_s2 = reg(d["b_mode"] == B_MODE_DEPTHWISE_S2, 1, name="dw_s2") if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -261,7 +265,9 @@ class RecordChecker(wiring.Component):
                 m.d.sync += [dw_b_hi.eq(d["b_addr"] + p_dmb), dw_c_hi.eq(d["c_addr"] + p_dmc),
                              dw_words_a.eq(p_dgk >> 1), dw_words_b.eq((p_dgk + 1) >> 1),
                              dw_acc_need.eq((p_dgk + R) << log2(cfg.c_beat_bytes))]
-            dw_c_pitch = reg(Mux(int8_out, p_dkn, p_dkn << 2), name="dw_c_pitch")
+            # the output's channel pitch: its map (stride 1: the input's) times the element size
+            dw_c_pitch = reg(Mux(dw_s2, Mux(int8_out, p_dpq, p_dpq << 2),
+                                 Mux(int8_out, p_dkn, p_dkn << 2)), name="dw_c_pitch")
             dw_unused = reg(Cat(*(d[name] != 0 for name in DEPTHWISE_UNUSED)).any(), 1,
                             name="dw_unused")
 
@@ -321,7 +327,7 @@ class RecordChecker(wiring.Component):
                                            "acc_half"))
         rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
                                        early(d["need_splitk"] > 1, "need_splitk")) |
-             early(d["b_mode"] > (B_MODE_DEPTHWISE if dw else 1), "b_mode"))
+             early(d["b_mode"] > (B_MODE_DEPTHWISE_S2 if dw else 1), "b_mode"))
         if dw:
             # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
             rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(dim_ok["partition_m"] &

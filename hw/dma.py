@@ -276,13 +276,18 @@ class StoreEngine(wiring.Component):
         Uses ``dram_addr_bits``, ``c_beat_bytes``, ``acc_depth``, ``acc_bytes``,
         ``quant_entries``, ``post_row_cycles``.
     channel_rows : bool
-        Build ``p_ch_rows`` (rows per output channel; 1 for a GEMM's store).
+        Build ``p_ch_rows`` (rows per output channel; 1 for a GEMM's store) and
+        ``p_even_lanes`` (a stride-2 depthwise step's store: element ``j`` of a row is the
+        accumulator row's lane ``2 j``, so with ``elems <= array_cols / 2`` the row's even
+        lanes are written, packed; the lanes are selected as the accumulator word is
+        registered).
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
-    p_ch_rows : ``In(DIM_BITS)`` (only with ``channel_rows``; at least 1)
+    p_ch_rows : ``In(DIM_BITS)``, p_even_lanes : ``In(1)`` (only with ``channel_rows``;
+    ``p_ch_rows`` at least 1)
     p_post, p_int8, p_bias, p_ch0, p_zero_point, p_act_min, p_act_max : ``In(...)``
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
     acc_raddr, acc_ren : ``Out(...)``; acc_rdata : ``In(c_beat_bytes * 8)``
@@ -299,7 +304,7 @@ class StoreEngine(wiring.Component):
         ab = cfg.dram_addr_bits
         super().__init__({
             **_grid_members(ab),
-            **({"p_ch_rows": In(DIM_BITS)} if channel_rows else {}),
+            **({"p_ch_rows": In(DIM_BITS), "p_even_lanes": In(1)} if channel_rows else {}),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
             "p_post": In(1),
@@ -547,6 +552,15 @@ class StoreEngine(wiring.Component):
             m, (q_shift.word_select(q_lane, 6) if words > 1 else q_shift).as_signed())
         w_dec = {name: Signal(shape, name=f"w_{name}", reset_less=True)
                  for name, shape in PostProc.SHIFT_DECODE.items()}
+        acc_word = self.acc_rdata
+        if self._channel_rows:
+            # a stride-2 depthwise store: the even lanes first (then the odd ones, past
+            # `elems`, never written); a register set with the start selects
+            even_lanes = Signal(name="even_lanes")
+            with m.If(self.start):
+                m.d.sync += even_lanes.eq(self.p_even_lanes)
+            lanes = [self.acc_rdata.word_select(j, 8 * E) for j in range(cols)]
+            acc_word = Mux(even_lanes, Cat(*lanes[0::2], *lanes[1::2]), self.acc_rdata)
         with m.If(~word_hold):
             m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
             m.d.sync += [q_bias.eq(self.q_bias[:32 * words]), q_lane.eq(self.q_lane),
@@ -560,7 +574,7 @@ class StoreEngine(wiring.Component):
                                           | out_guard["below"][1])
                                       & (out_guard["above"][0].replicate(W)
                                          | out_guard["above"][1])),
-                         word.eq(self.acc_rdata),
+                         word.eq(acc_word),
                          w_bias.eq(q_bias.word_select(q_lane, 32) if words > 1 else q_bias),
                          w_mult.eq(q_mult.word_select(q_lane, 31) if words > 1 else q_mult)]
         fin_addr, fin_data, fin_strb = Signal(ab), Signal(8 * W), Signal(W)

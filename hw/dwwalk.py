@@ -11,14 +11,16 @@ __all__ = ["DwWalker"]
 
 
 class DwWalker(wiring.Component):
-    """Walks the strip steps of a stride-1, pad-1 depthwise 3x3 layer, in
+    """Walks the strip steps of a pad-1 depthwise 3x3 layer (stride 1, or 2 with ``p_s2``), in
     :func:`spec.dwmesh.strip_steps`' order (channel groups outside, column strips inside), and
     states each step's loads, tiles and store, every value a register.
 
     ``start`` samples the layer: ``p_channels`` maps of ``p_h`` x ``p_w`` int8 at ``p_x_addr``
     (dense NCHW), ``p_group`` channels a step, outputs at ``p_out_addr`` (dense NCHW, int8 or,
-    without ``p_int8``, int32 elements). It first forms the products it needs (``G h``, ``C h``,
-    ``G h w``; serially, one bit a cycle, so no multiplier), then presents the first step with
+    without ``p_int8``, int32 elements; ``P`` x ``Q`` maps, ``h`` x ``w`` with stride 1 and
+    ``ceil(h / 2)`` x ``ceil(w / 2)`` with stride 2). It first forms the products it needs
+    (``G h``, ``C h``, ``G h w``, ``G P Q``; serially, one bit a cycle, so no multiplier), then
+    presents the first step with
     ``valid``; ``advance`` (while ``valid``) moves to the next step, whose values are valid
     again :attr:`ADVANCE_LATENCY` cycles later. ``last`` marks the layer's last step. The
     sizes must be legal (``1 <= G``, ``G = 1`` for odd ``h``, every size at least 1: the
@@ -32,14 +34,17 @@ class DwWalker(wiring.Component):
     fewer in the last group), ``ox0``, ``tw``, ``first_strip`` (``ox0 == 0``: the tiles'
     pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
     both ``nbytes`` wide at a stride of ``2 w``, and the store (``st_addr``: ``out_addr``
-    plus ``(c0 h w + ox0)`` elements; ``st_rows`` = ``channels * h``).
+    plus ``(c0 P Q + ox0 / s)`` elements for stride ``s``; ``st_rows`` = ``channels * P``
+    rows of ``st_elems`` = ``ceil(tw / s)`` elements: :attr:`spec.dwmesh.StripStep.out_rows`
+    and ``out_tw``).
 
     Members
     -------
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
-    ``In(dram_addr_bits + 1)``; p_int8 : ``In(1)``
-    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, tiles : ``Out(DIM_BITS)``;
+    ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``
+    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
+    ``Out(DIM_BITS)``;
     first_strip : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
@@ -57,9 +62,9 @@ class DwWalker(wiring.Component):
         super().__init__({
             "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
-            "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1),
+            "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
-                                          "nbytes", "st_rows", "tiles")},
+                                          "nbytes", "st_rows", "st_elems", "tiles")},
             "first_strip": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
@@ -73,13 +78,18 @@ class DwWalker(wiring.Component):
 
         C, h, w, G = (Signal(DIM_BITS, name=n) for n in ("dw_c", "dw_h", "dw_w", "dw_g"))
         x_addr, out_addr = Signal(aw), Signal(aw)
-        int8 = Signal()
-        # -- the serial products: G h, C h, then (G h) w; one multiplier bit a cycle ------------
+        int8, s2 = Signal(), Signal(name="dw_s2")
+        # -- the serial products: G h, C h, then (G h) w and G P Q; one multiplier bit a cycle --
         gh, ch, ghw = (Signal(pw, name=n) for n in ("dw_gh", "dw_ch", "dw_ghw"))
+        gpq = Signal(pw, name="dw_gpq")                 # G P Q: a channel group's output
         acc1, acc2 = Signal(pw), Signal(pw)
         bit = Signal(range(DIM_BITS + 1))
         phase = Signal(2)                               # 0 idle, 1 G h and C h, 2 (G h) w
         mult_by = Signal(DIM_BITS)                      # the remaining multiplier bits
+        mult_q = Signal(DIM_BITS, name="dw_mult_q")     # the same of Q, beside w's in phase 2
+        # G P: G h, or with stride 2 G ceil(h / 2) = (G h + 1) >> 1 (G is 1 for odd h)
+        gp = Signal(pw, name="dw_gp")
+        m.d.comb += gp.eq(Mux(s2, (gh + 1) >> 1, gh))
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h --
         tile_rows = cfg.array_rows - 2
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
@@ -99,7 +109,7 @@ class DwWalker(wiring.Component):
         with m.If(self.start):
             m.d.sync += [C.eq(self.p_channels), h.eq(self.p_h), w.eq(self.p_w),
                          G.eq(self.p_group), x_addr.eq(self.p_x_addr),
-                         out_addr.eq(self.p_out_addr), int8.eq(self.p_int8),
+                         out_addr.eq(self.p_out_addr), int8.eq(self.p_int8), s2.eq(self.p_s2),
                          acc1.eq(0), acc2.eq(0), bit.eq(DIM_BITS), mult_by.eq(self.p_h),
                          phase.eq(1), self.valid.eq(0)]
         with m.Elif(phase != 0):
@@ -109,21 +119,24 @@ class DwWalker(wiring.Component):
                 m.d.sync += [acc1.eq((acc1 << 1) + Mux(top, G, 0)),
                              acc2.eq((acc2 << 1) + Mux(top, C, 0))]
             with m.Else():
-                m.d.sync += acc1.eq((acc1 << 1) + Mux(top, gh, 0))
-            m.d.sync += [mult_by.eq(mult_by << 1), bit.eq(bit - 1)]
+                m.d.sync += [acc1.eq((acc1 << 1) + Mux(top, gh, 0)),
+                             acc2.eq((acc2 << 1) + Mux(mult_q[-1], gp, 0))]
+            m.d.sync += [mult_by.eq(mult_by << 1), mult_q.eq(mult_q << 1), bit.eq(bit - 1)]
             with m.If(bit == 1):
                 with m.If(phase == 1):
                     m.d.sync += [phase.eq(2), bit.eq(DIM_BITS), mult_by.eq(w), acc1.eq(0),
+                                 mult_q.eq(Mux(s2, (w + 1) >> 1, w)), acc2.eq(0),
                                  gh.eq((acc1 << 1) + Mux(top, G, 0)),
                                  ch.eq((acc2 << 1) + Mux(top, C, 0))]
                 with m.Else():
-                    m.d.sync += [phase.eq(0), ghw.eq((acc1 << 1) + Mux(top, gh, 0))]
+                    m.d.sync += [phase.eq(0), ghw.eq((acc1 << 1) + Mux(top, gh, 0)),
+                                 gpq.eq((acc2 << 1) + Mux(mult_q[-1], gp, 0))]
 
         # -- the walk ---------------------------------------------------------------------------
         c0, ox0 = Signal(DIM_BITS, name="dw_c0"), Signal(DIM_BITS, name="dw_ox0")
         rows_done = Signal(pw, name="dw_rows_done")      # c0 * h
         chan_x = Signal(aw, name="dw_chan_x")             # x_addr + c0 h w
-        chan_o = Signal(aw + 2, name="dw_chan_o")         # c0 h w (elements of the output)
+        chan_o = Signal(aw + 2, name="dw_chan_o")         # c0 P Q (elements of the output)
         more_strips, more_groups = Signal(), Signal()
         walking = Signal()
         settle = Signal(range(self.ADVANCE_LATENCY + 1))
@@ -138,7 +151,7 @@ class DwWalker(wiring.Component):
                 m.d.sync += ox0.eq(ox0 + tw_max)
             with m.Elif(more_groups):
                 m.d.sync += [ox0.eq(0), c0.eq(c0 + G), rows_done.eq(rows_done + gh),
-                             chan_x.eq(chan_x + ghw), chan_o.eq(chan_o + ghw)]
+                             chan_x.eq(chan_x + ghw), chan_o.eq(chan_o + gpq)]
             with m.Else():
                 m.d.sync += walking.eq(0)
         with m.Elif(walking & (settle != 0)):
@@ -156,19 +169,23 @@ class DwWalker(wiring.Component):
         rows = Mux(last_group, ch - rows_done, gh)
         xs = Mux(first, 0, ox0 - 1)                        # the patch's first loaded column
         even = ~h[0]
+        tw = Mux(left > tw_max, tw_max, left)
+        # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
+        col = chan_o + Mux(s2, ox0 >> 1, ox0)
         m.d.sync += [
             self.c0.eq(c0), self.ox0.eq(ox0), self.first_strip.eq(first),
             self.channels.eq(Mux(last_group, C - c0, G)),
-            self.tw.eq(Mux(left > tw_max, tw_max, left)),
+            self.tw.eq(tw), self.st_elems.eq(Mux(s2, (tw + 1) >> 1, tw)),
             self.nbytes.eq(Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
                                Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1))),
             self.a_addr.eq(chan_x + w + xs), self.b_addr.eq(chan_x + xs),
-            self.st_rows.eq(rows),
+            # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
+            self.st_rows.eq(Mux(s2, (rows + 1) >> 1, rows)),
             # h even: half the rows in each buffer; h odd (one channel a step): h // 2 and
             # h // 2 + 1
             self.a_words.eq(Mux(even, rows >> 1, h >> 1)),
             self.b_words.eq(Mux(even, rows >> 1, (h >> 1) + 1)),
-            self.st_addr.eq(out_addr + Mux(int8, chan_o + ox0, (chan_o + ox0) << 2)),
+            self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),
             self.last.eq(~more_strips & last_group),
         ]
         return m

@@ -7,7 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DESC_FIELDS, DIM_BITS, ErrorCode
+from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DESC_FIELDS, DIM_BITS, ErrorCode
 from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
@@ -85,6 +85,8 @@ class Sequencer(wiring.Component):
     block of its channels' odd or even input rows, the store of strip ``t - 1``, which waits
     :func:`mesh_store_wait_cycles` for the mesh's drain), every strip changing both buffer
     halves and the accumulator half. Its A loads read activations: ``a_bad`` means nothing.
+    ``b_mode = 3`` (stride 2) runs the same steps; its stores take the even rows and lanes of
+    the stride-1 results (:class:`spec.dwmesh.StripStep`).
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
@@ -330,9 +332,12 @@ class Sequencer(wiring.Component):
                      is_conv.eq(d["b_mode"] == 1), outer_m.eq(d["outer_m"] != 0)]
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
         is_dw = Signal(name="is_dw") if dw else Const(0, 1)     # a depthwise layer
+        dw_s2 = Signal(name="dw_s2")                  # ... with stride 2
         params_needed = post                          # the run loads parameter arrays
         if dw:
-            m.d.sync += is_dw.eq(d["b_mode"] == B_MODE_DEPTHWISE)
+            m.d.sync += [is_dw.eq((d["b_mode"] == B_MODE_DEPTHWISE) |
+                                  (d["b_mode"] == B_MODE_DEPTHWISE_S2)),
+                         dw_s2.eq(d["b_mode"] == B_MODE_DEPTHWISE_S2)]
             q_need = Cat(q_need, is_dw, is_dw, is_dw)   # then WEIGHT_ARRAYS
             params_needed = post | is_dw
 
@@ -435,7 +440,7 @@ class Sequencer(wiring.Component):
         # computed, the one stored; their values, and the layer's, registered
         if dw:
             strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
-                     "st_addr": ab + 1, "st_rows": DIM_BITS, "tw": DIM_BITS}
+                     "st_addr": ab + 1, "st_rows": DIM_BITS, "st_elems": DIM_BITS}
             dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
                                    for tag in ("ld", "cp", "st"))
             dw_more, dw_loaded = Signal(name="dw_more"), Signal(name="dw_loaded")
@@ -443,11 +448,17 @@ class Sequencer(wiring.Component):
             dw_st_slot = Signal(name="dw_st_slot")
             dw_na, dw_nb = Signal(DIM_BITS, name="dw_na"), Signal(DIM_BITS, name="dw_nb")
             dw_row_bytes = Signal(DIM_BITS + 2, name="dw_row_bytes")
+            # the output map's rows a channel and its row's elements: h and w, or with stride 2
+            # ceil(h / 2) and ceil(w / 2)
+            dw_oh, dw_ow = Signal(DIM_BITS, name="dw_oh"), Signal(DIM_BITS, name="dw_ow")
             m.d.sync += [dw_na.eq(K >> 1), dw_nb.eq((K + 1) >> 1),
-                         dw_row_bytes.eq(Mux(int8_out, N, N << 2))]
+                         dw_oh.eq(Mux(dw_s2, (K + 1) >> 1, K)),
+                         dw_ow.eq(Mux(dw_s2, (N + 1) >> 1, N)),
+                         dw_row_bytes.eq(Mux(int8_out, dw_ow, dw_ow << 2))]
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
-                         dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out)]
+                         dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
+                         dww.p_s2.eq(dw_s2)]
             m.d.comb += [
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
@@ -519,10 +530,11 @@ class Sequencer(wiring.Component):
                 se.p_stride.eq(by_mode(d["c_stride"], dw_row_bytes)),
                 se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
                 se.p_groups.eq(by_mode(st["gne"], 1)),
-                se.p_elems.eq(by_mode(st["ne"], dw_st["tw"])),
+                se.p_elems.eq(by_mode(st["ne"], dw_st["st_elems"])),
                 se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
-                se.p_acc_rstride.eq(by_mode(gn_max, 1)),
-                se.p_ch_rows.eq(by_mode(1, K)),
+                # stride 2: every other accumulator row, its even lanes
+                se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2, 2, 1))),
+                se.p_ch_rows.eq(by_mode(1, dw_oh)), se.p_even_lanes.eq(is_dw & dw_s2),
             ]
         else:
             m.d.comb += [

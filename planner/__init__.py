@@ -82,8 +82,8 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
-    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 stride-1 layer
-    the mesh runs (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
+    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 layer (stride
+    1 or 2, pad 1) the mesh runs (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks
     (:func:`planner.dwcost.depthwise_blocks`). Like every convolution here, without post-
@@ -94,7 +94,8 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
-                                                        cfg, out_bytes=4), cfg)
+                                                        cfg, out_bytes=4,
+                                                        stride=shape.stride_h), cfg)
                  for c0, c1 in channel_chunks(shape.in_channels, cfg)]
         counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
                                      for k in COUNTER_FIELDS})

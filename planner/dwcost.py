@@ -1,4 +1,5 @@
-"""Cycle model of a depthwise 3x3 layer on the mesh (``b_mode`` 2; docs/architecture.md,
+"""Cycle model of a depthwise 3x3 layer on the mesh (``b_mode`` 2, or 3 for stride 2;
+docs/architecture.md,
 "Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips.
 
 After the checks, the parameter arrays (the post-processing ones the layer uses, then its three
@@ -8,7 +9,8 @@ store wait + store) + step_ctrl_cycles``, the stall categories assigned as the R
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` plus its tiles' beats (``R / 2`` fills, the left pad's rotation in a
 layer's first strip, nine taps; the taps are the MAC-active cycles); its loads are one beat a
-row; its store one beat an output row (``G h`` of them), after the mesh's drain.
+row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)`` with stride 2), after
+the mesh's drain.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, GemmDescriptor, check
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_STRIDES,
+                       DEPTHWISE_UNUSED, GemmDescriptor, check, depthwise_out)
 from spec.dwmesh import strip_channels, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
@@ -29,10 +32,11 @@ __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descr
 
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
-    runs: depthwise (``groups`` = input = output channels), 3x3, stride 1, padding 1 on every
-    side, no dilation."""
+    runs: depthwise (``groups`` = input = output channels), 3x3, stride 1 or 2 (the same on
+    both axes), padding 1 on every side, no dilation."""
     return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w == 3 and
-            shape.stride_h == shape.stride_w == 1 and shape.dilation_h == shape.dilation_w == 1
+            shape.stride_h == shape.stride_w in (1, 2) and
+            shape.dilation_h == shape.dilation_w == 1
             and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
             (1, 1, 1, 1))
 
@@ -52,7 +56,8 @@ def mesh_fits(shape, cfg: AccelConfig) -> bool:
     if not (cfg.dw_mesh and mesh_shape(shape)):
         return False
     c = min(shape.in_channels, cfg.quant_entries)
-    d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1)
+    d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1,
+                             stride=shape.stride_h)
     w_bytes = -(-12 * c // 64) * 64
     x_bytes = c * shape.height * shape.width
     placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
@@ -91,12 +96,16 @@ def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape
 
 def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,
                          a_addr: int = 0, a_stride: int | None = None, b_addr: int = 0,
-                         c_addr: int = 0, group: int | None = None) -> GemmDescriptor:
+                         c_addr: int = 0, group: int | None = None,
+                         stride: int = 1) -> GemmDescriptor:
     """The descriptor of a depthwise layer on the mesh: ``channels`` dense NCHW ``h x w``
     maps at ``b_addr``, the weight arrays at ``a_addr`` (``a_stride``: default ``4 *
-    channels``, the arrays back to back), the dense output (``out_bytes`` an element) at
-    ``c_addr``; ``group`` (``G``) channels a strip step, by default as many as a buffer and an
-    accumulator half hold (:func:`spec.dwmesh.strip_channels`)."""
+    channels``, the arrays back to back), the dense output (``out_bytes`` an element; ``h x
+    w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride`` 2) at ``c_addr``; ``group``
+    (``G``) channels a strip step, by default as many as a buffer and an accumulator half hold
+    (:func:`spec.dwmesh.strip_channels`)."""
+    if stride not in (1, 2):
+        raise ValueError(f"depthwise_descriptor: stride={stride!r} must be 1 or 2")
     if group is None:
         group = strip_channels(h, rows=cfg.array_rows,
                                buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
@@ -105,22 +114,25 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
                           acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,
                           b_addr=b_addr, b_stride=h * w, c_addr=c_addr,
-                          c_stride=out_bytes * h * w, b_mode=B_MODE_DEPTHWISE,
+                          c_stride=out_bytes * -(-h // stride) * -(-w // stride),
+                          b_mode=B_MODE_DEPTHWISE if stride == 1 else B_MODE_DEPTHWISE_S2,
                           **{name: 0 for name in DEPTHWISE_UNUSED})
 
 
 def depthwise_macs(d: GemmDescriptor) -> int:
-    """Multiply-accumulates of the layer: nine per output element."""
-    return 9 * d.m * d.k * d.n
+    """Multiply-accumulates of the layer: nine per output element (the stride-2 layer's
+    outputs; the mesh computes four times as many)."""
+    oh, ow = depthwise_out(d)
+    return 9 * d.m * oh * ow
 
 
 def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
                       post: PostLoad | None = None) -> CycleBreakdown:
-    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2, legal on
+    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 or 3, legal on
     ``cfg``); ``post``: the post-processing arrays it loads (bias, requantisation)."""
-    if d.b_mode != B_MODE_DEPTHWISE:
-        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode=2), not "
+    if d.b_mode not in DEPTHWISE_STRIDES:
+        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode 2 or 3), not "
                          f"b_mode={d.b_mode}")
     post = post or PostLoad(bias=False, requant=False)
     layer_consts = post_consts(consts, cfg) if post.active else consts
@@ -128,7 +140,7 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     t = _Timing(cfg, layer_consts)
     t.wait = R + consts.mesh_drain_extra_cycles - consts.step_ctrl_cycles
     steps = strip_steps(d.m, d.k, d.n, x_addr=0, out_addr=0, rows=R, cols=cfg.array_cols,
-                        group=d.partition_m)
+                        group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode])
     mac = drain = sa = sb = ss = 0
     ctrl = consts.start_cycles + consts.dw_walk_cycles
     rd_a = rd_b = wr_c = 0
@@ -145,7 +157,7 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             taps = 9 * len(comp.tiles)
         ca = t.load_a(load.a_load.words) if load is not None else 0
         cb = t.load_b(load.b_load.words) if load is not None else 0
-        rows = store.channels * d.k if store is not None else 0
+        rows = store.out_rows if store is not None else 0
         ph = t.phase(beats, taps, ca, cb, rows)
         mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
         ctrl += consts.step_ctrl_cycles

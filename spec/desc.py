@@ -27,6 +27,10 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   strip step takes (``G``); ``acc_buffer_needed`` the accumulator bytes of a step, at least
   ``(G k + array_rows)`` rows. Every field a depthwise layer does not use
   (:data:`DEPTHWISE_UNUSED`) is 0.
+* ``b_mode = 3`` is the same layer with stride 2 (:data:`B_MODE_DEPTHWISE_S2`): every field as
+  with ``b_mode = 2`` but the output, ``ceil(k / 2)`` x ``ceil(n / 2)`` maps, so ``c_stride``
+  is ``ceil(k / 2) * ceil(n / 2) * out_bytes`` (:func:`depthwise_out`). The mesh computes the
+  stride-1 results and the store keeps their even rows and columns.
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -42,7 +46,8 @@ from .config import AccelConfig
 
 __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "check",
            "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem",
-           "B_MODE_DEPTHWISE", "DEPTHWISE_UNUSED", "depthwise_words", "depthwise_weight_words"]
+           "B_MODE_DEPTHWISE", "B_MODE_DEPTHWISE_S2", "DEPTHWISE_STRIDES", "DEPTHWISE_UNUSED",
+           "depthwise_out", "depthwise_words", "depthwise_weight_words"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
 #: registers, and MAX_DIM the largest value the 32-bit descriptor fields may carry.
@@ -121,7 +126,7 @@ class GemmDescriptor(Operands, Tiling):
     convolution ones below (dataclass fields follow the bases in reverse MRO order)."""
 
     b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables;
-                          # 2: depthwise 3x3 on the mesh (module docstring)
+                          # 2, 3: depthwise 3x3, stride 1 or 2, on the mesh (module docstring)
     off_addr: int = 0
     run_addr: int = 0
     grp_addr: int = 0
@@ -144,10 +149,21 @@ DESC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GemmDesc
 
 #: ``b_mode`` of a depthwise 3x3 layer (stride 1, pad 1) on the mesh.
 B_MODE_DEPTHWISE = 2
+#: ``b_mode`` of a depthwise 3x3 layer with stride 2 (pad 1) on the mesh.
+B_MODE_DEPTHWISE_S2 = 3
+#: The depthwise ``b_mode`` values and their strides.
+DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2}
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
                                      "grp_addr", "run_count")
+
+
+def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
+    """The output map of a depthwise descriptor (``b_mode`` 2 or 3): ``(k, n)`` with stride 1,
+    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a 3x3 window, pad 1)."""
+    s = DEPTHWISE_STRIDES[d.b_mode]
+    return -(-d.k // s), -(-d.n // s)
 
 
 def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
@@ -187,7 +203,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     ``c_addr + i * c_stride + [0, out_bytes * n)``. A table word read fetches a whole B beat.
     ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output).
 
-    A depthwise layer (``b_mode = 2``) has ``a``: its three weight arrays, ``b``: the input's
+    A depthwise layer (``b_mode`` 2 or 3) has ``a``: its three weight arrays, ``b``: the input's
     ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
     row loads are beats too: the last one may read up to ``array_cols - 1`` bytes past ``b``
     (masked, never written anywhere), which these extents do not count, so a depthwise input
@@ -200,7 +216,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
         "c": _extent(d.c_addr, d.m, d.c_stride, out_bytes * b_row),
     }
-    if d.b_mode == B_MODE_DEPTHWISE:
+    if d.b_mode in DEPTHWISE_STRIDES:
         return {"a": (d.a_addr, d.a_addr + 2 * d.a_stride + 4 * d.m),
                 "b": (d.b_addr, d.b_addr + d.m * d.b_stride),
                 "c": (d.c_addr, d.c_addr + d.m * d.c_stride)}
@@ -257,7 +273,7 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     for name in ("m", "k", "n"):
         if not 1 <= getattr(d, name) <= MAX_DIM:
             bad(ErrorCode.BAD_SHAPE, f"{name}={getattr(d, name)} must be in [1, {MAX_DIM}]")
-    if d.b_mode == B_MODE_DEPTHWISE and cfg.dw_mesh:
+    if d.b_mode in DEPTHWISE_STRIDES and cfg.dw_mesh:
         return errs + _check_depthwise(d, cfg, out_bytes)
     if not (1 <= d.partition_m <= MAX_DIM and d.partition_m % r == 0):
         bad(ErrorCode.BAD_PARTITION_M,
@@ -330,16 +346,16 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
 
 def _b_mode_text(b_mode: int, cfg: AccelConfig) -> str:
     if cfg.dw_mesh:
-        return f"b_mode={b_mode} must be 0, 1 or 2 (depthwise)"
-    if b_mode == B_MODE_DEPTHWISE:
-        return ("b_mode=2 (depthwise 3x3 on the mesh) needs a config with dw_mesh=1; this one "
-                "has none")
-    return f"b_mode={b_mode} must be 0 or 1 (2, depthwise, needs dw_mesh=1)"
+        return f"b_mode={b_mode} must be 0, 1, 2 or 3 (depthwise, stride 1 or 2)"
+    if b_mode in DEPTHWISE_STRIDES:
+        return (f"b_mode={b_mode} (depthwise 3x3 on the mesh) needs a config with dw_mesh=1; "
+                "this one has none")
+    return f"b_mode={b_mode} must be 0 or 1 (2 and 3, depthwise, need dw_mesh=1)"
 
 
 def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      out_bytes: int) -> list[tuple[ErrorCode, str]]:
-    """The rules of a depthwise descriptor (``b_mode = 2`` on a ``dw_mesh`` config) after the
+    """The rules of a depthwise descriptor (``b_mode`` 2 or 3 on a ``dw_mesh`` config) after the
     shape's, in the RTL's priority order (:func:`check`)."""
     errs: list[tuple[ErrorCode, str]] = []
 
@@ -369,15 +385,17 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             f"acc_buffer_needed={d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
     used = [name for name in DEPTHWISE_UNUSED if getattr(d, name)]
     if used:
-        bad(ErrorCode.BAD_FLAGS, f"a depthwise descriptor (b_mode=2) uses none of "
+        bad(ErrorCode.BAD_FLAGS, f"a depthwise descriptor (b_mode={d.b_mode}) uses none of "
                                  f"{', '.join(DEPTHWISE_UNUSED)}: they must be 0, not "
                                  f"{', '.join(f'{n}={getattr(d, n)}' for n in used)}")
     if d.b_stride != h * w:
         bad(ErrorCode.BAD_ADDRESS, f"b_stride={d.b_stride} must be the input's channel pitch "
                                    f"k*n={h * w} (dense NCHW int8)")
-    if d.c_stride != h * w * out_bytes:
+    oh, ow = depthwise_out(d)
+    if d.c_stride != oh * ow * out_bytes:
+        pitch = "k*n" if d.b_mode == B_MODE_DEPTHWISE else "ceil(k/2)*ceil(n/2)"
         bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} must be the output's channel pitch "
-                                   f"k*n*{out_bytes}={h * w * out_bytes} (dense NCHW)")
+                                   f"{pitch}*{out_bytes}={oh * ow * out_bytes} (dense NCHW)")
     if d.a_addr % 4 or d.a_stride % 4 or d.a_stride < 4 * m:
         bad(ErrorCode.BAD_ADDRESS, f"a_addr={d.a_addr:#x}, a_stride={d.a_stride}: the three "
                                    f"weight arrays of m={m} u32 need 4-byte alignment and "

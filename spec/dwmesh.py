@@ -303,14 +303,19 @@ class StripTile:
 
 @dataclass(frozen=True)
 class StripStep:
-    """A sequencer step of a depthwise layer (stride 1, pad 1): output columns ``[ox0, ox0 +
-    tw)`` of channels ``c0 .. c0 + channels - 1``, every output row.
+    """A sequencer step of a depthwise layer (pad 1): the stride-1 results of columns ``[ox0,
+    ox0 + tw)`` of channels ``c0 .. c0 + channels - 1``, every row, and the store of the
+    layer's outputs among them.
 
     ``a_load`` / ``b_load`` bring the odd / even input rows of those channels' column strip
-    into buffers A and B; ``tiles`` run in order on the mesh; then one store writes accumulator
-    rows ``0 .. channels * h - 1`` (row ``r`` is output row ``r % h`` of channel ``c0 + r //
-    h``, so the requantiser's channel advances every ``h`` rows), columns ``0 .. tw - 1``, row
-    ``r`` at ``out_addr + r * out_row_stride``."""
+    into buffers A and B; ``tiles`` run in order on the mesh (accumulator row ``c h + y`` holds
+    stride-1 output row ``y`` of the step's channel ``c``, lane ``j`` its column ``ox0 + j``);
+    then one store writes ``out_rows`` rows: store row ``r`` is accumulator row ``r *
+    acc_rstride``, its ``out_tw`` elements lanes ``0, lane_step, 2 lane_step, ..``, written at
+    ``out_addr + r * out_row_stride``; the requantiser's channel advances every ``ch_rows``
+    rows. With stride 1 that is every row and lane (``ch_rows = h``); with stride 2 the even
+    rows and the even lanes (``acc_rstride = lane_step = 2``, ``ch_rows = ceil(h / 2)``): a
+    stride-2, pad-1 output is the stride-1 output at even rows and columns."""
     c0: int
     channels: int
     ox0: int
@@ -320,6 +325,11 @@ class StripStep:
     tiles: tuple[StripTile, ...]
     out_addr: int
     out_row_stride: int
+    out_rows: int
+    out_tw: int
+    ch_rows: int
+    acc_rstride: int = 1
+    lane_step: int = 1
 
 
 def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
@@ -336,12 +346,18 @@ def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
 
 
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
-                rows: int = 16, cols: int = 16, group: int = 1) -> list[StripStep]:
-    """The steps of a stride-1, pad-1 depthwise 3x3 layer on an ``rows`` x ``cols`` mesh, for
-    a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column ``x`` at ``x_addr +
-    (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at ``out_addr`` (the
-    same ``h`` x ``w`` maps): the contract between the planner and the sequencer's depthwise
-    steps. ``group``: channels per step (:func:`strip_channels`).
+                rows: int = 16, cols: int = 16, group: int = 1,
+                stride: int = 1) -> list[StripStep]:
+    """The steps of a pad-1 depthwise 3x3 layer of ``stride`` 1 or 2 on an ``rows`` x
+    ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
+    ``x`` at ``x_addr + (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at
+    ``out_addr`` (``out_size(h, 1, stride)`` x ``out_size(w, 1, stride)`` maps, addresses in
+    elements): the contract between the planner and the sequencer's depthwise steps.
+    ``group``: channels per step (:func:`strip_channels`).
+
+    Stride 2 computes what stride 1 does and stores the even rows and columns of it
+    (:class:`StripStep`): four times the MACs a stride-2 layer needs, on the same loads, with a
+    quarter of the stores (docs/architecture.md).
 
     A step takes ``group`` channels and one column strip. Its patches are the padded map's
     rows ``14 ty .. 14 ty + 15`` (for ``rows = 16``) and columns ``ox0 - 1 .. ox0 + cols - 2``:
@@ -361,7 +377,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"cols >= 4")
     if group < 1 or (h % 2 and group != 1):
         raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd")
+    if stride not in (1, 2):
+        raise ValueError(f"strip_steps: stride={stride} must be 1 or 2")
     th_max, tw_max, half = rows - 2, cols - 2, rows // 2
+    oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
     na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
     for c0 in range(0, channels, group):
@@ -383,8 +402,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                         a_hi=min(half, na - k0 + 1), b_base=g * nb + k0,
                         b_hi=max(0, min(half, nb - k0)), pre_right=first,
                         acc_row=g * h + oy0, cols=nbytes))
-            steps.append(StripStep(c0, g_count, ox0, min(tw_max, w - ox0), a_load, b_load,
-                                   tuple(tiles), out_addr + c0 * h * w + ox0, w))
+            tw = min(tw_max, w - ox0)
+            steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
+                                   out_addr + c0 * oh * ow + ox0 // stride, ow,
+                                   out_rows=g_count * oh, out_tw=-(-tw // stride), ch_rows=oh,
+                                   acc_rstride=stride, lane_step=stride))
     return steps
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .config import FORMAT_VERSION, AccelConfig
-from .desc import (B_MODE_DEPTHWISE, DESC_FIELDS, ErrorCode, GemmDescriptor, check,
+from .desc import (DEPTHWISE_STRIDES, DESC_FIELDS, ErrorCode, GemmDescriptor, check,
                    tensor_extents)
 from .layouts import (IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS, LAYER_USED_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
@@ -29,8 +29,10 @@ PARAM_ALIGN = 4
 SECTION_ALIGN_BYTES = 64
 HEADER_BYTES = 4 * IMAGE_HEADER_WORDS
 LAYER_RECORD_BYTES = 4 * LAYER_RECORD_WORDS
-_B_MODE = {OpKind.GEMM: 0, OpKind.CONV: 1, OpKind.FC: 0, OpKind.DEPTHWISE: B_MODE_DEPTHWISE}
-_OP_KIND = {0: OpKind.GEMM, 1: OpKind.CONV, B_MODE_DEPTHWISE: OpKind.DEPTHWISE}
+#: The ``b_mode`` values each ``op_kind`` allows.
+_B_MODES = {OpKind.GEMM: (0,), OpKind.CONV: (1,), OpKind.FC: (0,),
+            OpKind.DEPTHWISE: tuple(DEPTHWISE_STRIDES)}
+_OP_KIND = {0: OpKind.GEMM, 1: OpKind.CONV, **{b: OpKind.DEPTHWISE for b in DEPTHWISE_STRIDES}}
 
 
 def record_fetch_beats(cfg: AccelConfig) -> int:
@@ -65,7 +67,7 @@ def written_range(rec: Mapping[str, int]) -> tuple[int, int]:
     """[first, last+1) bytes the layer writes: m rows of n elements at ``c_stride`` (a
     depthwise layer: its ``m`` output channels at ``c_stride``, their channel pitch)."""
     m, n = rec["desc_m"], rec["desc_n"]
-    if rec["desc_b_mode"] == B_MODE_DEPTHWISE:
+    if rec["desc_b_mode"] in DEPTHWISE_STRIDES:
         return rec["desc_c_addr"], rec["desc_c_addr"] + m * rec["desc_c_stride"]
     return rec["desc_c_addr"], rec["desc_c_addr"] + (m - 1) * rec["desc_c_stride"] + \
         out_bytes(rec) * n
@@ -139,18 +141,19 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
     for name in ("out_zero_point", "act_min", "act_max", "pad_value"):
         if not is_int8_word(rec[name]):
             bad(ErrorCode.BAD_LAYER, f"{name}={signed32(rec[name])} is outside int8 [-128, 127]")
-    if rec["pad_value"] and rec["desc_b_mode"] != B_MODE_DEPTHWISE:
+    if rec["pad_value"] and rec["desc_b_mode"] not in DEPTHWISE_STRIDES:
         bad(ErrorCode.BAD_LAYER, f"pad_value={signed32(rec['pad_value'])} must be 0: only a "
-                                 "depthwise layer (b_mode=2) pads its input")
+                                 "depthwise layer (b_mode 2 or 3) pads its input")
     if signed32(rec["act_min"]) > signed32(rec["act_max"]):
         bad(ErrorCode.BAD_LAYER, f"act_min={signed32(rec['act_min'])} > "
                                  f"act_max={signed32(rec['act_max'])}")
     if rec["op_kind"] in {e.value for e in OpKind}:
-        need = _B_MODE[OpKind(rec["op_kind"])]
-        if rec["desc_b_mode"] != need:
+        need = _B_MODES[OpKind(rec["op_kind"])]
+        if rec["desc_b_mode"] not in need:
             bad(ErrorCode.BAD_LAYER, f"desc_b_mode={rec['desc_b_mode']} is inconsistent with "
-                                     f"op_kind={OpKind(rec['op_kind']).name} (needs b_mode={need})")
-    depthwise = rec["desc_b_mode"] == B_MODE_DEPTHWISE and cfg.dw_mesh
+                                     f"op_kind={OpKind(rec['op_kind']).name} (needs b_mode="
+                                     f"{' or '.join(map(str, need))})")
+    depthwise = rec["desc_b_mode"] in DEPTHWISE_STRIDES and cfg.dw_mesh
     if (uses_post(rec) or depthwise) and rec["desc_m"] > cfg.quant_entries:
         what = "weights" if depthwise else "bias / requantisation parameters"
         bad(ErrorCode.BAD_LAYER, f"m={rec['desc_m']} output channels exceed quant_entries="

@@ -93,6 +93,8 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "int8 output (requantised)": lambda r: r["int8"],
         "int32 output": lambda r: not r["int8"],
         "padding with a nonzero pad value": lambda r: r["pad"] != 0,
+        "stride 2 (even rows and lanes stored)": lambda r: r.get("stride", 1) == 2,
+        "stride 2 with an odd map": lambda r: r.get("stride", 1) == 2 and r["h"] % 2 == 1,
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

@@ -1,12 +1,13 @@
-"""cocotb test: depthwise 3x3 layers (stride 1, pad 1; ``b_mode`` 2) on the mesh, in register
+"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) on the mesh, in register
 mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte
 around the output keeps its fill.
 
 Environment (set by the launcher, tests/sim/test_depthwise.py):
   ACCEL_BUILD       the emitted config directory (its config has ``dw_mesh = 1``)
   TESSERA_SEED      seed of the data and of the cases' output formats
-  TESSERA_DW_CASES  the layers, ``CxHxW[/G]`` separated by commas (``G``: channels a strip
-                    step; default :func:`spec.dwmesh.strip_channels`' choice)
+  TESSERA_DW_CASES  the layers, ``CxHxW[/G][:S]`` separated by commas (``G``: channels a
+                    strip step, default :func:`spec.dwmesh.strip_channels`' choice; ``S``: the
+                    stride, 1 or 2, default 1)
 
 Results (case, counters) go to ``depthwise_results.json``.
 """
@@ -32,18 +33,19 @@ FILL = 0x5A
 GUARD = 64
 
 
-def parse_cases(text: str) -> list[tuple[int, int, int, int | None]]:
-    """``CxHxW[/G],..`` -> (channels, h, w, G or None)."""
+def parse_cases(text: str) -> list[tuple[int, int, int, int | None, int]]:
+    """``CxHxW[/G][:S],..`` -> (channels, h, w, G or None, stride)."""
     out = []
     for item in text.split(","):
-        shape, _, group = item.strip().partition("/")
+        item, _, stride = item.strip().partition(":")
+        shape, _, group = item.partition("/")
         c, h, w = (int(v) for v in shape.lower().split("x"))
-        out.append((c, h, w, int(group) if group else None))
+        out.append((c, h, w, int(group) if group else None, int(stride or 1)))
     return out
 
 
 def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
-          base: int = 0x1000):
+          base: int = 0x1000, stride: int = 1):
     """The descriptor and where everything lies: the three weight arrays (64-byte aligned
     rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of fill on each
     side, at an odd address: the store's byte lanes)."""
@@ -52,7 +54,8 @@ def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
     params = -(-(x_addr + c * h * w) // 64) * 64 + 64
     c_addr = params + 3 * a_stride + GUARD + 3
     d = depthwise_descriptor(c, h, w, cfg, out_bytes=1 if int8 else 4, a_addr=base,
-                             a_stride=a_stride, b_addr=x_addr, c_addr=c_addr, group=group)
+                             a_stride=a_stride, b_addr=x_addr, c_addr=c_addr, group=group,
+                             stride=stride)
     return d, params
 
 
@@ -68,9 +71,10 @@ async def run_cases(dut) -> list[dict]:
     seed = int(os.environ.get("TESSERA_SEED", "1"))
     rng = np.random.default_rng(seed)
     records = []
-    for idx, (c, h, w, group) in enumerate(parse_cases(os.environ["TESSERA_DW_CASES"])):
+    for idx, (c, h, w, group, stride) in enumerate(parse_cases(os.environ["TESSERA_DW_CASES"])):
         int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
-        d, params = layer(cfg, c, h, w, group, int8=int8)
+        d, params = layer(cfg, c, h, w, group, int8=int8, stride=stride)
+        oh, ow = -(-h // stride), -(-w // stride)
         x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
         wt = rng.integers(-128, 128, (c, 3, 3)).astype(np.int8)
         x.flat[0], wt.flat[0] = -128, -128
@@ -93,11 +97,11 @@ async def run_cases(dut) -> list[dict]:
                           shift_addr=params + 4 * c * (len(arrays) + 1))
             arrays += [mult, shift]
         rec = layer_record(d, **fields)
-        ctx = (f"case {idx}: {c}x{h}x{w} G={d.partition_m} int8={int8} bias={with_bias} "
-               f"pad={pad}")
+        ctx = (f"case {idx}: {c}x{h}x{w} stride {stride} G={d.partition_m} int8={int8} "
+               f"bias={with_bias} pad={pad}")
         assert check_record(rec, cfg) == [], f"{ctx}: {check_record(rec, cfg)}"
         out_bytes = 1 if int8 else 4
-        span = c * h * w * out_bytes
+        span = c * oh * ow * out_bytes
         lo = d.c_addr - GUARD
         weights = b"".join(np.ascontiguousarray(words[:, t]).astype("<u4").tobytes().ljust(
             d.a_stride, b"\0") for t in range(3))
@@ -108,8 +112,8 @@ async def run_cases(dut) -> list[dict]:
         result = await h_.run(rec, budget_cycles=2 * predicted.total_cycles + 10_000)
         assert result.error == ErrorCode.NONE, f"{ctx}: {ErrorCode(result.error).name}"
         padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
-        acc = conv2d_int8(padded[None], wt[:, None], groups=c)[0]
-        acc = acc.reshape(c, h * w)
+        acc = conv2d_int8(padded[None], wt[:, None], stride=(stride, stride), groups=c)[0]
+        acc = acc.reshape(c, oh * ow)
         if int8:
             want = requantize(acc, multiplier=mult, shift=shift,
                               bias=bias if with_bias else None, zero_point=zp,
@@ -123,10 +127,11 @@ async def run_cases(dut) -> list[dict]:
             bad = np.argwhere(got != want)
             ch, p = bad[0]
             raise AssertionError(f"{ctx}: {len(bad)} wrong elements, first channel {ch} "
-                                 f"({p // w}, {p % w}) = {got[ch, p]} != {want[ch, p]}")
+                                 f"({p // ow}, {p % ow}) = {got[ch, p]} != {want[ch, p]}")
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
-        records.append({"channels": c, "h": h, "w": w, "group": d.partition_m, "int8": int8,
+        records.append({"channels": c, "h": h, "w": w, "stride": stride,
+                        "group": d.partition_m, "int8": int8,
                         "bias": with_bias, "pad": pad, "predicted": predicted.as_dict(),
                         **result.counters})
     with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:

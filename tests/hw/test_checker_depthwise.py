@@ -1,4 +1,4 @@
-"""The RTL record checks of a depthwise record (b_mode 2 on a dw_mesh config) agree with
+"""The RTL record checks of a depthwise record (b_mode 2 or 3 on a dw_mesh config) agree with
 spec.record.check_record, as do a GEMM's on the same config (its rules are masked, not
 replaced). Amaranth simulation of the RecordChecker alone."""
 
@@ -9,7 +9,7 @@ import random
 from amaranth.sim import Simulator
 
 from spec.config import PRESETS
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode, \
+from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode, \
     GemmDescriptor
 from spec.layouts import LAYER_WORDS, OpKind
 from spec.record import check_record, layer_record
@@ -30,10 +30,12 @@ def depthwise_records(cfg, rng, count):
         m, h, w = rng.randrange(1, 40), rng.randrange(1, 30), rng.randrange(1, 40)
         g = 1 if h % 2 else rng.randrange(1, 8)
         ob = rng.choice([1, 4])
+        s = rng.choice([1, 2])
         values = dict(m=m, k=h, n=w, partition_m=g,
                       acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
                       a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
-                      c_addr=D // 2, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
+                      c_addr=D // 2, c_stride=ob * -(-h // s) * -(-w // s),
+                      b_mode=B_MODE_DEPTHWISE if s == 1 else B_MODE_DEPTHWISE_S2,
                       **{name: 0 for name in DEPTHWISE_UNUSED})
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = (rng.choice(edges) if rng.random() < 0.6 else
@@ -96,7 +98,18 @@ def depthwise_boundaries(cfg):
                 rec(a_addr=D // 16 - 4 * e, image=(D // 16, D // 8 + 8192),
                     weights_at=D // 8 + 4096),
                 rec(fields=dict(pad_value=(127 + e) & 0xFFFF_FFFF)),
-                rec(fields=dict(pad_value=(-128 - e) & 0xFFFF_FFFF))]
+                rec(fields=dict(pad_value=(-128 - e) & 0xFFFF_FFFF)),
+                # stride 2: the output's pitch ceil(h/2) ceil(w/2) (3 x 4 maps), not h w, and
+                # its window's end
+                rec(b_mode=B_MODE_DEPTHWISE_S2, c_stride=12 + e),
+                rec(b_mode=B_MODE_DEPTHWISE_S2, c_stride=12 - e),
+                rec(b_mode=B_MODE_DEPTHWISE_S2, ob=4, c_stride=48 + 4 * e),
+                rec(b_mode=B_MODE_DEPTHWISE_S2, c_stride=42 * (1 - e) + 12 * e),
+                rec(b_mode=B_MODE_DEPTHWISE_S2, c_stride=12,
+                    fields=dict(out_window_hi=D // 2 + 5 * 12 - e)),
+                rec(b_mode=B_MODE_DEPTHWISE_S2 + e, c_stride=12),
+                rec(h=2, g=half_a + e, acc_buffer_needed=cfg.acc_half_bytes,
+                    b_mode=B_MODE_DEPTHWISE_S2, c_stride=4)]
     return out
 
 
@@ -139,11 +152,13 @@ def test_checker_depthwise_matches_python_rules():
     sim.add_testbench(bench)
     sim.run()
     assert not mismatches, f"seed {seed}: RTL vs check_record: {mismatches[:2]}"
-    dw_codes = {code for mode, code in seen if mode == B_MODE_DEPTHWISE}
     want = {0, ErrorCode.BAD_PARTITION_M, ErrorCode.BUF_A_OVERFLOW, ErrorCode.ACC_OVERFLOW,
             ErrorCode.BAD_FLAGS, ErrorCode.BAD_ADDRESS, ErrorCode.BAD_LAYER,
             ErrorCode.BAD_WINDOW}
-    assert want <= dw_codes, f"seed {seed}: depthwise codes exercised {sorted(dw_codes)}"
+    for b_mode in (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2):
+        dw_codes = {code for mode, code in seen if mode == b_mode}
+        assert want <= dw_codes, f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
+    assert {code for mode, code in seen if mode == B_MODE_DEPTHWISE_S2 + 1} - {0}
 
 
 def test_layer_words_cover_the_checker():

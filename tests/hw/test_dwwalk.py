@@ -17,18 +17,20 @@ from .util import run_sim
     ("default", 2, 6, 17, 2, 1), ("default", 1, 15, 3, 1, 1), ("small", 3, 12, 13, 2, 1),
     ("small", 2, 13, 6, 1, 0), ("small", 1, 6, 7, 1, 1), ("tiny", 2, 5, 6, 1, 1),
     ("tiny", 3, 4, 3, 2, 0)])
-def test_walk_states_the_models_steps(preset, channels, h, w, group, int8):
+@pytest.mark.parametrize("stride", [1, 2])
+def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, stride):
     cfg = PRESETS[preset]
     x_addr, out_addr = 0x1234, 0x40_0001
     expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
-                         cols=cfg.array_cols, group=group)
+                         cols=cfg.array_cols, group=group, stride=stride)
     dut = DwWalker(cfg)
     got = []
 
     async def bench(ctx):
         for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
                             ("p_group", group), ("p_x_addr", x_addr),
-                            ("p_out_addr", out_addr), ("p_int8", int8)):
+                            ("p_out_addr", out_addr), ("p_int8", int8),
+                            ("p_s2", int(stride == 2))):
             ctx.set(getattr(dut, name), value)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -43,7 +45,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8):
             assert ctx.get(dut.valid)
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
-                "b_words", "nbytes", "st_addr", "st_rows", "last", "tiles")})
+                "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -62,7 +64,8 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8):
             "first_strip": int(step.ox0 == 0), "a_addr": step.a_load.addr,
             "a_words": step.a_load.words, "b_addr": step.b_load.addr,
             "b_words": step.b_load.words, "nbytes": step.a_load.nbytes,
-            "st_addr": out_addr + size * step.out_addr, "st_rows": step.channels * h,
+            "st_addr": out_addr + size * step.out_addr, "st_rows": step.out_rows,
+            "st_elems": step.out_tw,
             "last": int(step is expect[-1]), "tiles": len(step.tiles) // step.channels}
         assert step.a_load.nbytes == step.b_load.nbytes
         assert step.a_load.stride == step.b_load.stride == 2 * w

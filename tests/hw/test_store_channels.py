@@ -35,13 +35,16 @@ class _Harness(Elaboratable):
         return m
 
 
-def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows):
-    """An int32 store of ``rows`` dense rows of ``array_cols`` elements at 0x100, the
-    accumulator from row 0, the window all of memory."""
+def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows, even=0, elems=None, rstride=1):
+    """An int32 store of ``rows`` dense rows of ``elems`` (``array_cols``) elements at 0x100
+    (row pitch ``4 * array_cols``), the accumulator from row 0 at ``rstride``, the window all
+    of memory; ``even``: the rows' even lanes."""
     C = CFG.array_cols
     for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
-                        ("p_groups", 1), ("p_elems", C), ("p_acc_base", 0),
-                        ("p_acc_rstride", 1), ("p_post", post), ("p_int8", 0), ("p_bias", bias),
+                        ("p_groups", 1), ("p_elems", C if elems is None else elems),
+                        ("p_acc_base", 0), ("p_even_lanes", even),
+                        ("p_acc_rstride", rstride), ("p_post", post), ("p_int8", 0),
+                        ("p_bias", bias),
                         ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
                         ("p_act_max", 127), ("p_win_lo", 0), ("p_win_hi", 1 << 20)):
         ctx.set(getattr(se, name), value)
@@ -79,3 +82,42 @@ def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
         word = out[0x100 + r * 4 * C]
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)]
         assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r]]
+
+
+@pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
+def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
+    """A stride-2 depthwise step's store (``p_even_lanes``, accumulator rows at a stride of
+    2): element ``j`` of store row ``r`` is lane ``2 j`` of accumulator row ``2 r``, the
+    channel advancing every ``ch_rows`` rows; nothing is written past ``elems``."""
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 7 + elems)
+    acc = rng.integers(-1000, 1000, (2 * rows, C))
+    biases = [int(b) & 0xFFFFFFFF for b in rng.integers(-5000, 5000, 16)]
+    words = [sum((int(v) & 0xFFFFFFFF) << (32 * j) for j, v in enumerate(row)) for row in acc]
+    dut = _Harness(words, biases)
+    se = dut.se
+    out = {}
+
+    async def bench(ctx):
+        set_params(ctx, se, rows=rows, post=1, bias=1, ch0=1, ch_rows=ch_rows, even=1,
+                   elems=elems, rstride=2)
+        ctx.set(se.mem.ready, 1)
+        ctx.set(se.start, 1)
+        await ctx.tick()
+        ctx.set(se.start, 0)
+        for _ in range(100):
+            fire = ctx.get(se.mem.valid)
+            if fire:
+                out[ctx.get(se.mem.addr)] = (ctx.get(se.mem.data), ctx.get(se.mem.strb))
+            await ctx.tick()
+            ctx.set(se.mem.bvalid, fire)
+
+    run_sim(dut, bench)
+    assert len(out) == rows
+    for r in range(rows):
+        bias = biases[1 + r // ch_rows]
+        bias = bias - (1 << 32) if bias >> 31 else bias
+        word, strb = out[0x100 + r * 4 * C]
+        assert strb == (1 << 4 * elems) - 1
+        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r, 0::2][:elems]]

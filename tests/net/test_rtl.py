@@ -16,6 +16,7 @@ from spec.config import PRESETS  # noqa: E402
 from flow import tessera  # noqa: E402
 from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
+from planner import layer_cost  # noqa: E402
 from planner.net.models import encoder_block, inverted_residual_net, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
@@ -163,11 +164,12 @@ def test_inverted_residual_net_on_rtl_bit_exact(tmp_path):
 
 @pytest.mark.rtl
 def test_inverted_residual_net_on_the_mesh_bit_exact(tmp_path):
-    """The same network on ``small`` with the depthwise mesh (issue 18): its stride-1
-    depthwise layers run as one record each on the mesh (padding with the input zero point,
-    -128 after ReLU), the stride-2 ones stay dense convolutions of 8-channel blocks; bit-exact,
-    every layer predicted exactly, and each mesh layer at least twice the MAC utilisation of
-    the blocks."""
+    """The same network on ``small`` with the depthwise mesh (issue 18): its depthwise layers,
+    stride 1 and 2, run as one record each on the mesh (padding with the input zero point,
+    -128 after ReLU); bit-exact, every layer predicted exactly, and each above the MAC
+    utilisation the model gives the same layer as dense convolutions of 8-channel blocks (how
+    it runs without the mesh), the stride-1 ones at least twice it (a stride-2 layer computes
+    four times its MACs on the mesh: on the 8x8, 1.5x the blocks)."""
     needs("verilator")
     model = fold_batchnorm(load_model(inverted_residual_net()))
     q = quantize_qdq(model, samples=2, seed=1)
@@ -175,15 +177,21 @@ def test_inverted_residual_net_on_the_mesh_bit_exact(tmp_path):
     cfg = dataclasses.replace(PRESETS["small"], dw_mesh=1)
     net, rtl, vs_ort = _run_both(q, cfg, feeds, tmp_path)
     mesh = {n for n, l in net.layers.items() if l.mesh}
-    assert mesh == {"b0_dw", "b2_dw", "b4_dw"}
+    assert mesh == {"b0_dw", "b1_dw", "b2_dw", "b3_dw", "b4_dw"}
+    assert [net.layers[n].shape.stride_h for n in sorted(mesh)] == [1, 2, 1, 2, 1]
     assert all(net.layers[n].halo == -128 for n in mesh)
     rows = {r["layer"]: r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"}
     for r in rows.values():
         assert r["cycles"] == r["predicted_cycles"], r
     assert rtl.total_cycles == rtl.predicted_cycles
     assert all(rows[n]["records"] == 1 for n in mesh)
-    blocks = max(rows[n]["mac_util"] for n in ("b1_dw", "b3_dw"))
-    assert min(rows[n]["mac_util"] for n in mesh) > 2 * blocks, rows
+    plain = dataclasses.replace(cfg, dw_mesh=0)
+    for n in sorted(mesh):
+        blocks = layer_cost(net.layers[n].shape, plain)
+        as_blocks = blocks.macs / (plain.macs_per_cycle * blocks.cycles)
+        print(f"{n}: {rows[n]['mac_util']:.1%} on the mesh, {as_blocks:.1%} as blocks")
+        gain = 2 if net.layers[n].shape.stride_h == 1 else 1.4
+        assert rows[n]["mac_util"] > gain * as_blocks, (n, rows[n])
     assert vs_ort["logits"]["max_abs_diff_lsb"] <= 6
 
 
@@ -200,7 +208,8 @@ def test_mobilenet_v2_through_tessera_compile_and_run_on_default(tmp_path):
     MACs) through ``tessera compile`` and ``tessera run --sim verilator --compare`` on the
     16x16 ``default``: bit-exact against the golden device, every layer's cycles as predicted,
     and at least 35% MAC utilisation over the whole network (image overheads included). Its
-    stride-1 depthwise layers run on the mesh, the stride-2 ones as dense channel blocks."""
+    depthwise layers, stride 1 and 2, run on the mesh (1,806,513 cycles, 60.4%, in session
+    28; 40.1% with the stride-2 ones as dense channel blocks)."""
     needs("verilator")
     path, tsr, report = tmp_path / "mbv2.onnx", tmp_path / "mbv2.tsr", tmp_path / "mbv2.json"
     onnx.save(inverted_residual_net(height=224, width=224, blocks=MOBILENET_V2, stem=32), path)

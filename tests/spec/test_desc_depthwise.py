@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from spec.config import PRESETS
-from spec.desc import (B_MODE_DEPTHWISE, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, check,
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, check,
                        depthwise_weight_words, depthwise_words, tensor_extents)
 from spec.layouts import OpKind, OutFormat
 from spec.record import check_record, layer_record, written_range
@@ -36,12 +36,33 @@ def test_depthwise_base_is_legal():
     assert check(dw_desc(c_stride=4 * H * W), CFG, out_bytes=4) == []
 
 
+def test_stride_2_output_pitch():
+    """b_mode 3: the output maps are ceil(k/2) x ceil(n/2) (6 x 10), so is c_stride; the
+    record (op_kind DEPTHWISE) is legal and writes exactly those channels."""
+    d = dw_desc(b_mode=B_MODE_DEPTHWISE_S2, c_stride=60)
+    assert check(d, CFG, out_bytes=1) == []
+    assert check(dataclasses.replace(d, k=13, partition_m=1, b_stride=13 * W, c_stride=70),
+                 CFG, out_bytes=1) == []
+    assert check(dataclasses.replace(d, c_stride=240), CFG, out_bytes=4) == []
+    assert (ErrorCode.BAD_ADDRESS, "c_stride=240 must be the output's channel pitch "
+            "ceil(k/2)*ceil(n/2)*1=60 (dense NCHW)") in check(dataclasses.replace(
+                d, c_stride=240), CFG, out_bytes=1)
+    rec = layer_record(d, op_kind=int(OpKind.DEPTHWISE), out_format=int(OutFormat.INT8),
+                       mult_addr=D // 16, shift_addr=D // 16 + 1024)
+    assert check_record(rec, CFG) == []
+    assert written_range(rec) == (D // 2, D // 2 + M * 60)
+    assert tensor_extents(d, CFG, out_bytes=1)["c"] == (D // 2, D // 2 + M * 60)
+
+
 def test_depthwise_needs_the_mesh():
     # without the mesh a b_mode 2 descriptor is judged as a GEMM, and b_mode 2 is refused
     errs = check(dw_desc(), PRESETS["small"], out_bytes=1)
     assert (ErrorCode.BAD_FLAGS, "b_mode=2 (depthwise 3x3 on the mesh) needs a config with "
             "dw_mesh=1; this one has none") in errs
-    assert ErrorCode.BAD_FLAGS in codes(dw_desc(b_mode=3))
+    assert (ErrorCode.BAD_FLAGS, "b_mode=3 (depthwise 3x3 on the mesh) needs a config with "
+            "dw_mesh=1; this one has none") in check(dw_desc(b_mode=3), PRESETS["small"],
+                                                     out_bytes=1)
+    assert ErrorCode.BAD_FLAGS in codes(dw_desc(b_mode=4))
 
 
 @pytest.mark.parametrize("over, code, words", [
@@ -128,7 +149,7 @@ def test_depthwise_pad_value():
                           c_stride=32)
     errs = check_record(layer_record(gemm, pad_value=3), CFG)
     assert errs == [(ErrorCode.BAD_LAYER, "pad_value=3 must be 0: only a depthwise layer "
-                                          "(b_mode=2) pads its input")]
+                                          "(b_mode 2 or 3) pads its input")]
 
 
 def test_depthwise_image_rules():

@@ -101,7 +101,8 @@ def test_bad_input_is_named(kwargs, match):
     (3, 9, 5, 8, 1), (2, 1, 1, 16, 1), (2, 2, 16, 8, 2), (1, 15, 15, 16, 1),
     (2, 6, 14, 16, 2), (2, 6, 15, 16, 2), (1, 4, 16, 16, 1), (1, 4, 17, 16, 1),
     (5, 12, 7, 8, 4)])
-def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group):
+@pytest.mark.parametrize("stride", [1, 2])
+def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group, stride):
     """Execute the steps as the hardware will: block loads from a byte memory into buffer
     words (stale words and the lanes past each load full of garbage, the memory around the
     maps too), each tile's fill words masked with the pad value (the input zero point), its
@@ -116,7 +117,8 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     out_mem = np.full(80_000, -999, np.int64)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
-                        group=group)
+                        group=group, stride=stride)
+    oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
         words = rng.integers(-128, 128, (block.words + 8, size)).astype(np.int64)  # stale
@@ -130,15 +132,17 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
         for tile in step.tiles:
             acc[tile.acc_row:tile.acc_row + size] = run_strip_tile(
                 tile, a_words, b_words, wt[tile.channel], size, pad)
-        for r in range(step.channels * h):
+        assert step.out_rows == step.channels * oh and step.ch_rows == oh
+        for r in range(step.out_rows):
             addr = step.out_addr + r * step.out_row_stride
-            out_mem[addr:addr + step.tw] = acc[r, :step.tw]
-    got = out_mem[out_addr:out_addr + c * h * w].reshape(c, h, w)
+            lanes = acc[r * step.acc_rstride, ::step.lane_step]
+            out_mem[addr:addr + step.out_tw] = lanes[:step.out_tw]
+    got = out_mem[out_addr:out_addr + c * oh * ow].reshape(c, oh, ow)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
-    np.testing.assert_array_equal(wrapped, _reference(padded, wt, 1, 0))
+    np.testing.assert_array_equal(wrapped, _reference(padded, wt, stride, 0))
     assert np.flatnonzero(out_mem != -999).tolist() == list(range(out_addr,
-                                                                  out_addr + c * h * w))
+                                                                  out_addr + c * oh * ow))
     # every load stays inside the input tensor
     for step in steps:
         for block in (step.a_load, step.b_load):
@@ -167,6 +171,7 @@ def test_strip_steps_beats_and_channel_groups():
     (dict(group=0), "group=0 must be >= 1"),
     (dict(rows=6, cols=3), "a 6x3 mesh must have even rows >= 4 and cols >= 4"),
     (dict(h=0), "channels=2, h=0, w=8 must be >= 1"),
+    (dict(stride=3), "stride=3 must be 1 or 2"),
 ])
 def test_strip_steps_refuse_bad_arguments(kwargs, match):
     args = dict(channels=2, h=8, w=8, x_addr=0, out_addr=0) | kwargs

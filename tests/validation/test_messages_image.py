@@ -373,6 +373,13 @@ def test_builder_depthwise_pad_value(pad):
         _depthwise(pad_value=pad)
 
 
+@pytest.mark.parametrize("stride", [0, 3])
+def test_builder_depthwise_stride(stride):
+    with refused(ValueError, f"d: stride={stride} must be 1 or 2 (a depthwise layer on the "
+                             "mesh)"):
+        _depthwise(stride=stride)
+
+
 def test_builder_conv_diagonal():
     with refused(ValueError, "c: diagonal weights need in_channels == out_channels (not 2, 4) "
                              "and zeros off the diagonal (output channel o reads input channel "
