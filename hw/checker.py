@@ -331,7 +331,9 @@ class RecordChecker(wiring.Component):
         if dw:
             # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
             rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(dim_ok["partition_m"] &
-                                                      early(~K[0] | (pm == 1), "dw_groups")))
+                                                      early(~K[0] | (pm == 1) |
+                                                            (d["b_mode"] != B_MODE_DEPTHWISE_S2),
+                                                            "dw_groups")))
             rule(ErrorCode.BUF_A_OVERFLOW, is_dw & (dw_words_a > cfg.buf_a_depth // 2))
             rule(ErrorCode.BUF_B_OVERFLOW, is_dw & (dw_words_b > cfg.buf_b_depth // 2))
             rule(ErrorCode.ACC_OVERFLOW, is_dw & (dw_acc_need > d["acc_buffer_needed"]))

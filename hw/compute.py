@@ -406,6 +406,9 @@ class ComputeEngine(wiring.Component):
         a_left = Signal(signed(DIM_BITS + 1), name="mesh_a_left")     # words of A still in
         b_left = Signal(signed(DIM_BITS + 1), name="mesh_b_left")     # the channel, from here
         first = Signal(name="mesh_first_tile")
+        # the channel starts at an odd row of the step's stacked maps (odd h): its even patch
+        # rows are in buffer B, its odd ones in A (spec.dwmesh.StripTile.swap)
+        par = Signal(name="mesh_odd_start")
         ch = Signal.like(self.w_raddr, name="mesh_ch")
         have, fresh = Signal(name="mesh_have"), Signal(name="mesh_fresh")
         m.d.comb += self.w_raddr.eq(ch)
@@ -417,16 +420,17 @@ class ComputeEngine(wiring.Component):
         n_a_lo, n_a_hi, n_b_hi = (Signal.like(feed.p_a_hi, name=f"mesh_n_{n}")
                                   for n in ("a_lo", "a_hi", "b_hi"))
         n_tag = Signal.like(feed.p_tag)
+        n_swap = Signal(name="mesh_n_swap")
         m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_lo.eq(first),
                      n_a_hi.eq(clamp(a_left)), n_b_hi.eq(clamp(b_left)),
-                     n_tag.eq(acc_pos), fresh.eq(0)]
+                     n_tag.eq(acc_pos), n_swap.eq(par), fresh.eq(0)]
         issue = Signal()
         m.d.comb += [
             issue.eq(have & ~fresh & feed.ready),
             feed.start.eq(issue), feed.p_stride2.eq(0), feed.p_split.eq(0),
             feed.p_pre_right.eq(pre_right), feed.p_a_base.eq(n_a_base),
             feed.p_b_base.eq(n_b_base), feed.p_a_lo.eq(n_a_lo), feed.p_a_hi.eq(n_a_hi),
-            feed.p_b_hi.eq(n_b_hi), feed.p_tag.eq(n_tag),
+            feed.p_b_hi.eq(n_b_hi), feed.p_tag.eq(n_tag), feed.p_swap.eq(n_swap),
             feed.p_w.eq(self.w_rdata),          # region 0's taps; the other regions unused
             feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
         ]
@@ -439,7 +443,7 @@ class ComputeEngine(wiring.Component):
                 a_ch.eq(self.p_a_base), a_pos.eq(self.p_a_base - 1),
                 a_left.eq(self.p_m_na + 1), b_ch.eq(self.p_b_base), b_pos.eq(self.p_b_base),
                 b_left.eq(self.p_m_nb), acc_ch.eq(self.p_acc_base),
-                acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0),
+                acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
             ]
         with m.If(issue):
@@ -449,9 +453,13 @@ class ComputeEngine(wiring.Component):
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
                              b_left.eq(b_left - tstep), acc_pos.eq(acc_pos + R - 2)]
             with m.Elif(g_left != 0):               # the next channel's first tile
+                # its first stacked row is h further: half of that, rounded by the parity
+                # (h even: na = nb = h / 2; h odd: na from an even start, nb from an odd one)
+                step = Mux(par, nb, na)
                 m.d.sync += [g_left.eq(g_left - 1), t_left.eq(tiles - 1), first.eq(1),
-                             a_ch.eq(a_ch + na), a_pos.eq(a_ch + na - 1), a_left.eq(na + 1),
-                             b_ch.eq(b_ch + nb), b_pos.eq(b_ch + nb), b_left.eq(nb),
+                             a_ch.eq(a_ch + step), a_pos.eq(a_ch + step - 1 + (par ^ hh[0])),
+                             a_left.eq(na + 1), par.eq(par ^ hh[0]),
+                             b_ch.eq(b_ch + step), b_pos.eq(b_ch + step), b_left.eq(nb),
                              acc_ch.eq(acc_ch + hh), acc_pos.eq(acc_ch + hh + R - 1),
                              ch.eq(ch + 1)]
             with m.Else():

@@ -45,7 +45,9 @@ class DwFeeder(wiring.Component):
     below ``p_a_lo`` or at least ``p_a_hi``, its B word when at least ``p_b_hi`` (a strip
     tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing);
     ``p_pre_right`` (stride 1) adds a ``RIGHT`` move between the fills and the first tap
-    (:func:`tile_program`). Beats reach the
+    (:func:`tile_program`). With ``p_swap`` the fill's buffers trade places: the B word
+    enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
+    (:attr:`spec.dwmesh.StripTile.swap`). Beats reach the
     array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
@@ -56,7 +58,7 @@ class DwFeeder(wiring.Component):
     start : ``In(1)``; ready, running : ``Out(1)``; issue_tap : ``Out(1)``: a tap beat issues
     in this cycle (it reaches the array as ``o_tap`` :attr:`FEED_CYCLES` later)
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
-    p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(1)``
+    p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_swap : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
@@ -77,7 +79,7 @@ class DwFeeder(wiring.Component):
         C, ob = cfg.array_cols, cfg.operand_bits
         super().__init__({
             "start": In(1), "ready": Out(1), "running": Out(1),
-            "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(1),
+            "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(1), "p_swap": In(1),
             "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
             "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
@@ -116,6 +118,7 @@ class DwFeeder(wiring.Component):
         a_lo, a_hi, b_hi = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo", "a_hi", "b_hi"))
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
         pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
+        swap = Signal(name="dw_swap")
         at_end = Signal()
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
                      self.ready.eq(~self.running | at_end)]
@@ -129,7 +132,8 @@ class DwFeeder(wiring.Component):
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
-                         pad.eq(self.p_pad), pad_mask.eq(self.p_pad_mask)]
+                         pad.eq(self.p_pad), pad_mask.eq(self.p_pad_mask),
+                         swap.eq(self.p_swap)]
 
         fill = Signal()
         m.d.comb += [
@@ -159,12 +163,15 @@ class DwFeeder(wiring.Component):
         zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
+        s1_swap = Signal(name="dw_s1_swap")
         m.d.sync += [zero_a.eq((word < a_lo) | (word >= a_hi)), zero_b.eq(word >= b_hi),
-                     s1_pad.eq(pad), s1_mask.eq(pad_mask)]
+                     s1_pad.eq(pad), s1_mask.eq(pad_mask), s1_swap.eq(swap)]
 
         def lanes(masked, data):
             return Cat(*(Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
                          for j in range(C)))
 
-        m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, self.a_rdata), lanes(zero_b, self.b_rdata)))
+        a_row, b_row = self.a_rdata[:C * ob], self.b_rdata[:C * ob]
+        even_row, odd_row = Mux(s1_swap, b_row, a_row), Mux(s1_swap, a_row, b_row)
+        m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, even_row), lanes(zero_b, odd_row)))
         return m

@@ -23,7 +23,8 @@ class DwWalker(wiring.Component):
     presents the first step with
     ``valid``; ``advance`` (while ``valid``) moves to the next step, whose values are valid
     again :attr:`ADVANCE_LATENCY` cycles later. ``last`` marks the layer's last step. The
-    sizes must be legal (``1 <= G``, ``G = 1`` for odd ``h``, every size at least 1: the
+    sizes must be legal (``1 <= G``, ``G = 1`` for odd ``h`` with stride 2, every size at
+    least 1: the
     record checks' job, as for the GEMM walk); the walk does not check them.
 
     ``tiles`` (valid with the first step, constant for the layer): the mesh tiles of a
@@ -168,7 +169,6 @@ class DwWalker(wiring.Component):
                      last_group.eq(~(c0 + G < C))]
         rows = Mux(last_group, ch - rows_done, gh)
         xs = Mux(first, 0, ox0 - 1)                        # the patch's first loaded column
-        even = ~h[0]
         tw = Mux(left > tw_max, tw_max, left)
         # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
         col = chan_o + Mux(s2, ox0 >> 1, ox0)
@@ -181,10 +181,8 @@ class DwWalker(wiring.Component):
             self.a_addr.eq(chan_x + w + xs), self.b_addr.eq(chan_x + xs),
             # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
             self.st_rows.eq(Mux(s2, (rows + 1) >> 1, rows)),
-            # h even: half the rows in each buffer; h odd (one channel a step): h // 2 and
-            # h // 2 + 1
-            self.a_words.eq(Mux(even, rows >> 1, h >> 1)),
-            self.b_words.eq(Mux(even, rows >> 1, (h >> 1) + 1)),
+            # the channels' maps stacked: the odd rows in A, the even ones in B
+            self.a_words.eq(rows >> 1), self.b_words.eq((rows + 1) >> 1),
             self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),
             self.last.eq(~more_strips & last_group),
         ]

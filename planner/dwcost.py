@@ -109,7 +109,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
     if group is None:
         group = strip_channels(h, rows=cfg.array_rows,
                                buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
-                               acc_rows=cfg.acc_depth // 2, channels=channels)
+                               acc_rows=cfg.acc_depth // 2, channels=channels, stride=stride)
     return GemmDescriptor(m=channels, k=h, n=w, partition_m=group,
                           acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,

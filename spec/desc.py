@@ -167,9 +167,9 @@ def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
 
 
 def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
-    """Buffer-A and buffer-B words a depthwise strip step fills: the odd and even input rows of
-    its ``partition_m`` channels, ``(G k) >> 1`` and ``(G k + 1) >> 1`` (``G`` is 1 for odd
-    ``k``)."""
+    """Buffer-A and buffer-B words a depthwise strip step fills: the odd and even rows of its
+    ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >> 1`` and ``(G k + 1) >>
+    1``."""
     gk = d.partition_m * d.k
     return gk >> 1, (gk + 1) >> 1
 
@@ -366,10 +366,10 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     if not 1 <= g <= MAX_DIM:
         bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} (channels a depthwise strip step "
                                        f"takes) must be in [1, {MAX_DIM}]")
-    elif h % 2 and g != 1:
+    elif h % 2 and g != 1 and d.b_mode == B_MODE_DEPTHWISE_S2:
         bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} must be 1 when k={h} (the map's "
-                                       "height) is odd: the channels' odd rows do not form "
-                                       "one progression")
+                                       "height) is odd with stride 2 (b_mode=3): the channels' "
+                                       "even output rows are not every other accumulator row")
     words_a, words_b = depthwise_words(d)
     half_a, half_b = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
     if words_a > half_a:

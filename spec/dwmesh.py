@@ -284,9 +284,12 @@ class StripTile:
     ``k >= b_hi`` enter the mesh as padding (the map's top and bottom pads; ``a_base`` may
     then be -1, a word never read), and so do a word's lanes from ``cols`` on (the right pad,
     and in a layer's first strip the left one). The padding is the layer's pad value (its
-    input zero point). ``pre_right``: one ``RIGHT`` rotation between the fills and the first
-    tap (the map's left pad, below). ``channel`` (in the layer) selects the
-    weights; the tile's results land in accumulator rows ``acc_row .. acc_row + rows - 1``
+    input zero point). With ``swap`` (a channel that starts at an odd row of the step's
+    stacked maps, odd ``h``) the buffers trade places: the even patch rows come from buffer-B
+    words ``b_base + k`` and the odd ones from buffer-A words ``a_base + k``; the masks stay
+    with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_hi`` for the odd ones).
+    ``pre_right``: one ``RIGHT`` rotation between the fills and the first tap (the map's left
+    pad, below). ``channel`` (in the layer) selects the weights; the tile's results land in accumulator rows ``acc_row .. acc_row + rows - 1``
     (mesh row ``i`` in ``acc_row + i``; rows past ``th`` are overwritten by the next tile)."""
     channel: int
     oy0: int
@@ -299,6 +302,7 @@ class StripTile:
     pre_right: bool
     acc_row: int
     cols: int
+    swap: bool = False
 
 
 @dataclass(frozen=True)
@@ -333,14 +337,16 @@ class StripStep:
 
 
 def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
-                   channels: int) -> int:
+                   channels: int, stride: int = 1) -> int:
     """Channels one strip step takes: as many as the buffer half (``buf_words`` words for
     ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``: ``h`` rows each, plus
-    the last tile's ``rows`` written past them) hold, up to ``channels``; one when ``h`` is
-    odd (the next channel's odd rows do not continue the previous channel's progression)."""
-    if h % 2:
+    the last tile's ``rows`` written past them) hold, up to ``channels``. A step's maps are
+    one stacked map of ``G h`` rows, ``(G h + 1) // 2`` of them in buffer B; with ``h`` odd and
+    ``stride`` 2 one channel a step (its even output rows would not be every other
+    accumulator row)."""
+    if h % 2 and stride == 2:
         return 1
-    by_buf = buf_words // ((h + 1) // 2)
+    by_buf = buf_words // ((h + 1) // 2) if h % 2 == 0 else (2 * buf_words - 1) // h
     by_acc = (acc_rows - rows) // h
     return max(1, min(channels, by_buf, by_acc))
 
@@ -375,10 +381,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     if rows < 4 or rows % 2 or cols < 4:
         raise ValueError(f"strip_steps: a {rows}x{cols} mesh must have even rows >= 4 and "
                          f"cols >= 4")
-    if group < 1 or (h % 2 and group != 1):
-        raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd")
     if stride not in (1, 2):
         raise ValueError(f"strip_steps: stride={stride} must be 1 or 2")
+    if group < 1 or (h % 2 and stride == 2 and group != 1):
+        raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd "
+                         f"with stride 2")
     th_max, tw_max, half = rows - 2, cols - 2, rows // 2
     oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
     na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
@@ -390,18 +397,23 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             xs = 0 if first else ox0 - 1        # the patch's first loaded input column
             nbytes = min(cols - 1, w) if first else min(cols, w - xs)
             base = x_addr + c0 * h * w + xs
-            a_load = BlockLoad(base + w, 2 * w, g_count * na, nbytes)
-            b_load = BlockLoad(base, 2 * w, g_count * nb, nbytes)
+            # the channels' maps stacked: row s of the step at base + s w, the odd rows in A
+            # (word (s - 1) / 2), the even ones in B (word s / 2)
+            a_load = BlockLoad(base + w, 2 * w, (g_count * h) // 2, nbytes)
+            b_load = BlockLoad(base, 2 * w, (g_count * h + 1) // 2, nbytes)
             tiles = []
             for g in range(g_count):
+                # channel g's padded row pr is stacked row g h + pr - 1: with g h even the even
+                # padded rows are odd stacked rows (A), with g h odd even ones (B: swap)
+                half_row, odd = divmod(g * h, 2)
                 for oy0 in range(0, h, th_max):
                     k0 = oy0 // 2                  # the patch's first fill word in the channel
                     tiles.append(StripTile(
                         channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
-                        a_base=g * na + k0 - 1, a_lo=1 if oy0 == 0 else 0,
-                        a_hi=min(half, na - k0 + 1), b_base=g * nb + k0,
+                        a_base=half_row + k0 - 1 + odd, a_lo=1 if oy0 == 0 else 0,
+                        a_hi=min(half, na - k0 + 1), b_base=half_row + k0,
                         b_hi=max(0, min(half, nb - k0)), pre_right=first,
-                        acc_row=g * h + oy0, cols=nbytes))
+                        acc_row=g * h + oy0, cols=nbytes, swap=bool(odd)))
             tw = min(tw_max, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
@@ -418,11 +430,13 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     inside the masks are read."""
     cols = a_words.shape[1]
     patch = np.full((rows, cols), pad, np.int64)
+    even, odd = ((b_words, tile.b_base), (a_words, tile.a_base)) if tile.swap else \
+        ((a_words, tile.a_base), (b_words, tile.b_base))
     for k in range(rows // 2):
         if tile.a_lo <= k < tile.a_hi:
-            patch[2 * k, :tile.cols] = a_words[tile.a_base + k, :tile.cols]
+            patch[2 * k, :tile.cols] = even[0][even[1] + k, :tile.cols]
         if k < tile.b_hi:
-            patch[2 * k + 1, :tile.cols] = b_words[tile.b_base + k, :tile.cols]
+            patch[2 * k + 1, :tile.cols] = odd[0][odd[1] + k, :tile.cols]
     return _rotate(patch, "RIGHT") if tile.pre_right else patch
 
 

@@ -87,6 +87,8 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
     "depthwise": {          # depthwise layers on the mesh (tests/sim/test_depthwise.py)
         "several channels a strip step (G > 1)": lambda r: r["group"] > 1,
         "one channel a step (odd h)": lambda r: r["h"] % 2 == 1 and r["group"] == 1,
+        "odd h, several channels a step (rows swap buffers)":
+            lambda r: r["h"] % 2 == 1 and r["group"] > 1,
         "a short last channel group": lambda r: r["channels"] % r["group"] != 0,
         "several column strips": lambda r: r["w"] > r["C"] - 2,
         "one-row map": lambda r: r["h"] == 1,

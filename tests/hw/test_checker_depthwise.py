@@ -28,9 +28,9 @@ def depthwise_records(cfg, rng, count):
              (1 << 32) - 1, D - 1, D, D // 2, D // 4 + 1, D // 8 + 2]
     for _ in range(count):
         m, h, w = rng.randrange(1, 40), rng.randrange(1, 30), rng.randrange(1, 40)
-        g = 1 if h % 2 else rng.randrange(1, 8)
         ob = rng.choice([1, 4])
         s = rng.choice([1, 2])
+        g = 1 if h % 2 and s == 2 else rng.randrange(1, 8)
         values = dict(m=m, k=h, n=w, partition_m=g,
                       acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
                       a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
@@ -109,7 +109,11 @@ def depthwise_boundaries(cfg):
                     fields=dict(out_window_hi=D // 2 + 5 * 12 - e)),
                 rec(b_mode=B_MODE_DEPTHWISE_S2 + e, c_stride=12),
                 rec(h=2, g=half_a + e, acc_buffer_needed=cfg.acc_half_bytes,
-                    b_mode=B_MODE_DEPTHWISE_S2, c_stride=4)]
+                    b_mode=B_MODE_DEPTHWISE_S2, c_stride=4),
+                # odd maps: several channels a step with stride 1, one with stride 2
+                rec(h=5, g=2, b_stride=35, c_stride=12 if e else 35,
+                    b_mode=B_MODE_DEPTHWISE + e),
+                rec(h=5, g=1 + e, b_stride=35, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2)]
     return out
 
 

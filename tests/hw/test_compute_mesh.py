@@ -51,7 +51,8 @@ def _unpack_row(word, cols):
     return np.array([v - (1 << 32) if v >> 31 else v for v in vals], np.int64)
 
 
-@pytest.mark.parametrize("c,h,w,group", [(3, 10, 13, 3), (2, 5, 4, 1), (4, 4, 20, 2)])
+@pytest.mark.parametrize("c,h,w,group", [(3, 10, 13, 3), (2, 5, 4, 1), (4, 4, 20, 2),
+                                         (4, 5, 4, 3), (3, 7, 9, 3), (2, 1, 6, 2)])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols

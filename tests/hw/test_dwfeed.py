@@ -122,7 +122,8 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("c,h,w,group", [(2, 10, 13, 2), (1, 5, 6, 1), (3, 4, 20, 3)])
+@pytest.mark.parametrize("c,h,w,group", [(2, 10, 13, 2), (1, 5, 6, 1), (3, 4, 20, 3),
+                                         (3, 5, 6, 3), (2, 7, 9, 2)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
@@ -153,7 +154,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             await _issue_tiles(ctx, feed, started, [
                 {"p_stride2": 0, "p_split": 0, "p_a_base": tile.a_base % depth,
                  "p_b_base": tile.b_base, "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi,
-                 "p_b_hi": tile.b_hi, "p_pre_right": tile.pre_right,
+                 "p_b_hi": tile.b_hi, "p_pre_right": tile.pre_right, "p_swap": tile.swap,
                  "p_w": pack(np.pad(wt[tile.channel].reshape(-1), (0, 27)), 8), "p_tag": t,
                  "p_pad": pad & 0xFF,
                  "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}

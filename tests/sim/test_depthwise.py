@@ -11,11 +11,11 @@ from tb import coverage
 from .test_rtl import run, seed_for
 
 #: ``small`` (with the mesh): ragged maps (not multiples of its 6 x 6 output tiles), odd
-#: heights (one channel a step), a one-row map, several strips and channel groups, the last
+#: heights (channels stacked, every other one's rows swapping buffers), one-row maps, several strips and channel groups, the last
 #: group short; the same with stride 2 (``:2``). ``default``: MobileNet-V2's depthwise layers
 #: (224 x 224 input), stride 1 and 2.
 CASES = {
-    "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,"
+    "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,"
              "3x12x13:2,2x7x9:2,5x6x20/2:2,1x1x5:2,4x10x7/3:2,2x9x15:2",
     "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,960x7x7,"
                "96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2",

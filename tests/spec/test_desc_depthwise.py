@@ -67,7 +67,8 @@ def test_depthwise_needs_the_mesh():
 
 @pytest.mark.parametrize("over, code, words", [
     (dict(partition_m=0), ErrorCode.BAD_PARTITION_M, "partition_m=0"),
-    (dict(k=13, partition_m=2, acc_buffer_needed=4096), ErrorCode.BAD_PARTITION_M, "odd"),
+    (dict(k=13, partition_m=2, acc_buffer_needed=4096, b_mode=B_MODE_DEPTHWISE_S2,
+          b_stride=13 * W, c_stride=70), ErrorCode.BAD_PARTITION_M, "odd with stride 2"),
     (dict(partition_m=400, acc_buffer_needed=CFG.acc_half_bytes), ErrorCode.BUF_A_OVERFLOW,
      "buffer-A"),
     (dict(acc_buffer_needed=(G * H + 7) * 32), ErrorCode.ACC_OVERFLOW, "acc_buffer_needed"),

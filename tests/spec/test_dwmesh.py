@@ -100,7 +100,8 @@ def test_bad_input_is_named(kwargs, match):
     (3, 20, 31, 16, 1), (2, 14, 14, 16, 2), (4, 28, 30, 16, 3), (1, 7, 7, 16, 1),
     (3, 9, 5, 8, 1), (2, 1, 1, 16, 1), (2, 2, 16, 8, 2), (1, 15, 15, 16, 1),
     (2, 6, 14, 16, 2), (2, 6, 15, 16, 2), (1, 4, 16, 16, 1), (1, 4, 17, 16, 1),
-    (5, 12, 7, 8, 4)])
+    (5, 12, 7, 8, 4), (4, 7, 7, 16, 4), (3, 9, 5, 8, 3), (5, 13, 6, 8, 2), (7, 7, 20, 16, 3),
+    (3, 1, 5, 8, 3)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group, stride):
     """Execute the steps as the hardware will: block loads from a byte memory into buffer
@@ -109,6 +110,8 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     results written over whole accumulator rows, one store per step into the NCHW output; the
     result is the grouped convolution of the map padded with that value, and nothing outside
     the output is written."""
+    if h % 2 and stride == 2:
+        group = 1                 # odd maps with stride 2: one channel a step
     rng = np.random.default_rng(c * 31 + h + w + size)
     x, wt = _random(rng, c, h, w)
     pad = int(rng.integers(-128, 128))
@@ -162,12 +165,19 @@ def test_strip_steps_beats_and_channel_groups():
     steps = strip_steps(1, 28, 28, x_addr=0, out_addr=0)
     assert [strip_step_cycles(s, 16) for s in steps] == [2 * 18, 2 * 17]
     assert strip_channels(14, rows=16, buf_words=4096, acc_rows=512, channels=960) == 35
-    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 1
+    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 70
+    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960,
+                          stride=2) == 1
+    assert strip_channels(7, rows=16, buf_words=20, acc_rows=512, channels=960) == 5
+    # odd maps: channels stack, every other channel's rows swap buffers
+    (step,) = strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=3)
+    assert [t.swap for t in step.tiles] == [False, True, False]
+    assert (step.a_load.words, step.b_load.words) == (10, 11)
     assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(group=2, h=7), "group=2 must be >= 1, and 1 when h=7 is odd"),
+    (dict(group=2, h=7, stride=2), "group=2 must be >= 1, and 1 when h=7 is odd with stride 2"),
     (dict(group=0), "group=0 must be >= 1"),
     (dict(rows=6, cols=3), "a 6x3 mesh must have even rows >= 4 and cols >= 4"),
     (dict(h=0), "channels=2, h=0, w=8 must be >= 1"),
