@@ -87,7 +87,9 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
                oracle: str | None = "search") -> str:
     """A fixed-width text table of one strategy's plans: each layer's predicted cycles (all
     its groups; :func:`layer_costs`) and utilisation, and the plan's gap to ``oracle`` on the
-    GEMM model (the tiling planner's quality)."""
+    GEMM model (the tiling planner's quality). ``by`` names the plan's strategy, or ``mesh``
+    for a depthwise layer the mesh runs (its cycles are the mesh's; the tiling columns are its
+    per-group GEMM's, which it does not use)."""
     head = (f"{'layer':<20} {'M x K x N':>18} {'cnt':>4} {'pm':>5} {'pn':>5} {'pk':>5} "
             f"{'tm':>4} {'tn':>4} {'om':>2} {'sk':>2} {'acc':>6} {'ldA':>4} {'ldB':>4} "
             f"{'cycles':>10} {'util':>6} {'gap':>7} {'by':<10}")
@@ -101,7 +103,8 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
             f"{r.layer.name[:20]:<20} {str(p.shape):>18} {r.layer.count:>4} {p.partition_m:>5} "
             f"{p.partition_n:>5} {p.partition_k:>5} {p.tile_m:>4} {p.tile_n:>4} "
             f"{p.outer_m:>2} {p.need_splitk:>2} {p.acc_buffer_needed:>6} {p.loads_a:>4} "
-            f"{p.loads_b:>4} {c.cycles:>10} {util:>6.3f} {g} {p.strategy:<10}")
+            f"{p.loads_b:>4} {c.cycles:>10} {util:>6.3f} {g} "
+            f"{'mesh' if c.mesh else p.strategy:<10}")
     cycles, util = cost_totals(results, costs, cfg)
     line = f"total (layers x count): {cycles} cycles, utilisation {util:.3f}"
     if oracle and all(oracle in r.plans for r in results):

@@ -23,6 +23,21 @@ def test_cli_plan_conv_table(capsys):
     assert "8x144x64" in out and "gap to oracle" in out
 
 
+def test_cli_plan_depthwise_on_the_mesh_says_so(capsys):
+    """A depthwise layer the mesh runs (stride 1 or 2): its cycles are the mesh model's, and
+    the table says ``mesh`` where a GEMM's strategy goes."""
+    from planner import layer_cost
+    from spec.config import PRESETS
+
+    for stride, h in ((1, 56), (2, 112)):
+        spec = f"N=1,C=96,H={h},W={h},K=96,R=3,S=3,stride={stride},pad=1,groups=96"
+        assert main(["plan", "--conv", spec, "--preset", "default"]) == 0
+        row = capsys.readouterr().out.splitlines()[3]
+        cost = layer_cost(parse_conv(spec), PRESETS["default"])
+        assert cost.mesh and row.split()[-1] == "mesh"
+        assert str(cost.cycles) in row.split()
+
+
 def test_cli_parse_conv_expands_aliases():
     c = parse_conv("N=2,C=8,H=9,W=9,K=4,R=3,S=3,stride=2,pad=1,dilation=1,groups=2")
     assert (c.stride_h, c.stride_w, c.pad_top, c.pad_right, c.groups) == (2, 2, 1, 1, 2)
