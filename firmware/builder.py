@@ -18,7 +18,7 @@ Tensor layouts (what the layers read and write):
   the next convolution's padded input, one record per output row (the tables of row 0, with
   ``b_addr`` moved down ``stride_h`` input rows per row), so convolution chains need no host
   re-layout either.
-* a depthwise 3x3 layer on the mesh (stride 1, pad 1; configs with ``dw_mesh``) reads its
+* a depthwise 3x3 layer on the mesh (pad 1, stride 1 or 2; configs with ``dw_mesh``) reads its
   input as dense NCHW (no halo: the record's ``pad_value`` is the padding) and writes dense
   NCHW.
 

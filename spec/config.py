@@ -101,8 +101,8 @@ class AccelConfig:
     #: charges; a layer's compute usually hides it (docs/bench.md "FPGA").
     requant_lanes: int = 0
     #: 1: the matrix unit is built with its depthwise *mesh* mode (docs/architecture.md
-    #: "Depthwise convolution"), and layer records with ``b_mode = 2`` (a depthwise 3x3
-    #: convolution, stride 1, pad 1) are legal; 0: it is not, and such records fail
+    #: "Depthwise convolution"), and layer records with ``b_mode`` 2 or 3 (a depthwise 3x3
+    #: convolution, pad 1, stride 1 or 2) are legal; 0: it is not, and such records fail
     #: ``BAD_FLAGS``. The mesh needs a square array of at least 4 x 4.
     dw_mesh: int = 0
 

@@ -289,8 +289,9 @@ class StripTile:
     words ``b_base + k`` and the odd ones from buffer-A words ``a_base + k``; the masks stay
     with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_hi`` for the odd ones).
     ``pre_right``: one ``RIGHT`` rotation between the fills and the first tap (the map's left
-    pad, below). ``channel`` (in the layer) selects the weights; the tile's results land in accumulator rows ``acc_row .. acc_row + rows - 1``
-    (mesh row ``i`` in ``acc_row + i``; rows past ``th`` are overwritten by the next tile)."""
+    pad, below). ``channel`` (in the layer) selects the weights; the tile's results land in
+    accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
+    rows past ``th`` are overwritten by the next tile)."""
     channel: int
     oy0: int
     th: int

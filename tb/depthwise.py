@@ -1,5 +1,5 @@
-"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) on the mesh, in register
-mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte
+"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) on the mesh, in
+register mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte
 around the output keeps its fill.
 
 Environment (set by the launcher, tests/sim/test_depthwise.py):

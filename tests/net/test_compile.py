@@ -384,34 +384,36 @@ def test_golden_device_refuses_register_mode_start():
         asyncio.run(dev.write_register(REG["CTRL"].offset, 1 << CTRL_BITS["START"]))
 
 
-def _dw_chain(second_kernel: int):
-    """x (1x3x12x12) -> 1x1 conv to 8 channels -> ReLU -> depthwise 3x3 (pad 1) -> ReLU ->
-    ``second_kernel`` conv (pad k // 2) to 4 channels -> y."""
+def _dw_chain(second_kernel: int, stride: int = 1):
+    """x (1x3x12x12) -> 1x1 conv to 8 channels -> ReLU -> depthwise 3x3 (pad 1, ``stride``)
+    -> ReLU -> ``second_kernel`` conv (pad k // 2) to 4 channels -> y."""
     rng = np.random.default_rng(3)
     inits = {"w0": rng.normal(0, 0.5, (8, 3, 1, 1)), "w1": rng.normal(0, 0.5, (8, 1, 3, 3)),
              "w2": rng.normal(0, 0.5, (4, 8, second_kernel, second_kernel))}
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="c0", kernel_shape=[1, 1]),
              helper.make_node("Relu", ["a"], ["ar"], name="r0"),
              helper.make_node("Conv", ["ar", "w1"], ["b"], name="dw", kernel_shape=[3, 3],
-                              pads=[1] * 4, group=8),
+                              pads=[1] * 4, group=8, strides=[stride] * 2),
              helper.make_node("Relu", ["b"], ["br"], name="r1"),
              helper.make_node("Conv", ["br", "w2"], ["y"], name="c2",
                               kernel_shape=[second_kernel] * 2,
                               pads=[second_kernel // 2] * 4)]
     graph = helper.make_graph(
         nodes, "dw_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       [1, 4, 12 // stride, 12 // stride])],
         [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("second_kernel, on_mesh", [(1, True), (3, False)])
-def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on_mesh):
-    """On a dw_mesh config a 3x3 stride-1 depthwise layer runs on the mesh (one record, dense
-    NCHW in and out) unless a reader of its output is a padded convolution (the mesh writes
-    dense maps only); a config without the mesh never marks it. Golden runs are exact (the
-    dense blocks' diagonal weights included)."""
-    q, lowered = _lowered(_dw_chain(second_kernel))
+def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on_mesh, stride):
+    """On a dw_mesh config a 3x3 depthwise layer of stride 1 or 2 runs on the mesh (one record,
+    dense NCHW in and out) unless a reader of its output is a padded convolution (the mesh
+    writes dense maps only); a config without the mesh never marks it. Golden runs are exact
+    (the dense blocks' diagonal weights included)."""
+    q, lowered = _lowered(_dw_chain(second_kernel, stride))
     feeds = {"x": np.random.default_rng(0).normal(0, 1, (1, 3, 12, 12)).astype(np.float32)}
     cfg = dataclasses.replace(SMALL, dw_mesh=1)
     net = compile_network(lowered, cfg, qmodel=q)
@@ -420,8 +422,9 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
     dw_records = [r for s in net.segments for r in s.records if r.layer == "dw"]
     # off the mesh: one dense block of the 8 channels (diagonal weights), a record per output
     # row of the padded buffer it writes
-    assert len(dw_records) == (1 if on_mesh else 12)
-    assert sum(r.macs for r in dw_records) == 8 * 12 * 12 * 9       # useful MACs only
+    out = 12 // stride
+    assert len(dw_records) == (1 if on_mesh else out)
+    assert sum(r.macs for r in dw_records) == 8 * out * out * 9     # useful MACs only
     golden = run_network(net, feeds, sim="golden")
     want = reference.run(lowered, feeds)
     np.testing.assert_array_equal(golden.outputs["y"], want["y"])
