@@ -50,11 +50,9 @@ def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows, even=0, elems=None, r
         ctx.set(getattr(se, name), value)
 
 
-@pytest.mark.parametrize("rows,ch_rows,ch0", [(7, 3, 2), (6, 1, 0), (5, 5, 4), (8, 2, 1)])
-def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
-    C = CFG.array_cols
-    rng = np.random.default_rng(rows * 10 + ch_rows)
-    acc = rng.integers(-1000, 1000, (rows, C))
+def _store(acc, rng, **params):
+    """Run one post-processed int32 store (``set_params(**params)``, bias on) over the
+    accumulator rows ``acc``; returns ``({address: (data, strobes)}, biases)``."""
     biases = [int(b) & 0xFFFFFFFF for b in rng.integers(-5000, 5000, 16)]
     words = [sum((int(v) & 0xFFFFFFFF) << (32 * j) for j, v in enumerate(row)) for row in acc]
     dut = _Harness(words, biases)
@@ -62,45 +60,7 @@ def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
     out = {}
 
     async def bench(ctx):
-        set_params(ctx, se, rows=rows, post=1, bias=1, ch0=ch0, ch_rows=ch_rows)
-        ctx.set(se.mem.ready, 1)
-        ctx.set(se.start, 1)
-        await ctx.tick()
-        ctx.set(se.start, 0)
-        for _ in range(100):
-            fire = ctx.get(se.mem.valid)
-            if fire:
-                out[ctx.get(se.mem.addr)] = ctx.get(se.mem.data)
-            await ctx.tick()
-            ctx.set(se.mem.bvalid, fire)
-
-    run_sim(dut, bench)
-    assert len(out) == rows
-    for r in range(rows):
-        bias = biases[ch0 + r // ch_rows]
-        bias = bias - (1 << 32) if bias >> 31 else bias
-        word = out[0x100 + r * 4 * C]
-        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)]
-        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r]]
-
-
-@pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
-def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
-    """A stride-2 depthwise step's store (``p_even_lanes``, accumulator rows at a stride of
-    2): element ``j`` of store row ``r`` is lane ``2 j`` of accumulator row ``2 r``, the
-    channel advancing every ``ch_rows`` rows; nothing is written past ``elems``."""
-    C = CFG.array_cols
-    rng = np.random.default_rng(rows * 7 + elems)
-    acc = rng.integers(-1000, 1000, (2 * rows, C))
-    biases = [int(b) & 0xFFFFFFFF for b in rng.integers(-5000, 5000, 16)]
-    words = [sum((int(v) & 0xFFFFFFFF) << (32 * j) for j, v in enumerate(row)) for row in acc]
-    dut = _Harness(words, biases)
-    se = dut.se
-    out = {}
-
-    async def bench(ctx):
-        set_params(ctx, se, rows=rows, post=1, bias=1, ch0=1, ch_rows=ch_rows, even=1,
-                   elems=elems, rstride=2)
+        set_params(ctx, se, post=1, bias=1, **params)
         ctx.set(se.mem.ready, 1)
         ctx.set(se.start, 1)
         await ctx.tick()
@@ -113,10 +73,36 @@ def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
             ctx.set(se.mem.bvalid, fire)
 
     run_sim(dut, bench)
+    return out, [b - (1 << 32) if b >> 31 else b for b in biases]
+
+
+@pytest.mark.parametrize("rows,ch_rows,ch0", [(7, 3, 2), (6, 1, 0), (5, 5, 4), (8, 2, 1)])
+def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 10 + ch_rows)
+    acc = rng.integers(-1000, 1000, (rows, C))
+    out, biases = _store(acc, rng, rows=rows, ch0=ch0, ch_rows=ch_rows)
+    assert len(out) == rows
+    for r in range(rows):
+        bias = biases[ch0 + r // ch_rows]
+        word, _ = out[0x100 + r * 4 * C]
+        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r]]
+
+
+@pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
+def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
+    """A stride-2 depthwise step's store (``p_even_lanes``, accumulator rows at a stride of
+    2): element ``j`` of store row ``r`` is lane ``2 j`` of accumulator row ``2 r``, the
+    channel advancing every ``ch_rows`` rows; nothing is written past ``elems``."""
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 7 + elems)
+    acc = rng.integers(-1000, 1000, (2 * rows, C))
+    out, biases = _store(acc, rng, rows=rows, ch0=1, ch_rows=ch_rows, even=1, elems=elems,
+                         rstride=2)
     assert len(out) == rows
     for r in range(rows):
         bias = biases[1 + r // ch_rows]
-        bias = bias - (1 << 32) if bias >> 31 else bias
         word, strb = out[0x100 + r * 4 * C]
         assert strb == (1 << 4 * elems) - 1
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
