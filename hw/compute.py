@@ -11,7 +11,7 @@ from .array import SystolicArray
 from .bits import log2
 from .dwfeed import DwFeeder
 
-__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "ComputeEngine", "array_tag_bits",
+__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "MESH_HALVES_START_CYCLES", "ComputeEngine", "array_tag_bits",
            "drain_cycles", "mesh_drain_cycles"]
 
 
@@ -33,6 +33,11 @@ def drain_cycles(cfg: AccelConfig) -> int:
 #: is the cycle after ``start``): the walk's counters, then the first tile's parameters and
 #: weights, registered, then the feeder's start.
 MESH_START_CYCLES = 3
+
+#: Further cycles before the first beat of a depthwise step whose tiles take two channels each
+#: (:attr:`spec.dwmesh.StripTile.halves`): the top half's parameters and weights are kept, then
+#: the walk moves to the bottom half's channel and reads its weights.
+MESH_HALVES_START_CYCLES = 2
 
 
 def mesh_drain_cycles(cfg: AccelConfig) -> int:
@@ -84,6 +89,10 @@ class ComputeEngine(wiring.Component):
     of the weight memory (``w_raddr`` / ``w_rdata``: nine int8, tap ``3 dy + dx`` in bits
     ``8 (3 dy + dx)``, a synchronous read); its results overwrite accumulator rows from
     ``p_acc_base + g * p_m_h + (R - 2) * ty`` (mesh row ``i`` in that plus ``i``).
+    With ``p_m_h <= R/2 - 1`` and two or more channels a tile takes two channels, one in each
+    half of the mesh (:attr:`spec.dwmesh.StripTile.halves`, results as
+    :func:`spec.dwmesh.strip_tile_writes` states), the first beat
+    :data:`MESH_HALVES_START_CYCLES` later.
     ``p_m_pre_right`` gives every tile the left pad's rotation; the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
@@ -314,9 +323,10 @@ class ComputeEngine(wiring.Component):
         m.d.sync += [op_a00.eq(a_in[:ob]), op_b00.eq(b_in[:ob])]
         m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b), arr.i_a00.eq(op_a00),
                      arr.i_b00.eq(op_b00)]
+        mesh_hold = Signal(name="mesh_hold")
         if self._mesh:
             self._mesh_steps(m, rstride=rstride, drain=drain, mesh_run=mesh_run,
-                             beat=(i_first, i_last, i_tag))
+                             beat=(i_first, i_last, i_tag), hold=mesh_hold)
             m.d.comb += self.running.eq(running | mesh_run)
 
         # accumulator read-modify-write: read two cycles before a row leaves the array (the
@@ -336,8 +346,14 @@ class ComputeEngine(wiring.Component):
             row_addr.eq(Mux(arr.f_first, arr.f_first_tag[:ab], next_row)),
             self.acc_raddr.eq(row_addr),
         ]
-        with m.If(arr.f_valid):
-            m.d.sync += next_row.eq(row_addr - rstride)
+        if self._mesh:
+            # a depthwise tile of two channels: the top half's rows from h on all go where its
+            # row h - 1 then goes (spec.dwmesh.strip_tile_writes)
+            with m.If(arr.f_valid):
+                m.d.sync += next_row.eq(row_addr - Mux(mesh_hold, 0, rstride))
+        else:
+            with m.If(arr.f_valid):
+                m.d.sync += next_row.eq(row_addr - rstride)
         read_addr = Signal(range(cfg.acc_depth))      # the address read in the previous cycle
         old_addr = Signal(range(cfg.acc_depth))       # ... and the one before
         w_valid = Signal()
@@ -361,7 +377,7 @@ class ComputeEngine(wiring.Component):
         return m
 
 
-    def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat):
+    def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat, hold):
         """The depthwise steps: the tile walk, the feeder, the array's mesh inputs."""
         assert DwFeeder.FEED_CYCLES == FEED_CYCLES      # its beats meet the GEMM path's timing
         cfg = self._cfg
@@ -424,16 +440,57 @@ class ComputeEngine(wiring.Component):
         m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_lo.eq(first),
                      n_a_hi.eq(clamp(a_left)), n_b_hi.eq(clamp(b_left)),
                      n_tag.eq(acc_pos), n_swap.eq(par), fresh.eq(0)]
-        issue = Signal()
+        # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
+        # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
+        # to the next channel, and issues that as the bottom half's; a step's last, odd
+        # channel goes alone (`lone`: the bottom half all padding, this channel's weights).
+        halves = Signal(name="mesh_halves")
+        captured, lone = Signal(name="mesh_captured"), Signal(name="mesh_lone")
+        t_a_base, t_b_base = (Signal.like(feed.p_a_base, name="mesh_t_a_base"),
+                              Signal.like(feed.p_b_base, name="mesh_t_b_base"))
+        t_a_lo, t_a_hi, t_b_hi = (Signal.like(feed.p_a_hi, name=f"mesh_t_{n}")
+                                  for n in ("a_lo", "a_hi", "b_hi"))
+        t_swap = Signal(name="mesh_t_swap")
+        t_w = Signal.like(self.w_rdata, name="mesh_t_w")
+        t_tag = Signal.like(feed.p_tag, name="mesh_t_tag")
+        issue, capture, advance = Signal(), Signal(name="mesh_capture"), Signal()
+        ab = len(acc_pos)
         m.d.comb += [
-            issue.eq(have & ~fresh & feed.ready),
-            feed.start.eq(issue), feed.p_stride2.eq(0), feed.p_split.eq(0),
-            feed.p_pre_right.eq(pre_right), feed.p_a_base.eq(n_a_base),
-            feed.p_b_base.eq(n_b_base), feed.p_a_lo.eq(n_a_lo), feed.p_a_hi.eq(n_a_hi),
-            feed.p_b_hi.eq(n_b_hi), feed.p_tag.eq(n_tag), feed.p_swap.eq(n_swap),
-            feed.p_w.eq(self.w_rdata),          # region 0's taps; the other regions unused
-            feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
+            capture.eq(halves & have & ~fresh & ~captured),
+            issue.eq(have & ~fresh & feed.ready & (~halves | captured)),
+            advance.eq(capture | (issue & ~(halves & lone))),
+            hold.eq(halves & (arr.f_r >= hh) & (arr.f_r < half)),
+            feed.start.eq(issue), feed.p_stride2.eq(0),
+            feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
+            feed.p_pre_right.eq(pre_right), feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
+            feed.p_halves.eq(halves),
+            # the bottom half: the walk's current tile (all padding when lone)
+            feed.p_a_base1.eq(n_a_base), feed.p_b_base1.eq(n_b_base),
+            feed.p_a_lo1.eq(n_a_lo), feed.p_a_hi1.eq(Mux(lone, 0, n_a_hi)),
+            feed.p_b_hi1.eq(Mux(lone, 0, n_b_hi)), feed.p_swap1.eq(n_swap),
         ]
+        with m.If(halves):
+            m.d.comb += [
+                feed.p_a_base.eq(t_a_base), feed.p_b_base.eq(t_b_base), feed.p_a_lo.eq(t_a_lo),
+                feed.p_a_hi.eq(t_a_hi), feed.p_b_hi.eq(t_b_hi), feed.p_swap.eq(t_swap),
+                feed.p_tag.eq(t_tag), feed.p_w.eq(Cat(t_w, self.w_rdata)),
+            ]
+        with m.Else():
+            m.d.comb += [
+                feed.p_a_base.eq(n_a_base), feed.p_b_base.eq(n_b_base), feed.p_a_lo.eq(n_a_lo),
+                feed.p_a_hi.eq(n_a_hi), feed.p_b_hi.eq(n_b_hi), feed.p_swap.eq(n_swap),
+                feed.p_tag.eq(n_tag),
+                feed.p_w.eq(self.w_rdata),      # region 0's taps; the other regions unused
+            ]
+        with m.If(self.start):                  # a GEMM's drain holds no rows
+            m.d.sync += halves.eq(0)
+        with m.If(capture):
+            # the tag: the bottom half's row 0 goes to the tile's row h, R/2 - 1 rows after
+            # the tag's (the drain's first) row
+            m.d.sync += [captured.eq(1), fresh.eq(1), t_a_base.eq(n_a_base),
+                         t_b_base.eq(n_b_base), t_a_lo.eq(n_a_lo), t_a_hi.eq(n_a_hi),
+                         t_b_hi.eq(n_b_hi), t_swap.eq(n_swap), t_w.eq(self.w_rdata),
+                         t_tag.eq((n_tag[:ab] + hh - half)[:ab])]
         with m.If(self.m_start):
             m.d.sync += [
                 tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
@@ -445,9 +502,15 @@ class ComputeEngine(wiring.Component):
                 b_left.eq(self.p_m_nb), acc_ch.eq(self.p_acc_base),
                 acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
+                halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2)
+                          if R % 4 == 0 else 0),
+                captured.eq(0), lone.eq(0),
             ]
         with m.If(issue):
-            m.d.sync += fresh.eq(1)
+            m.d.sync += [fresh.eq(1), captured.eq(0)]
+            with m.If(halves & lone):
+                m.d.sync += [have.eq(0), lone.eq(0)]
+        with m.If(advance):
             with m.If(t_left != 0):                 # the channel's next tile
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
@@ -462,6 +525,8 @@ class ComputeEngine(wiring.Component):
                              b_ch.eq(b_ch + step), b_pos.eq(b_ch + step), b_left.eq(nb),
                              acc_ch.eq(acc_ch + hh), acc_pos.eq(acc_ch + hh + R - 1),
                              ch.eq(ch + 1)]
+            with m.Elif(capture):
+                m.d.sync += lone.eq(1)
             with m.Else():
                 m.d.sync += have.eq(0)
         # the step's last beat: the feeder ends its program with no tile waiting

@@ -47,7 +47,11 @@ class DwFeeder(wiring.Component):
     ``p_pre_right`` (stride 1) adds a ``RIGHT`` move between the fills and the first tap
     (:func:`tile_program`). With ``p_swap`` the fill's buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
-    (:attr:`spec.dwmesh.StripTile.swap`). Beats reach the
+    (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
+    :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
+    word ``R/4 + k`` is word ``k`` of the tile ``p_a_base1``, ``p_b_base1``, ``p_a_lo1``,
+    ``p_a_hi1``, ``p_b_hi1``, ``p_swap1`` describe (the driver sets ``p_split`` to the halves
+    and the bottom half's weights as region 1's). Beats reach the
     array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
@@ -60,6 +64,8 @@ class DwFeeder(wiring.Component):
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
     p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_swap : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
+    p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
+    half's (with ``p_halves``)
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
     rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
@@ -83,6 +89,10 @@ class DwFeeder(wiring.Component):
             "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
             "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
+            "p_halves": In(1), "p_swap1": In(1),
+            "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
+            "p_b_hi1": In(range(cfg.array_rows + 1)),
+            "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
             "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits),
             "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
@@ -119,6 +129,10 @@ class DwFeeder(wiring.Component):
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
         pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
         swap = Signal(name="dw_swap")
+        halves, swap1 = Signal(name="dw_halves"), Signal(name="dw_swap1")
+        a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
+        a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
+                                                                         "b_hi1"))
         at_end = Signal()
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
                      self.ready.eq(~self.running | at_end)]
@@ -133,14 +147,22 @@ class DwFeeder(wiring.Component):
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
                          pad.eq(self.p_pad), pad_mask.eq(self.p_pad_mask),
-                         swap.eq(self.p_swap)]
+                         swap.eq(self.p_swap), halves.eq(self.p_halves),
+                         swap1.eq(self.p_swap1), a_base1.eq(self.p_a_base1),
+                         b_base1.eq(self.p_b_base1), a_lo1.eq(self.p_a_lo1),
+                         a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1)]
 
-        fill = Signal()
+        # the fill word within its half's tile: with halves, words from R/4 on are the bottom
+        # half's
+        fill, bottom = Signal(), Signal(name="dw_bottom")
+        word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
+            bottom.eq(halves & (word_t[pc] >= R // 4)),
+            word.eq(Mux(bottom, word_t[pc] - R // 4, word_t[pc])),
             self.rd_en.eq(fill),
-            self.a_raddr.eq(a_base + word_t[pc]),
-            self.b_raddr.eq(b_base + word_t[pc]),
+            self.a_raddr.eq(Mux(bottom, a_base1, a_base) + word),
+            self.b_raddr.eq(Mux(bottom, b_base1, b_base) + word),
         ]
         # the tap's weights, one per region
         tap_w = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
@@ -159,13 +181,14 @@ class DwFeeder(wiring.Component):
         m.d.sync += [o.eq(d) for o, d in zip(outs, s1)]
         # the fill words' masks, decided at the read and applied where the words arrive: a
         # masked word, and every lane of the tile's pad mask, enter as the pad value
-        word = word_t[pc]
         zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
         s1_swap = Signal(name="dw_s1_swap")
-        m.d.sync += [zero_a.eq((word < a_lo) | (word >= a_hi)), zero_b.eq(word >= b_hi),
-                     s1_pad.eq(pad), s1_mask.eq(pad_mask), s1_swap.eq(swap)]
+        m.d.sync += [zero_a.eq((word < Mux(bottom, a_lo1, a_lo)) |
+                               (word >= Mux(bottom, a_hi1, a_hi))),
+                     zero_b.eq(word >= Mux(bottom, b_hi1, b_hi)),
+                     s1_pad.eq(pad), s1_mask.eq(pad_mask), s1_swap.eq(Mux(bottom, swap1, swap))]
 
         def lanes(masked, data):
             return Cat(*(Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])

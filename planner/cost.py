@@ -109,6 +109,9 @@ class ModelConstants:
     #: ``R + 5``), and the walk's start (hw.dwwalk.DwWalker: two serial products of DIM_BITS
     #: cycles, then its first strip).
     mesh_start_cycles: int = 2
+    #: ... and the further start of a strip whose tiles take two channels each (maps of up to
+    #: ``R/2 - 1`` rows; ``hw.compute.MESH_HALVES_START_CYCLES``).
+    mesh_halves_start_cycles: int = 2
     mesh_drain_extra_cycles: int = 5
     dw_walk_cycles: int = 51
 

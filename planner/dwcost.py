@@ -7,8 +7,9 @@ weight arrays) and the walk's start, phase ``k`` issues the compute of strip ``k
 B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute, load A, load B,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
-``mesh_start_cycles`` plus its tiles' beats (``R / 2`` fills, the left pad's rotation in a
-layer's first strip, nine taps; the taps are the MAC-active cycles); its loads are one beat a
+``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
+each, maps of up to ``R / 2 - 1`` rows) plus its tiles' beats (``R / 2`` fills, the left pad's
+rotation in a layer's first strip, nine taps; the taps are the MAC-active cycles); its loads are one beat a
 row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)`` with stride 2), after
 the mesh's drain.
 """
@@ -153,7 +154,8 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
         store = steps[k - 2] if k >= 2 else None
         beats = taps = 0
         if comp is not None:
-            beats = consts.mesh_start_cycles + strip_step_cycles(comp, R)
+            beats = (consts.mesh_start_cycles + strip_step_cycles(comp, R)
+                     + consts.mesh_halves_start_cycles * comp.tiles[0].halves)
             taps = 9 * len(comp.tiles)
         ca = t.load_a(load.a_load.words) if load is not None else 0
         cb = t.load_b(load.b_load.words) if load is not None else 0

@@ -43,6 +43,8 @@ will cost; :func:`spec.golden.conv2d_int8` with ``groups == C`` is its reference
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +53,8 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "mac_utilisation", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
            "StripStep", "strip_channels", "strip_steps", "strip_patch", "strip_tile_cycles",
-           "run_strip_tile", "strip_step_cycles", "SERPENTINE", "PHASE_TAPS"]
+           "run_strip_tile", "strip_tile_writes", "strip_step_cycles", "SERPENTINE",
+           "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -291,7 +294,20 @@ class StripTile:
     ``pre_right``: one ``RIGHT`` rotation between the fills and the first tap (the map's left
     pad, below). ``channel`` (in the layer) selects the weights; the tile's results land in
     accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
-    rows past ``th`` are overwritten by the next tile)."""
+    rows past ``th`` are overwritten by the next tile).
+
+    With ``halves`` (maps of ``h <= rows / 2 - 1`` rows, two channels a tile) the mesh's top
+    half holds this tile's channel and the bottom half ``pair``'s, each half filled as that
+    tile alone would fill the top half (``rows / 4`` fill words each: ``pair``'s bases and
+    masks count its fill words from the half's first), each half multiplying by its own
+    channel's weights: the bottom half's top pad row is the top map's bottom pad, and the
+    column ring brings the top half's first row (a pad row) below the bottom map. Without a
+    ``pair`` (a step's last, odd channel) the bottom half holds the pad value and takes this
+    tile's weights. The results (:func:`strip_tile_writes`): the top half's rows ``0 .. th -
+    1`` in ``acc_row + i``, the bottom half's ``rows / 2 + i`` in ``pair.acc_row + i`` (``=
+    acc_row + th``); the tile writes rows ``acc_row .. acc_row + th + rows / 2 - 1`` (bottom
+    row first, the top half's rows from ``th`` on all into ``acc_row + th - 1``, which its row
+    ``th - 1`` then overwrites), the ones past its results overwritten by the next tile."""
     channel: int
     oy0: int
     th: int
@@ -304,6 +320,8 @@ class StripTile:
     acc_row: int
     cols: int
     swap: bool = False
+    halves: bool = False
+    pair: StripTile | None = None
 
 
 @dataclass(frozen=True)
@@ -415,6 +433,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                         a_hi=min(half, na - k0 + 1), b_base=half_row + k0,
                         b_hi=max(0, min(half, nb - k0)), pre_right=first,
                         acc_row=g * h + oy0, cols=nbytes, swap=bool(odd)))
+            if 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
+                # two channels a tile, one in each half of the mesh (StripTile.halves)
+                tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
+                         in itertools.zip_longest(tiles[0::2], tiles[1::2])]
             tw = min(tw_max, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
@@ -423,12 +445,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     return steps
 
 
-def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
-                rows: int, pad: int = 0) -> np.ndarray:
-    """The patch ``tile`` puts in a ``rows``-row mesh before its first tap: the fill words
-    (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked words and
-    the lanes from ``tile.cols`` on ``pad``, rotated right once with ``pre_right``. Only words
-    inside the masks are read."""
+def _half_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray, rows: int,
+                pad: int) -> np.ndarray:
+    """The ``rows`` x ``cols`` patch of ``tile``'s fill words alone, before any rotation."""
     cols = a_words.shape[1]
     patch = np.full((rows, cols), pad, np.int64)
     even, odd = ((b_words, tile.b_base), (a_words, tile.a_base)) if tile.swap else \
@@ -438,6 +457,23 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
             patch[2 * k, :tile.cols] = even[0][even[1] + k, :tile.cols]
         if k < tile.b_hi:
             patch[2 * k + 1, :tile.cols] = odd[0][odd[1] + k, :tile.cols]
+    return patch
+
+
+def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
+                rows: int, pad: int = 0) -> np.ndarray:
+    """The patch ``tile`` puts in a ``rows``-row mesh before its first tap: the fill words
+    (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked words and
+    the lanes from ``tile.cols`` on ``pad``, rotated right once with ``pre_right``; with
+    ``halves`` the top half of the tile's own patch above the top half of its ``pair``'s
+    (pad without one). Only words inside the masks are read."""
+    patch = _half_patch(tile, a_words, b_words, rows, pad)
+    if tile.halves:
+        half = rows // 2
+        if tile.pair is None:
+            patch[half:] = pad
+        else:
+            patch[half:] = _half_patch(tile.pair, a_words, b_words, rows, pad)[:half]
     return _rotate(patch, "RIGHT") if tile.pre_right else patch
 
 
@@ -449,15 +485,34 @@ def strip_tile_cycles(tile: StripTile, rows: int) -> int:
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
                    weights: np.ndarray, rows: int, pad: int = 0) -> np.ndarray:
     """One strip tile on the mesh, move by move after its fill (:func:`strip_patch`): the
-    serpentine taps with the channel's ``weights`` (3, 3). Returns the accumulators (rows x
-    cols, exact int64); mesh row ``i`` column ``j`` is output ``(oy0 + i, ox0 + j)``."""
+    serpentine taps with the channel's weights (``weights``: the layer's, (channels, 3, 3),
+    indexed by :attr:`StripTile.channel`; with ``halves`` the bottom half takes ``pair``'s).
+    Returns the accumulators (rows x cols, exact int64); mesh row ``i`` column ``j`` is output
+    ``(oy0 + i, ox0 + j)`` of the top half's channel (:func:`strip_tile_writes`)."""
     mesh = strip_patch(tile, a_words, b_words, rows, pad)
     acc = np.zeros_like(mesh)
+    w = np.zeros((rows, 1, 3, 3), np.int64)
+    w[:] = weights[tile.channel]
+    if tile.halves and tile.pair is not None:
+        w[rows // 2:] = weights[tile.pair.channel]
     for (dy, dx), move in SERPENTINE:
-        acc = acc + mesh * int(weights[dy, dx])
+        acc = acc + mesh * w[:, :, dy, dx]
         if move is not None:
             mesh = _rotate(mesh, move)
     return acc
+
+
+def strip_tile_writes(tile: StripTile, rows: int) -> list[tuple[int, int]]:
+    """``(mesh row, accumulator row)`` of each row ``tile`` writes, in the order the array
+    drains them (bottom row first): mesh row ``i`` into ``acc_row + i``; with ``halves`` the
+    bottom half's row ``rows / 2 + i`` into ``acc_row + th + i`` (``pair.acc_row + i``) and the
+    top half's rows from ``th`` on into ``acc_row + th - 1``, which its row ``th - 1`` then
+    overwrites (:class:`StripTile`). The rows past the tile's results hold nothing of use."""
+    half = rows // 2
+    if not tile.halves:
+        return [(i, tile.acc_row + i) for i in reversed(range(rows))]
+    return [(i, tile.acc_row + tile.th + i - half if i >= half
+             else tile.acc_row + min(i, tile.th - 1)) for i in reversed(range(rows))]
 
 
 def strip_step_cycles(step: StripStep, rows: int) -> int:

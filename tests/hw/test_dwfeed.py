@@ -123,11 +123,13 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
 
 
 @pytest.mark.parametrize("c,h,w,group", [(2, 10, 13, 2), (1, 5, 6, 1), (3, 4, 20, 3),
-                                         (3, 5, 6, 3), (2, 7, 9, 2)])
+                                         (3, 5, 6, 3), (2, 7, 9, 2), (5, 3, 6, 5),
+                                         (4, 2, 11, 4)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
-    tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back."""
+    tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back; maps
+    of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one)."""
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
@@ -150,15 +152,26 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
         feed, arr = dut.feed, dut.array
         started, rows_out = [], {}
 
+        def params(t, tile):
+            # a lone top half: the bottom all padding, with the top's weights
+            bottom = tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
+            weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
+                [wt[tile.channel], np.zeros((3, 3), np.int8)]
+            return {"p_stride2": 0,
+                    "p_split": SystolicArray.SPLITS[(2, 1) if tile.halves else (1, 1)],
+                    "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
+                    "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
+                    "p_pre_right": tile.pre_right, "p_swap": tile.swap,
+                    "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
+                    "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
+                    "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
+                    "p_w": pack(np.pad(np.concatenate(weights).reshape(-1), (0, 18)), 8),
+                    "p_tag": t, "p_pad": pad & 0xFF,
+                    "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
+
         async def driver(ctx, tiles=step.tiles):
-            await _issue_tiles(ctx, feed, started, [
-                {"p_stride2": 0, "p_split": 0, "p_a_base": tile.a_base % depth,
-                 "p_b_base": tile.b_base, "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi,
-                 "p_b_hi": tile.b_hi, "p_pre_right": tile.pre_right, "p_swap": tile.swap,
-                 "p_w": pack(np.pad(wt[tile.channel].reshape(-1), (0, 27)), 8), "p_tag": t,
-                 "p_pad": pad & 0xFF,
-                 "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
-                for t, tile in enumerate(tiles)])
+            await _issue_tiles(ctx, feed, started, [params(t, tile)
+                                                    for t, tile in enumerate(tiles)])
 
         async def monitor(ctx, beats=sum(strip_tile_cycles(t, R) for t in step.tiles)):
             for _ in range(beats + 4 * R + 16):
@@ -173,7 +186,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             acc = np.zeros((R, C), np.int64)
             for r, row in rows_out[t]:
                 acc[r] = row
-            expect = run_strip_tile(tile, words["a"], words["b"], wt[tile.channel], R, pad)
+            expect = run_strip_tile(tile, words["a"], words["b"], wt, R, pad)
             wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
             np.testing.assert_array_equal(acc, wrapped)
 

@@ -69,6 +69,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
             "b_words": step.b_load.words, "nbytes": step.a_load.nbytes,
             "st_addr": out_addr + size * step.out_addr, "st_rows": step.out_rows,
             "st_elems": step.out_tw,
-            "last": int(step is expect[-1]), "tiles": len(step.tiles) // step.channels}
+            "last": int(step is expect[-1]),
+            "tiles": sum(t.channel == step.c0 for t in step.tiles)}     # a channel's tiles
         assert step.a_load.nbytes == step.b_load.nbytes
         assert step.a_load.stride == step.b_load.stride == 2 * w

@@ -11,18 +11,23 @@ from tb import coverage
 from .test_rtl import run, seed_for
 
 #: ``small`` (with the mesh): ragged maps (not multiples of its 6 x 6 output tiles), odd
-#: heights (channels stacked, every other one's rows swapping buffers), one-row maps, several strips and channel groups, the last
-#: group short; the same with stride 2 (``:2``). ``default``: MobileNet-V2's depthwise layers
-#: (224 x 224 input), stride 1 and 2.
+#: heights (channels stacked, every other one's rows swapping buffers), one-row maps, several
+#: strips and channel groups, the last group short, maps of up to 3 rows (two channels a tile,
+#: one in each half of the mesh, an odd last one alone); the same with stride 2 (``:2``).
+#: ``default``: MobileNet-V2's depthwise layers (224 x 224 input), stride 1 and 2, and a
+#: ragged 5-row map (two channels a tile).
 CASES = {
-    "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,"
-             "3x12x13:2,2x7x9:2,5x6x20/2:2,1x1x5:2,4x10x7/3:2,2x9x15:2",
-    "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,960x7x7,"
+    "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,5x3x9,6x2x7/4,"
+             "3x12x13:2,2x7x9:2,5x6x20/2:2,1x1x5:2,4x10x7/3:2,2x9x15:2,4x2x7:2",
+    "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,960x7x7,7x5x11,"
                "96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
-#: 16 x 16 (the 7 x 7 layer is not: one channel a step, docs/architecture.md).
+#: 16 x 16.
 MIN_UTIL = 0.25
+#: The 7 x 7 layer, two channels a tile (9 x 9 padded maps: 98 outputs of 256 PEs per 18-beat
+#: tile bound it at 19.1%; 8.7% one channel a tile, docs/architecture.md).
+MIN_UTIL_7 = 0.14
 #: A stride-2 layer computes the stride-1 results and stores a quarter of them, so a quarter
 #: of the stride-1 bound; at least this much on MobileNet-V2's layers (0.8-2.6% as channel
 #: blocks before, docs/architecture.md).
@@ -50,3 +55,5 @@ def test_rtl_depthwise_verilator(rtl_build, preset, tmp_path, request):
               f"{r['total_cycles']} cycles, {util:.1%} MAC utilisation")
         if preset == "default" and r["h"] >= 14:
             assert util >= (MIN_UTIL if s == 1 else MIN_UTIL_S2), r
+        if preset == "default" and r["h"] == 7:
+            assert util >= MIN_UTIL_7, r

@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from spec.dwmesh import (PHASE_TAPS, SERPENTINE, mac_utilisation, mesh_depthwise, out_size,
                          padded_input, plan_tiles, run_strip_tile, run_tile, strip_channels,
+                         strip_tile_writes,
                          strip_step_cycles, strip_steps, tile_cycles, tile_weights)
 from spec.golden import conv2d_int8
 
@@ -133,8 +134,9 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
         a_words, b_words = load(step.a_load), load(step.b_load)
         acc = rng.integers(-9, 9, (step.channels * h + size, size)).astype(np.int64)
         for tile in step.tiles:
-            acc[tile.acc_row:tile.acc_row + size] = run_strip_tile(
-                tile, a_words, b_words, wt[tile.channel], size, pad)
+            result = run_strip_tile(tile, a_words, b_words, wt, size, pad)
+            for row, acc_row in strip_tile_writes(tile, size):
+                acc[acc_row] = result[row]
         assert step.out_rows == step.channels * oh and step.ch_rows == oh
         for r in range(step.out_rows):
             addr = step.out_addr + r * step.out_row_stride
@@ -170,9 +172,20 @@ def test_strip_steps_beats_and_channel_groups():
                           stride=2) == 1
     assert strip_channels(7, rows=16, buf_words=20, acc_rows=512, channels=960) == 5
     # odd maps: channels stack, every other channel's rows swap buffers
-    (step,) = strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=3)
+    (step,) = strip_steps(3, 9, 9, x_addr=0, out_addr=0, group=3)
     assert [t.swap for t in step.tiles] == [False, True, False]
+    assert (step.a_load.words, step.b_load.words) == (13, 14)
+    # maps of up to rows / 2 - 1 rows: two channels a tile, one in each half of the mesh
+    (step,) = strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=3)
     assert (step.a_load.words, step.b_load.words) == (10, 11)
+    assert [(t.channel, t.halves, t.pair and t.pair.channel) for t in step.tiles] == \
+        [(0, True, 1), (2, True, None)]
+    assert step.tiles[0].pair.swap and not step.tiles[0].swap
+    assert strip_step_cycles(step, 16) == 2 * (8 + 1 + 9)
+    assert [t.halves for t in strip_steps(3, 8, 7, x_addr=0, out_addr=0, group=3)[0].tiles] \
+        == [False] * 3
+    assert [t.halves for t in strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=1)[0].tiles] \
+        == [False]
     assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
 
 
