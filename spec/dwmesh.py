@@ -394,7 +394,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     right one is the lanes past the load's bytes, and the left one, in the first strip, is the
     patch's last column (the strip's loads start at input column 0 and take ``cols - 1``
     bytes), rotated into column 0 by ``pre_right``: the feeder puts the pad value into those
-    lanes (:attr:`StripTile.cols`), whatever the buffer holds there."""
+    lanes (:attr:`StripTile.cols`), whatever the buffer holds there.
+
+    A step of two or more channels of ``h <= rows / 2 - 1`` rows (``rows`` a multiple of 4)
+    runs them two a tile, one in each half of the mesh (:attr:`StripTile.halves`)."""
     if h < 1 or w < 1 or channels < 1:
         raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
     if rows < 4 or rows % 2 or cols < 4:
