@@ -55,7 +55,10 @@ class DwFeeder(wiring.Component):
     array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
-    bubble. ``p_tag`` is the tile's tag, sampled with its last tap by the array.
+    bubble; a tile taken in its predecessor's last beat (a tap, whose move would be a hold)
+    makes its first fill beat in that beat, so it takes one beat less
+    (:func:`spec.dwmesh.strip_step_cycles`): the tap multiplies the ``x`` the fill then
+    shifts. ``p_tag`` is the tile's tag, sampled with its last tap by the array.
 
     Members
     -------
@@ -134,15 +137,20 @@ class DwFeeder(wiring.Component):
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
                                                                          "b_hi1"))
         at_end = Signal()
+        take, merge = Signal(name="dw_take"), Signal(name="dw_merge")
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
-                     self.ready.eq(~self.running | at_end)]
+                     self.ready.eq(~self.running | at_end),
+                     take.eq(self.start & self.ready),
+                     # the next tile's first fill beat is this tile's last (tap) beat
+                     merge.eq(take & at_end)]
         with m.If(self.running):
             m.d.sync += pc.eq(pc + 1)
             with m.If(at_end):
                 m.d.sync += self.running.eq(0)
-        with m.If(self.start & self.ready):
+        with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_stride2, start2, Mux(self.p_pre_right, start_r, 0))),
+                         pc.eq(Mux(self.p_stride2, start2, Mux(self.p_pre_right, start_r, 0))
+                               + merge),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
@@ -160,9 +168,10 @@ class DwFeeder(wiring.Component):
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
             bottom.eq(halves & (word_t[pc] >= R // 4)),
             word.eq(Mux(bottom, word_t[pc] - R // 4, word_t[pc])),
-            self.rd_en.eq(fill),
-            self.a_raddr.eq(Mux(bottom, a_base1, a_base) + word),
-            self.b_raddr.eq(Mux(bottom, b_base1, b_base) + word),
+            self.rd_en.eq(fill | merge),
+            # a merged first fill beat reads the new tile's word 0
+            self.a_raddr.eq(Mux(merge, self.p_a_base, Mux(bottom, a_base1, a_base) + word)),
+            self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + word)),
         ]
         # the tap's weights, one per region
         tap_w = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
@@ -174,7 +183,9 @@ class DwFeeder(wiring.Component):
         is_tap = self.running & taps_t[pc]
         m.d.comb += self.issue_tap.eq(is_tap)
         m.d.sync += [d.eq(v) for d, v in zip(s1, (
-            self.running, Mux(self.running, move_t[pc], moves["HOLD"]), split, tap_w, is_tap,
+            self.running,
+            Mux(self.running, Mux(merge, moves["FILL"], move_t[pc]), moves["HOLD"]), split,
+            tap_w, is_tap,
             is_tap & first_t[pc], is_tap & last_t[pc], tag))]
         outs = (self.o_mesh, self.o_move, self.o_split, self.o_w, self.o_tap, self.o_first,
                 self.o_last, self.o_tag)
@@ -185,10 +196,16 @@ class DwFeeder(wiring.Component):
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
         s1_swap = Signal(name="dw_s1_swap")
-        m.d.sync += [zero_a.eq((word < Mux(bottom, a_lo1, a_lo)) |
-                               (word >= Mux(bottom, a_hi1, a_hi))),
-                     zero_b.eq(word >= Mux(bottom, b_hi1, b_hi)),
-                     s1_pad.eq(pad), s1_mask.eq(pad_mask), s1_swap.eq(Mux(bottom, swap1, swap))]
+        with m.If(merge):                    # the new tile's word 0, from its parameters
+            m.d.sync += [zero_a.eq((self.p_a_lo != 0) | (self.p_a_hi == 0)),
+                         zero_b.eq(self.p_b_hi == 0), s1_pad.eq(self.p_pad),
+                         s1_mask.eq(self.p_pad_mask), s1_swap.eq(self.p_swap)]
+        with m.Else():
+            m.d.sync += [zero_a.eq((word < Mux(bottom, a_lo1, a_lo)) |
+                                   (word >= Mux(bottom, a_hi1, a_hi))),
+                         zero_b.eq(word >= Mux(bottom, b_hi1, b_hi)),
+                         s1_pad.eq(pad), s1_mask.eq(pad_mask),
+                         s1_swap.eq(Mux(bottom, swap1, swap))]
 
         def lanes(masked, data):
             return Cat(*(Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])

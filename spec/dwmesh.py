@@ -251,7 +251,9 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
                    rows: int = 16, cols: int = 16) -> tuple[np.ndarray, int]:
     """Depthwise 3x3 convolution of ``x`` (C, H, W) int8 with ``w`` (C, 3, 3) int8 on a
     ``rows`` x ``cols`` rotating mesh, move by move. Returns the int32 output (C, OH, OW),
-    wrapping like the accumulators, and the beats the tiles took (:func:`tile_cycles`)."""
+    wrapping like the accumulators, and the beats the tiles took (:func:`tile_cycles` each,
+    less one for every tile after the first: its first fill beat is its predecessor's last tap
+    beat, :func:`strip_step_cycles`)."""
     _check(x, w, stride, pad, rows, cols)
     channels, h, wd = x.shape
     tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
@@ -261,7 +263,7 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
     for tile in tiles:
         patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
         acc, beats = run_tile(tile, patches, tile_weights(tile, w), stride=stride)
-        cycles += beats
+        cycles += beats - (cycles > 0)
         scatter_results(tile, acc, out, stride=stride)
     wrapped = ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     return wrapped, cycles
@@ -519,8 +521,10 @@ def strip_tile_writes(tile: StripTile, rows: int) -> list[tuple[int, int]]:
 
 
 def strip_step_cycles(step: StripStep, rows: int) -> int:
-    """Beats of a strip step's tiles, back to back."""
-    return sum(strip_tile_cycles(t, rows) for t in step.tiles)
+    """Beats of a strip step's tiles, back to back: each tile after the first makes its first
+    fill beat in its predecessor's last tap beat (that tap multiplies the registers the fill
+    then shifts), so it takes one beat less than :func:`strip_tile_cycles`."""
+    return sum(strip_tile_cycles(t, rows) for t in step.tiles) - (len(step.tiles) - 1)
 
 
 def store_beats(tile: MeshTile) -> int:
@@ -532,9 +536,11 @@ def store_beats(tile: MeshTile) -> int:
 def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
                     rows: int = 16, cols: int = 16) -> float:
     """MACs over ``rows * cols`` times the cycles of the tiles, each the larger of its beats
-    and its stores' C-port beats (a tile's stores overlap the next tile's beats, one beat per
-    cycle): the mesh's bound for a layer."""
+    (one less after the first tile: :func:`strip_step_cycles`) and its stores' C-port beats (a
+    tile's stores overlap the next tile's beats, one beat per cycle): the mesh's bound for a
+    layer."""
     tiles = plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols)
     macs = channels * out_size(h, pad, stride) * out_size(w, pad, stride) * 9
-    cycles = sum(max(tile_cycles(t, stride, rows), store_beats(t)) for t in tiles)
+    cycles = sum(max(tile_cycles(t, stride, rows) - (i > 0), store_beats(t))
+                 for i, t in enumerate(tiles))
     return macs / (cycles * rows * cols)

@@ -110,8 +110,10 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
 
     run_sim(dut, driver, monitor)
     # no bubble between tiles: each starts when the previous one's program ends
-    assert np.diff(started).tolist() == [tile_cycles(t, stride, R) for t in tiles[:-1]]
-    assert sum(tile_cycles(t, stride, R) for t in tiles) == beats
+    # a tile after another makes its first fill beat in that one's last tap beat
+    assert np.diff(started).tolist() == [tile_cycles(t, stride, R) - (i > 0)
+                                         for i, t in enumerate(tiles[:-1])]
+    assert sum(tile_cycles(t, stride, R) for t in tiles) - (len(tiles) - 1) == beats
     got = np.zeros_like(expect)
     for t, tile in enumerate(tiles):
         acc = np.zeros((R, C), np.int64)
@@ -181,7 +183,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                 await ctx.tick()
 
         run_sim(dut, driver, monitor)
-        assert np.diff(started).tolist() == [strip_tile_cycles(t, R) for t in step.tiles[:-1]]
+        assert np.diff(started).tolist() == [strip_tile_cycles(t, R) - (i > 0)
+                                             for i, t in enumerate(step.tiles[:-1])]
         for t, tile in enumerate(step.tiles):
             acc = np.zeros((R, C), np.int64)
             for r, row in rows_out[t]:

@@ -62,8 +62,8 @@ def test_layer_cost_takes_the_mesh_model_on_a_mesh_config(batch):
 #: the model's MAC utilisation, at least the 25% of issue 18 (the 7x7 one is not: two 9 x 9
 #: padded maps in a 16 x 16 patch, docs/architecture.md; 8.7% with one channel a tile, 2.7%
 #: with one channel a step).
-@pytest.mark.parametrize("c, h, at_least", [(32, 112, 0.38), (144, 56, 0.38), (192, 28, 0.36),
-                                            (384, 14, 0.32), (576, 14, 0.33), (960, 7, 0.15)])
+@pytest.mark.parametrize("c, h, at_least", [(32, 112, 0.41), (144, 56, 0.40), (192, 28, 0.37),
+                                            (384, 14, 0.33), (576, 14, 0.35), (960, 7, 0.16)])
 def test_mobilenet_v2_depthwise_utilisation(c, h, at_least):
     cost = layer_cost(dw(c, h), MESH)
     util = cost.macs / (MESH.macs_per_cycle * cost.cycles)
@@ -72,8 +72,8 @@ def test_mobilenet_v2_depthwise_utilisation(c, h, at_least):
 
 #: The stride-2 ones: a quarter of the stride-1 bound (the model; tests/sim/test_depthwise.py
 #: measures them on the RTL). As channel blocks they ran at 0.8-2.6%.
-@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.09), (144, 56, 0.09), (192, 28, 0.09),
-                                            (576, 14, 0.08)])
+@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.10), (144, 56, 0.10), (192, 28, 0.09),
+                                            (576, 14, 0.09)])
 def test_mobilenet_v2_stride_2_depthwise_utilisation(c, h, at_least):
     cost = layer_cost(dw(c, h, stride=2), MESH)
     assert cost.mesh
