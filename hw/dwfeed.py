@@ -12,21 +12,14 @@ from .array import SystolicArray
 __all__ = ["DwFeeder", "tile_program"]
 
 
-def tile_program(rows: int, stride: int, *, pre_right: bool = False
-                 ) -> list[tuple[str, int, int | None, bool, bool]]:
+def tile_program(rows: int, stride: int) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``)
-    multiplies, then makes ``move``; with ``pre_right`` (stride 1: a strip tile's left zero
-    pad, :class:`spec.dwmesh.StripTile`) a beat with ``tap = None`` only rotates right between
-    the fills and the first tap."""
-    if pre_right and stride != 1:
-        raise ValueError(f"tile_program: pre_right needs stride 1, not {stride}")
+    multiplies, then makes ``move``."""
     beats, taps = [], 0
     for phase, walk in enumerate(walks(stride)):
         beats += [("FILL", phase * (rows // 2) + b, 0, False, False) for b in range(rows // 2)]
-        if pre_right:
-            beats.append(("RIGHT", 0, None, False, False))
         for (dy, dx), move in walk:
             taps += 1
             beats.append((move or "HOLD", 0, 3 * dy + dx, taps == 1, taps == 9))
@@ -44,8 +37,10 @@ class DwFeeder(wiring.Component):
     A word enters the mesh as zeros when its index (``0 .. R/2 - 1`` in a stride-1 tile) is
     below ``p_a_lo`` or at least ``p_a_hi``, its B word when at least ``p_b_hi`` (a strip
     tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing);
-    ``p_pre_right`` (stride 1) adds a ``RIGHT`` move between the fills and the first tap
-    (:func:`tile_program`). With ``p_swap`` the fill's buffers trade places: the B word
+    With ``p_pre_right`` every fill row enters rotated right by one lane (lane ``j`` from lane
+    ``j - 1``, lane 0 from lane ``C - 1``): the patch a ``RIGHT`` move after the fills would
+    give (a strip tile's left pad, :attr:`spec.dwmesh.StripTile.pre_right`), without the
+    beat. With ``p_swap`` the fill's buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
     (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
@@ -111,10 +106,9 @@ class DwFeeder(wiring.Component):
         cfg = self._cfg
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
         assert self.FEED_CYCLES == 2     # the two stages below
-        programs = [tile_program(R, 1), tile_program(R, 1, pre_right=True), tile_program(R, 2)]
+        programs = [tile_program(R, 1), tile_program(R, 2)]
         rom = [beat for program in programs for beat in program]
-        start_r = len(programs[0])                      # the pre-rotating stride-1 program
-        start2 = start_r + len(programs[1])             # the stride-2 program
+        start2 = len(programs[0])                       # the stride-2 program
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
@@ -123,7 +117,7 @@ class DwFeeder(wiring.Component):
         taps_t = Array(Const(b[0] != "FILL" and b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
-        end_t = Array(Const(i in (start_r - 1, start2 - 1, len(rom) - 1), 1)
+        end_t = Array(Const(i in (start2 - 1, len(rom) - 1), 1)
                       for i in range(len(rom)))
 
         pc = Signal(range(len(rom)))
@@ -132,6 +126,7 @@ class DwFeeder(wiring.Component):
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
         pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
         swap = Signal(name="dw_swap")
+        rot = Signal(name="dw_rot")                     # fill rows rotated right (pre_right)
         halves, swap1 = Signal(name="dw_halves"), Signal(name="dw_swap1")
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
@@ -149,8 +144,7 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_stride2, start2, Mux(self.p_pre_right, start_r, 0))
-                               + merge),
+                         pc.eq(Mux(self.p_stride2, start2, 0) + merge), rot.eq(self.p_pre_right),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
@@ -195,21 +189,24 @@ class DwFeeder(wiring.Component):
         zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
-        s1_swap = Signal(name="dw_s1_swap")
+        s1_swap, s1_rot = Signal(name="dw_s1_swap"), Signal(name="dw_s1_rot")
         with m.If(merge):                    # the new tile's word 0, from its parameters
             m.d.sync += [zero_a.eq((self.p_a_lo != 0) | (self.p_a_hi == 0)),
                          zero_b.eq(self.p_b_hi == 0), s1_pad.eq(self.p_pad),
-                         s1_mask.eq(self.p_pad_mask), s1_swap.eq(self.p_swap)]
+                         s1_mask.eq(self.p_pad_mask), s1_swap.eq(self.p_swap),
+                         s1_rot.eq(self.p_pre_right)]
         with m.Else():
             m.d.sync += [zero_a.eq((word < Mux(bottom, a_lo1, a_lo)) |
                                    (word >= Mux(bottom, a_hi1, a_hi))),
                          zero_b.eq(word >= Mux(bottom, b_hi1, b_hi)),
                          s1_pad.eq(pad), s1_mask.eq(pad_mask),
-                         s1_swap.eq(Mux(bottom, swap1, swap))]
+                         s1_swap.eq(Mux(bottom, swap1, swap)), s1_rot.eq(rot)]
 
         def lanes(masked, data):
-            return Cat(*(Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
-                         for j in range(C)))
+            vals = [Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
+                    for j in range(C)]
+            # rotated right: lane j from lane j - 1, lane 0 from lane C - 1
+            return Cat(*(Mux(s1_rot, vals[j - 1], vals[j]) for j in range(C)))
 
         a_row, b_row = self.a_rdata[:C * ob], self.b_rdata[:C * ob]
         even_row, odd_row = Mux(s1_swap, b_row, a_row), Mux(s1_swap, a_row, b_row)

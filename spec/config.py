@@ -158,8 +158,11 @@ class AccelConfig:
             if getattr(self, name) < 2 * half_min:
                 raise ConfigError(f"AccelConfig.{name} must be at least {2 * half_min} (two "
                                   f"halves of {half_min} bytes), not {getattr(self, name)!r}")
-        if self.dw_mesh and not (self.array_rows == self.array_cols >= 4):
-            raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
+        # a mesh tile (R/2 fill beats and 9 taps, its first fill in the previous tile's last
+        # tap) must span the R cycles the array takes to drain a tile's rows
+        if self.dw_mesh and not (self.array_rows == self.array_cols and
+                                 4 <= self.array_rows <= 16):
+            raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of 4 x 4 to 16 x 16, "
                               f"not array_rows={self.array_rows} x array_cols={self.array_cols}")
 
     def _check_range(self, name: str, lo: int, hi: int):

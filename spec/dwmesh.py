@@ -293,8 +293,9 @@ class StripTile:
     stacked maps, odd ``h``) the buffers trade places: the even patch rows come from buffer-B
     words ``b_base + k`` and the odd ones from buffer-A words ``a_base + k``; the masks stay
     with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_hi`` for the odd ones).
-    ``pre_right``: one ``RIGHT`` rotation between the fills and the first tap (the map's left
-    pad, below). ``channel`` (in the layer) selects the weights; the tile's results land in
+    ``pre_right``: the patch rotated right by one column (the map's left pad, below), as one
+    ``RIGHT`` move after the fills would; the feeder rotates every fill row as it enters
+    instead, so it costs no beat. ``channel`` (in the layer) selects the weights; the tile's results land in
     accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
     rows past ``th`` are overwritten by the next tile).
 
@@ -483,8 +484,9 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
 
 
 def strip_tile_cycles(tile: StripTile, rows: int) -> int:
-    """Beats of one strip tile: ``rows / 2`` fills, the pre-rotation if any, nine taps."""
-    return rows // 2 + int(tile.pre_right) + 9
+    """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``),
+    nine taps."""
+    return rows // 2 + 9
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,

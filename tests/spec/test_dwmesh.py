@@ -166,10 +166,11 @@ def test_strip_steps_beats_and_channel_groups():
     (step,) = steps
     assert [t.channel for t in step.tiles] == [0, 1, 2, 3]
     assert all(t.pre_right for t in step.tiles)
-    assert strip_step_cycles(step, 16) == 4 * (8 + 1 + 9) - 3     # a fill beat in a tap beat
+    assert strip_step_cycles(step, 16) == 4 * (8 + 9) - 3     # a fill beat in a tap beat
     # the second column strip needs no pre-rotation
     steps = strip_steps(1, 28, 28, x_addr=0, out_addr=0)
-    assert [strip_step_cycles(s, 16) for s in steps] == [2 * 18 - 1, 2 * 17 - 1]
+    # the first strip's pre-rotation costs no beat (the fill rows enter rotated)
+    assert [strip_step_cycles(s, 16) for s in steps] == [2 * 17 - 1, 2 * 17 - 1]
     assert strip_channels(14, rows=16, buf_words=4096, acc_rows=512, channels=960) == 35
     assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 70
     assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960,
@@ -185,7 +186,7 @@ def test_strip_steps_beats_and_channel_groups():
     assert [(t.channel, t.halves, t.pair and t.pair.channel) for t in step.tiles] == \
         [(0, True, 1), (2, True, None)]
     assert step.tiles[0].pair.swap and not step.tiles[0].swap
-    assert strip_step_cycles(step, 16) == 2 * (8 + 1 + 9) - 1
+    assert strip_step_cycles(step, 16) == 2 * (8 + 9) - 1
     assert [t.halves for t in strip_steps(3, 8, 7, x_addr=0, out_addr=0, group=3)[0].tiles] \
         == [False] * 3
     assert [t.halves for t in strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=1)[0].tiles] \

@@ -106,11 +106,13 @@ def test_config_requant_lanes_range(cols, lanes):
         AccelConfig(array_cols=cols, block_n=16, requant_lanes=lanes)
 
 
-@pytest.mark.parametrize("rows, cols", [(8, 16), (2, 4), (16, 8)])
+@pytest.mark.parametrize("rows, cols", [(8, 16), (2, 4), (16, 8), (32, 32)])
 def test_config_dw_mesh_square(rows, cols):
-    with refused(ConfigError, f"AccelConfig.dw_mesh=1 needs a square array of at least 4 x 4, "
+    """A 32 x 32 mesh's 24-beat tiles would overlap their 32-cycle drains."""
+    with refused(ConfigError, f"AccelConfig.dw_mesh=1 needs a square array of 4 x 4 to 16 x 16, "
                               f"not array_rows={rows} x array_cols={cols}"):
-        AccelConfig(array_rows=rows, array_cols=cols, block_m=16, block_n=16, dw_mesh=1,
+        AccelConfig(array_rows=rows, array_cols=cols, block_m=max(16, rows),
+                    block_n=max(16, cols), dw_mesh=1,
                     a_port_bytes_per_cycle=rows, b_port_bytes_per_cycle=cols,
                     c_port_bytes_per_cycle=4 * cols)
 
