@@ -115,9 +115,23 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     results written over whole accumulator rows, one store per step into the NCHW output; the
     result is the grouped convolution of the map padded with that value, and nothing outside
     the output is written."""
+    _replay(c, h, w, size, group, stride, seed=c * 31 + h + w + size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(c=st.integers(1, 9), h=st.integers(1, 20), w=st.integers(1, 34),
+       size=st.sampled_from([4, 8, 16]), group=st.integers(1, 9), stride=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed):
+    """The same replay on random maps, meshes and channel groups (two maps a tile whenever
+    they fit half the mesh, a lone last one for odd groups)."""
+    _replay(c, h, w, size, min(group, c), stride, seed=seed)
+
+
+def _replay(c, h, w, size, group, stride, *, seed):
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
-    rng = np.random.default_rng(c * 31 + h + w + size)
+    rng = np.random.default_rng(seed)
     x, wt = _random(rng, c, h, w)
     pad = int(rng.integers(-128, 128))
     x_addr, out_addr = 700, 40_000
