@@ -11,7 +11,8 @@ from .array import SystolicArray
 from .bits import log2
 from .dwfeed import DwFeeder
 
-__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "MESH_HALVES_START_CYCLES", "ComputeEngine", "array_tag_bits",
+__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "MESH_HALVES_START_CYCLES", "ComputeEngine",
+           "array_tag_bits",
            "drain_cycles", "mesh_drain_cycles"]
 
 
@@ -485,8 +486,8 @@ class ComputeEngine(wiring.Component):
         with m.If(self.start):                  # a GEMM's drain holds no rows
             m.d.sync += halves.eq(0)
         with m.If(capture):
-            # the tag: the bottom half's row 0 goes to the tile's row h, R/2 - 1 rows after
-            # the tag's (the drain's first) row
+            # the tag, the drain's first row (mesh row R - 1): the tile's row h + R/2 - 1, so
+            # that the bottom half's row 0 lands in its row h
             m.d.sync += [captured.eq(1), fresh.eq(1), t_a_base.eq(n_a_base),
                          t_b_base.eq(n_b_base), t_a_lo.eq(n_a_lo), t_a_hi.eq(n_a_hi),
                          t_b_hi.eq(n_b_hi), t_swap.eq(n_swap), t_w.eq(self.w_rdata),

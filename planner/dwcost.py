@@ -8,9 +8,10 @@ B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
-each, maps of up to ``R / 2 - 1`` rows) plus its tiles' beats (``R / 2`` fills, the left pad's
-rotation in a layer's first strip, nine taps; the taps are the MAC-active cycles); its loads are one beat a
-row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)`` with stride 2), after
+each, maps of up to ``R / 2 - 1`` rows) plus its tiles' beats (``R / 2`` fills and nine taps,
+one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
+last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
+loads are one beat a row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)`` with stride 2), after
 the mesh's drain.
 """
 

@@ -295,8 +295,8 @@ class StripTile:
     with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_hi`` for the odd ones).
     ``pre_right``: the patch rotated right by one column (the map's left pad, below), as one
     ``RIGHT`` move after the fills would; the feeder rotates every fill row as it enters
-    instead, so it costs no beat. ``channel`` (in the layer) selects the weights; the tile's results land in
-    accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
+    instead, so it costs no beat. ``channel`` (in the layer) selects the weights; the tile's
+    results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
     rows past ``th`` are overwritten by the next tile).
 
     With ``halves`` (maps of ``h <= rows / 2 - 1`` rows, two channels a tile) the mesh's top
