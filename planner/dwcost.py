@@ -11,8 +11,8 @@ assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 each, maps of up to ``R / 2 - 1`` rows) plus its tiles' beats (``R / 2`` fills and nine taps,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
 last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
-loads are one beat a row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)`` with stride 2), after
-the mesh's drain.
+loads are one beat a row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)``
+with stride 2), after the mesh's drain.
 """
 
 from __future__ import annotations

@@ -259,14 +259,21 @@ def mesh_depthwise(x: np.ndarray, w: np.ndarray, *, stride: int = 1, pad: int = 
     tiles = plan_tiles(channels, h, wd, stride=stride, pad=pad, rows=rows, cols=cols)
     padded = padded_input(x, pad)
     out = np.zeros((channels, out_size(h, pad, stride), out_size(wd, pad, stride)), np.int64)
-    cycles = 0
+    beats = []
     for tile in tiles:
         patches = tile_patches(tile, padded, stride=stride, rows=rows, cols=cols)
-        acc, beats = run_tile(tile, patches, tile_weights(tile, w), stride=stride)
-        cycles += beats - (cycles > 0)
+        acc, tile_beats = run_tile(tile, patches, tile_weights(tile, w), stride=stride)
+        beats.append(tile_beats)
         scatter_results(tile, acc, out, stride=stride)
     wrapped = ((out + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
-    return wrapped, cycles
+    return wrapped, _back_to_back(beats)
+
+
+def _back_to_back(beats: list[int]) -> int:
+    """Beats of tiles run back to back: each tile after the first makes its first fill beat in
+    its predecessor's last tap beat (that tap multiplies the registers the fill then shifts),
+    so it takes one beat less than it would alone."""
+    return sum(beats) - max(0, len(beats) - 1)
 
 
 @dataclass(frozen=True)
@@ -296,8 +303,8 @@ class StripTile:
     ``pre_right``: the patch rotated right by one column (the map's left pad, below), as one
     ``RIGHT`` move after the fills would; the feeder rotates every fill row as it enters
     instead, so it costs no beat. ``channel`` (in the layer) selects the weights; the tile's
-    results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in ``acc_row + i``;
-    rows past ``th`` are overwritten by the next tile).
+    results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
+    ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
     With ``halves`` (maps of ``h <= rows / 2 - 1`` rows, two channels a tile) the mesh's top
     half holds this tile's channel and the bottom half ``pair``'s, each half filled as that
@@ -523,10 +530,9 @@ def strip_tile_writes(tile: StripTile, rows: int) -> list[tuple[int, int]]:
 
 
 def strip_step_cycles(step: StripStep, rows: int) -> int:
-    """Beats of a strip step's tiles, back to back: each tile after the first makes its first
-    fill beat in its predecessor's last tap beat (that tap multiplies the registers the fill
-    then shifts), so it takes one beat less than :func:`strip_tile_cycles`."""
-    return sum(strip_tile_cycles(t, rows) for t in step.tiles) - (len(step.tiles) - 1)
+    """Beats of a strip step's tiles, back to back: one less than :func:`strip_tile_cycles`
+    for each tile after the first (its first fill beat is its predecessor's last tap beat)."""
+    return _back_to_back([strip_tile_cycles(t, rows) for t in step.tiles])
 
 
 def store_beats(tile: MeshTile) -> int:
