@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
-           "mac_utilisation", "out_size", "padded_input", "walks", "tile_patches",
+           "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
            "StripStep", "strip_channels", "strip_steps", "strip_patch", "strip_tile_cycles",
            "run_strip_tile", "strip_tile_writes", "strip_step_cycles", "SERPENTINE",
@@ -552,3 +552,18 @@ def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
     cycles = sum(max(tile_cycles(t, stride, rows) - (i > 0), store_beats(t))
                  for i, t in enumerate(tiles))
     return macs / (cycles * rows * cols)
+
+
+def input_bound(h: int, w: int, *, stride: int, bytes_per_cycle: float, rows: int = 16,
+                cols: int = 16) -> float:
+    """The most MAC utilisation any dataflow can give a pad-1 depthwise 3x3 layer of ``h x w``
+    maps whose input comes from memory at ``bytes_per_cycle`` (the operand ports together):
+    every input byte read once (the pads are never read: the feeder makes them), nine MACs
+    an output, on ``rows * cols`` multipliers, at most 1. Independent of the channel count.
+    With stride 2 and even maps it is ``9 * bytes_per_cycle / (4 * rows * cols)``: 28.1% for
+    the 16x16's two 16 B/cycle ports, whatever the map size."""
+    if h < 1 or w < 1 or stride not in (1, 2) or bytes_per_cycle <= 0:
+        raise ValueError(f"input_bound: h={h}, w={w} must be >= 1, stride={stride} 1 or 2, "
+                         f"bytes_per_cycle={bytes_per_cycle} > 0")
+    macs = 9 * out_size(h, 1, stride) * out_size(w, 1, stride)
+    return min(1.0, macs * bytes_per_cycle / (h * w * rows * cols))

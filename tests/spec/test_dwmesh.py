@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.dwmesh import (PHASE_TAPS, SERPENTINE, mac_utilisation, mesh_depthwise, out_size,
+from spec.config import PRESETS
+from spec.dwmesh import (PHASE_TAPS, SERPENTINE, input_bound, mac_utilisation, mesh_depthwise, out_size,
                          padded_input, plan_tiles, run_strip_tile, run_tile, strip_channels,
                          strip_tile_writes,
                          strip_step_cycles, strip_steps, tile_cycles, tile_weights)
@@ -84,6 +85,23 @@ def test_mobilenet_v2_depthwise_bounds():
         # 15 x 7 outputs in 24 beats, the maps' 7 k rows in tiles of 15
         assert mac_utilisation(ch, h, h, stride=2) == pytest.approx(
             15 * 7 * 9 / (24 * 256) * 14 / 15, rel=1e-3)
+
+
+def test_input_bandwidth_bound():
+    """What memory allows any dataflow on the default 16x16 (docs/architecture.md's table):
+    stride 2 reads four input bytes an output, so its even maps are capped at 28.1% by the two
+    16 B/cycle ports (the pads are never read); stride 1 is not input-bound."""
+    cfg = PRESETS["default"]
+    port = cfg.a_port_bytes_per_cycle + cfg.b_port_bytes_per_cycle
+    assert port == 32
+    for h in (112, 56, 28, 14):
+        assert input_bound(h, h, stride=2, bytes_per_cycle=port) == 9 * 32 / (4 * 256)
+        assert input_bound(h, h, stride=1, bytes_per_cycle=port) == 1.0
+    # odd maps: a stride-2 output row and column more than half the input's
+    assert input_bound(7, 7, stride=2, bytes_per_cycle=port) == 9 * 16 * 32 / (49 * 256)
+    assert input_bound(7, 7, stride=1, bytes_per_cycle=4) == 9 * 4 / 256
+    with pytest.raises(ValueError, match="stride=3 1 or 2"):
+        input_bound(7, 7, stride=3, bytes_per_cycle=port)
 
 
 @pytest.mark.parametrize("kwargs,match", [
