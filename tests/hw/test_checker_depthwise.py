@@ -113,7 +113,12 @@ def depthwise_boundaries(cfg):
                 # odd maps: several channels a step with stride 1, one with stride 2
                 rec(h=5, g=2, b_stride=35, c_stride=12 if e else 35,
                     b_mode=B_MODE_DEPTHWISE + e),
-                rec(h=5, g=1 + e, b_stride=35, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2)]
+                rec(h=5, g=1 + e, b_stride=35, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2),
+                # partition_m's range, both strides (the random records reach it only
+                # sometimes: a run of test_checker_depthwise_matches_python_rules without one
+                # for b_mode 2 failed its coverage check, seed 350312276)
+                rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE),
+                rec(g=e * MAX_DIM, b_mode=B_MODE_DEPTHWISE_S2, c_stride=12)]
     return out
 
 
