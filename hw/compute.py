@@ -94,6 +94,12 @@ class ComputeEngine(wiring.Component):
     half of the mesh (:attr:`spec.dwmesh.StripTile.halves`, results as
     :func:`spec.dwmesh.strip_tile_writes` states), the first beat
     :data:`MESH_HALVES_START_CYCLES` later.
+    With ``p_m_phases`` (stride 2's row phases, :func:`spec.dwmesh.row_phases`; ``h`` a
+    multiple of 4) each tile is a two-phase stride-2 tile (:attr:`spec.dwmesh.StripTile.phase1`)
+    of ``R - 1`` output rows: its fill words from the four classes of the step's stacked rows,
+    ``p_m_words`` words each (buffer A: classes 0 and 1 from ``p_a_base``, B: 2 and 3 from
+    ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
+    results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``.
     ``p_m_pre_right`` gives every tile the left pad's rotation; the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
@@ -115,8 +121,8 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na, p_m_nb :
-    ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; p_m_pad : ``In(8)``; p_m_cols :
+    m_start, p_m_pre_right, p_m_phases : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na,
+    p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; p_m_pad : ``In(8)``; p_m_cols :
     ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(72)`` (only with ``mesh``)
     """
 
@@ -125,8 +131,9 @@ class ComputeEngine(wiring.Component):
         self._mesh = mesh
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
-        extra = {"m_start": In(1), "p_m_pre_right": In(1),
-                 **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb")},
+        extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1),
+                 **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
+                                                      "words")},
                  "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
                  "p_m_c0": In(range(cfg.quant_entries)),
                  "w_raddr": Out(range(cfg.quant_entries)), "w_rdata": In(9 * ob),
@@ -438,9 +445,35 @@ class ComputeEngine(wiring.Component):
                                   for n in ("a_lo", "a_hi", "b_hi"))
         n_tag = Signal.like(feed.p_tag)
         n_swap = Signal(name="mesh_n_swap")
-        m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_lo.eq(first),
-                     n_a_hi.eq(clamp(a_left)), n_b_hi.eq(clamp(b_left)),
-                     n_tag.eq(acc_pos), n_swap.eq(par), fresh.eq(0)]
+        # Row phases (stride 2, spec.dwmesh.StripTile.phase1): `pq` is the tile's first padded
+        # row's stacked row + 1 (even), `prem` the channel's rows from the tile's first padded
+        # row on (h - p0); with u = pq / 4 and odd = bit 1 of pq, phase 0 reads the classes'
+        # second groups from A word words + u and B word words + u - 1 + odd (swapped unless
+        # odd), phase 1 the first groups from A word u + odd and B word u (swapped if odd)
+        phases = Signal(name="mesh_phases")
+        pq, pq_ch = Signal(DIM_BITS + 1, name="mesh_pq"), Signal(DIM_BITS + 1, name="mesh_pq_ch")
+        prem = Signal(signed(DIM_BITS + 2), name="mesh_prem")
+        ph_a0, ph_b0 = Signal.like(feed.p_a_base, name="mesh_ph_a0"), Signal.like(
+            feed.p_b_base, name="mesh_ph_b0")
+        ph_a1, ph_b1 = Signal.like(feed.p_a_base, name="mesh_ph_a1"), Signal.like(
+            feed.p_b_base, name="mesh_ph_b1")
+        n_a_base1, n_b_base1 = Signal.like(feed.p_a_base1), Signal.like(feed.p_b_base1)
+        n_a_hi1, n_b_hi1 = (Signal.like(feed.p_a_hi, name=f"mesh_n_{n}1") for n in ("a_hi",
+                                                                                  "b_hi"))
+        u, odd = pq[2:], pq[1]
+
+        def hi(r):                  # fill words whose padded row p0 + 4 k + r is a map row
+            return clamp(((prem - r) >> 2) + 1)
+
+        with m.If(phases):
+            m.d.sync += [n_a_base.eq(ph_a0 + u), n_b_base.eq(ph_b0 + u - 1 + odd),
+                         n_a_hi.eq(hi(0)), n_b_hi.eq(hi(2)), n_swap.eq(~odd),
+                         n_a_base1.eq(ph_a1 + u + odd), n_b_base1.eq(ph_b1 + u),
+                         n_a_hi1.eq(hi(1)), n_b_hi1.eq(hi(3))]
+        with m.Else():
+            m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_hi.eq(clamp(a_left)),
+                         n_b_hi.eq(clamp(b_left)), n_swap.eq(par)]
+        m.d.sync += [n_a_lo.eq(first), n_tag.eq(acc_pos), fresh.eq(0)]
         # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
         # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
         # to the next channel, and issues that as the bottom half's; a step's last, odd
@@ -461,7 +494,7 @@ class ComputeEngine(wiring.Component):
             issue.eq(have & ~fresh & feed.ready & (~halves | captured)),
             advance.eq(capture | (issue & ~(halves & lone))),
             hold.eq(halves & (arr.f_r >= hh) & (arr.f_r < half)),
-            feed.start.eq(issue), feed.p_stride2.eq(0),
+            feed.start.eq(issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
             feed.p_pre_right.eq(pre_right), feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
             feed.p_halves.eq(halves),
@@ -483,6 +516,10 @@ class ComputeEngine(wiring.Component):
                 feed.p_tag.eq(n_tag),
                 feed.p_w.eq(self.w_rdata),      # region 0's taps; the other regions unused
             ]
+        with m.If(phases):                      # the second row phase
+            m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
+                         feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
+                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap)]
         with m.If(self.start):                  # a GEMM's drain holds no rows
             m.d.sync += halves.eq(0)
         with m.If(capture):
@@ -506,6 +543,9 @@ class ComputeEngine(wiring.Component):
                 halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2)
                           if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
+                phases.eq(self.p_m_phases), pq.eq(0), pq_ch.eq(0), prem.eq(self.p_m_h),
+                ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
+                ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),
             ]
         with m.If(issue):
             m.d.sync += [fresh.eq(1), captured.eq(0)]
@@ -515,16 +555,22 @@ class ComputeEngine(wiring.Component):
             with m.If(t_left != 0):                 # the channel's next tile
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
-                             b_left.eq(b_left - tstep), acc_pos.eq(acc_pos + R - 2)]
+                             b_left.eq(b_left - tstep),
+                             acc_pos.eq(acc_pos + Mux(phases, R - 1, R - 2)),
+                             pq.eq(pq + 2 * (R - 1)), prem.eq(prem - 2 * (R - 1))]
             with m.Elif(g_left != 0):               # the next channel's first tile
                 # its first stacked row is h further: half of that, rounded by the parity
                 # (h even: na = nb = h / 2; h odd: na from an even start, nb from an odd one)
                 step = Mux(par, nb, na)
+                # a channel's accumulator rows: h, or h / 2 in row phases
+                acc_step = Mux(phases, hh >> 1, hh)
                 m.d.sync += [g_left.eq(g_left - 1), t_left.eq(tiles - 1), first.eq(1),
                              a_ch.eq(a_ch + step), a_pos.eq(a_ch + step - 1 + (par ^ hh[0])),
                              a_left.eq(na + 1), par.eq(par ^ hh[0]),
                              b_ch.eq(b_ch + step), b_pos.eq(b_ch + step), b_left.eq(nb),
-                             acc_ch.eq(acc_ch + hh), acc_pos.eq(acc_ch + hh + R - 1),
+                             acc_ch.eq(acc_ch + acc_step),
+                             acc_pos.eq(acc_ch + acc_step + R - 1),
+                             pq_ch.eq(pq_ch + hh), pq.eq(pq_ch + hh), prem.eq(hh),
                              ch.eq(ch + 1)]
             with m.Elif(capture):
                 m.d.sync += lone.eq(1)

@@ -82,7 +82,11 @@ class LoadEngine(wiring.Component):
     ``buf_base + g*buf_gstride + r``; bytes at or past ``elems`` (counted from the start of row
     ``r``) are written as zero, which zero-fills the ragged edge of a matrix. Requests are issued
     back to back (one per cycle when the port allows); ``busy`` falls in the cycle after the last
-    response was written. Parameters are sampled on ``start``.
+    response was written. Parameters are sampled on ``start``. Built with ``group_addr``, the
+    groups are ``p_gaddr`` bytes apart instead of ``beat_bytes`` (beat ``(r, g)`` at ``addr +
+    r*stride + g*gaddr``; the byte mask still counts ``g*beat_bytes`` from the row's start):
+    a depthwise stride-2 step's two classes of rows into one buffer
+    (:class:`spec.dwmesh.BlockLoad`).
 
     Parameters
     ----------
@@ -92,22 +96,28 @@ class LoadEngine(wiring.Component):
         Bytes of one buffer row / port beat.
     depth : int
         Rows of the target buffer.
+    group_addr : bool
+        Build ``p_gaddr`` (configs with ``dw_mesh``).
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_buf_base, p_buf_gstride : ``In(...)``
+    p_gaddr : ``In(DIM_BITS)`` (only with ``group_addr``)
     mem : ``Out(ReadPort.Signature)``
     w_addr, w_data, w_en : ``Out(...)`` the buffer write port
     """
 
-    def __init__(self, cfg: AccelConfig, *, beat_bytes: int, depth: int):
+    def __init__(self, cfg: AccelConfig, *, beat_bytes: int, depth: int,
+                 group_addr: bool = False):
         self._cfg = cfg
         self._beat = beat_bytes
         self._depth = depth
+        self._group_addr = group_addr
         ab = cfg.dram_addr_bits
         super().__init__({
             **load_command_members(ab, depth),
+            **({"p_gaddr": In(DIM_BITS)} if group_addr else {}),
             "mem": Out(ReadPort.Signature(addr_bits=ab, data_bytes=beat_bytes)),
             "w_addr": Out(range(depth)),
             "w_data": Out(8 * beat_bytes),
@@ -121,6 +131,11 @@ class LoadEngine(wiring.Component):
 
         stride = Signal(32)
         gstride = Signal(DIM_BITS)
+        # the address step from one group to the next
+        gaddr = Signal(DIM_BITS, name="gaddr") if self._group_addr else W
+        if self._group_addr:
+            with m.If(self.start):
+                m.d.sync += gaddr.eq(self.p_gaddr)
         # request side
         issuing = Signal()
         rq_row = Signal(DIM_BITS)
@@ -179,7 +194,7 @@ class LoadEngine(wiring.Component):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g == groups_m2),
-                             rq_addr.eq(rq_addr + W)]
+                             rq_addr.eq(rq_addr + gaddr)]
 
         # The beat's byte mask, a register kept with the counts (the mask decoded from the
         # count in front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107

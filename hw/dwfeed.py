@@ -46,7 +46,11 @@ class DwFeeder(wiring.Component):
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
     word ``R/4 + k`` is word ``k`` of the tile ``p_a_base1``, ``p_b_base1``, ``p_a_lo1``,
     ``p_a_hi1``, ``p_b_hi1``, ``p_swap1`` describe (the driver sets ``p_split`` to the halves
-    and the bottom half's weights as region 1's). Beats reach the
+    and the bottom half's weights as region 1's). With ``p_stride2`` the second row phase's
+    fill words (``R/2 .. R - 1`` of the program) are read with the same ``*1`` parameters:
+    word ``R/2 + k`` is word ``k`` of ``p_a_base1`` .. ``p_swap1`` (a strip tile's
+    :attr:`spec.dwmesh.StripTile.phase1`; ``p_a_base + R/2`` etc. for the patches of
+    :func:`spec.dwmesh.tile_patches` stored phase after phase). Beats reach the
     array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
@@ -154,14 +158,17 @@ class DwFeeder(wiring.Component):
                          b_base1.eq(self.p_b_base1), a_lo1.eq(self.p_a_lo1),
                          a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1)]
 
-        # the fill word within its half's tile: with halves, words from R/4 on are the bottom
-        # half's
+        # the fill word within its half's tile or its row phase: with halves, words from R/4
+        # on are the bottom half's; in a stride-2 program, words from R/2 on phase 1's; both
+        # read with the *1 parameters (a tile is never both: halves are stride-1 strip tiles)
         fill, bottom = Signal(), Signal(name="dw_bottom")
+        stride2 = Signal(name="dw_stride2")
         word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            bottom.eq(halves & (word_t[pc] >= R // 4)),
-            word.eq(Mux(bottom, word_t[pc] - R // 4, word_t[pc])),
+            stride2.eq(pc >= start2),
+            bottom.eq((halves & (word_t[pc] >= R // 4)) | (stride2 & (word_t[pc] >= R // 2))),
+            word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),
             self.rd_en.eq(fill | merge),
             # a merged first fill beat reads the new tile's word 0
             self.a_raddr.eq(Mux(merge, self.p_a_base, Mux(bottom, a_base1, a_base) + word)),

@@ -29,12 +29,16 @@ class DwWalker(wiring.Component):
 
     ``tiles`` (valid with the first step, constant for the layer): the mesh tiles of a
     channel, ``ceil(h / (R - 2))``, formed serially beside the products (a restoring division
-    of ``h - 1`` by ``R - 2``, one bit a cycle).
+    of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
+    for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
+    above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
 
     Per step (the names of :class:`spec.dwmesh.StripStep`): ``c0``, ``channels`` (``G``, or
     fewer in the last group), ``ox0``, ``tw``, ``first_strip`` (``ox0 == 0``: the tiles'
     pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
-    both ``nbytes`` wide at a stride of ``2 w``, and the store (``st_addr``: ``out_addr``
+    both ``nbytes`` wide at a stride of ``2 w`` (in row phases each two groups ``w`` apart, its
+    ``words`` a group, at a stride of ``4 w``: rows ``4 j`` and ``4 j + 1`` of the stacked
+    maps into A, ``4 j + 2`` and ``4 j + 3`` into B), and the store (``st_addr``: ``out_addr``
     plus ``(c0 P Q + ox0 / s)`` elements for stride ``s``; ``st_rows`` = ``channels * P``
     rows of ``st_elems`` = ``ceil(tw / s)`` elements: :attr:`spec.dwmesh.StripStep.out_rows`
     and ``out_tw``).
@@ -46,7 +50,7 @@ class DwWalker(wiring.Component):
     ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
-    first_strip : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
+    first_strip, phases : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
     #: Cycles from ``advance`` to the next step's ``valid``.
@@ -66,7 +70,7 @@ class DwWalker(wiring.Component):
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
-            "first_strip": Out(1),
+            "first_strip": Out(1), "phases": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
 
@@ -91,15 +95,20 @@ class DwWalker(wiring.Component):
         # G P: G h, or with stride 2 G ceil(h / 2) = (G h + 1) >> 1 (G is 1 for odd h)
         gp = Signal(pw, name="dw_gp")
         m.d.comb += gp.eq(Mux(s2, (gh + 1) >> 1, gh))
-        # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h --
-        tile_rows = cfg.array_rows - 2
+        # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
+        # in row phases ceil((h / 2) / (R - 1)) --
+        R = cfg.array_rows
+        phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
+        tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
-        rem = Signal(range(2 * tile_rows), name="dw_div_rem")
+        rem = Signal(range(2 * R), name="dw_div_rem")
         quo = Signal(DIM_BITS, name="dw_div_quo")
-        trial = Signal(range(2 * tile_rows), name="dw_div_trial")
+        trial = Signal(range(2 * R), name="dw_div_trial")
         m.d.comb += trial.eq(Cat(num[-1], rem))
         with m.If(self.start):
-            m.d.sync += [num.eq(self.p_h - 1), rem.eq(0), quo.eq(0)]
+            m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
+                         quo.eq(0), tile_rows.eq(Mux(phases_in, R - 1, R - 2)),
+                         self.phases.eq(phases_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),
                          rem.eq(Mux(trial >= tile_rows, trial - tile_rows, trial)),
@@ -178,11 +187,14 @@ class DwWalker(wiring.Component):
             self.tw.eq(tw), self.st_elems.eq(Mux(s2, (tw + 1) >> 1, tw)),
             self.nbytes.eq(Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
                                Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1))),
-            self.a_addr.eq(chan_x + w + xs), self.b_addr.eq(chan_x + xs),
+            # row phases: classes 0 and 1 of the stacked rows into A, 2 and 3 into B
+            self.a_addr.eq(chan_x + Mux(self.phases, 0, w) + xs),
+            self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),
             # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
             self.st_rows.eq(Mux(s2, (rows + 1) >> 1, rows)),
             # the channels' maps stacked: the odd rows in A, the even ones in B
-            self.a_words.eq(rows >> 1), self.b_words.eq((rows + 1) >> 1),
+            self.a_words.eq(Mux(self.phases, rows >> 2, rows >> 1)),
+            self.b_words.eq(Mux(self.phases, rows >> 2, (rows + 1) >> 1)),
             self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),
             self.last.eq(~more_strips & last_group),
         ]

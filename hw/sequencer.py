@@ -86,7 +86,10 @@ class Sequencer(wiring.Component):
     :func:`mesh_store_wait_cycles` for the mesh's drain), every strip changing both buffer
     halves and the accumulator half. Its A loads read activations: ``a_bad`` means nothing.
     ``b_mode = 3`` (stride 2) runs the same steps; its stores take the even rows and lanes of
-    the stride-1 results (:class:`spec.dwmesh.StripStep`).
+    the stride-1 results (:class:`spec.dwmesh.StripStep`), or, for maps
+    :func:`spec.dwmesh.row_phases` takes, its tiles compute only the stride-2 rows (the row
+    phases: each load two groups of rows, ``w`` bytes apart, the stores every row's even
+    lanes).
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
@@ -182,10 +185,11 @@ class Sequencer(wiring.Component):
         loc_rd = read_data(m, loc_r, [loc_w])
 
         # -- engines -----------------------------------------------------------------------------
+        # (with dw_mesh the groups' address step is a parameter: stride 2's row phases)
         m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
-                                              depth=cfg.buf_a_depth)
+                                              depth=cfg.buf_a_depth, group_addr=bool(cfg.dw_mesh))
         m.submodules.load_b = lb = LoadEngine(cfg, beat_bytes=cfg.b_beat_bytes,
-                                              depth=cfg.buf_b_depth)
+                                              depth=cfg.buf_b_depth, group_addr=bool(cfg.dw_mesh))
         dw = bool(cfg.dw_mesh)                  # the depthwise path is built
         m.submodules.compute = ce = ComputeEngine(cfg, mesh=dw)
         m.submodules.store = se = StoreEngine(cfg, channel_rows=dw)
@@ -440,6 +444,7 @@ class Sequencer(wiring.Component):
         # computed, the one stored; their values, and the layer's, registered
         if dw:
             strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
+                     "a_words": DIM_BITS,
                      "st_addr": ab + 1, "st_rows": DIM_BITS, "st_elems": DIM_BITS}
             dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
                                    for tag in ("ld", "cp", "st"))
@@ -463,6 +468,8 @@ class Sequencer(wiring.Component):
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
+                # stride 2's row phases: the classes' words (a group of each load)
+                ce.p_m_phases.eq(dww.phases), ce.p_m_words.eq(dw_cp["a_words"]),
                 # the padding: the layer's pad value in the lanes past the strip's loaded bytes
                 ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["nbytes"]),
             ]
@@ -474,16 +481,24 @@ class Sequencer(wiring.Component):
         # -- engine commands (parameters from the step registers; engines sample them on start) --
         def load_next(engine, addr, stride, groups, elems, slot, half, dw_block=None):
             """A load engine's command for the next step: its k rows into the free half (a
-            depthwise strip: ``dw_block`` = (address, words), one beat a row at ``2 w``)."""
-            rows = load.ke
+            depthwise strip: ``dw_block`` = (address, words), one beat a row at ``2 w``; in
+            row phases two groups of ``words`` rows ``w`` apart, at ``4 w``)."""
+            rows, gstride = load.ke, pk
             if dw:
+                ph = dww.phases
                 addr, rows = by_mode(addr, dw_block[0]), by_mode(rows, dw_block[1])
-                stride, groups = by_mode(stride, N << 1), by_mode(groups, 1)
-                elems = by_mode(elems, dww.nbytes)
-            return [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
+                stride = by_mode(stride, Mux(ph, N << 2, N << 1))
+                groups = by_mode(groups, Mux(ph, 2, 1))
+                # the second group's byte mask counts a beat on from the row's start
+                elems = by_mode(elems, dww.nbytes + Mux(ph, len(engine.w_data) // 8, 0))
+                gstride = by_mode(pk, dw_block[1])
+            cmds = [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
                     engine.p_rows.eq(rows), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
-                    engine.p_buf_gstride.eq(pk)]
+                    engine.p_buf_gstride.eq(gstride)]
+            if dw:                          # a GEMM's groups are a beat apart
+                cmds.append(engine.p_gaddr.eq(by_mode(len(engine.w_data) // 8, N)))
+            return cmds
 
         dw_a_block = (dww.a_addr, dww.a_words) if dw else None
         dw_b_block = (dww.b_addr, dww.b_words) if dw else None
@@ -532,8 +547,9 @@ class Sequencer(wiring.Component):
                 se.p_groups.eq(by_mode(st["gne"], 1)),
                 se.p_elems.eq(by_mode(st["ne"], dw_st["st_elems"])),
                 se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
-                # stride 2: every other accumulator row, its even lanes
-                se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2, 2, 1))),
+                # stride 2: every other accumulator row (every row in row phases), its even
+                # lanes
+                se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2 & ~dww.phases, 2, 1))),
                 se.p_ch_rows.eq(by_mode(1, dw_oh)), se.p_even_lanes.eq(is_dw & dw_s2),
             ]
         else:
@@ -645,6 +661,9 @@ class Sequencer(wiring.Component):
         for i, name in enumerate(pl.LB_FIELDS):          # (a copy of the flag per field)
             with m.If(pl.phase_lb[2 + i]):
                 m.d.comb += getattr(lb, name).eq(getattr(pl.lb, name))
+        if dw:                                  # the parameter arrays' groups are beats
+            with m.If(pl.phase_lb[2]):
+                m.d.comb += lb.p_gaddr.eq(cfg.b_beat_bytes)
 
         # the step registers' move (see `shift`): each copy of the flag enables one group
         m.d.sync += [x.eq(0) for x in shift_all]

@@ -11,8 +11,10 @@ assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 each, maps of up to ``R / 2 - 1`` rows) plus its tiles' beats (``R / 2`` fills and nine taps,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
 last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
-loads are one beat a row; its store one beat an output row (``G h`` of them, ``G ceil(h / 2)``
-with stride 2), after the mesh's drain.
+loads are one beat a row (of every group: stride 2's row phases load two classes of rows into
+each buffer, :func:`spec.dwmesh.row_phases`); its store one beat an output row (``G h`` of
+them, ``G ceil(h / 2)`` with stride 2), after the mesh's drain. A row-phase tile is two fills
+and nine taps, ``R + 9`` beats (one less after a strip's first).
 """
 
 from __future__ import annotations
@@ -158,15 +160,16 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             beats = (consts.mesh_start_cycles + strip_step_cycles(comp, R)
                      + consts.mesh_halves_start_cycles * comp.tiles[0].halves)
             taps = 9 * len(comp.tiles)
-        ca = t.load_a(load.a_load.words) if load is not None else 0
-        cb = t.load_b(load.b_load.words) if load is not None else 0
+        # a load's beats: a row each, in every group (two in stride 2's row phases)
+        ca = t.load_a(load.a_load.words * load.a_load.groups) if load is not None else 0
+        cb = t.load_b(load.b_load.words * load.b_load.groups) if load is not None else 0
         rows = store.out_rows if store is not None else 0
         ph = t.phase(beats, taps, ca, cb, rows)
         mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
         ctrl += consts.step_ctrl_cycles
         if load is not None:
-            rd_a += load.a_load.words * cfg.a_beat_bytes
-            rd_b += load.b_load.words * cfg.b_beat_bytes
+            rd_a += load.a_load.words * load.a_load.groups * cfg.a_beat_bytes
+            rd_b += load.b_load.words * load.b_load.groups * cfg.b_beat_bytes
         wr_c += rows * cfg.c_beat_bytes
     ctrl += consts.finish_cycles
     p_load, p_ctrl, p_read = param_load_cycles(d.m, post, cfg, consts, weights=True)

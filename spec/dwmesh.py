@@ -52,7 +52,7 @@ import numpy as np
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
-           "StripStep", "strip_channels", "strip_steps", "strip_patch", "strip_tile_cycles",
+           "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch", "strip_tile_cycles",
            "run_strip_tile", "strip_tile_writes", "strip_step_cycles", "SERPENTINE",
            "PHASE_TAPS"]
 
@@ -278,13 +278,24 @@ def _back_to_back(beats: list[int]) -> int:
 
 @dataclass(frozen=True)
 class BlockLoad:
-    """A block load into one buffer, as the load engines do it: word ``k`` (``k < words``) is
-    the ``nbytes`` bytes at ``addr + k * stride``, zero past ``nbytes`` (up to the word's
-    width), written to buffer word ``k``; words from ``words`` on are not loaded."""
+    """A block load into one buffer, as the load engines do it: word ``k`` (``k < words``) of
+    group ``g`` (``g < groups``) is the ``nbytes`` bytes at ``addr + g * gaddr + k * stride``,
+    zero past ``nbytes`` (up to the word's width), written to buffer word ``g * gwords + k``;
+    no other word is loaded. (One group but for the row phases of stride 2,
+    :func:`row_phases`.)"""
     addr: int
     stride: int
     words: int
     nbytes: int
+    groups: int = 1
+    gaddr: int = 0
+    gwords: int = 0
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``(first byte, end)`` of the memory each group reads (none without words)."""
+        return [(self.addr + g * self.gaddr,
+                 self.addr + g * self.gaddr + (self.words - 1) * self.stride + self.nbytes)
+                for g in range(self.groups)] if self.words else []
 
 
 @dataclass(frozen=True)
@@ -317,7 +328,15 @@ class StripTile:
     1`` in ``acc_row + i``, the bottom half's ``rows / 2 + i`` in ``pair.acc_row + i`` (``=
     acc_row + th``); the tile writes rows ``acc_row .. acc_row + th + rows / 2 - 1`` (bottom
     row first, the top half's rows from ``th`` on all into ``acc_row + th - 1``, which its row
-    ``th - 1`` then overwrites), the ones past its results overwritten by the next tile."""
+    ``th - 1`` then overwrites), the ones past its results overwritten by the next tile.
+
+    With ``phase1`` (stride 2's row phases, :func:`row_phases`) the tile is two fills and the
+    stride-2 walk (:data:`PHASE_TAPS`): the fields above fill the mesh with the even padded
+    rows ``2 oy0 + 2 i`` (mesh row ``i``) for the taps with ``dy`` = 0 and 2, then
+    ``phase1``'s (``a_base``, ``a_hi``, ``b_base``, ``b_hi``, ``swap``; ``a_lo`` 0) with the
+    odd ones for the taps with ``dy = 1``; mesh row ``i`` column ``2 j`` is then stride-2
+    output ``(oy0 + i, ox0 / 2 + j)``, and the tile writes every mesh row ``i`` into
+    ``acc_row + i`` (``th`` up to ``rows - 1``)."""
     channel: int
     oy0: int
     th: int
@@ -332,6 +351,7 @@ class StripTile:
     swap: bool = False
     halves: bool = False
     pair: StripTile | None = None
+    phase1: StripTile | None = None
 
 
 @dataclass(frozen=True)
@@ -348,7 +368,8 @@ class StripStep:
     ``out_addr + r * out_row_stride``; the requantiser's channel advances every ``ch_rows``
     rows. With stride 1 that is every row and lane (``ch_rows = h``); with stride 2 the even
     rows and the even lanes (``acc_rstride = lane_step = 2``, ``ch_rows = ceil(h / 2)``): a
-    stride-2, pad-1 output is the stride-1 output at even rows and columns."""
+    stride-2, pad-1 output is the stride-1 output at even rows and columns; in row phases
+    (:func:`row_phases`) every row and the even lanes (``acc_rstride`` 1, ``lane_step`` 2)."""
     c0: int
     channels: int
     ox0: int
@@ -380,6 +401,16 @@ def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
     return max(1, min(channels, by_buf, by_acc))
 
 
+def row_phases(h: int, *, rows: int, stride: int) -> bool:
+    """A stride-2 layer of ``h``-row maps runs in row phases (:attr:`StripTile.phase1`): with
+    ``h`` a multiple of 4 (so that a step's stacked maps split into four equal classes of rows
+    by their index mod 4, two a buffer) and taller than a stride-1 tile's ``rows - 2`` output
+    rows, where a ``rows + 8``-beat phase tile giving ``rows - 1`` stride-2 output rows beats
+    the stride-1 tiles (``rows - 2`` rows each, half of them kept). Otherwise stride 2 runs as
+    stride 1 with a decimating store."""
+    return stride == 2 and h % 4 == 0 and h > rows - 2
+
+
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
                 stride: int = 1) -> list[StripStep]:
@@ -392,7 +423,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
 
     Stride 2 computes what stride 1 does and stores the even rows and columns of it
     (:class:`StripStep`): four times the MACs a stride-2 layer needs, on the same loads, with a
-    quarter of the stores (docs/architecture.md).
+    quarter of the stores (docs/architecture.md); but maps :func:`row_phases` takes (below)
+    compute only the stride-2 output rows, still every column.
 
     A step takes ``group`` channels and one column strip. Its patches are the padded map's
     rows ``14 ty .. 14 ty + 15`` (for ``rows = 16``) and columns ``ox0 - 1 .. ox0 + cols - 2``:
@@ -407,7 +439,18 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     lanes (:attr:`StripTile.cols`), whatever the buffer holds there.
 
     A step of two or more channels of ``h <= rows / 2 - 1`` rows (``rows`` a multiple of 4)
-    runs them two a tile, one in each half of the mesh (:attr:`StripTile.halves`)."""
+    runs them two a tile, one in each half of the mesh (:attr:`StripTile.halves`).
+
+    Stride 2 with :func:`row_phases` (maps of ``h`` a multiple of 4 taller than ``rows - 2``)
+    computes only the stride-2 outputs, ``rows - 1`` rows a tile (:attr:`StripTile.phase1`).
+    The step's stacked rows ``s`` fall into four classes by ``s mod 4``, ``G h / 4`` rows each:
+    buffer A takes classes 0 and 1 (words ``0 ..`` and ``G h / 4 ..``), buffer B classes 2
+    and 3, each one load of two groups (:class:`BlockLoad`: every input row read once, as with
+    stride 1); phase 0's rows (padded rows ``2 oy0 + 2 i``: odd classes) come from the second
+    groups, phase 1's (even classes) from the first ones, the buffers trading places
+    (``swap``) by the class of the tile's first row. Accumulator row ``c P + p`` holds output
+    row ``p`` of the step's channel ``c`` (``P = h / 2``), every other lane of it an output, and
+    the store writes the ``G P`` rows (``acc_rstride`` 1, ``lane_step`` 2)."""
     if h < 1 or w < 1 or channels < 1:
         raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
     if rows < 4 or rows % 2 or cols < 4:
@@ -420,6 +463,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"with stride 2")
     th_max, tw_max, half = rows - 2, cols - 2, rows // 2
     oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
+    phases = row_phases(h, rows=rows, stride=stride)
     na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
     for c0 in range(0, channels, group):
@@ -434,7 +478,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             a_load = BlockLoad(base + w, 2 * w, (g_count * h) // 2, nbytes)
             b_load = BlockLoad(base, 2 * w, (g_count * h + 1) // 2, nbytes)
             tiles = []
-            for g in range(g_count):
+            if phases:
+                a_load, b_load, tiles = _phase_tiles(c0, g_count, h, base, w, nbytes, first,
+                                                     rows)
+            for g in range(0 if phases else g_count):
                 # channel g's padded row pr is stacked row g h + pr - 1: with g h even the even
                 # padded rows are odd stacked rows (A), with g h odd even ones (B: swap)
                 half_row, odd = divmod(g * h, 2)
@@ -454,8 +501,40 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
                                    out_rows=g_count * oh, out_tw=-(-tw // stride), ch_rows=oh,
-                                   acc_rstride=stride, lane_step=stride))
+                                   acc_rstride=1 if phases else stride, lane_step=stride))
     return steps
+
+
+def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, first: bool,
+                 rows: int) -> tuple[BlockLoad, BlockLoad, list[StripTile]]:
+    """A row-phase step's loads and tiles (:func:`strip_steps`, :attr:`StripTile.phase1`)."""
+    half, oh, words = rows // 2, h // 2, g_count * h // 4
+    # classes 0, 1 of the stacked rows into A, classes 2, 3 into B: row 4 j + c in word j of
+    # its group
+    a_load = BlockLoad(base, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
+    b_load = BlockLoad(base + 2 * w, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
+    tiles = []
+    for g in range(g_count):
+        for oy0 in range(0, oh, rows - 1):
+            p0 = 2 * oy0                         # the tile's first padded row
+            q = g * h + p0                       # its stacked row + 1: even
+            u, odd = q >> 2, (q >> 1) & 1
+
+            def hi(r):                           # fill words whose padded row p0 + 4 k + r
+                return max(0, min(half, (h - p0 - r) // 4 + 1))     # is a row of the map
+
+            common = dict(channel=c0 + g, oy0=oy0, th=min(rows - 1, oh - oy0),
+                          pre_right=first, acc_row=g * oh + oy0, cols=nbytes)
+            # phase 1: padded rows p0 + 1 + 2 i, stacked rows q + 4 k (class q mod 4) and
+            # q + 2 + 4 k: the first groups
+            ph1 = StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1), b_base=u,
+                            b_hi=hi(3), swap=bool(odd))
+            # phase 0: padded rows p0 + 2 i, stacked rows q - 1 + 4 k and q + 1 + 4 k: the
+            # second groups (with q = 0 the top pad, word -1 of B's second group, masked)
+            tiles.append(StripTile(**common, a_base=words + u, a_lo=1 if p0 == 0 else 0,
+                                   a_hi=hi(0), b_base=words + u - 1 + odd, b_hi=hi(2),
+                                   swap=not odd, phase1=ph1))
+    return a_load, b_load, tiles
 
 
 def _half_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray, rows: int,
@@ -491,9 +570,9 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
 
 
 def strip_tile_cycles(tile: StripTile, rows: int) -> int:
-    """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``),
-    nine taps."""
-    return rows // 2 + 9
+    """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
+    a row phase, nine taps."""
+    return rows // 2 * (2 if tile.phase1 else 1) + 9
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
@@ -501,18 +580,22 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     """One strip tile on the mesh, move by move after its fill (:func:`strip_patch`): the
     serpentine taps with the channel's weights (``weights``: the layer's, (channels, 3, 3),
     indexed by :attr:`StripTile.channel`; with ``halves`` the bottom half takes ``pair``'s).
+    With ``phase1``, the two fills and the stride-2 walk (:attr:`StripTile.phase1`).
     Returns the accumulators (rows x cols, exact int64); mesh row ``i`` column ``j`` is output
     ``(oy0 + i, ox0 + j)`` of the top half's channel (:func:`strip_tile_writes`)."""
-    mesh = strip_patch(tile, a_words, b_words, rows, pad)
-    acc = np.zeros_like(mesh)
     w = np.zeros((rows, 1, 3, 3), np.int64)
     w[:] = weights[tile.channel]
     if tile.halves and tile.pair is not None:
         w[rows // 2:] = weights[tile.pair.channel]
-    for (dy, dx), move in SERPENTINE:
-        acc = acc + mesh * w[:, :, dy, dx]
-        if move is not None:
-            mesh = _rotate(mesh, move)
+    phases = [(tile, SERPENTINE)] if tile.phase1 is None else \
+        [(tile, walks(2)[0]), (tile.phase1, walks(2)[1])]
+    acc = np.zeros((rows, a_words.shape[1]), np.int64)
+    for fill, walk in phases:
+        mesh = strip_patch(fill, a_words, b_words, rows, pad)
+        for (dy, dx), move in walk:
+            acc = acc + mesh * w[:, :, dy, dx]
+            if move is not None:
+                mesh = _rotate(mesh, move)
     return acc
 
 

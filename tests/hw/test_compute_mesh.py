@@ -3,6 +3,8 @@
 spec.dwmesh.strip_steps from buffers loaded as its loads load them, into the accumulator,
 against spec.dwmesh.run_strip_tile, with the step's cycle count and drain."""
 
+import itertools
+
 import numpy as np
 import pytest
 from amaranth import Elaboratable, Module, unsigned
@@ -52,10 +54,13 @@ def _unpack_row(word, cols):
     return np.array([v - (1 << 32) if v >> 31 else v for v in vals], np.int64)
 
 
-@pytest.mark.parametrize("c,h,w,group", [(3, 10, 13, 3), (2, 5, 4, 1), (4, 4, 20, 2),
-                                         (4, 5, 4, 3), (3, 7, 9, 3), (2, 1, 6, 2),
-                                         (5, 3, 9, 5), (4, 2, 5, 4), (3, 3, 4, 1)])
-def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
+@pytest.mark.parametrize("c,h,w,group,stride", [
+    (3, 10, 13, 3, 1), (2, 5, 4, 1, 1), (4, 4, 20, 2, 1), (4, 5, 4, 3, 1), (3, 7, 9, 3, 1),
+    (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
+    # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel, channel
+    # starts at both classes mod 4, a last smaller group
+    (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2)])
+def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, stride):
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
@@ -64,7 +69,8 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
-    steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group)
+    steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
+                        stride=stride)
     pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
     weights = [pack(wt[ch].reshape(-1), 8) for ch in range(c)] + [0] * 4
@@ -73,8 +79,9 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
         for name, block, base in (("a", step.a_load, a0), ("b", step.b_load, b0)):
             # stale words, and garbage past each load's bytes (the pad lanes replace it)
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for k in range(block.words):
-                got[base + k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+            for g, k in itertools.product(range(block.groups), range(block.words)):
+                addr = block.addr + g * block.gaddr + k * block.stride
+                got[base + g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
                        weights)
@@ -82,7 +89,10 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group):
         result = {}
 
         async def bench(ctx, step=step):
-            params = {"p_m_channels": step.channels, "p_m_tiles": -(-h // (R - 2)),
+            phases = step.tiles[0].phase1 is not None
+            params = {"p_m_channels": step.channels,
+                      "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else -(-h // (R - 2)),
+                      "p_m_phases": phases, "p_m_words": step.a_load.words,
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
                       "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,

@@ -3,6 +3,7 @@
 spec/dwmesh.py, tiles back to back."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -97,6 +98,9 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
         await _issue_tiles(ctx, feed, started, [
             {"p_stride2": stride == 2, "p_split": SystolicArray.SPLITS[tile.split],
              "p_a_base": t * R, "p_b_base": t * R, "p_a_hi": R, "p_b_hi": R,
+             # the second row phase's words follow the first's
+             "p_a_base1": t * R + R // 2, "p_b_base1": t * R + R // 2, "p_a_hi1": R,
+             "p_b_hi1": R,
              "p_w": pack(tile_weights(tile, wt).reshape(4, 9).reshape(-1), 8), "p_tag": t}
             for t, tile in enumerate(tiles)])
 
@@ -124,14 +128,17 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("c,h,w,group", [(2, 10, 13, 2), (1, 5, 6, 1), (3, 4, 20, 3),
-                                         (3, 5, 6, 3), (2, 7, 9, 2), (5, 3, 6, 5),
-                                         (4, 2, 11, 4)])
-def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group):
+@pytest.mark.parametrize("c,h,w,group,stride", [
+    (2, 10, 13, 2, 1), (1, 5, 6, 1, 1), (3, 4, 20, 3, 1), (3, 5, 6, 3, 1), (2, 7, 9, 2, 1),
+    (5, 3, 6, 5, 1), (4, 2, 11, 4, 1),
+    # stride 2's row phases: two fills a tile, the second with the *1 parameters
+    (2, 8, 9, 2, 2), (3, 16, 20, 3, 2), (1, 12, 5, 1, 2)])
+def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
     tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back; maps
-    of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one)."""
+    of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one);
+    stride 2 in row phases."""
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
@@ -142,24 +149,27 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     depth = 64
     pad = int(rng.integers(-128, 128))
-    for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group):
+    for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
+                            stride=stride):
         words = {}
         for name, block in (("a", step.a_load), ("b", step.b_load)):
             # stale words, and garbage past each load's bytes: the pad mask replaces it
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for k in range(block.words):
-                got[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+            for g, k in itertools.product(range(block.groups), range(block.words)):
+                addr = block.addr + g * block.gaddr + k * block.stride
+                got[g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]])
         feed, arr = dut.feed, dut.array
         started, rows_out = [], {}
 
         def params(t, tile):
-            # a lone top half: the bottom all padding, with the top's weights
-            bottom = tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
+            # a lone top half: the bottom all padding, with the top's weights; a row-phase
+            # tile's second phase
+            bottom = tile.phase1 or tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
             weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
                 [wt[tile.channel], np.zeros((3, 3), np.int8)]
-            return {"p_stride2": 0,
+            return {"p_stride2": tile.phase1 is not None,
                     "p_split": SystolicArray.SPLITS[(2, 1) if tile.halves else (1, 1)],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,

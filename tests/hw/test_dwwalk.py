@@ -17,7 +17,8 @@ from .util import run_sim
     ("default", 2, 6, 17, 2, 1), ("default", 1, 15, 3, 1, 1), ("small", 3, 12, 13, 2, 1),
     ("small", 2, 13, 6, 1, 0), ("small", 1, 6, 7, 1, 1), ("tiny", 2, 5, 6, 1, 1),
     ("tiny", 3, 4, 3, 2, 0), ("default", 5, 7, 7, 3, 1), ("small", 4, 13, 6, 3, 0),
-    ("default", 960, 7, 7, 70, 1)])
+    ("default", 960, 7, 7, 70, 1), ("default", 96, 112, 112, 4, 1), ("default", 7, 56, 30, 3, 0),
+    ("small", 5, 8, 9, 2, 1), ("small", 3, 12, 20, 3, 0)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, stride):
     cfg = PRESETS[preset]
@@ -48,7 +49,8 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
             assert ctx.get(dut.valid)
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
-                "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles")})
+                "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles",
+                "phases")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -70,6 +72,12 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
             "st_addr": out_addr + size * step.out_addr, "st_rows": step.out_rows,
             "st_elems": step.out_tw,
             "last": int(step is expect[-1]),
-            "tiles": sum(t.channel == step.c0 for t in step.tiles)}     # a channel's tiles
+            "tiles": sum(t.channel == step.c0 for t in step.tiles),     # a channel's tiles
+            "phases": int(step.tiles[0].phase1 is not None)}
         assert step.a_load.nbytes == step.b_load.nbytes
-        assert step.a_load.stride == step.b_load.stride == 2 * w
+        phases = step.tiles[0].phase1 is not None
+        assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
+        assert (step.a_load.groups, step.a_load.gaddr, step.a_load.gwords) == \
+            ((2, w, step.a_load.words) if phases else (1, 0, 0))
+        assert (step.b_load.groups, step.b_load.gaddr, step.b_load.gwords) == \
+            ((2, w, step.b_load.words) if phases else (1, 0, 0))

@@ -18,17 +18,18 @@ MEM_BYTES = 1 << 12
 
 
 def run_load(*, rows, groups, elems, addr, stride, buf_base, gstride, latency, ready_rng,
-             mem):
+             mem, gaddr=None):
     """One load, started with ``start`` high for one cycle; the port answers each accepted
     request ``latency`` cycles later. Returns the buffer writes as {row: bytes} and the
-    cycle the engine's ``busy`` fell, counted from the start."""
-    dut = LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH)
+    cycle the engine's ``busy`` fell, counted from the start. ``gaddr``: the groups' address
+    step (an engine built with ``group_addr``)."""
+    dut = LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH, group_addr=gaddr is not None)
     writes, done = {}, []
 
     async def bench(ctx):
         for name, v in (("p_addr", addr), ("p_stride", stride), ("p_rows", rows),
                         ("p_groups", groups), ("p_elems", elems), ("p_buf_base", buf_base),
-                        ("p_buf_gstride", gstride)):
+                        ("p_buf_gstride", gstride)) + ((("p_gaddr", gaddr),) if gaddr else ()):
             ctx.set(getattr(dut, name), v)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -81,3 +82,25 @@ def test_load_engine_masks_and_places_every_beat(latency, backpressure):
                              for i, b in enumerate(mem[a:a + BEAT]))
                 want[buf_base + g * gstride + r] = beat
         assert writes == want, (rows, groups, elems)
+
+
+@pytest.mark.parametrize("backpressure", [False, True])
+def test_load_engine_groups_at_their_own_address_step(backpressure):
+    """With ``group_addr`` the groups are ``p_gaddr`` bytes apart (a depthwise stride-2
+    step's row classes: rows 4 j and 4 j + 1 of a map into two regions of one buffer); the
+    byte mask still counts a beat a group."""
+    rng = np.random.default_rng(7 + backpressure)
+    mem = rng.integers(0, 256, MEM_BYTES, dtype=np.uint8)
+    for rows, groups, elems, w in ((6, 2, BEAT + 5, 13), (3, 2, 2 * BEAT, 40), (1, 2, BEAT, 3),
+                                   (4, 3, 3 * BEAT, 9)):
+        addr, buf_base, gstride = int(rng.integers(0, 64)), int(rng.integers(0, 8)), rows + 2
+        writes, _ = run_load(rows=rows, groups=groups, elems=elems, addr=addr, stride=4 * w,
+                             buf_base=buf_base, gstride=gstride, latency=3,
+                             ready_rng=rng if backpressure else None, mem=mem, gaddr=w)
+        want = {}
+        for r in range(rows):
+            for g in range(groups):
+                a = addr + r * 4 * w + g * w
+                want[buf_base + g * gstride + r] = bytes(
+                    b if g * BEAT + i < elems else 0 for i, b in enumerate(mem[a:a + BEAT]))
+        assert writes == want, (rows, groups, elems, w)

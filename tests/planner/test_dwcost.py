@@ -70,9 +70,11 @@ def test_mobilenet_v2_depthwise_utilisation(c, h, at_least):
     assert at_least <= util < at_least + 0.01
 
 
-#: The stride-2 ones: a quarter of the stride-1 bound (the model; tests/sim/test_depthwise.py
-#: measures them on the RTL). As channel blocks they ran at 0.8-2.6%.
-@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.10), (144, 56, 0.10), (192, 28, 0.09),
+#: The stride-2 ones (the model; tests/sim/test_depthwise.py measures them on the RTL): in row
+#: phases (spec.dwmesh.row_phases: 15 x 7 outputs a 24-beat tile) from 28 x 28 up, 10.0-10.5%
+#: before; the 14 x 14 one as stride 1 with a decimating store, a quarter of the stride-1
+#: bound. As channel blocks they ran at 0.8-2.6%.
+@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.14), (144, 56, 0.13), (192, 28, 0.12),
                                             (576, 14, 0.09)])
 def test_mobilenet_v2_stride_2_depthwise_utilisation(c, h, at_least):
     cost = layer_cost(dw(c, h, stride=2), MESH)

@@ -1,5 +1,7 @@
 """The rotating mesh's depthwise dataflow (spec/dwmesh.py) against the grouped convolution."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -124,7 +126,8 @@ def test_bad_input_is_named(kwargs, match):
     (3, 9, 5, 8, 1), (2, 1, 1, 16, 1), (2, 2, 16, 8, 2), (1, 15, 15, 16, 1),
     (2, 6, 14, 16, 2), (2, 6, 15, 16, 2), (1, 4, 16, 16, 1), (1, 4, 17, 16, 1),
     (5, 12, 7, 8, 4), (4, 7, 7, 16, 4), (3, 9, 5, 8, 3), (5, 13, 6, 8, 2), (7, 7, 20, 16, 3),
-    (3, 1, 5, 8, 3)])
+    (3, 1, 5, 8, 3), (2, 16, 16, 16, 2), (3, 56, 20, 16, 3), (2, 12, 9, 8, 2),
+    (1, 8, 8, 8, 1)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group, stride):
     """Execute the steps as the hardware will: block loads from a byte memory into buffer
@@ -162,9 +165,11 @@ def _replay(c, h, w, size, group, stride, *, seed):
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
-        words = rng.integers(-128, 128, (block.words + 8, size)).astype(np.int64)  # stale
-        for k in range(block.words):
-            words[k, :block.nbytes] = mem[block.addr + k * block.stride:][:block.nbytes]
+        words = rng.integers(-128, 128, (block.groups * block.words + 8, size)).astype(
+            np.int64)                                                          # stale
+        for g, k in itertools.product(range(block.groups), range(block.words)):
+            addr = block.addr + g * block.gaddr + k * block.stride
+            words[g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
         return words
 
     for step in steps:
@@ -189,10 +194,8 @@ def _replay(c, h, w, size, group, stride, *, seed):
     # every load stays inside the input tensor
     for step in steps:
         for block in (step.a_load, step.b_load):
-            if block.words:
-                assert x_addr <= block.addr
-                assert block.addr + (block.words - 1) * block.stride + block.nbytes \
-                    <= x_addr + x.size
+            for lo, end in block.spans():
+                assert x_addr <= lo and end <= x_addr + x.size
 
 
 def test_strip_steps_beats_and_channel_groups():
