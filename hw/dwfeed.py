@@ -15,11 +15,18 @@ __all__ = ["DwFeeder", "tile_program"]
 def tile_program(rows: int, stride: int) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
-    buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``)
-    multiplies, then makes ``move``."""
+    buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``, None
+    for a beat that does not tap) multiplies, then makes ``move``. A row phase's first fill
+    beat is the previous phase's last tap beat (a tap multiplies the registers the fill then
+    shifts), so a stride-2 tile is ``rows + 8`` beats."""
     beats, taps = [], 0
     for phase, walk in enumerate(walks(stride)):
-        beats += [("FILL", phase * (rows // 2) + b, 0, False, False) for b in range(rows // 2)]
+        fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
+        if phase:                               # its first fill beat in the last tap beat
+            move, _, tap, first, last = beats.pop()
+            assert move == "HOLD" and not last
+            fills[0] = ("FILL", fills[0][1], tap, first, last)
+        beats += fills
         for (dy, dx), move in walk:
             taps += 1
             beats.append((move or "HOLD", 0, 3 * dy + dx, taps == 1, taps == 9))
@@ -118,7 +125,7 @@ class DwFeeder(wiring.Component):
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
         word_t = Array(Const(b[1], range(R)) for b in rom)
         tap_t = Array(Const(b[2] or 0, range(9)) for b in rom)
-        taps_t = Array(Const(b[0] != "FILL" and b[2] is not None, 1) for b in rom)
+        taps_t = Array(Const(b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
         end_t = Array(Const(i in (start2 - 1, len(rom) - 1), 1)

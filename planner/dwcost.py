@@ -14,7 +14,8 @@ last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-activ
 loads are one beat a row (of every group: stride 2's row phases load two classes of rows into
 each buffer, :func:`spec.dwmesh.row_phases`); its store one beat an output row (``G h`` of
 them, ``G ceil(h / 2)`` with stride 2), after the mesh's drain. A row-phase tile is two fills
-and nine taps, ``R + 9`` beats (one less after a strip's first).
+and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
+less after a strip's first).
 """
 
 from __future__ import annotations

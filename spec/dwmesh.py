@@ -143,8 +143,9 @@ def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: in
 
 
 def tile_cycles(tile: MeshTile, stride: int, rows: int) -> int:
-    """Beats of one tile: ``rows / 2`` fill beats per row phase, one beat per tap."""
-    return (rows // 2 + 9) if stride == 1 else (2 * (rows // 2) + 9)
+    """Beats of one tile: ``rows / 2`` fill beats per row phase, one beat per tap, less one for
+    the second phase (its first fill beat is the first phase's last tap beat)."""
+    return (rows // 2 + 9) if stride == 1 else (2 * (rows // 2) + 8)
 
 
 def _rotate(mesh: np.ndarray, move: str) -> np.ndarray:
@@ -234,9 +235,9 @@ def run_tile(tile: MeshTile, patches: list[np.ndarray], weights: np.ndarray, *,
     mesh = np.zeros((rows, cols), np.int64)
     acc = np.zeros((rows, cols), np.int64)
     first, beats = True, 0
-    for patch, taps in zip(patches, walks(stride)):
+    for phase, (patch, taps) in enumerate(zip(patches, walks(stride))):
         mesh, fill = _fill(mesh, patch)
-        beats += fill
+        beats += fill - (phase > 0)     # a phase's first fill beat: the last phase's last tap
         for (dy, dx), move in taps:
             prod = mesh * np.kron(weights[:sr * sc, dy, dx].reshape(sr, sc), ones)
             acc = prod if first else acc + prod
@@ -571,8 +572,8 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
 
 def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
-    a row phase, nine taps."""
-    return rows // 2 * (2 if tile.phase1 else 1) + 9
+    a row phase, nine taps; phase 1's first fill beat is phase 0's last tap beat."""
+    return rows + 8 if tile.phase1 else rows // 2 + 9
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,

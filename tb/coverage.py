@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec.desc import ErrorCode
+from spec.dwmesh import row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
@@ -97,6 +98,12 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "padding with a nonzero pad value": lambda r: r["pad"] != 0,
         "stride 2 (even rows and lanes stored)": lambda r: r.get("stride", 1) == 2,
         "stride 2 with an odd map": lambda r: r.get("stride", 1) == 2 and r["h"] % 2 == 1,
+        # (spec.dwmesh.row_phases, with the record's array size as C: the mesh is square)
+        "stride 2 in row phases (two load groups a buffer)": lambda r: row_phases(
+            r["h"], rows=r["C"], stride=r.get("stride", 1)),
+        "stride 2 in row phases, two tiles a channel":
+            lambda r: row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1))
+            and r["h"] // 2 > r["C"] - 1,
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

@@ -26,10 +26,10 @@ def _beats(x, w, stride, pad, rows, cols):
         weights = tile_weights(tile, w).reshape(4, 9)
         rows_of = np.concatenate(tile_patches(tile, padded, stride=stride, rows=rows, cols=cols))
         for move, word, tap, first, last in tile_program(rows, stride):
-            if move == "FILL":        # word k: rows 2k, 2k+1 of the phases' patches
-                beats.append(("FILL", split, rows_of[2 * word:2 * word + 2], None, 0, 0, 0, t))
-            else:
-                beats.append((move, split, None, weights[:, tap], 1, first, last, t))
+            # a fill's word k: rows 2k, 2k+1 of the phases' patches; a beat may tap and fill
+            fill = rows_of[2 * word:2 * word + 2] if move == "FILL" else None
+            wts = None if tap is None else weights[:, tap]
+            beats.append((move, split, fill, wts, int(tap is not None), first, last, t))
     return tiles, beats
 
 

@@ -204,12 +204,15 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             np.testing.assert_array_equal(acc, wrapped)
 
 
-@pytest.mark.parametrize("stride,length", [(1, 8 // 2 + 9), (2, 2 * (8 // 2) + 9)])
+@pytest.mark.parametrize("stride,length", [(1, 8 // 2 + 9), (2, 2 * (8 // 2) + 9 - 1)])
 def test_tile_program_is_the_models_schedule(stride, length):
     prog = tile_program(8, stride)
     assert len(prog) == length
-    taps = [b for b in prog if b[0] != "FILL" or b[2]]
-    assert sorted(b[2] for b in prog if b[0] != "FILL") == list(range(9))
+    taps = [b for b in prog if b[2] is not None]
+    assert sorted(b[2] for b in taps) == list(range(9))
+    # stride 2: phase 1's first fill beat is phase 0's last tap (dy = 2, dx = 0)
+    assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == \
+        ([("FILL", 4, 6)] if stride == 2 else [])
     assert [b[3] for b in taps].count(True) == 1 and taps[0][3]
     assert [b[4] for b in taps].count(True) == 1 and taps[-1][4]
     assert [b[1] for b in prog if b[0] == "FILL"] == list(range(4 * stride))

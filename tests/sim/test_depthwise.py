@@ -36,7 +36,7 @@ MIN_UTIL_7 = 0.15
 #: blocks before, docs/architecture.md) ...
 MIN_UTIL_S2 = 0.08
 #: ... and in row phases (spec.dwmesh.row_phases: maps of 28 x 28 and up on the 16 x 16),
-#: 15 x 7 outputs a 24-beat tile (9.8-10.6% before them).
+#: 15 x 7 outputs a 23-beat tile (9.8-10.6% before them).
 MIN_UTIL_S2_PHASES = 0.12
 
 
