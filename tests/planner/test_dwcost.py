@@ -74,7 +74,7 @@ def test_mobilenet_v2_depthwise_utilisation(c, h, at_least):
 #: phases (spec.dwmesh.row_phases: 15 x 7 outputs a 23-beat tile) from 28 x 28 up, 10.0-10.5%
 #: before; the 14 x 14 one as stride 1 with a decimating store, a quarter of the stride-1
 #: bound. As channel blocks they ran at 0.8-2.6%.
-@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.14), (144, 56, 0.13), (192, 28, 0.12),
+@pytest.mark.parametrize("c, h, at_least", [(96, 112, 0.14), (144, 56, 0.14), (192, 28, 0.13),
                                             (576, 14, 0.09)])
 def test_mobilenet_v2_stride_2_depthwise_utilisation(c, h, at_least):
     cost = layer_cost(dw(c, h, stride=2), MESH)
