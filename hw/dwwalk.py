@@ -192,7 +192,8 @@ class DwWalker(wiring.Component):
             self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),
             # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
             self.st_rows.eq(Mux(s2, (rows + 1) >> 1, rows)),
-            # the channels' maps stacked: the odd rows in A, the even ones in B
+            # the channels' maps stacked: the odd rows in A, the even ones in B; in row phases
+            # rows 4 j and 4 j + 1 in A, 4 j + 2 and 4 j + 3 in B, a group each
             self.a_words.eq(Mux(self.phases, rows >> 2, rows >> 1)),
             self.b_words.eq(Mux(self.phases, rows >> 2, (rows + 1) >> 1)),
             self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),

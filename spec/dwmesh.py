@@ -281,9 +281,10 @@ def _back_to_back(beats: list[int]) -> int:
 class BlockLoad:
     """A block load into one buffer, as the load engines do it: word ``k`` (``k < words``) of
     group ``g`` (``g < groups``) is the ``nbytes`` bytes at ``addr + g * gaddr + k * stride``,
-    zero past ``nbytes`` (up to the word's width), written to buffer word ``g * gwords + k``;
-    no other word is loaded. (One group but for the row phases of stride 2,
-    :func:`row_phases`.)"""
+    written to buffer word ``g * gwords + k``; no other word is loaded. The word's lanes from
+    ``nbytes`` on are undefined (the hardware zeroes them, but for the first of two groups,
+    which it loads whole: the feeder puts the pad value there, :attr:`StripTile.cols`). (One
+    group but for the row phases of stride 2, :func:`row_phases`.)"""
     addr: int
     stride: int
     words: int
@@ -363,7 +364,10 @@ class StripStep:
 
     ``a_load`` / ``b_load`` bring the odd / even input rows of those channels' column strip
     into buffers A and B; ``tiles`` run in order on the mesh (accumulator row ``c h + y`` holds
-    stride-1 output row ``y`` of the step's channel ``c``, lane ``j`` its column ``ox0 + j``);
+    stride-1 output row ``y`` of the step's channel ``c``, lane ``j`` its column ``ox0 + j``).
+    In row phases (:func:`row_phases`) the loads take four classes of rows, two groups each,
+    and accumulator row ``c h / 2 + p`` holds stride-2 output row ``p``, lane ``2 j`` its
+    column ``ox0 / 2 + j`` (:func:`strip_steps`);
     then one store writes ``out_rows`` rows: store row ``r`` is accumulator row ``r *
     acc_rstride``, its ``out_tw`` elements lanes ``0, lane_step, 2 lane_step, ..``, written at
     ``out_addr + r * out_row_stride``; the requantiser's channel advances every ``ch_rows``

@@ -57,8 +57,8 @@ def _unpack_row(word, cols):
 @pytest.mark.parametrize("c,h,w,group,stride", [
     (3, 10, 13, 3, 1), (2, 5, 4, 1, 1), (4, 4, 20, 2, 1), (4, 5, 4, 3, 1), (3, 7, 9, 3, 1),
     (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
-    # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel, channel
-    # starts at both classes mod 4, a last smaller group
+    # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the second
+    # starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
     (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2)])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, stride):
     cfg = PRESETS["small"]

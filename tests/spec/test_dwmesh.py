@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
-from spec.dwmesh import (PHASE_TAPS, SERPENTINE, input_bound, mac_utilisation, mesh_depthwise, out_size,
-                         padded_input, plan_tiles, run_strip_tile, run_tile, strip_channels,
-                         strip_tile_writes,
-                         strip_step_cycles, strip_steps, tile_cycles, tile_weights)
+from spec.dwmesh import (PHASE_TAPS, SERPENTINE, input_bound, mac_utilisation,
+                         mesh_depthwise, out_size, padded_input, plan_tiles, row_phases,
+                         run_strip_tile, run_tile, strip_channels, strip_step_cycles,
+                         strip_steps, strip_tile_writes, tile_cycles, tile_weights)
 from spec.golden import conv2d_int8
 
 
@@ -231,6 +231,27 @@ def test_strip_steps_beats_and_channel_groups():
     assert [t.halves for t in strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=1)[0].tiles] \
         == [False]
     assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
+
+
+def test_row_phases_where_they_pay_and_what_a_step_takes():
+    """Stride 2 runs in row phases for maps of a multiple of 4 rows above R - 2 (16 x 16 and
+    up on the 16x16, where one 23-beat phase tile beats two 16-beat stride-1 ones); a
+    112-row channel is four tiles (15, 15, 15, 11 output rows) of 24 beats back to back, one
+    less each after the first."""
+    assert [h for h in range(1, 41) if row_phases(h, rows=16, stride=2)] == [16, 20, 24, 28,
+                                                                           32, 36, 40]
+    assert [h for h in range(1, 21) if row_phases(h, rows=8, stride=2)] == [8, 12, 16, 20]
+    assert not row_phases(112, rows=16, stride=1)
+    (step,) = strip_steps(1, 112, 14, x_addr=0, out_addr=0, stride=2)
+    assert [(t.oy0, t.th, t.acc_row) for t in step.tiles] == \
+        [(0, 15, 0), (15, 15, 15), (30, 15, 30), (45, 11, 45)]
+    assert strip_step_cycles(step, 16) == 4 * (16 + 8) - 3
+    for block, addr in ((step.a_load, 0), (step.b_load, 2 * 14)):
+        assert (block.addr, block.stride, block.words, block.groups, block.gaddr,
+                block.gwords) == (addr, 4 * 14, 28, 2, 14, 28)
+    # every other tile starts at padded row 2 mod 4: its phases' buffers swap
+    assert [(t.swap, t.phase1.swap) for t in step.tiles] == [(True, False), (False, True)] * 2
+    assert (step.out_rows, step.acc_rstride, step.lane_step, step.out_tw) == (56, 1, 2, 7)
 
 
 @pytest.mark.parametrize("kwargs, match", [
