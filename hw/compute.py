@@ -122,7 +122,8 @@ class ComputeEngine(wiring.Component):
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
     m_start, p_m_pre_right, p_m_phases : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na,
-    p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``; p_m_pad : ``In(8)``; p_m_cols :
+    p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``;
+    p_m_pad : ``In(8)``; p_m_cols :
     ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(72)`` (only with ``mesh``)
     """
 

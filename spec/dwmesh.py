@@ -52,8 +52,9 @@ import numpy as np
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
-           "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch", "strip_tile_cycles",
-           "run_strip_tile", "strip_tile_writes", "strip_step_cycles", "SERPENTINE",
+           "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch",
+           "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
+           "SERPENTINE",
            "PHASE_TAPS"]
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
-from spec.dwmesh import (PHASE_TAPS, SERPENTINE, input_bound, mac_utilisation,
+from spec.dwmesh import (PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
                          mesh_depthwise, out_size, padded_input, plan_tiles, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
-                         strip_steps, strip_tile_writes, tile_cycles, tile_weights)
+                         strip_steps, strip_tile_writes, tile_cycles, tile_patches,
+                         tile_weights)
 from spec.golden import conv2d_int8
 
 
@@ -265,3 +266,65 @@ def test_strip_steps_refuse_bad_arguments(kwargs, match):
     args = dict(channels=2, h=8, w=8, x_addr=0, out_addr=0) | kwargs
     with pytest.raises(ValueError, match=match):
         strip_steps(**args)
+
+
+@pytest.mark.parametrize("rows,g_count", [(16, 4), (16, 7), (8, 6), (16, 2)])
+def test_quadrant_fill_from_two_row_words(rows, g_count):
+    """The design claim behind the quadrant mode (not built; docs/architecture.md, "Not
+    built"): maps of ``n = R/2 - 1`` rows and columns need no new load layout. Loaded as the
+    strip loads are but ``2 n`` bytes a word (buffer-A word ``j`` the stacked rows ``2 j + 1``
+    and ``2 j + 2``, buffer-B word ``j`` rows ``2 j`` and ``2 j + 1``; no word reads past the
+    step's maps), each of a half's ``R/4`` fill beats reads one A word and one B word (the
+    half's left channel is even, so the two channels start at different parities) and a fixed
+    lane shuffle makes the quadrant patches of spec.dwmesh.tile_patches: lane 0 and lane
+    ``R/2`` the left pads, each word's low ``n`` bytes one row, its high ``n`` the next."""
+    n = rows // 2 - 1
+    rng = np.random.default_rng(rows * 10 + g_count)
+    x, wt = _random(rng, g_count, n, n)
+    pad = int(rng.integers(-128, 128))
+    stacked = x.reshape(-1).astype(np.int64)              # the step's maps, dense NCHW
+    s_rows = g_count * n
+    a_words = [stacked[(2 * j + 1) * n:(2 * j + 3) * n] for j in range((s_rows - 1) // 2)]
+    b_words = [stacked[2 * j * n:(2 * j + 2) * n] for j in range(s_rows // 2)]
+    assert all(len(word) == 2 * n for word in a_words + b_words)   # inside the maps
+
+    def fill_row(left, right):
+        """A mesh row: the pad, the left quadrant's n values, the pad, the right's."""
+        row = np.full(rows, pad, np.int64)
+        if left is not None:
+            row[1:1 + n] = left
+        if right is not None:
+            row[rows // 2 + 1:] = right
+        return row
+
+    padded = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1)), constant_values=pad)
+    for t in range(-(-g_count // 4)):
+        patch = []
+        for half in (0, 1):
+            g = 4 * t + 2 * half                        # the half's left channel (even)
+            have = [g < g_count, g + 1 < g_count]
+            for kk in range(rows // 4):
+                if kk == 0:
+                    # the top pad row, then row 0 of each: the low bytes of the words at
+                    # stacked rows g n (B, even) and (g + 1) n (A, odd)
+                    left = b_words[g * n // 2][:n] if have[0] else None
+                    right = a_words[((g + 1) * n - 1) // 2][:n] if have[1] else None
+                    patch += [fill_row(None, None), fill_row(left, right)]
+                else:
+                    # rows 2 kk - 1 and 2 kk: A word at stacked row g n + 2 kk - 1, B word at
+                    # (g + 1) n + 2 kk - 1
+                    lw = a_words[g * n // 2 + kk - 1] if have[0] else None
+                    rw = b_words[((g + 1) * n + 2 * kk - 1) // 2] if have[1] else None
+                    patch += [fill_row(lw[:n] if have[0] else None, rw[:n] if have[1] else None),
+                              fill_row(lw[n:] if have[0] else None, rw[n:] if have[1] else None)]
+        got = np.stack(patch)
+        channels = tuple(range(4 * t, min(4 * t + 4, g_count)))
+        (want,) = tile_patches(MeshTile(channels, 0, 0, n, n, (2, 2)), padded - pad, stride=1,
+                               rows=rows, cols=rows)
+        # tile_patches zero-fills what is not a map; here that is the pad value
+        expect = np.full((rows, rows), pad, np.int64)
+        for q in range(len(channels)):
+            qi, qj = divmod(q, 2)
+            expect[qi * (n + 1):qi * (n + 1) + n + 1, qj * (n + 1):qj * (n + 1) + n + 1] = \
+                want[qi * (n + 1):(qi + 1) * (n + 1), qj * (n + 1):(qj + 1) * (n + 1)] + pad
+        np.testing.assert_array_equal(got, expect)
