@@ -9,7 +9,9 @@ bias, requantisation), C written row by row, the check of the layer's A loads ag
 ``a_crc`` (a mismatch ends the run with BAD_WEIGHTS after the layer's writes, before its
 statistics), and the statistics record (its ``layer_index``
 word; the counter words are cycle counts this model does not know, written as 0 and listed in
-:attr:`EmulationResult.counter_words` so comparisons can skip them).
+:attr:`EmulationResult.counter_words` so comparisons can skip them; a later layer that reads
+one, before anything overwrites it, has an output the model cannot know either: the result
+says so, ``defined = False``).
 
 It is the reference the RTL is fuzzed against (tb/fuzz.py) and, as :class:`EmulatorDevice`, the
 ``golden`` backend of the host runtime (the one functional model of the device). One thing it cannot predict: a convolution whose tables are malformed (a lane filled
@@ -86,6 +88,34 @@ class DeviceMemory:
         self.size = len(mem)
         self.local = np.zeros(cfg.local_buf_bytes, np.uint8)
         self.local_written = np.zeros(cfg.local_buf_bytes, bool)
+        #: ``[lo, hi)`` DRAM byte ranges whose contents the model does not know (statistics
+        #: counter words) and nothing has overwritten since; ``unknown_read``: a read met one
+        self.unknown: list[tuple[int, int]] = []
+        self.unknown_read = False
+
+    def set_unknown(self, lo: int, hi: int) -> None:
+        """Bytes ``[lo, hi)`` of DRAM now hold values the model does not know."""
+        self.unknown.append((lo, hi))
+
+    def _known(self, lo: int, hi: int) -> None:
+        """Bytes ``[lo, hi)`` were written with known values."""
+        self.unknown = [part for a, b in self.unknown
+                        for part in ((a, min(b, lo)), (max(a, hi), b)) if part[0] < part[1]]
+
+    def touch_range(self, addr: int, n: int) -> None:
+        """:meth:`_touch` for the ``n`` bytes from ``addr`` (not wrapping)."""
+        if any(a < addr + n and addr < b for a, b in self.unknown):
+            self.unknown_read = True
+
+    def _touch(self, idx: np.ndarray) -> None:
+        """Note whether DRAM bytes ``idx`` (wrapped to the memory) include an unknown one."""
+        if not self.unknown or self.unknown_read or idx.size == 0:
+            return
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        for a, b in self.unknown:
+            if a < hi and lo < b and np.any((idx >= a) & (idx < b)):
+                self.unknown_read = True
+                return
 
     def is_local(self, idx: np.ndarray) -> np.ndarray:
         return (idx >= self.size) & (idx < self.size + self.local.size)
@@ -103,16 +133,19 @@ class DeviceMemory:
             self.local_written[lo:lo + len(data)] = True
         else:
             self.mem[addr:addr + len(data)] = data
+            self._known(addr, addr + len(data))
 
     def words(self, addr: int, count: int) -> list[int]:
         idx = (addr + 4 * np.arange(count, dtype=np.int64)[:, None]
                + np.arange(4)[None, :]) % self.size
+        self._touch(idx)
         raw = self.view[idx].astype(np.uint32)
         return (raw[:, 0] | raw[:, 1] << 8 | raw[:, 2] << 16 | raw[:, 3] << 24).tolist()
 
     def gather(self, idx: np.ndarray) -> np.ndarray:
         idx = np.asarray(idx, np.int64)
         loc = self.is_local(idx)
+        self._touch(idx[~loc] % self.size if loc.any() else idx % self.size)
         if not loc.any():
             return self.view[idx % self.size].view(np.int8)
         out = self.view[np.where(loc, 0, idx) % self.size].copy()
@@ -157,16 +190,28 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
         # layer writes): their CRC is known before the layer runs, compared when it ends (not
         # for a depthwise layer: its A port reads activations)
         depthwise = d.b_mode in DEPTHWISE_STRIDES
-        a_crc = 0 if depthwise else a_load_crc(d, cfg, lambda addr, n: bytes(mem[addr:addr + n]))
+
+        def read(addr, n):
+            m.touch_range(addr, n)
+            return bytes(mem[addr:addr + n])
+
+        a_crc = 0 if depthwise else a_load_crc(d, cfg, read)
         if result.defined:
             result.defined = _run_layer(m, rec, cfg, result, track)
+        # a layer that read a counter word an earlier layer's statistics left has an output
+        # this model cannot know
+        result.defined = result.defined and not m.unknown_read
         if not depthwise and a_crc != rec["a_crc"]:
             result.error, result.layer_index = ErrorCode.BAD_WEIGHTS, i
             return result
         stats = rec["stats_addr"]
         words = [0] * (STATS_BYTES // 4)
         words[STATS_WORDS["layer_index"]] = i
-        mem[stats:stats + STATS_BYTES] = struct.pack(f"<{len(words)}I", *words)
+        m.write(stats, struct.pack(f"<{len(words)}I", *words))
+        for name in STATS_WORDS:
+            if name != "layer_index":
+                at = stats + 4 * STATS_WORDS[name]
+                m.set_unknown(at, at + 4)
         if track:
             result.writes.append((stats, STATS_BYTES))
         result.counter_words += [stats + 4 * STATS_WORDS[name] for name in STATS_WORDS

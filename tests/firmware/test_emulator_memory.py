@@ -2,6 +2,7 @@
 written (firmware.emulator.zeroed_memory)."""
 
 import asyncio
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -68,3 +69,51 @@ def test_reading_unwritten_memory_costs_nothing():
     assert not np.frombuffer(mem, np.uint8).any()
     grown = _rss_bytes() - before
     assert grown < 32 << 20, f"reading 256 MiB of zeros made {grown:,} bytes resident"
+
+
+def test_unknown_bytes_are_noted_when_read_and_forgotten_when_written():
+    cfg = PRESETS["tiny"]
+    mem = DeviceMemory(zeroed_memory(cfg.dram_bytes), cfg)
+    mem.set_unknown(100, 108)
+    mem.gather(np.arange(90, 100))
+    mem.words(108, 2)
+    assert not mem.unknown_read                     # next to them, not in them
+    mem.write(100, b"\0" * 4)                       # the first word is known again
+    mem.gather(np.array([100, 103]))
+    assert not mem.unknown_read and mem.unknown == [(104, 108)]
+    mem.words(104, 1)
+    assert mem.unknown_read
+    mem = DeviceMemory(zeroed_memory(cfg.dram_bytes), cfg)
+    mem.set_unknown(0, 4)
+    mem.gather(np.array([cfg.dram_bytes + 2]))      # the local buffer is not DRAM byte 2
+    assert not mem.unknown_read
+    mem.gather(np.array([cfg.dram_bytes * 2 + 2]))  # a DRAM read wraps
+    assert mem.unknown_read
+
+
+@pytest.mark.parametrize("stats_in_input", [False, True])
+def test_a_layer_reading_a_counter_word_has_no_defined_output(stats_in_input):
+    """The model writes a layer's statistics counters as 0 (cycle counts it does not know);
+    a later layer whose input holds one has an output the model cannot know (found by
+    tests/sim/test_fuzz.py::test_fuzzed_images_on_rtl_full, seed 90111039: a bit flip moved
+    the convolution's statistics record into the fully connected layer's input, and the RTL's
+    real counters gave other outputs than the model's zeros)."""
+    from firmware.emulator import run_image
+    from firmware.image import reseal
+    from tb.fuzz import _record_at, _set_word, _initial, seeds
+
+    cfg = PRESETS["tiny"]
+    conv = next(s for s in seeds(cfg, np.random.default_rng(90111039)) if s.name == "conv")
+    blob = bytearray(conv.blob)
+    fc_input = struct.unpack_from("<I", blob, _record_at(blob, 1, "desc_b_addr"))[0]
+    stats = struct.unpack_from("<I", blob, _record_at(blob, 0, "stats_addr"))[0]
+    if stats_in_input:                  # layer 1's input is layer 0's output: put it there
+        stats = fc_input + 64
+        _set_word(blob, _record_at(blob, 0, "stats_addr"), stats)
+        blob = bytearray(reseal(bytes(blob)))
+    mem = zeroed_memory(cfg.dram_bytes)
+    for addr, data in [*_initial(conv), (0, bytes(blob))]:
+        mem[addr:addr + len(data)] = data
+    result = run_image(mem, 0, cfg)
+    assert result.error == 0 and result.defined is not stats_in_input
+    assert stats + 4 in result.counter_words
