@@ -208,14 +208,13 @@ def run_image(mem: bytearray, image_addr: int, cfg: AccelConfig, *,
         words = [0] * (STATS_BYTES // 4)
         words[STATS_WORDS["layer_index"]] = i
         m.write(stats, struct.pack(f"<{len(words)}I", *words))
-        for name in STATS_WORDS:
-            if name != "layer_index":
-                at = stats + 4 * STATS_WORDS[name]
-                m.set_unknown(at, at + 4)
+        counters = [stats + 4 * STATS_WORDS[name] for name in STATS_WORDS
+                    if name != "layer_index"]
+        for at in counters:
+            m.set_unknown(at, at + 4)
         if track:
             result.writes.append((stats, STATS_BYTES))
-        result.counter_words += [stats + 4 * STATS_WORDS[name] for name in STATS_WORDS
-                                 if name != "layer_index"]
+        result.counter_words += counters
     return result
 
 

@@ -185,12 +185,12 @@ class Sequencer(wiring.Component):
         loc_rd = read_data(m, loc_r, [loc_w])
 
         # -- engines -----------------------------------------------------------------------------
+        dw = bool(cfg.dw_mesh)                  # the depthwise path is built
         # (with dw_mesh the groups' address step is a parameter: stride 2's row phases)
         m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
-                                              depth=cfg.buf_a_depth, group_addr=bool(cfg.dw_mesh))
+                                              depth=cfg.buf_a_depth, group_addr=dw)
         m.submodules.load_b = lb = LoadEngine(cfg, beat_bytes=cfg.b_beat_bytes,
-                                              depth=cfg.buf_b_depth, group_addr=bool(cfg.dw_mesh))
-        dw = bool(cfg.dw_mesh)                  # the depthwise path is built
+                                              depth=cfg.buf_b_depth, group_addr=dw)
         m.submodules.compute = ce = ComputeEngine(cfg, mesh=dw)
         m.submodules.store = se = StoreEngine(cfg, channel_rows=dw)
         m.submodules.addrgen = ag = AddrGen(cfg)
@@ -483,21 +483,21 @@ class Sequencer(wiring.Component):
             """A load engine's command for the next step: its k rows into the free half (a
             depthwise strip: ``dw_block`` = (address, words), one beat a row at ``2 w``; in
             row phases two groups of ``words`` rows ``w`` apart, at ``4 w``)."""
-            rows, gstride = load.ke, pk
+            rows, gstride, beat = load.ke, pk, len(engine.w_data) // 8
             if dw:
                 ph = dww.phases
                 addr, rows = by_mode(addr, dw_block[0]), by_mode(rows, dw_block[1])
                 stride = by_mode(stride, Mux(ph, N << 2, N << 1))
                 groups = by_mode(groups, Mux(ph, 2, 1))
                 # the second group's byte mask counts a beat on from the row's start
-                elems = by_mode(elems, dww.nbytes + Mux(ph, len(engine.w_data) // 8, 0))
+                elems = by_mode(elems, dww.nbytes + Mux(ph, beat, 0))
                 gstride = by_mode(pk, dw_block[1])
             cmds = [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
                     engine.p_rows.eq(rows), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
                     engine.p_buf_gstride.eq(gstride)]
             if dw:                          # a GEMM's groups are a beat apart
-                cmds.append(engine.p_gaddr.eq(by_mode(len(engine.w_data) // 8, N)))
+                cmds.append(engine.p_gaddr.eq(by_mode(beat, N)))
             return cmds
 
         dw_a_block = (dww.a_addr, dww.a_words) if dw else None

@@ -162,15 +162,15 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      + consts.mesh_halves_start_cycles * comp.tiles[0].halves)
             taps = 9 * len(comp.tiles)
         # a load's beats: a row each, in every group (two in stride 2's row phases)
-        ca = t.load_a(load.a_load.words * load.a_load.groups) if load is not None else 0
-        cb = t.load_b(load.b_load.words * load.b_load.groups) if load is not None else 0
+        ca = t.load_a(load.a_load.beats) if load is not None else 0
+        cb = t.load_b(load.b_load.beats) if load is not None else 0
         rows = store.out_rows if store is not None else 0
         ph = t.phase(beats, taps, ca, cb, rows)
         mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))
         ctrl += consts.step_ctrl_cycles
         if load is not None:
-            rd_a += load.a_load.words * load.a_load.groups * cfg.a_beat_bytes
-            rd_b += load.b_load.words * load.b_load.groups * cfg.b_beat_bytes
+            rd_a += load.a_load.beats * cfg.a_beat_bytes
+            rd_b += load.b_load.beats * cfg.b_beat_bytes
         wr_c += rows * cfg.c_beat_bytes
     ctrl += consts.finish_cycles
     p_load, p_ctrl, p_read = param_load_cycles(d.m, post, cfg, consts, weights=True)

@@ -294,6 +294,16 @@ class BlockLoad:
     gaddr: int = 0
     gwords: int = 0
 
+    @property
+    def beats(self) -> int:
+        """Port beats of the load: a word of every group."""
+        return self.words * self.groups
+
+    def placements(self) -> list[tuple[int, int]]:
+        """``(buffer word, memory address)`` of every word the load brings."""
+        return [(g * self.gwords + k, self.addr + g * self.gaddr + k * self.stride)
+                for g in range(self.groups) for k in range(self.words)]
+
     def spans(self) -> list[tuple[int, int]]:
         """``(first byte, end)`` of the memory each group reads (none without words)."""
         return [(self.addr + g * self.gaddr,

@@ -3,8 +3,6 @@
 spec.dwmesh.strip_steps from buffers loaded as its loads load them, into the accumulator,
 against spec.dwmesh.run_strip_tile, with the step's cycle count and drain."""
 
-import itertools
-
 import numpy as np
 import pytest
 from amaranth import Elaboratable, Module, unsigned
@@ -79,9 +77,8 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
         for name, block, base in (("a", step.a_load, a0), ("b", step.b_load, b0)):
             # stale words, and garbage past each load's bytes (the pad lanes replace it)
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for g, k in itertools.product(range(block.groups), range(block.words)):
-                addr = block.addr + g * block.gaddr + k * block.stride
-                got[base + g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
+            for word, addr in block.placements():
+                got[base + word, :block.nbytes] = mem[addr:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
                        weights)

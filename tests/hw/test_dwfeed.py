@@ -3,7 +3,6 @@
 spec/dwmesh.py, tiles back to back."""
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
@@ -155,9 +154,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
         for name, block in (("a", step.a_load), ("b", step.b_load)):
             # stale words, and garbage past each load's bytes: the pad mask replaces it
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for g, k in itertools.product(range(block.groups), range(block.words)):
-                addr = block.addr + g * block.gaddr + k * block.stride
-                got[g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
+            for word, addr in block.placements():
+                got[word, :block.nbytes] = mem[addr:][:block.nbytes]
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]])
         feed, arr = dut.feed, dut.array

@@ -1,7 +1,5 @@
 """The rotating mesh's depthwise dataflow (spec/dwmesh.py) against the grouped convolution."""
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -170,9 +168,8 @@ def _replay(c, h, w, size, group, stride, *, seed):
     def load(block):
         words = rng.integers(-128, 128, (block.groups * block.words + 8, size)).astype(
             np.int64)                                                          # stale
-        for g, k in itertools.product(range(block.groups), range(block.words)):
-            addr = block.addr + g * block.gaddr + k * block.stride
-            words[g * block.gwords + k, :block.nbytes] = mem[addr:][:block.nbytes]
+        for word, addr in block.placements():
+            words[word, :block.nbytes] = mem[addr:][:block.nbytes]
         return words
 
     for step in steps:
