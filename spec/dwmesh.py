@@ -54,6 +54,7 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
            "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch",
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
+           "strip_tile_acc", "quad_mode",
            "SERPENTINE",
            "PHASE_TAPS"]
 
@@ -349,7 +350,24 @@ class StripTile:
     ``phase1``'s (``a_base``, ``a_hi``, ``b_base``, ``b_hi``, ``swap``; ``a_lo`` 0) with the
     odd ones for the taps with ``dy = 1``; mesh row ``i`` column ``2 j`` is then stride-2
     output ``(oy0 + i, ox0 / 2 + j)``, and the tile writes every mesh row ``i`` into
-    ``acc_row + i`` (``th`` up to ``rows - 1``)."""
+    ``acc_row + i`` (``th`` up to ``rows - 1``).
+
+    With ``quads`` (1 to 4: the quadrant mode, :func:`quad_mode`: maps of ``n = rows / 2 - 1``
+    rows and columns, int8 output) the tile holds channels ``channel .. channel + quads - 1``,
+    one a quadrant (top left, top right, bottom left, bottom right), each with its own
+    weights, a quadrant without a channel all padding. The step's loads put two stacked rows
+    in a word (buffer-A word ``j`` rows ``2 j + 1`` and ``2 j + 2``, buffer-B word ``j`` rows
+    ``2 j`` and ``2 j + 1``, ``2 n`` bytes); fill beat ``k`` of half ``hf = k // (rows / 4)``,
+    ``kk = k % (rows / 4)``, with ``base = a_base + hf n`` (``a_base = b_base``: half the
+    stacked row of the half's left channel, which is even) reads, with ``kk = 0``, B word
+    ``base`` and A word ``base + rows / 4 - 1``, and fills the even mesh row with padding and
+    the odd one with ``[pad, B.lo, pad, A.lo]``; with ``kk > 0`` A word ``base + kk - 1`` and B
+    word ``base + rows / 4 - 1 + kk``, the even row ``[pad, A.lo, pad, B.lo]`` and the odd one
+    ``[pad, A.hi, pad, B.hi]`` (``X.lo`` a word's bytes ``0 .. n - 1``, ``X.hi`` its bytes
+    ``n .. 2 n - 1``: a fixed lane shuffle). Its results are packed two output rows an
+    accumulator row (:func:`strip_tile_acc`): quadrant ``q``'s output rows ``2 k`` and ``2 k +
+    1`` in accumulator row ``acc_row + (rows / 4) q + k``, lanes ``0 .. n - 1`` and ``n .. 2 n -
+    1``."""
     channel: int
     oy0: int
     th: int
@@ -365,6 +383,7 @@ class StripTile:
     halves: bool = False
     pair: StripTile | None = None
     phase1: StripTile | None = None
+    quads: int = 0
 
 
 @dataclass(frozen=True)
@@ -385,7 +404,11 @@ class StripStep:
     rows. With stride 1 that is every row and lane (``ch_rows = h``); with stride 2 the even
     rows and the even lanes (``acc_rstride = lane_step = 2``, ``ch_rows = ceil(h / 2)``): a
     stride-2, pad-1 output is the stride-1 output at even rows and columns; in row phases
-    (:func:`row_phases`) every row and the even lanes (``acc_rstride`` 1, ``lane_step`` 2)."""
+    (:func:`row_phases`) every row and the even lanes (``acc_rstride`` 1, ``lane_step`` 2).
+    In the quadrant mode (:func:`quad_mode`, ``half_last``) a store row is two output rows of a
+    channel (``ch_rows = rows / 4`` of them a channel, ``out_tw = 2 w`` elements, ``out_row_stride
+    = 2 w``), and a channel's last row is its map's last output row alone: ``out_tw / 2``
+    elements, the next row ``out_row_stride / 2`` after it (:meth:`store_rows`)."""
     c0: int
     channels: int
     ox0: int
@@ -400,6 +423,18 @@ class StripStep:
     ch_rows: int
     acc_rstride: int = 1
     lane_step: int = 1
+    half_last: bool = False
+
+    def store_rows(self) -> list[tuple[int, int, int]]:
+        """``(accumulator row, address, elements)`` of each row the store writes, in order:
+        elements ``0, lane_step, 2 lane_step, ..`` of the accumulator row, at consecutive
+        addresses (:class:`StripStep`)."""
+        rows, addr = [], self.out_addr
+        for r in range(self.out_rows):
+            short = self.half_last and r % self.ch_rows == self.ch_rows - 1
+            rows.append((r * self.acc_rstride, addr, self.out_tw // 2 if short else self.out_tw))
+            addr += self.out_row_stride // 2 if short else self.out_row_stride
+        return rows
 
 
 def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
@@ -427,9 +462,20 @@ def row_phases(h: int, *, rows: int, stride: int) -> bool:
     return stride == 2 and h % 4 == 0 and h > rows - 2
 
 
+def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int, int8: bool) -> bool:
+    """A layer runs in the quadrant mode (:attr:`StripTile.quads`: four channels a tile, two
+    output rows a store beat): stride 1, maps of exactly ``rows / 2 - 1`` rows and columns (7 x
+    7 on the 16x16; two rows of a map then fill ``2 (rows / 2 - 1)`` bytes of a word) on a
+    square mesh of a multiple of 4 rows, at least 8 (a 1 x 1 map's row would sit in a word
+    that reads past the maps), and an int8 output (two output rows of a channel then fit a
+    store beat)."""
+    return (stride == 1 and int8 and rows == cols and rows % 4 == 0 and rows >= 8
+            and h == w == rows // 2 - 1)
+
+
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
-                stride: int = 1) -> list[StripStep]:
+                stride: int = 1, int8: bool = False) -> list[StripStep]:
     """The steps of a pad-1 depthwise 3x3 layer of ``stride`` 1 or 2 on an ``rows`` x
     ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
     ``x`` at ``x_addr + (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at
@@ -466,7 +512,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     groups, phase 1's (even classes) from the first ones, the buffers trading places
     (``swap``) by the class of the tile's first row. Accumulator row ``c P + p`` holds output
     row ``p`` of the step's channel ``c`` (``P = h / 2``), every other lane of it an output, and
-    the store writes the ``G P`` rows (``acc_rstride`` 1, ``lane_step`` 2)."""
+    the store writes the ``G P`` rows (``acc_rstride`` 1, ``lane_step`` 2).
+
+    With an ``int8`` output, maps of ``rows / 2 - 1`` rows and columns run in the quadrant
+    mode (:func:`quad_mode`, :attr:`StripTile.quads`: four channels a tile, two rows a word,
+    two output rows a store row)."""
     if h < 1 or w < 1 or channels < 1:
         raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
     if rows < 4 or rows % 2 or cols < 4:
@@ -480,6 +530,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     th_max, tw_max, half = rows - 2, cols - 2, rows // 2
     oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
     phases = row_phases(h, rows=rows, stride=stride)
+    if quad_mode(h, w, rows=rows, cols=cols, stride=stride, int8=int8):
+        return _quad_steps(channels, h, x_addr, out_addr, rows, group)
     na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
     for c0 in range(0, channels, group):
@@ -553,6 +605,49 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
     return a_load, b_load, tiles
 
 
+def _quad_steps(channels: int, n: int, x_addr: int, out_addr: int, rows: int,
+                group: int) -> list[StripStep]:
+    """The quadrant mode's steps (:func:`strip_steps`, :attr:`StripTile.quads`): one column
+    strip, ``group`` channels a step, four a tile."""
+    steps = []
+    pairs = rows // 4                             # accumulator rows a channel
+    for c0 in range(0, channels, group):
+        g_count = min(group, channels - c0)
+        base, s_rows = x_addr + c0 * n * n, g_count * n
+        tiles = tuple(StripTile(channel=c0 + g, oy0=0, th=n, a_base=g * n // 2, a_lo=0, a_hi=0,
+                                b_base=g * n // 2, b_hi=0, pre_right=False, acc_row=pairs * g,
+                                cols=2 * n, quads=min(4, g_count - g))
+                      for g in range(0, g_count, 4))
+        steps.append(StripStep(c0, g_count, 0, n,
+                               BlockLoad(base + n, 2 * n, (s_rows - 1) // 2, 2 * n),
+                               BlockLoad(base, 2 * n, s_rows // 2, 2 * n), tiles,
+                               out_addr + c0 * n * n, 2 * n, out_rows=g_count * pairs,
+                               out_tw=2 * n, ch_rows=pairs, half_last=True))
+    return steps
+
+
+def _quad_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray, rows: int,
+                pad: int) -> np.ndarray:
+    """A quadrant tile's patch (:attr:`StripTile.quads`); only its channels' words are read."""
+    n, quarter, half = rows // 2 - 1, rows // 4, rows // 2
+    patch = np.full((rows, rows), pad, np.int64)
+    for k in range(half):
+        hf, kk = divmod(k, quarter)
+        base = tile.a_base + hf * n
+        left, right = 2 * hf < tile.quads, 2 * hf + 1 < tile.quads
+        if kk == 0:
+            parts = [(2 * k + 1, b_words, base, a_words, base + quarter - 1, 0)]
+        else:
+            parts = [(2 * k + d, a_words, base + kk - 1, b_words, base + quarter - 1 + kk, n * d)
+                     for d in (0, 1)]
+        for row, lw, li, rw, ri, off in parts:
+            if left:
+                patch[row, 1:half] = lw[li, off:off + n]
+            if right:
+                patch[row, half + 1:] = rw[ri, off:off + n]
+    return patch
+
+
 def _half_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray, rows: int,
                 pad: int) -> np.ndarray:
     """The ``rows`` x ``cols`` patch of ``tile``'s fill words alone, before any rotation."""
@@ -574,7 +669,10 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked words and
     the lanes from ``tile.cols`` on ``pad``, rotated right once with ``pre_right``; with
     ``halves`` the top half of the tile's own patch above the top half of its ``pair``'s
-    (pad without one). Only words inside the masks are read."""
+    (pad without one); with ``quads`` the quadrant fill (:attr:`StripTile.quads`). Only words
+    inside the masks are read."""
+    if tile.quads:
+        return _quad_patch(tile, a_words, b_words, rows, pad)
     patch = _half_patch(tile, a_words, b_words, rows, pad)
     if tile.halves:
         half = rows // 2
@@ -597,12 +695,17 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     serpentine taps with the channel's weights (``weights``: the layer's, (channels, 3, 3),
     indexed by :attr:`StripTile.channel`; with ``halves`` the bottom half takes ``pair``'s).
     With ``phase1``, the two fills and the stride-2 walk (:attr:`StripTile.phase1`).
-    Returns the accumulators (rows x cols, exact int64); mesh row ``i`` column ``j`` is output
-    ``(oy0 + i, ox0 + j)`` of the top half's channel (:func:`strip_tile_writes`)."""
-    w = np.zeros((rows, 1, 3, 3), np.int64)
+    With ``quads`` each quadrant takes its channel's weights. Returns the accumulators (rows x
+    cols, exact int64); mesh row ``i`` column ``j`` is output ``(oy0 + i, ox0 + j)`` of the top
+    half's channel (:func:`strip_tile_writes`, :func:`strip_tile_acc`)."""
+    w = np.zeros((rows, a_words.shape[1], 3, 3), np.int64)
     w[:] = weights[tile.channel]
     if tile.halves and tile.pair is not None:
         w[rows // 2:] = weights[tile.pair.channel]
+    half = rows // 2
+    for q in range(1, tile.quads):              # the quadrant mode: a channel a quadrant
+        qi, qj = divmod(q, 2)
+        w[qi * half:(qi + 1) * half, qj * half:(qj + 1) * half] = weights[tile.channel + q]
     phases = [(tile, SERPENTINE)] if tile.phase1 is None else \
         [(tile, walks(2)[0]), (tile.phase1, walks(2)[1])]
     acc = np.zeros((rows, a_words.shape[1]), np.int64)
@@ -626,6 +729,30 @@ def strip_tile_writes(tile: StripTile, rows: int) -> list[tuple[int, int]]:
         return [(i, tile.acc_row + i) for i in reversed(range(rows))]
     return [(i, tile.acc_row + tile.th + i - half if i >= half
              else tile.acc_row + min(i, tile.th - 1)) for i in reversed(range(rows))]
+
+
+def strip_tile_acc(tile: StripTile, acc: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``(accumulator row, its lanes)`` of each row of results ``tile`` leaves in the
+    accumulator, from :func:`run_strip_tile`'s ``acc`` (rows x cols): the rows
+    :func:`strip_tile_writes` states, or in the quadrant mode (:attr:`StripTile.quads`) its
+    channels' packed rows: quadrant ``q``'s output rows ``2 k`` and ``2 k + 1`` in row
+    ``acc_row + (rows / 4) q + k``, lanes ``0 .. n - 1`` and ``n .. 2 n - 1`` (``n = rows / 2 -
+    1``; with ``k = rows / 4 - 1`` the second part is the quadrant's last mesh row, not an
+    output), lanes from ``2 n`` on zero. (A quadrant without a channel leaves rows of no
+    use.)"""
+    rows, cols = acc.shape
+    if not tile.quads:
+        return [(acc_row, acc[row]) for row, acc_row in strip_tile_writes(tile, rows)]
+    n, half = rows // 2 - 1, rows // 2
+    out = []
+    for q in range(tile.quads):
+        qi, qj = divmod(q, 2)
+        for k in range(rows // 4):
+            lanes = np.zeros(cols, np.int64)
+            for d in (0, 1):
+                lanes[n * d:n * (d + 1)] = acc[qi * half + 2 * k + d, qj * half:qj * half + n]
+            out.append((tile.acc_row + rows // 4 * q + k, lanes))
+    return out
 
 
 def strip_step_cycles(step: StripStep, rows: int) -> int:

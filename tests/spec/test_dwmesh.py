@@ -6,9 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
 from spec.dwmesh import (PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
-                         mesh_depthwise, out_size, padded_input, plan_tiles, row_phases,
+                         mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
-                         strip_steps, strip_tile_writes, tile_cycles, tile_patches,
+                         strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights)
 from spec.golden import conv2d_int8
 
@@ -140,17 +140,32 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     _replay(c, h, w, size, group, stride, seed=c * 31 + h + w + size)
 
 
+@pytest.mark.parametrize("c,size,group", [
+    (1, 16, 1), (2, 16, 2), (3, 16, 3), (4, 16, 4), (5, 16, 5), (9, 16, 7), (13, 16, 6),
+    (11, 8, 11), (6, 8, 3), (7, 8, 2), (70, 16, 70)])
+def test_quadrant_steps_replayed_on_a_memory_give_the_convolution(c, size, group):
+    """The quadrant mode (maps of size / 2 - 1 rows and columns, int8 output): four channels
+    a tile, two rows a word, two output rows a store row, a channel's last row alone; every
+    number of channels in a step's last tile (1 to 4), odd and even step sizes."""
+    n = size // 2 - 1
+    steps = _replay(c, n, n, size, group, 1, seed=c * 7 + size + group, int8=True)
+    assert all(t.quads for s in steps for t in s.tiles)
+
+
 @settings(max_examples=60, deadline=None)
 @given(c=st.integers(1, 9), h=st.integers(1, 20), w=st.integers(1, 34),
        size=st.sampled_from([4, 8, 16]), group=st.integers(1, 9), stride=st.sampled_from([1, 2]),
-       seed=st.integers(0, 2**16))
-def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed):
+       seed=st.integers(0, 2**16), int8=st.booleans())
+def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed, int8):
     """The same replay on random maps, meshes and channel groups (two maps a tile whenever
-    they fit half the mesh, a lone last one for odd groups)."""
-    _replay(c, h, w, size, min(group, c), stride, seed=seed)
+    they fit half the mesh, a lone last one for odd groups; four a tile in the quadrant
+    mode)."""
+    if int8 and h <= size // 2 - 1 and stride == 1 and size >= 8:
+        h = w = size // 2 - 1                   # the quadrant mode's maps, half the time
+    _replay(c, h, w, size, min(group, c), stride, seed=seed, int8=int8)
 
 
-def _replay(c, h, w, size, group, stride, *, seed):
+def _replay(c, h, w, size, group, stride, *, seed, int8=False):
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
     rng = np.random.default_rng(seed)
@@ -162,7 +177,7 @@ def _replay(c, h, w, size, group, stride, *, seed):
     out_mem = np.full(80_000, -999, np.int64)
     written = np.zeros(80_000, bool)      # (an output may well be -999 itself)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
-                        group=group, stride=stride)
+                        group=group, stride=stride, int8=int8)
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
@@ -177,14 +192,13 @@ def _replay(c, h, w, size, group, stride, *, seed):
         acc = rng.integers(-9, 9, (step.channels * h + size, size)).astype(np.int64)
         for tile in step.tiles:
             result = run_strip_tile(tile, a_words, b_words, wt, size, pad)
-            for row, acc_row in strip_tile_writes(tile, size):
-                acc[acc_row] = result[row]
-        assert step.out_rows == step.channels * oh and step.ch_rows == oh
-        for r in range(step.out_rows):
-            addr = step.out_addr + r * step.out_row_stride
-            lanes = acc[r * step.acc_rstride, ::step.lane_step]
-            out_mem[addr:addr + step.out_tw] = lanes[:step.out_tw]
-            written[addr:addr + step.out_tw] = True
+            for acc_row, lanes in strip_tile_acc(tile, result):
+                acc[acc_row] = lanes
+        assert step.out_rows == step.channels * step.ch_rows
+        assert step.ch_rows == (-(-oh // 2) if step.half_last else oh)
+        for acc_row, addr, elems in step.store_rows():
+            out_mem[addr:addr + elems] = acc[acc_row, ::step.lane_step][:elems]
+            written[addr:addr + elems] = True
     got = out_mem[out_addr:out_addr + c * oh * ow].reshape(c, oh, ow)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
@@ -196,6 +210,7 @@ def _replay(c, h, w, size, group, stride, *, seed):
         for block in (step.a_load, step.b_load):
             for lo, end in block.spans():
                 assert x_addr <= lo and end <= x_addr + x.size
+    return steps
 
 
 def test_strip_steps_beats_and_channel_groups():
@@ -229,6 +244,35 @@ def test_strip_steps_beats_and_channel_groups():
     assert [t.halves for t in strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=1)[0].tiles] \
         == [False]
     assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
+
+
+def test_quadrant_mode_where_it_runs_and_what_a_step_takes():
+    """7 x 7 maps with an int8 output on the 16x16: four channels a 17-beat tile (16 back to
+    back), two rows a 14-byte word, four store rows a channel (14, 14, 14 and 7 elements, the
+    channel's 49 bytes back to back)."""
+    assert quad_mode(7, 7, rows=16, cols=16, stride=1, int8=True)
+    for kwargs in (dict(int8=False), dict(stride=2), dict(h=6), dict(w=6), dict(cols=8)):
+        args = dict(h=7, w=7, rows=16, cols=16, stride=1, int8=True) | kwargs
+        assert not quad_mode(**args)
+    assert quad_mode(3, 3, rows=8, cols=8, stride=1, int8=True)
+    assert not quad_mode(1, 1, rows=4, cols=4, stride=1, int8=True)
+    steps = strip_steps(960, 7, 7, x_addr=0, out_addr=1000, group=70, int8=True)
+    assert len(steps) == 14
+    step = steps[0]
+    assert [t.quads for t in step.tiles] == [4] * 17 + [2]
+    assert [(t.channel, t.a_base, t.acc_row) for t in step.tiles[:3]] == \
+        [(0, 0, 0), (4, 14, 16), (8, 28, 32)]
+    assert strip_step_cycles(step, 16) == 18 * 17 - 17
+    assert (step.a_load.addr, step.a_load.stride, step.a_load.words, step.a_load.nbytes) == \
+        (7, 14, 244, 14)
+    assert (step.b_load.addr, step.b_load.words) == (0, 245)
+    assert (step.out_rows, step.ch_rows, step.out_tw, step.out_row_stride) == (280, 4, 14, 14)
+    assert step.store_rows()[:6] == [(0, 1000, 14), (1, 1014, 14), (2, 1028, 14),
+                                     (3, 1042, 7), (4, 1049, 14), (5, 1063, 14)]
+    assert steps[1].out_addr == 1000 + 70 * 49
+    # without an int8 output: two channels a tile, a row a store row
+    step = strip_steps(960, 7, 7, x_addr=0, out_addr=0, group=70)[0]
+    assert [t.quads for t in step.tiles] == [0] * 35 and step.out_rows == 490
 
 
 def test_row_phases_where_they_pay_and_what_a_step_takes():
