@@ -57,7 +57,15 @@ class DwFeeder(wiring.Component):
     fill words (``R/2 .. R - 1`` of the program) are read with the same ``*1`` parameters:
     word ``R/2 + k`` is word ``k`` of ``p_a_base1`` .. ``p_swap1`` (a strip tile's
     :attr:`spec.dwmesh.StripTile.phase1`; ``p_a_base + R/2`` etc. for the patches of
-    :func:`spec.dwmesh.tile_patches` stored phase after phase). Beats reach the
+    :func:`spec.dwmesh.tile_patches` stored phase after phase). With ``p_quads`` (1 to 4: the
+    quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
+    quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
+    (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
+    (``kk = 0``) or ``base + R/4 - 1 + kk``, with ``base = p_a_base + hf n`` (``p_b_base`` for
+    B; ``n = R/2 - 1``), and the fixed lane shuffle of the two-row words makes the quadrants'
+    rows: lanes 0 and ``R/2`` and the quadrants from ``p_quads`` on enter as the pad value, as
+    does the even row of a beat with ``kk = 0`` (the quadrants' top pads); ``p_a_lo`` ..
+    ``p_swap1``, ``p_pre_right`` and ``p_pad_mask`` are not used. Beats reach the
     array :attr:`FEED_CYCLES` cycles after their issue (the buffers' synchronous
     read, then the operand register), as the compute engine's do. ``ready`` is high when a
     ``start`` is taken: idle, or in a tile's last beat, so tiles follow each other with no
@@ -75,6 +83,7 @@ class DwFeeder(wiring.Component):
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
     p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
     half's (with ``p_halves``)
+    p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
     rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
@@ -102,7 +111,7 @@ class DwFeeder(wiring.Component):
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
             "p_b_hi1": In(range(cfg.array_rows + 1)),
             "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
-            "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits),
+            "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits), "p_quads": In(3),
             "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
             "a_raddr": Out(range(cfg.buf_a_depth)), "a_rdata": In(8 * cfg.a_beat_bytes),
@@ -116,6 +125,7 @@ class DwFeeder(wiring.Component):
         m = Module()
         cfg = self._cfg
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
+        n, quarter = R // 2 - 1, R // 4          # the quadrant mode's maps, fill words a half
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 2)]
         rom = [beat for program in programs for beat in program]
@@ -142,6 +152,9 @@ class DwFeeder(wiring.Component):
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
                                                                          "b_hi1"))
+        quads = Signal(3, name="dw_quads")          # the quadrant mode's channels (0: off)
+        quad = Signal(name="dw_quad")
+        m.d.comb += quad.eq(quads != 0)
         at_end = Signal()
         take, merge = Signal(name="dw_take"), Signal(name="dw_merge")
         m.d.comb += [at_end.eq(self.running & end_t[pc]),
@@ -163,7 +176,10 @@ class DwFeeder(wiring.Component):
                          swap.eq(self.p_swap), halves.eq(self.p_halves),
                          swap1.eq(self.p_swap1), a_base1.eq(self.p_a_base1),
                          b_base1.eq(self.p_b_base1), a_lo1.eq(self.p_a_lo1),
-                         a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1)]
+                         a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1), quads.eq(self.p_quads)]
+            # the quadrant mode's bottom half: its left channel's rows n words on
+            with m.If(self.p_quads != 0):
+                m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
 
         # the fill word within its half's tile or its row phase: with halves, words from R/4
         # on are the bottom half's; in a stride-2 program, words from R/2 on phase 1's; both
@@ -174,12 +190,20 @@ class DwFeeder(wiring.Component):
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
             stride2.eq(pc >= start2),
-            bottom.eq((halves & (word_t[pc] >= R // 4)) | (stride2 & (word_t[pc] >= R // 2))),
+            bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
+                      | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),
             self.rd_en.eq(fill | merge),
+        ]
+        # the quadrant mode's words: A at (kk - 1) mod R/4, B at 0 or R/4 - 1 + kk
+        a_off, b_off = Signal(range(R), name="dw_a_off"), Signal(range(R), name="dw_b_off")
+        m.d.comb += [a_off.eq(Mux(quad, Mux(word == 0, quarter - 1, word - 1), word)),
+                     b_off.eq(Mux(quad & (word != 0), quarter - 1 + word, Mux(quad, 0, word)))]
+        m.d.comb += [
             # a merged first fill beat reads the new tile's word 0
-            self.a_raddr.eq(Mux(merge, self.p_a_base, Mux(bottom, a_base1, a_base) + word)),
-            self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + word)),
+            self.a_raddr.eq(Mux(merge, self.p_a_base + Mux(self.p_quads != 0, quarter - 1, 0),
+                                Mux(bottom, a_base1, a_base) + a_off)),
+            self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + b_off)),
         ]
         # the tap's weights, one per region
         tap_w = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
@@ -204,17 +228,32 @@ class DwFeeder(wiring.Component):
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
         s1_swap, s1_rot = Signal(name="dw_s1_swap"), Signal(name="dw_s1_rot")
+        # the quadrant mode: the beat reads its half's first words (the quadrants' top pads
+        # and first rows: the words trade places, the odd row takes their low bytes)
+        s1_quad, s1_kk0 = Signal(name="dw_s1_quad"), Signal(name="dw_s1_kk0")
+
+        def quad_mask(count, bottom_half):
+            """The pad lanes of a quadrant beat: 0 and R/2, and the quadrants without a channel."""
+            left = Mux(bottom_half, count < 3, 0)
+            right = Mux(bottom_half, count < 4, count < 2)
+            return Cat(Const(1, 1), left.replicate(n), Const(1, 1), right.replicate(n))
         with m.If(merge):                    # the new tile's word 0, from its parameters
-            m.d.sync += [zero_a.eq((self.p_a_lo != 0) | (self.p_a_hi == 0)),
-                         zero_b.eq(self.p_b_hi == 0), s1_pad.eq(self.p_pad),
-                         s1_mask.eq(self.p_pad_mask), s1_swap.eq(self.p_swap),
-                         s1_rot.eq(self.p_pre_right)]
+            m.d.sync += [zero_a.eq((self.p_a_lo != 0) | (self.p_a_hi == 0) | (self.p_quads != 0)),
+                         zero_b.eq((self.p_b_hi == 0) & (self.p_quads == 0)),
+                         s1_pad.eq(self.p_pad),
+                         s1_mask.eq(Mux(self.p_quads != 0, quad_mask(self.p_quads, 0),
+                                        self.p_pad_mask)),
+                         s1_swap.eq(self.p_swap & (self.p_quads == 0)),
+                         s1_rot.eq(self.p_pre_right & (self.p_quads == 0)),
+                         s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
         with m.Else():
-            m.d.sync += [zero_a.eq((word < Mux(bottom, a_lo1, a_lo)) |
-                                   (word >= Mux(bottom, a_hi1, a_hi))),
-                         zero_b.eq(word >= Mux(bottom, b_hi1, b_hi)),
-                         s1_pad.eq(pad), s1_mask.eq(pad_mask),
-                         s1_swap.eq(Mux(bottom, swap1, swap)), s1_rot.eq(rot)]
+            m.d.sync += [zero_a.eq(Mux(quad, word == 0, (word < Mux(bottom, a_lo1, a_lo)) |
+                                       (word >= Mux(bottom, a_hi1, a_hi)))),
+                         zero_b.eq(~quad & (word >= Mux(bottom, b_hi1, b_hi))),
+                         s1_pad.eq(pad),
+                         s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
+                         s1_swap.eq(~quad & Mux(bottom, swap1, swap)), s1_rot.eq(~quad & rot),
+                         s1_quad.eq(quad), s1_kk0.eq(word == 0)]
 
         def lanes(masked, data):
             vals = [Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
@@ -223,6 +262,16 @@ class DwFeeder(wiring.Component):
             return Cat(*(Mux(s1_rot, vals[j - 1], vals[j]) for j in range(C)))
 
         a_row, b_row = self.a_rdata[:C * ob], self.b_rdata[:C * ob]
-        even_row, odd_row = Mux(s1_swap, b_row, a_row), Mux(s1_swap, a_row, b_row)
+        # the quadrant mode's rows from the two-row words: [pad, left, pad, right], the left
+        # quadrant's bytes from the A word (the B word in a half's first beat), the right's
+        # from the other; the even row their low bytes, the odd one their high bytes (the low
+        # ones in a half's first beat). Lanes 0 and R/2 are masked (the pads).
+        q_left, q_right = Mux(s1_kk0, b_row, a_row), Mux(s1_kk0, a_row, b_row)
+        lo, hi = slice(0, n * ob), slice(n * ob, 2 * n * ob)
+        q_even = Cat(Const(0, ob), q_left[lo], Const(0, ob), q_right[lo])
+        q_odd = Cat(Const(0, ob), Mux(s1_kk0, q_left[lo], q_left[hi]), Const(0, ob),
+                    Mux(s1_kk0, q_right[lo], q_right[hi]))
+        even_row = Mux(s1_quad, q_even, Mux(s1_swap, b_row, a_row))
+        odd_row = Mux(s1_quad, q_odd, Mux(s1_swap, a_row, b_row))
         m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, even_row), lanes(zero_b, odd_row)))
         return m

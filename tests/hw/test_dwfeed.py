@@ -127,17 +127,23 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("c,h,w,group,stride", [
-    (2, 10, 13, 2, 1), (1, 5, 6, 1, 1), (3, 4, 20, 3, 1), (3, 5, 6, 3, 1), (2, 7, 9, 2, 1),
-    (5, 3, 6, 5, 1), (4, 2, 11, 4, 1),
+@pytest.mark.parametrize("c,h,w,group,stride,int8", [
+    (2, 10, 13, 2, 1, False), (1, 5, 6, 1, 1, False), (3, 4, 20, 3, 1, False),
+    (3, 5, 6, 3, 1, False), (2, 7, 9, 2, 1, False), (5, 3, 6, 5, 1, False),
+    (4, 2, 11, 4, 1, False),
     # stride 2's row phases: two fills a tile, the second with the *1 parameters
-    (2, 8, 9, 2, 2), (3, 16, 20, 3, 2), (1, 12, 5, 1, 2)])
-def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride):
+    (2, 8, 9, 2, 2, False), (3, 16, 20, 3, 2, False), (1, 12, 5, 1, 2, False),
+    # the quadrant mode: 3 x 3 maps on the 8x8, four a tile, 1 to 4 in a step's last
+    (7, 3, 3, 7, 1, True), (6, 3, 3, 6, 1, True), (9, 3, 3, 9, 1, True), (4, 3, 3, 4, 1, True),
+    (1, 3, 3, 1, 1, True)])
+def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
+                                                                       int8):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
     tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back; maps
     of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one);
-    stride 2 in row phases."""
+    stride 2 in row phases; maps of R/2 - 1 rows and columns four a tile (the quadrant
+    mode), from two-row words."""
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
@@ -149,7 +155,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     depth = 64
     pad = int(rng.integers(-128, 128))
     for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                            stride=stride):
+                            stride=stride, int8=int8):
         words = {}
         for name, block in (("a", step.a_load), ("b", step.b_load)):
             # stale words, and garbage past each load's bytes: the pad mask replaces it
@@ -167,15 +173,20 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             bottom = tile.phase1 or tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
             weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
                 [wt[tile.channel], np.zeros((3, 3), np.int8)]
-            return {"p_stride2": tile.phase1 is not None,
-                    "p_split": SystolicArray.SPLITS[(2, 1) if tile.halves else (1, 1)],
+            if tile.quads:          # a quadrant without a channel: the tile's first's weights
+                weights = [wt[tile.channel + q if q < tile.quads else tile.channel]
+                           for q in range(4)]
+            split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
+            return {"p_stride2": tile.phase1 is not None, "p_quads": tile.quads,
+                    "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
                     "p_pre_right": tile.pre_right, "p_swap": tile.swap,
                     "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
-                    "p_w": pack(np.pad(np.concatenate(weights).reshape(-1), (0, 18)), 8),
+                    "p_w": pack(np.pad(np.concatenate(weights).reshape(-1),
+                                       (0, 36 - 9 * len(weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
                     "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
 
