@@ -11,7 +11,8 @@ from .array import SystolicArray
 from .bits import log2
 from .dwfeed import DwFeeder
 
-__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "MESH_HALVES_START_CYCLES", "ComputeEngine",
+__all__ = ["FEED_CYCLES", "MESH_START_CYCLES", "MESH_HALVES_START_CYCLES",
+           "MESH_QUAD_START_CYCLES", "ComputeEngine",
            "array_tag_bits",
            "drain_cycles", "mesh_drain_cycles"]
 
@@ -39,6 +40,11 @@ MESH_START_CYCLES = 3
 #: (:attr:`spec.dwmesh.StripTile.halves`): the top half's parameters and weights are kept, then
 #: the walk moves to the bottom half's channel and reads its weights.
 MESH_HALVES_START_CYCLES = 2
+
+#: Further cycles before the first beat of a depthwise step in the quadrant mode
+#: (:attr:`spec.dwmesh.StripTile.quads`) whose first tile takes four channels: their weight
+#: words are read one a cycle, the first with ``m_start``; one cycle less for each channel fewer.
+MESH_QUAD_START_CYCLES = 3
 
 
 def mesh_drain_cycles(cfg: AccelConfig) -> int:
@@ -100,6 +106,15 @@ class ComputeEngine(wiring.Component):
     ``p_m_words`` words each (buffer A: classes 0 and 1 from ``p_a_base``, B: 2 and 3 from
     ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
     results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``.
+    With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
+    rows and columns, an int8 output) each tile takes four channels, one a quadrant
+    (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
+    ``p_a_base + (R - 2) t`` and buffer-B word ``p_b_base + (R - 2) t`` (two rows a word), the
+    four channels' weight words read one a cycle before it issues (the first beat
+    :data:`MESH_QUAD_START_CYCLES` later), and its results packed two output rows
+    an accumulator row from ``p_acc_base + R t`` (:func:`spec.dwmesh.strip_tile_acc`): the
+    drain writes one row a cycle, each from the array's row of this cycle and the two before,
+    the last one a cycle after the array's last row (``busy`` a cycle longer).
     ``p_m_pre_right`` gives every tile the left pad's rotation; the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
@@ -121,7 +136,7 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right, p_m_phases : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na,
+    m_start, p_m_pre_right, p_m_phases, p_m_quad : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na,
     p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``;
     p_m_pad : ``In(8)``; p_m_cols :
     ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(72)`` (only with ``mesh``)
@@ -132,7 +147,7 @@ class ComputeEngine(wiring.Component):
         self._mesh = mesh
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
-        extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1),
+        extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
                                                       "words")},
                  "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
@@ -333,9 +348,10 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [arr.i_a.eq(op_a), arr.i_b.eq(op_b), arr.i_a00.eq(op_a00),
                      arr.i_b00.eq(op_b00)]
         mesh_hold = Signal(name="mesh_hold")
+        quad = Signal(name="mesh_quad")        # the quadrant mode, through the step's drain
         if self._mesh:
             self._mesh_steps(m, rstride=rstride, drain=drain, mesh_run=mesh_run,
-                             beat=(i_first, i_last, i_tag), hold=mesh_hold)
+                             beat=(i_first, i_last, i_tag), hold=mesh_hold, quad=quad)
             m.d.comb += self.running.eq(running | mesh_run)
 
         # accumulator read-modify-write: read two cycles before a row leaves the array (the
@@ -368,15 +384,23 @@ class ComputeEngine(wiring.Component):
         w_valid = Signal()
         w_addr = Signal(range(cfg.acc_depth))
         w_old = Signal(len(self.acc_rdata), reset_less=True)
-        m.d.sync += [read_addr.eq(row_addr), old_addr.eq(read_addr), w_addr.eq(old_addr),
-                     w_valid.eq(arr.o_valid), w_old.eq(self.acc_rdata)]
+        if self._mesh:                  # (w_addr, w_valid: _quad_writes)
+            m.d.sync += [read_addr.eq(row_addr), old_addr.eq(read_addr),
+                         w_old.eq(self.acc_rdata)]
+        else:
+            m.d.sync += [read_addr.eq(row_addr), old_addr.eq(read_addr), w_addr.eq(old_addr),
+                         w_valid.eq(arr.o_valid), w_old.eq(self.acc_rdata)]
         accum = arr.o_tag[ab]
+        packed = self._quad_writes(m, quad, w_valid, w_addr, old_addr) if self._mesh else None
         lanes = []
         for j in range(C):
             old = w_old[32 * j:32 * (j + 1)]
             new = arr.o_row[32 * j:32 * (j + 1)]
             lane = Signal(32, name=f"acc_sum{j}", reset_less=True)
-            m.d.sync += lane.eq((Mux(accum, old, 0) + new)[:32])
+            if packed is None:
+                m.d.sync += lane.eq((Mux(accum, old, 0) + new)[:32])
+            else:
+                m.d.sync += lane.eq(Mux(quad, packed[j], (Mux(accum, old, 0) + new)[:32]))
             lanes.append(lane)
         m.d.comb += [
             self.acc_waddr.eq(w_addr),
@@ -386,7 +410,53 @@ class ComputeEngine(wiring.Component):
         return m
 
 
-    def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat, hold):
+    def _quad_writes(self, m, quad, w_valid, w_addr, old_addr):
+        """The accumulator writes (``w_valid``, ``w_addr``; a GEMM's or a depthwise step's,
+        and in the quadrant mode the packed rows, whose lanes it returns).
+
+        A quadrant tile's rows leave bottom first, a half's last mesh row (not an output)
+        first, then its output rows ``y = n - 1 .. 0`` (``n = R/2 - 1``); row ``y`` even writes
+        the left quadrant's rows ``y`` and ``y + 1`` (this cycle's row and the last), row ``y``
+        odd the right quadrant's rows ``y + 1`` and ``y + 2`` (the last two rows), and the
+        cycle after row 0 the right quadrant's rows 0 and 1 (the half's last mesh row, or no
+        row, arrives then): one write a cycle (:func:`spec.dwmesh.strip_tile_acc`)."""
+        cfg = self._cfg
+        R, C = cfg.array_rows, cfg.array_cols
+        arr = self.array
+        ab = _bits(cfg.acc_depth)
+        half, n, pairs = R // 2, R // 2 - 1, R // 4
+        y, bot = arr.o_r[:log2(half)], arr.o_r[log2(half)]
+        tag = arr.o_tag[:ab]
+        r1 = Signal.like(arr.o_row, name="quad_r1", reset_less=True)    # the last two rows
+        r2 = Signal.like(arr.o_row, name="quad_r2", reset_less=True)
+        m.d.sync += [r1.eq(arr.o_row), r2.eq(r1)]
+        left = Signal(name="quad_left")             # an even output row: the left quadrant
+        right = Signal(name="quad_right")           # an odd one: the right quadrant
+        spill = Signal(name="quad_spill")           # the right quadrant's first rows
+        spill_addr = Signal(ab, name="quad_spill_addr")
+        m.d.comb += [left.eq(quad & arr.o_valid & ~y[0]),
+                     right.eq(quad & arr.o_valid & y[0] & (y != half - 1))]
+        m.d.sync += [spill.eq(quad & arr.o_valid & (y == 0)),
+                     spill_addr.eq(tag + pairs * (2 * bot + 1))]
+        ch_base = tag + Mux(bot, 2 * pairs, 0)
+        q_addr = Mux(left, ch_base + (y >> 1),
+                     Mux(right, ch_base + pairs + ((y + 1) >> 1), spill_addr))
+        m.d.sync += [w_valid.eq(Mux(quad, left | right | spill, arr.o_valid)),
+                     w_addr.eq(Mux(quad, q_addr, old_addr))]
+
+        def lane(row, j):
+            return row[32 * j:32 * (j + 1)]
+        packed = []
+        for j in range(C):
+            if j >= 2 * n:
+                packed.append(Const(0, 32))
+                continue
+            first, jj = j < n, j % n
+            packed.append(Mux(left, lane(arr.o_row, jj) if first else lane(r1, jj),
+                              lane(r1, half + jj) if first else lane(r2, half + jj)))
+        return packed
+
+    def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat, hold, quad):
         """The depthwise steps: the tile walk, the feeder, the array's mesh inputs."""
         assert DwFeeder.FEED_CYCLES == FEED_CYCLES      # its beats meet the GEMM path's timing
         cfg = self._cfg
@@ -436,7 +506,7 @@ class ComputeEngine(wiring.Component):
         par = Signal(name="mesh_odd_start")
         ch = Signal.like(self.w_raddr, name="mesh_ch")
         have, fresh = Signal(name="mesh_have"), Signal(name="mesh_fresh")
-        m.d.comb += self.w_raddr.eq(ch)
+        m.d.comb += self.w_raddr.eq(Mux(self.m_start, self.p_m_c0, ch))
 
         def clamp(v):
             return Mux(v < 0, 0, Mux(v > half, half, v[:len(feed.p_a_hi)]))
@@ -488,14 +558,44 @@ class ComputeEngine(wiring.Component):
         t_swap = Signal(name="mesh_t_swap")
         t_w = Signal.like(self.w_rdata, name="mesh_t_w")
         t_tag = Signal.like(feed.p_tag, name="mesh_t_tag")
+        # The quadrant mode (maps of R/2 - 1 rows and columns, four channels a tile,
+        # spec.dwmesh.StripTile.quads): the tile's four weight words are read one a cycle into
+        # `q_w` (a word in flight with `q_rd`), then the tile issues with its fill-word bases
+        # and accumulator base, and the next tile's reads follow.
+        q_left = Signal(DIM_BITS, name="quad_channels_left")   # from this tile on
+        q_n = Signal(3, name="quad_n")                          # the tile's channels
+        q_ri = Signal(3, name="quad_reads")
+        q_rd, q_slot = Signal(name="quad_rd"), Signal(2, name="quad_slot")
+        q_w = [Signal.like(self.w_rdata, name=f"quad_w{q}") for q in range(4)]
+        q_a, q_b = Signal.like(feed.p_a_base, name="quad_a"), Signal.like(feed.p_b_base,
+                                                                           name="quad_b")
+        q_tag = Signal.like(acc_pos, name="quad_tag")
+        q_read, q_issue = Signal(name="quad_read"), Signal(name="quad_issue")
+        m.d.comb += [q_n.eq(Mux(q_left >= 4, 4, q_left[:3])),
+                     q_read.eq(quad & have & mesh_run & (q_ri != q_n) & ~self.m_start),
+                     q_issue.eq(quad & have & (q_ri == q_n) & ~q_rd & feed.ready)]
+        # (the first word is read with m_start, at the step's first channel)
+        q_first = Signal(name="quad_first_read")
+        m.d.comb += q_first.eq(self.m_start & self.p_m_quad)
+        m.d.sync += [q_rd.eq(q_read | q_first), q_slot.eq(Mux(self.m_start, 0, q_ri))]
+        with m.If(q_read):
+            m.d.sync += [ch.eq(ch + 1), q_ri.eq(q_ri + 1)]
+        for q in range(4):
+            with m.If(q_rd & (q_slot == q)):
+                m.d.sync += q_w[q].eq(self.w_rdata)
+        with m.If(q_issue):
+            m.d.sync += [q_left.eq(q_left - 4), q_ri.eq(0), q_a.eq(q_a + R - 2),
+                         q_b.eq(q_b + R - 2), q_tag.eq(q_tag + R)]
+            with m.If(q_left <= 4):
+                m.d.sync += have.eq(0)
         issue, capture, advance = Signal(), Signal(name="mesh_capture"), Signal()
         ab = len(acc_pos)
         m.d.comb += [
             capture.eq(halves & have & ~fresh & ~captured),
-            issue.eq(have & ~fresh & feed.ready & (~halves | captured)),
+            issue.eq(have & ~fresh & feed.ready & (~halves | captured) & ~quad),
             advance.eq(capture | (issue & ~(halves & lone))),
             hold.eq(halves & (arr.f_r >= hh) & (arr.f_r < half)),
-            feed.start.eq(issue), feed.p_stride2.eq(phases),
+            feed.start.eq(issue | q_issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
             feed.p_pre_right.eq(pre_right), feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
             feed.p_halves.eq(halves),
@@ -521,8 +621,13 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
                          feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap)]
+        with m.If(quad):                        # the quadrant mode's tile
+            m.d.comb += [feed.p_quads.eq(q_n), feed.p_split.eq(SystolicArray.SPLITS[(2, 2)]),
+                         feed.p_a_base.eq(q_a), feed.p_b_base.eq(q_b), feed.p_tag.eq(q_tag),
+                         feed.p_w.eq(Cat(*q_w)), feed.p_pre_right.eq(0), feed.p_halves.eq(0),
+                         feed.p_stride2.eq(0)]
         with m.If(self.start):                  # a GEMM's drain holds no rows
-            m.d.sync += halves.eq(0)
+            m.d.sync += [halves.eq(0), quad.eq(0)]
         with m.If(capture):
             # the tag, the drain's first row (mesh row R - 1): the tile's row h + R/2 - 1, so
             # that the bottom half's row 0 lands in its row h
@@ -541,13 +646,18 @@ class ComputeEngine(wiring.Component):
                 b_left.eq(self.p_m_nb), acc_ch.eq(self.p_acc_base),
                 acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
-                halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2)
+                halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2) & ~self.p_m_quad
                           if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), pq.eq(0), pq_ch.eq(0), prem.eq(self.p_m_h),
                 ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
                 ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),
+                quad.eq(self.p_m_quad if R % 4 == 0 else 0), q_left.eq(self.p_m_channels),
+                q_ri.eq(0), q_a.eq(self.p_a_base), q_b.eq(self.p_b_base),
+                q_tag.eq(self.p_acc_base),
             ]
+            with m.If(self.p_m_quad):
+                m.d.sync += [ch.eq(self.p_m_c0 + 1), q_ri.eq(1)]
         with m.If(issue):
             m.d.sync += [fresh.eq(1), captured.eq(0)]
             with m.If(halves & lone):
@@ -579,7 +689,8 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += have.eq(0)
         # the step's last beat: the feeder ends its program with no tile waiting
         with m.If(mesh_run & ~have & feed.ready & ~(self.m_start)):
-            m.d.sync += [mesh_run.eq(0), drain.eq(mesh_drain_cycles(cfg) - 1)]
+            # (the quadrant mode's last write is a cycle after the array's last row)
+            m.d.sync += [mesh_run.eq(0), drain.eq(mesh_drain_cycles(cfg) - 1 + quad)]
 
 
 def _bits(depth: int) -> int:

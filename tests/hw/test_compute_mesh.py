@@ -8,10 +8,10 @@ import pytest
 from amaranth import Elaboratable, Module, unsigned
 from amaranth.lib.memory import Memory
 
-from hw.compute import (MESH_HALVES_START_CYCLES, MESH_START_CYCLES, ComputeEngine,
-                        mesh_drain_cycles)
+from hw.compute import (MESH_HALVES_START_CYCLES, MESH_QUAD_START_CYCLES, MESH_START_CYCLES,
+                        ComputeEngine, mesh_drain_cycles)
 from spec.config import PRESETS
-from spec.dwmesh import run_strip_tile, strip_step_cycles, strip_steps, strip_tile_writes
+from spec.dwmesh import run_strip_tile, strip_step_cycles, strip_steps, strip_tile_acc
 
 from .test_array import pack
 from .util import run_sim
@@ -57,7 +57,11 @@ def _unpack_row(word, cols):
     (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
     # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the second
     # starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
-    (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2)])
+    (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
+    # the quadrant mode (3 x 3 maps on the 8x8, int8 output): four channels a tile, 1 to 4
+    # in a step's last, packed rows
+    (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"), (8, 3, 3, 8, "quad"),
+    (1, 3, 3, 1, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, stride):
     cfg = PRESETS["small"]
     R, C = cfg.array_rows, cfg.array_cols
@@ -67,8 +71,11 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
+    quad = stride == "quad"
+    stride = 1 if quad else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                        stride=stride)
+                        stride=stride, int8=quad)
+    assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
     pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
     weights = [pack(wt[ch].reshape(-1), 8) for ch in range(c)] + [0] * 4
@@ -89,7 +96,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
             phases = step.tiles[0].phase1 is not None
             params = {"p_m_channels": step.channels,
                       "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else -(-h // (R - 2)),
-                      "p_m_phases": phases, "p_m_words": step.a_load.words,
+                      "p_m_phases": phases, "p_m_words": step.a_load.words, "p_m_quad": quad,
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
                       "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,
@@ -115,18 +122,22 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
         run_sim(dut, bench)
         beats = strip_step_cycles(step, R)
         # m_start's cycle counts as cycle 0: busy falls in this cycle
-        start = MESH_START_CYCLES + MESH_HALVES_START_CYCLES * step.tiles[0].halves
-        assert result["cycles"] == start + beats + mesh_drain_cycles(cfg)
+        start = (MESH_START_CYCLES + MESH_HALVES_START_CYCLES * step.tiles[0].halves
+                 + (MESH_QUAD_START_CYCLES - 4 + step.tiles[0].quads if quad else 0))
+        # (the quadrant mode's last packed row a cycle after the array's last row)
+        assert result["cycles"] == start + beats + mesh_drain_cycles(cfg) + quad
         assert result["last_write"] == result["cycles"] - 1
         expect = np.zeros((step.channels * h + R, C), np.int64)
         a_words = np.roll(words["a"], -a0, axis=0)      # the model's words count from 0
         b_words = np.roll(words["b"], -b0, axis=0)
         for tile in step.tiles:
             acc = run_strip_tile(tile, a_words, b_words, wt, R, pad)
-            for row, acc_row in strip_tile_writes(tile, R):
-                expect[acc_row] = acc[row]
+            for acc_row, lanes in strip_tile_acc(tile, acc):
+                expect[acc_row] = lanes
         wrapped = (expect + (1 << 31)) % (1 << 32) - (1 << 31)
         got = np.stack([_unpack_row(v, C) for v in result["acc"]])
         # every row as the model writes it, the ones past the results too (rows never written
-        # are zero in both)
-        np.testing.assert_array_equal(got, wrapped)
+        # are zero in both); in the quadrant mode the step's channels' rows (a quadrant
+        # without a channel leaves rows of no use)
+        rows = step.channels * step.ch_rows if quad else len(got)
+        np.testing.assert_array_equal(got[:rows], wrapped[:rows])
