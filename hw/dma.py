@@ -295,13 +295,17 @@ class StoreEngine(wiring.Component):
         ``p_even_lanes`` (a stride-2 depthwise step's store: element ``j`` of a row is the
         accumulator row's lane ``2 j``, so with ``elems <= array_cols / 2`` the row's even
         lanes are written, packed; the lanes are selected as the accumulator word is
-        registered).
+        registered), and ``p_half_last`` (the depthwise quadrant mode's store,
+        :attr:`spec.dwmesh.StripStep.half_last`: a row holds two output rows of a channel, and
+        a channel's last row, one output row, writes ``elems / 2`` elements, the next row
+        starting ``stride / 2`` after it; rows of one beat).
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
-    p_ch_rows : ``In(DIM_BITS)``, p_even_lanes : ``In(1)`` (only with ``channel_rows``;
+    p_ch_rows : ``In(DIM_BITS)``, p_even_lanes, p_half_last : ``In(1)`` (only with
+    ``channel_rows``;
     ``p_ch_rows`` at least 1)
     p_post, p_int8, p_bias, p_ch0, p_zero_point, p_act_min, p_act_max : ``In(...)``
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
@@ -319,7 +323,8 @@ class StoreEngine(wiring.Component):
         ab = cfg.dram_addr_bits
         super().__init__({
             **_grid_members(ab),
-            **({"p_ch_rows": In(DIM_BITS), "p_even_lanes": In(1)} if channel_rows else {}),
+            **({"p_ch_rows": In(DIM_BITS), "p_even_lanes": In(1), "p_half_last": In(1)}
+               if channel_rows else {}),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
             "p_post": In(1),
@@ -501,6 +506,18 @@ class StoreEngine(wiring.Component):
                     m.d.sync += [ch_left.eq(ch_left - 1), ch_last.eq(ch_left == 1)]
         else:
             ch_last = None
+        # the address step to the next row: `stride`, or after a channel's last row in the
+        # quadrant mode's store (p_half_last) half of it, that row then writing half the elements
+        rstep = stride
+        if self._channel_rows:
+            half_last, stride_half = Signal(name="half_last"), Signal(32, name="stride_half")
+            half_mask = Signal(cols, name="half_mask")
+            with m.If(self.start):
+                m.d.sync += [half_last.eq(self.p_half_last), stride_half.eq(self.p_stride >> 1),
+                             half_mask.eq(_byte_mask(self.p_elems >> 1, cols))]
+            short = Signal(name="short_row")
+            m.d.comb += short.eq(half_last & ch_last)
+            rstep = Mux(short, stride_half, stride)
 
         # Copies of `skid_valid` (`keep`), equal to it in every cycle: the requantiser's lanes,
         # its per-row registers and the skid's data registers each take their own, so no
@@ -676,14 +693,16 @@ class StoreEngine(wiring.Component):
                 m.d.sync += gap.eq(Mux(go & post, P - 1, Mux(gap != 0, gap - 1, 0)))
             with m.If(go):
                 m.d.sync += [
-                    out_addr.eq(addr), out_emask.eq(elem_mask),
+                    out_addr.eq(addr),
+                    out_emask.eq(elem_mask if ch_last is None else Mux(short, half_mask,
+                                                                         elem_mask)),
                     *(reg.eq(part) for side, parts in guard_parts.items()
                       for reg, part in zip(out_guard[side], parts)),
                 ]
                 with m.If(glast):
-                    m.d.sync += [g.eq(0), addr.eq(row_addr + stride), left.eq(elems),
+                    m.d.sync += [g.eq(0), addr.eq(row_addr + rstep), left.eq(elems),
                                  l_neg.eq(0), l_big.eq(e_big),
-                                 below.eq(below_row - stride), above.eq(above_row - stride),
+                                 below.eq(below_row - rstep), above.eq(above_row - rstep),
                                  glast.eq(one_group)]
                 with m.Else():
                     m.d.sync += [g.eq(g + 1), addr.eq(addr + step),
@@ -693,8 +712,8 @@ class StoreEngine(wiring.Component):
                                  glast.eq(g == groups_m2)]
         # a row's end: the same moves, on their own copy of `advance`
         with m.If(row_advance & go & glast):
-            m.d.sync += [row_rem.eq(row_rem - 1), row_addr.eq(row_addr + stride),
-                         below_row.eq(below_row - stride), above_row.eq(above_row - stride),
+            m.d.sync += [row_rem.eq(row_rem - 1), row_addr.eq(row_addr + rstep),
+                         below_row.eq(below_row - rstep), above_row.eq(above_row - rstep),
                          rlast.eq(row_rem == 1)]
             with m.If(rlast):
                 m.d.sync += issuing.eq(0)

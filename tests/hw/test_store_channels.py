@@ -35,14 +35,15 @@ class _Harness(Elaboratable):
         return m
 
 
-def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows, even=0, elems=None, rstride=1):
+def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows, even=0, elems=None, rstride=1,
+               half_last=0):
     """An int32 store of ``rows`` dense rows of ``elems`` (``array_cols``) elements at 0x100
     (row pitch ``4 * array_cols``), the accumulator from row 0 at ``rstride``, the window all
     of memory; ``even``: the rows' even lanes."""
     C = CFG.array_cols
     for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
                         ("p_groups", 1), ("p_elems", C if elems is None else elems),
-                        ("p_acc_base", 0), ("p_even_lanes", even),
+                        ("p_acc_base", 0), ("p_even_lanes", even), ("p_half_last", half_last),
                         ("p_acc_rstride", rstride), ("p_post", post), ("p_int8", 0),
                         ("p_bias", bias),
                         ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
@@ -107,3 +108,26 @@ def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
         assert strb == (1 << 4 * elems) - 1
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
         assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r, 0::2][:elems]]
+
+
+@pytest.mark.parametrize("rows,ch_rows", [(7, 3), (4, 2), (3, 1), (5, 5)])
+def test_half_last_rows(rows, ch_rows):
+    """The depthwise quadrant mode's store (``p_half_last``): a channel's last row writes half
+    the row's elements and the next row starts half a row pitch after it, so each channel's
+    rows are back to back (spec.dwmesh.StripStep.store_rows); the channel advances every
+    ``ch_rows`` rows, and no byte past a short row's half is written."""
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 5 + ch_rows)
+    acc = rng.integers(-1000, 1000, (rows, C))
+    out, biases = _store(acc, rng, rows=rows, ch0=2, ch_rows=ch_rows, half_last=1)
+    assert len(out) == rows
+    addr = 0x100
+    for r in range(rows):
+        short = r % ch_rows == ch_rows - 1
+        elems = C // 2 if short else C
+        word, strb = out[addr]
+        assert strb == (1 << 4 * elems) - 1
+        bias = biases[2 + r // ch_rows]
+        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r, :elems]]
+        addr += 4 * elems
