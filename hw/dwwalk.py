@@ -33,6 +33,11 @@ class DwWalker(wiring.Component):
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
     above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
 
+    ``quad`` (set at ``start``): the layer runs in the quadrant mode
+    (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``, an int8 output): its loads
+    take two rows a word (``nbytes = 2 w``, ``(G h - 1) // 2`` A words, ``G h // 2`` B words)
+    and its store ``R/4`` rows of ``2 w`` elements a channel.
+
     Per step (the names of :class:`spec.dwmesh.StripStep`): ``c0``, ``channels`` (``G``, or
     fewer in the last group), ``ox0``, ``tw``, ``first_strip`` (``ox0 == 0``: the tiles'
     pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
@@ -50,7 +55,7 @@ class DwWalker(wiring.Component):
     ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
-    first_strip, phases : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
+    first_strip, phases, quad : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
     #: Cycles from ``advance`` to the next step's ``valid``.
@@ -70,7 +75,7 @@ class DwWalker(wiring.Component):
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
-            "first_strip": Out(1), "phases": Out(1),
+            "first_strip": Out(1), "phases": Out(1), "quad": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
 
@@ -99,6 +104,9 @@ class DwWalker(wiring.Component):
         # in row phases ceil((h / 2) / (R - 1)) --
         R = cfg.array_rows
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
+        # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
+        quad_in = (~self.p_s2 & self.p_int8 & (self.p_h == R // 2 - 1) & (self.p_w == R // 2 - 1)
+                   if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")
@@ -108,7 +116,7 @@ class DwWalker(wiring.Component):
         with m.If(self.start):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
                          quo.eq(0), tile_rows.eq(Mux(phases_in, R - 1, R - 2)),
-                         self.phases.eq(phases_in)]
+                         self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),
                          rem.eq(Mux(trial >= tile_rows, trial - tile_rows, trial)),
@@ -181,21 +189,28 @@ class DwWalker(wiring.Component):
         tw = Mux(left > tw_max, tw_max, left)
         # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
         col = chan_o + Mux(s2, ox0 >> 1, ox0)
+        q = self.quad
+        group_channels = Mux(last_group, C - c0, G)
         m.d.sync += [
             self.c0.eq(c0), self.ox0.eq(ox0), self.first_strip.eq(first),
-            self.channels.eq(Mux(last_group, C - c0, G)),
-            self.tw.eq(tw), self.st_elems.eq(Mux(s2, (tw + 1) >> 1, tw)),
-            self.nbytes.eq(Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
-                               Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1))),
+            self.channels.eq(group_channels),
+            self.tw.eq(tw), self.st_elems.eq(Mux(q, tw << 1, Mux(s2, (tw + 1) >> 1, tw))),
+            # (the quadrant mode: two rows a word)
+            self.nbytes.eq(Mux(q, w << 1,
+                               Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
+                                   Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1)))),
             # row phases: classes 0 and 1 of the stacked rows into A, 2 and 3 into B
             self.a_addr.eq(chan_x + Mux(self.phases, 0, w) + xs),
             self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),
             # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
-            self.st_rows.eq(Mux(s2, (rows + 1) >> 1, rows)),
+            # (the quadrant mode: R/4 store rows a channel)
+            self.st_rows.eq(Mux(q, group_channels << (R // 4).bit_length() - 1,
+                                Mux(s2, (rows + 1) >> 1, rows))),
             # the channels' maps stacked: the odd rows in A, the even ones in B; in row phases
-            # rows 4 j and 4 j + 1 in A, 4 j + 2 and 4 j + 3 in B, a group each
-            self.a_words.eq(Mux(self.phases, rows >> 2, rows >> 1)),
-            self.b_words.eq(Mux(self.phases, rows >> 2, (rows + 1) >> 1)),
+            # rows 4 j and 4 j + 1 in A, 4 j + 2 and 4 j + 3 in B, a group each; in the
+            # quadrant mode rows 2 j + 1 and 2 j + 2 in A word j, 2 j and 2 j + 1 in B word j
+            self.a_words.eq(Mux(self.phases, rows >> 2, Mux(q, (rows - 1) >> 1, rows >> 1))),
+            self.b_words.eq(Mux(self.phases, rows >> 2, Mux(q, rows >> 1, (rows + 1) >> 1))),
             self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),
             self.last.eq(~more_strips & last_group),
         ]

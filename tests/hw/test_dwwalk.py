@@ -18,7 +18,8 @@ from .util import run_sim
     ("small", 2, 13, 6, 1, 0), ("small", 1, 6, 7, 1, 1), ("tiny", 2, 5, 6, 1, 1),
     ("tiny", 3, 4, 3, 2, 0), ("default", 5, 7, 7, 3, 1), ("small", 4, 13, 6, 3, 0),
     ("default", 960, 7, 7, 70, 1), ("default", 96, 112, 112, 4, 1), ("default", 7, 56, 30, 3, 0),
-    ("small", 5, 8, 9, 2, 1), ("small", 3, 12, 20, 3, 0)])
+    ("small", 5, 8, 9, 2, 1), ("small", 3, 12, 20, 3, 0), ("small", 6, 3, 3, 4, 1),
+    ("small", 6, 3, 3, 4, 0)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, stride):
     cfg = PRESETS[preset]
@@ -26,7 +27,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
         group = 1                 # odd maps with stride 2: one channel a step
     x_addr, out_addr = 0x1234, 0x40_0001
     expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
-                         cols=cfg.array_cols, group=group, stride=stride)
+                         cols=cfg.array_cols, group=group, stride=stride, int8=bool(int8))
     dut = DwWalker(cfg)
     got = []
 
@@ -50,7 +51,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
                 "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles",
-                "phases")})
+                "phases", "quad")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -73,7 +74,8 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
             "st_elems": step.out_tw,
             "last": int(step is expect[-1]),
             "tiles": sum(t.channel == step.c0 for t in step.tiles),     # a channel's tiles
-            "phases": int(step.tiles[0].phase1 is not None)}
+            "phases": int(step.tiles[0].phase1 is not None),
+            "quad": int(bool(step.tiles[0].quads))}
         assert step.a_load.nbytes == step.b_load.nbytes
         phases = step.tiles[0].phase1 is not None
         assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
