@@ -470,6 +470,8 @@ class Sequencer(wiring.Component):
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
                 # stride 2's row phases: the classes' words (a group of each load)
                 ce.p_m_phases.eq(dww.phases), ce.p_m_words.eq(dw_cp["a_words"]),
+                # the quadrant mode (7 x 7 maps, int8 output: four channels a tile)
+                ce.p_m_quad.eq(dww.quad),
                 # the padding: the layer's pad value in the lanes past the strip's loaded bytes
                 ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["nbytes"]),
             ]
@@ -542,7 +544,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [
                 se.p_addr.eq(by_mode(st["c_addr"], dw_st["st_addr"])),
                 se.p_ch0.eq(by_mode(st["m0"], dw_st["c0"])),
-                se.p_stride.eq(by_mode(d["c_stride"], dw_row_bytes)),
+                # (the quadrant mode: two output rows a store row, spec.dwmesh.StripStep)
+                se.p_stride.eq(by_mode(d["c_stride"],
+                                       Mux(dww.quad, dw_row_bytes << 1, dw_row_bytes))),
                 se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
                 se.p_groups.eq(by_mode(st["gne"], 1)),
                 se.p_elems.eq(by_mode(st["ne"], dw_st["st_elems"])),
@@ -550,7 +554,8 @@ class Sequencer(wiring.Component):
                 # stride 2: every other accumulator row (every row in row phases), its even
                 # lanes
                 se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2 & ~dww.phases, 2, 1))),
-                se.p_ch_rows.eq(by_mode(1, dw_oh)), se.p_even_lanes.eq(is_dw & dw_s2),
+                se.p_ch_rows.eq(by_mode(1, Mux(dww.quad, cfg.array_rows // 4, dw_oh))),
+                se.p_even_lanes.eq(is_dw & dw_s2), se.p_half_last.eq(is_dw & dww.quad),
             ]
         else:
             m.d.comb += [

@@ -112,6 +112,10 @@ class ModelConstants:
     #: ... and the further start of a strip whose tiles take two channels each (maps of up to
     #: ``R/2 - 1`` rows; ``hw.compute.MESH_HALVES_START_CYCLES``).
     mesh_halves_start_cycles: int = 2
+    #: ... or, in the quadrant mode (maps of ``R/2 - 1`` rows and columns, an int8 output), of
+    #: a strip whose first tile takes four channels (one less for each channel fewer;
+    #: ``hw.compute.MESH_QUAD_START_CYCLES``).
+    mesh_quad_start_cycles: int = 3
     mesh_drain_extra_cycles: int = 5
     dw_walk_cycles: int = 51
 

@@ -68,13 +68,15 @@ def test_model_store_wait_equals_the_sequencers(preset):
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "default"])
 def test_model_depthwise_constants_follow_the_rtl(preset):
-    from hw.compute import MESH_HALVES_START_CYCLES, MESH_START_CYCLES, mesh_drain_cycles
+    from hw.compute import (MESH_HALVES_START_CYCLES, MESH_QUAD_START_CYCLES, MESH_START_CYCLES,
+                            mesh_drain_cycles)
     from hw.dwwalk import DwWalker
     from hw.sequencer import PHASE_CTRL_CYCLES, mesh_store_wait_cycles
 
     cfg = PRESETS[preset]
     assert K.mesh_start_cycles == MESH_START_CYCLES - 1      # running from the cycle after m_start
     assert K.mesh_halves_start_cycles == MESH_HALVES_START_CYCLES
+    assert K.mesh_quad_start_cycles == MESH_QUAD_START_CYCLES
     assert cfg.array_rows + K.mesh_drain_extra_cycles == mesh_drain_cycles(cfg)
     assert mesh_store_wait_cycles(cfg) == mesh_drain_cycles(cfg) - PHASE_CTRL_CYCLES
     assert K.step_ctrl_cycles == PHASE_CTRL_CYCLES
