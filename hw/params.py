@@ -48,9 +48,11 @@ class ParamMemories(wiring.Component):
     ``bench.outreg`` can fold into the RAMs; through the select it was the RAMs' 5.8 ns
     unregistered clock-to-out, 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
 
-    With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`, ``sel`` 3 .. 5), read
-    at their own port: ``w_ch`` with ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights``
-    in the next cycle (tap ``t`` in bits ``8t ..``, :func:`weight_word`).
+    With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`), loaded through the A
+    load engine (``wa_addr``, ``wa_data``, ``wa_en`` go to the array ``wsel`` while ``wload``
+    is high, registered on the way as B's writes are) and read at their own port: ``w_ch`` with
+    ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights`` in the next cycle (tap ``t`` in
+    bits ``8t ..``, :func:`weight_word`).
 
     Parameters
     ----------
@@ -66,17 +68,24 @@ class ParamMemories(wiring.Component):
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
     bias_row, mult_row, shift_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
-    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)`` (only with
-    ``weights``)
+    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)``; wload :
+    ``In(1)``; wsel : ``In(range(3))``; wa_addr : ``In(range(quant_entries // words))``; wa_data :
+    ``In(8 * b_beat_bytes)``; wa_en : ``In(1)`` (only with ``weights``)
     """
 
     def __init__(self, cfg: AccelConfig, *, weights: bool = False):
         self._cfg = cfg
         self._weights = weights
         words = cfg.b_beat_bytes // 4
-        arrays = len(PARAM_ARRAYS) + (len(WEIGHT_ARRAYS) if weights else 0)
+        if weights and cfg.a_beat_bytes != cfg.b_beat_bytes:
+            raise ValueError(f"ParamMemories: the weight arrays load through the A port, so its "
+                             f"beat ({cfg.a_beat_bytes} bytes) must be B's "
+                             f"({cfg.b_beat_bytes})")
+        arrays = len(PARAM_ARRAYS)
         extra = {"w_ch": In(range(cfg.quant_entries)), "w_ren": In(1),
-                 "weights": Out(72)} if weights else {}
+                 "weights": Out(72), "wload": In(1), "wsel": In(range(len(WEIGHT_ARRAYS))),
+                 "wa_addr": In(range(cfg.quant_entries // words)),
+                 "wa_data": In(8 * cfg.b_beat_bytes), "wa_en": In(1)} if weights else {}
         super().__init__({
             **extra,
             "load": In(1), "sel": In(range(arrays)),
@@ -98,7 +107,7 @@ class ParamMemories(wiring.Component):
         with m.If(self.ren):
             m.d.sync += lane.eq(self.ch[:lw] if lw else 0)
         m.d.comb += self.lane.eq(lane)
-        arrays = len(PARAM_ARRAYS) + (len(WEIGHT_ARRAYS) if self._weights else 0)
+        arrays = len(PARAM_ARRAYS)
         # the write, registered: one enable per array, the row and the data shared
         wq_addr = Signal.like(self.w_addr, name="wq_addr", reset_less=True)
         wq_data = Signal.like(self.w_data, name="wq_data", reset_less=True)
@@ -121,6 +130,13 @@ class ParamMemories(wiring.Component):
             w_lane = Signal(max(lw, 1))
             with m.If(self.w_ren):
                 m.d.sync += w_lane.eq(self.w_ch[:lw] if lw else 0)
+            # the A load engine's writes, registered as B's are
+            wa_addr = Signal.like(self.wa_addr, name="wa_addr_q", reset_less=True)
+            wa_data = Signal.like(self.wa_data, name="wa_data_q", reset_less=True)
+            wa_en = Signal(len(WEIGHT_ARRAYS), name="wa_en_q")
+            m.d.sync += [wa_addr.eq(self.wa_addr), wa_data.eq(self.wa_data),
+                         wa_en.eq(Cat(self.wa_en & self.wload & (self.wsel == i)
+                                      for i in range(len(WEIGHT_ARRAYS))))]
             taps = []
             for t, name in enumerate(WEIGHT_ARRAYS):
                 mem = Memory(shape=8 * cfg.b_beat_bytes, depth=cfg.quant_entries // words,
@@ -128,8 +144,7 @@ class ParamMemories(wiring.Component):
                 m.submodules[f"q_{name}"] = mem
                 w, r = mem.write_port(), mem.read_port(transparent_for=())
                 rd = read_data(m, r, [w])
-                m.d.comb += [w.addr.eq(wq_addr), w.data.eq(wq_data),
-                             w.en.eq(wq_en[len(PARAM_ARRAYS) + t]),
+                m.d.comb += [w.addr.eq(wa_addr), w.data.eq(wa_data), w.en.eq(wa_en[t]),
                              r.addr.eq(self.w_ch >> lw), r.en.eq(self.w_ren)]
                 taps.append(rd.word_select(w_lane, 32) if lw else rd)
             m.d.comb += self.weights.eq(Cat(taps[0], taps[1], taps[2][:8]))
@@ -149,8 +164,10 @@ class ParamLoader(wiring.Component):
     array loads, ``phase`` is high: the B load engine runs ``lb``'s command and its buffer
     writes (``w_addr``, ``w_data``, ``w_en``) belong to the parameter memories.
 
-    With ``weights`` the depthwise weight arrays (:data:`WEIGHT_ARRAYS`) follow, loaded the same
-    way and not checked (any byte is a weight).
+    With ``weights`` the depthwise weight arrays (:data:`WEIGHT_ARRAYS`) load at the same time
+    through the A load engine (``la``; ``phase_a`` and its copies ``phase_la``, ``wsel`` the
+    array), the same way, one after another, and are not checked (any byte is a weight);
+    ``done`` comes when both engines' arrays are loaded (``need`` bits 3 .. 5 are theirs).
 
     Parameters
     ----------
@@ -174,6 +191,10 @@ class ParamLoader(wiring.Component):
     ``LB_FIELDS[i]``;
     sel : ``Out(range(3))`` (valid while ``phase``; ``phase``, ``phase_lb`` and ``sel`` are
     registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
+    la : ``In(Signature(load_command_members))``, the A load engine command; phase_a :
+    ``Out(1)``; phase_la : ``Out(2 + len(LB_FIELDS))`` (bit 1 for buffer A's write enables, bit
+    ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(3))`` (only with
+    ``weights``)
     """
 
     #: The B load engine's command fields (``p_*``), each selected by a copy of ``phase``.
@@ -181,8 +202,13 @@ class ParamLoader(wiring.Component):
 
     def __init__(self, cfg: AccelConfig, *, weights: bool = False):
         self._cfg = cfg
+        self._weights = weights
         self._arrays = PARAM_ARRAYS + (WEIGHT_ARRAYS if weights else ())
-        super().__init__({
+        extra = {"la": In(wiring.Signature(load_command_members(cfg.dram_addr_bits,
+                                                                cfg.buf_a_depth))),
+                 "phase_a": Out(1), "phase_la": Out(2 + len(self.LB_FIELDS)),
+                 "wsel": Out(range(len(WEIGHT_ARRAYS)))} if weights else {}
+        super().__init__({**extra,
             "start": In(1), "need": In(len(self._arrays)), "rows": In(32),
             **{f"addr_{name}": In(32) for name in self._arrays},
             "lb": In(wiring.Signature(load_command_members(cfg.dram_addr_bits,
@@ -190,7 +216,7 @@ class ParamLoader(wiring.Component):
             "w_addr": In(range(cfg.buf_b_depth)), "w_data": In(8 * cfg.b_beat_bytes),
             "w_en": In(1),
             "phase": Out(1), "phase_lb": Out(2 + len(self.LB_FIELDS)),
-            "sel": Out(range(len(self._arrays))), "done": Out(1),
+            "sel": Out(range(len(PARAM_ARRAYS))), "done": Out(1),
             "bad": Out(1),
         })
 
@@ -199,7 +225,8 @@ class ParamLoader(wiring.Component):
         words = self._cfg.b_beat_bytes // 4
         lw = log2(words)
         rows = self.rows
-        arrays = self._arrays
+        arrays = PARAM_ARRAYS if self._weights else self._arrays     # (B's; A's below)
+        a_end = Signal(name="pl_a_end") if self._weights else None
         addrs = Array(getattr(self, f"addr_{name}") for name in arrays)
         # the command's sizes, registered (`rows` is the latched record, stable long before
         # `start`): the add and the load engine's compares at its start were a 12 ns path
@@ -280,6 +307,63 @@ class ParamLoader(wiring.Component):
                     with m.If(~self.lb.busy):
                         leave(i)
             with m.State("END"):
-                m.d.comb += self.done.eq(1)
-                m.next = "IDLE"
+                if self._weights:
+                    # both engines' arrays loaded (the A chain waits in its own end state)
+                    m.d.comb += self.done.eq(a_end)
+                    with m.If(a_end):
+                        m.next = "IDLE"
+                else:
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        if self._weights:
+            self._a_chain(m, groups, elems, a_end)
         return m
+
+    def _a_chain(self, m, groups, elems, a_end):
+        """The depthwise weight arrays through the A load engine, beside the B chain, with the
+        same states (one cycle an array, plus its load while the engine is busy); ``a_end``:
+        the A chain is in its end state (it leaves it with ``done``)."""
+        need = self.need[len(PARAM_ARRAYS):]
+        addrs = Array(getattr(self, f"addr_{name}") for name in WEIGHT_ARRAYS)
+        wsel = Signal.like(self.wsel)
+        phase = Signal(name="phase_a", attrs={"keep": 1})
+        copies = [Signal(name=f"phase_la{i}", attrs={"keep": 1})
+                  for i in range(len(self.phase_la))]
+        la_start = Signal(name="pl_la_start")
+        m.d.sync += la_start.eq(0)
+        m.d.comb += [self.phase_a.eq(phase), self.phase_la.eq(Cat(*copies)), self.wsel.eq(wsel),
+                     self.la.start.eq(la_start),
+                     self.la.p_addr.eq(addrs[wsel]), self.la.p_stride.eq(0),
+                     self.la.p_rows.eq(1), self.la.p_groups.eq(groups),
+                     self.la.p_elems.eq(elems), self.la.p_buf_base.eq(0),
+                     self.la.p_buf_gstride.eq(1)]
+
+        def enter(i):
+            m.d.sync += [wsel.eq(i), la_start.eq(need[i])]
+            m.next = f"a_{WEIGHT_ARRAYS[i]}"
+
+        def leave(i):
+            if i + 1 < len(WEIGHT_ARRAYS):
+                enter(i + 1)
+            else:
+                m.d.sync += [phase.eq(0), *(c.eq(0) for c in copies)]
+                m.next = "A_END"
+
+        with m.FSM(name="a_chain"):
+            with m.State("A_IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [phase.eq(1), *(c.eq(1) for c in copies)]
+                    enter(0)
+            for i, name in enumerate(WEIGHT_ARRAYS):
+                with m.State(f"a_{name}"):
+                    with m.If(need[i]):          # (la_start is high)
+                        m.next = f"a_{name}_wait"
+                    with m.Else():
+                        leave(i)
+                with m.State(f"a_{name}_wait"):
+                    with m.If(~self.la.busy):
+                        leave(i)
+            with m.State("A_END"):
+                m.d.comb += a_end.eq(1)
+                with m.If(self.done):
+                    m.next = "A_IDLE"

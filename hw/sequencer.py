@@ -201,6 +201,9 @@ class Sequencer(wiring.Component):
         if dw:
             m.submodules.dwwalk = dww = DwWalker(cfg)
             m.d.comb += [qm.w_ch.eq(ce.w_raddr), qm.w_ren.eq(1), ce.w_rdata.eq(qm.weights)]
+            # the weight arrays load through the A load engine, beside the others through B
+            m.d.comb += [qm.wload.eq(pl.phase_a), qm.wsel.eq(pl.wsel), qm.wa_addr.eq(la.w_addr),
+                         qm.wa_data.eq(la.w_data), qm.wa_en.eq(la.w_en)]
         q_phase = pl.phase                        # a parameter array is loading
         m.d.comb += [pl.w_addr.eq(lb.w_addr), pl.w_data.eq(lb.w_data), pl.w_en.eq(lb.w_en)]
         m.d.comb += [qm.load.eq(q_phase), qm.sel.eq(pl.sel), qm.w_addr.eq(lb.w_addr),
@@ -294,7 +297,10 @@ class Sequencer(wiring.Component):
             ag.mem.rvalid.eq(self.b_rd.rvalid & conv),
         ]
         m.d.comb += [
-            a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(la.w_en),
+            a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data),
+            # (while the A load engine loads a weight array, its writes are the parameter
+            # memories')
+            a_w.en.eq(la.w_en & ~pl.phase_la[1] if dw else la.w_en),
             # the operand buffers read every cycle (their ports' enable is 1), whatever the
             # compute engine's rd_en says: a tile's padding beats come first, their sums dropped, and a
             # mesh tile only takes fill words it read, so nothing uses a read's data held over
@@ -662,13 +668,20 @@ class Sequencer(wiring.Component):
             goto("ISSUE")
 
         m.d.comb += [lb.start.eq(pl.lb.start | lb_go), pl.lb.busy.eq(lb.busy),
-                     la.start.eq(go_a)]
+                     la.start.eq(go_a | pl.la.start if dw else go_a)]
         for i, name in enumerate(pl.LB_FIELDS):          # (a copy of the flag per field)
             with m.If(pl.phase_lb[2 + i]):
                 m.d.comb += getattr(lb, name).eq(getattr(pl.lb, name))
         if dw:                                  # the parameter arrays' groups are beats
             with m.If(pl.phase_lb[2]):
                 m.d.comb += lb.p_gaddr.eq(cfg.b_beat_bytes)
+            # the weight arrays' commands to the A load engine
+            m.d.comb += pl.la.busy.eq(la.busy)
+            for i, name in enumerate(pl.LB_FIELDS):
+                with m.If(pl.phase_la[2 + i]):
+                    m.d.comb += getattr(la, name).eq(getattr(pl.la, name))
+            with m.If(pl.phase_la[2]):
+                m.d.comb += la.p_gaddr.eq(cfg.a_beat_bytes)
 
         # the step registers' move (see `shift`): each copy of the flag enables one group
         m.d.sync += [x.eq(0) for x in shift_all]

@@ -449,24 +449,66 @@ def post_consts(consts: ModelConstants, cfg: AccelConfig) -> ModelConstants:
                                store_beat_cycles=rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class ParamLoadCycles:
+    """Cycles and bytes of a layer's parameter loads (:func:`param_load_cycles`), as the
+    counters see them: ``load_a`` / ``load_b`` cycles with the A / B load engine busy (A first,
+    as :data:`hw.counters.CATEGORIES` orders them), ``ctrl`` the rest, ``read_a`` / ``read_b``
+    bytes read at each port."""
+
+    load_a: int
+    load_b: int
+    ctrl: int
+    read_a: int
+    read_b: int
+
+    @property
+    def total(self) -> int:
+        return self.load_a + self.load_b + self.ctrl
+
+
 def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
-                      weights: bool = False) -> tuple[int, int, int]:
-    """``(load_b cycles, control cycles, bytes read)`` of the parameter loads: each loaded array
-    is one B-port burst of ``4*m`` bytes in whole beats. On a config with ``dw_mesh`` the
-    loader has three more slots, the depthwise weight arrays, loaded with ``weights``."""
+                      weights: bool = False) -> ParamLoadCycles:
+    """The parameter loads (:class:`hw.params.ParamLoader`): each loaded array is one burst of
+    ``4*m`` bytes in whole beats, one after another through the B port; on a config with
+    ``dw_mesh`` the three depthwise weight arrays (loaded with ``weights``) go through the A
+    port at the same time, one after another, and the loads end when both ports' are done.
+    Each port's chain: a loaded array is ``param_ctrl_cycles`` cycles (its state, then the
+    cycle its engine's busy is seen low) around its load, the engine busy from the cycle after
+    the state; a skipped one ``param_skip_cycles``; then ``param_end_cycles``."""
     t = _Timing(cfg, consts)
-    beats = -(-4 * m // cfg.b_beat_bytes)
-    load = ctrl = read = 0
-    slots = post.arrays + ((weights,) * 3 if cfg.dw_mesh else ())
-    for loaded in slots:
-        if loaded:
-            load += t.load_b(beats)
-            ctrl += consts.param_ctrl_cycles
-            read += beats * cfg.b_beat_bytes
-        else:
-            ctrl += consts.param_skip_cycles
-    return load, ctrl + consts.param_end_cycles, read
+    slots_a = (weights,) * 3 if cfg.dw_mesh else ()
+    beats_a, beats_b = -(-4 * m // cfg.a_beat_bytes), -(-4 * m // cfg.b_beat_bytes)
+    load_a, load_b, ctrl = param_load_timeline(slots_a, post.arrays, t.load_a(beats_a),
+                                               t.load_b(beats_b), consts)
+    return ParamLoadCycles(load_a, load_b, ctrl, sum(slots_a) * beats_a * cfg.a_beat_bytes,
+                           sum(post.arrays) * beats_b * cfg.b_beat_bytes)
+
+
+def param_load_timeline(slots_a, slots_b, busy_a: int, busy_b: int,
+                        consts: ModelConstants = DEFAULT_CONSTANTS) -> tuple[int, int, int]:
+    """``(load_a, load_b, ctrl)`` cycles of two chains of parameter arrays run side by side
+    from the same cycle (:func:`param_load_cycles`): ``slots_a`` / ``slots_b`` say which
+    arrays of each chain load, each load keeping its engine busy ``busy_a`` / ``busy_b``
+    cycles."""
+    def chain(slots, cycles):
+        cycle, busy = 0, []
+        for loaded in slots:
+            if loaded:
+                busy.append((cycle + 1, cycle + 1 + cycles))    # from the cycle after its state
+                cycle += cycles + consts.param_ctrl_cycles
+            else:
+                cycle += consts.param_skip_cycles
+        return cycle, busy
+
+    len_a, on_a = chain(slots_a, busy_a)
+    len_b, on_b = chain(slots_b, busy_b)
+    total = max(len_a, len_b) + consts.param_end_cycles
+    load_a = sum(hi - lo for lo, hi in on_a)
+    both = sum(max(0, min(hi, hb) - max(lo, lb)) for lo, hi in on_a for lb, hb in on_b)
+    load_b = sum(hi - lo for lo, hi in on_b) - both
+    return load_a, load_b, total - load_a - load_b
 
 
 def with_post(body: CycleBreakdown, m: int, post: "PostLoad | None", cfg: AccelConfig,
@@ -474,12 +516,12 @@ def with_post(body: CycleBreakdown, m: int, post: "PostLoad | None", cfg: AccelC
     """``body`` (predicted with :func:`post_consts`) plus the parameter loads of ``post``."""
     if post is None or not post.active:
         return body
-    load, ctrl, read = param_load_cycles(m, post, cfg, consts)
+    p = param_load_cycles(m, post, cfg, consts)
     out = body.as_dict()
-    out["stall_load_b_cycles"] += load
-    out["stall_ctrl_cycles"] += ctrl
-    out["rd_b_bytes"] += read
-    out["total_cycles"] += load + ctrl
+    out["stall_load_b_cycles"] += p.load_b
+    out["stall_ctrl_cycles"] += p.ctrl
+    out["rd_b_bytes"] += p.read_b
+    out["total_cycles"] += p.total
     return CycleBreakdown(**out)
 
 
@@ -525,7 +567,6 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
         depthwise = bool(rest and rest[0])
         post = post or PostLoad(bias=False, requant=False)
         if post.active or depthwise:
-            load, ctrl, _ = param_load_cycles(m, post, cfg, consts, weights=depthwise)
-            dry += load + ctrl
+            dry += param_load_cycles(m, post, cfg, consts, weights=depthwise).total
         total += 2 * fetch + dry + stats + consts.record_ctrl_cycles
     return total

@@ -179,10 +179,12 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             rd_b += load.b_load.beats * cfg.b_beat_bytes
         wr_c += rows * cfg.c_beat_bytes
     ctrl += consts.finish_cycles
-    p_load, p_ctrl, p_read = param_load_cycles(d.m, post, cfg, consts, weights=True)
-    sb += p_load
-    ctrl += p_ctrl
-    rd_b += p_read
+    p = param_load_cycles(d.m, post, cfg, consts, weights=True)
+    sa += p.load_a
+    sb += p.load_b
+    ctrl += p.ctrl
+    rd_a += p.read_a
+    rd_b += p.read_b
     total = mac + drain + sa + sb + ss + ctrl
     return CycleBreakdown(total_cycles=total, mac_active_cycles=mac, stall_drain_cycles=drain,
                           stall_load_a_cycles=sa, stall_load_b_cycles=sb,

@@ -66,27 +66,31 @@ def test_words_up_to_rows_checked_and_none_past(rows):
         assert flagged == (bad_at < rows), (rows, bad_at)
 
 
-async def _write_arrays(ctx, dut, arrays, words, *, first_sel):
+async def _write_arrays(ctx, dut, arrays, words, *, first_sel, port=("load", "sel", "w_")):
     """Write ``arrays[i]`` (32-bit words, ``words`` per beat) into ParamMemories array
-    ``first_sel + i``, one beat per cycle, as the B load engine does while ``load`` is high;
-    then one more cycle, in which the last beat lands (the write is registered)."""
-    ctx.set(dut.load, 1)
+    ``first_sel + i``, one beat per cycle, as the B load engine does while ``load`` is high
+    (``port``: the load flag, select and write-port prefix; the A load engine's for the
+    weight arrays); then one more cycle, in which the last beat lands (the write is
+    registered)."""
+    load, sel, w = getattr(dut, port[0]), getattr(dut, port[1]), port[2]
+    ctx.set(load, 1)
     for i in range(arrays.shape[0]):
-        ctx.set(dut.sel, first_sel + i)
+        ctx.set(sel, first_sel + i)
         for beat in range(arrays.shape[1] // words):
-            ctx.set(dut.w_addr, beat)
-            ctx.set(dut.w_data, sum(int(arrays[i, beat * words + j]) << (32 * j)
-                                    for j in range(words)))
-            ctx.set(dut.w_en, 1)
+            ctx.set(getattr(dut, f"{w}addr"), beat)
+            ctx.set(getattr(dut, f"{w}data"), sum(int(arrays[i, beat * words + j]) << (32 * j)
+                                                  for j in range(words)))
+            ctx.set(getattr(dut, f"{w}en"), 1)
             await ctx.tick()
-    ctx.set(dut.w_en, 0)
-    ctx.set(dut.load, 0)
+    ctx.set(getattr(dut, f"{w}en"), 0)
+    ctx.set(load, 0)
     await ctx.tick()
 
 
 def test_weight_arrays_load_and_read_as_one_word_per_channel():
-    """ParamMemories(weights=True): words written into the three weight arrays (sel 3 .. 5)
-    read back as each channel's nine taps in one 72-bit word, at the weight port."""
+    """ParamMemories(weights=True): words written into the three weight arrays (through the
+    A load engine's port, ``wsel`` 0 .. 2) read back as each channel's nine taps in one 72-bit
+    word, at the weight port."""
     import numpy as np
 
     from hw.params import WEIGHT_ARRAYS, ParamMemories, weight_word
@@ -106,7 +110,8 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
     got = {}
 
     async def bench(ctx):
-        await _write_arrays(ctx, dut, arrays, words, first_sel=len(PARAM_ARRAYS))
+        await _write_arrays(ctx, dut, arrays, words, first_sel=0,
+                            port=("wload", "wsel", "wa_"))
         for c in reversed(range(channels)):
             ctx.set(dut.w_ch, c)
             ctx.set(dut.w_ren, 1)
@@ -121,29 +126,59 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
         weight_word([0] * 8)
 
 
-def test_loader_issues_the_weight_arrays_after_the_others():
+@pytest.mark.parametrize("need,busy", [(0b111010, 5), (0b111111, 3), (0b111110, 4),
+                                       (0b000011, 6), (0b111000, 2), (0b000111, 2)])
+def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy):
+    """ParamLoader(weights=True): the post-processing arrays go through the B load engine and
+    the depthwise weight arrays through the A one at the same time, each chain in order; with
+    engines that stay busy ``busy`` cycles after each start, each engine's busy cycles and
+    ``done`` come where planner.cost.param_load_cycles puts them (its chain timing, the
+    counters' A-before-B attribution)."""
+    from planner.cost import param_load_timeline
+
     cfg = PRESETS["small"]
     dut = ParamLoader(cfg, weights=True)
-    issued = []
+    issued = {"a": [], "b": []}
+    cycles = {"a": 0, "b": 0, "both": 0, "total": 0}
 
     async def bench(ctx):
         ctx.set(dut.rows, 4)
         for i, name in enumerate(PARAM_ARRAYS + ("w0", "w1", "w2")):
             ctx.set(getattr(dut, f"addr_{name}"), 0x100 * (i + 1))
-        ctx.set(dut.need, 0b111010)          # mult, then the three weight arrays
+        ctx.set(dut.need, need)
         await ctx.tick()
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        for _ in range(40):
-            if ctx.get(dut.lb.start):
-                issued.append((ctx.get(dut.sel), ctx.get(dut.lb.p_addr)))
+        left = {"a": 0, "b": 0}
+        for t in range(1, 80):
+            cycles["total"] = t
+            on = {e: left[e] > 0 for e in "ab"}
+            cycles["a"] += on["a"]
+            cycles["b"] += on["b"] and not on["a"]
             if ctx.get(dut.done):
                 break
+            started = {}
+            for e, cmd, sel in (("a", dut.la, dut.wsel), ("b", dut.lb, dut.sel)):
+                started[e] = ctx.get(cmd.start)
+                if started[e]:
+                    issued[e].append((ctx.get(sel), ctx.get(cmd.p_addr)))
             await ctx.tick()
+            for e in "ab":
+                left[e] = busy if started[e] else max(0, left[e] - 1)
+            # the engines' busy: high from the cycle after their start, `busy` cycles
+            ctx.set(dut.la.busy, left["a"] > 0)
+            ctx.set(dut.lb.busy, left["b"] > 0)
 
     run_sim(dut, bench)
-    assert issued == [(1, 0x200), (3, 0x400), (4, 0x500), (5, 0x600)]
+    want_b = [(i, 0x100 * (i + 1)) for i in range(3) if need >> i & 1]
+    want_a = [(t, 0x400 + 0x100 * t) for t in range(3) if need >> (3 + t) & 1]
+    assert issued == {"a": want_a, "b": want_b}
+    load_a, load_b, ctrl = param_load_timeline([bool(need >> (3 + t) & 1) for t in range(3)],
+                                               [bool(need >> i & 1) for i in range(3)],
+                                               busy, busy)
+    assert (cycles["a"], cycles["b"], cycles["total"]) == (load_a, load_b,
+                                                           load_a + load_b + ctrl)
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "default"])
