@@ -34,9 +34,10 @@ CASES = {
 #: 16 x 16.
 MIN_UTIL = 0.25
 #: MobileNet-V2's 7 x 7 layer (960 channels, int8 output) in the quadrant mode: four channels a
-#: 16-beat tile, two output rows a store beat (15.5-17.4% two channels a tile, 8.7% one,
+#: 16-beat tile, two output rows a store beat, its weight arrays loaded through the A port
+#: beside the others (issue 18's 25%; 15.5-17.4% two channels a tile, 8.7% one,
 #: docs/architecture.md).
-MIN_UTIL_7 = 0.22
+MIN_UTIL_7 = 0.25
 #: A stride-2 layer computes the stride-1 results and stores a quarter of them, so a quarter
 #: of the stride-1 bound; at least this much on MobileNet-V2's layers (0.8-2.6% as channel
 #: blocks before, docs/architecture.md) ...
