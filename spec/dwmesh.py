@@ -762,9 +762,11 @@ def strip_step_cycles(step: StripStep, rows: int) -> int:
 
 
 def store_beats(tile: MeshTile) -> int:
-    """C-port beats of one tile's results: one store per channel, a beat per output row (a
-    quadrant's store picks its columns with the store's byte window)."""
-    return len(tile.channels) * tile.th
+    """C-port beats of one tile's results: one store per channel, a beat per output row; in
+    the quadrant mode (split (2, 2), an int8 output: :func:`quad_mode`) two output rows a beat
+    (:attr:`StripStep.half_last`)."""
+    rows = -(-tile.th // 2) if tile.split == (2, 2) else tile.th
+    return len(tile.channels) * rows
 
 
 def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,

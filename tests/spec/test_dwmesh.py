@@ -75,13 +75,15 @@ def test_walks_visit_every_tap_once():
 
 def test_mobilenet_v2_depthwise_bounds():
     """The bound the design gives MobileNet-V2's depthwise layers on the 16x16 (docs/
-    architecture.md's table): stride 1 at 43.1% (7x7: the stores of four channels' 7 rows,
-    28 C-port beats a tile, bound it at 24.6%), stride 2 at 15.0%."""
+    architecture.md's table): stride 1 at 43.1% (7x7 too: four channels a tile, their 7 rows
+    two a store beat, 16 C-port beats a 16-beat tile; a beat a row, 28, would bound it at
+    24.6%), stride 2 at 15.0%."""
     for h, ch in ((112, 32), (56, 144), (28, 192), (14, 384), (14, 576)):
         # 16 beats a tile: its first fill beat is the previous tile's last tap beat
         assert mac_utilisation(ch, h, h, stride=1) == pytest.approx(9 * 196 / (16 * 256),
                                                                     rel=1e-3)
-    assert mac_utilisation(960, 7, 7, stride=1) == pytest.approx(4 * 49 * 9 / (28 * 256))
+    assert mac_utilisation(960, 7, 7, stride=1) == pytest.approx(4 * 49 * 9 / (16 * 256),
+                                                                 rel=1e-3)
     for h, ch in ((112, 96), (56, 144), (28, 192), (14, 576)):
         # 15 x 7 outputs in 23 beats (two fills, nine taps, phase 1's first fill beat in
         # phase 0's last tap beat, the next tile's first in its last), the maps' 7 k rows in
