@@ -107,7 +107,7 @@ class ComputeEngine(wiring.Component):
     ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
     results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``.
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
-    rows and columns, an int8 output) each tile takes four channels, one a quadrant
+    rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
     ``p_a_base + (R - 2) t`` and buffer-B word ``p_b_base + (R - 2) t`` (two rows a word), the
     four channels' weight words read one a cycle before it issues (the first beat

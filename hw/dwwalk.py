@@ -34,7 +34,7 @@ class DwWalker(wiring.Component):
     above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
 
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
-    (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``, an int8 output): its loads
+    (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
     take two rows a word (``nbytes = 2 w``, ``(G h - 1) // 2`` A words, ``G h // 2`` B words)
     and its store ``R/4`` rows of ``2 w`` elements a channel.
 
@@ -105,7 +105,7 @@ class DwWalker(wiring.Component):
         R = cfg.array_rows
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
-        quad_in = (~self.p_s2 & self.p_int8 & (self.p_h == R // 2 - 1) & (self.p_w == R // 2 - 1)
+        quad_in = (~self.p_s2 & (self.p_h == R // 2 - 1) & (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits

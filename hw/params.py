@@ -1,5 +1,7 @@
 """The per-channel post-processing parameters (docs/firmware.md, "Post-processing"): their
-memories, and the loader that fills them through the B load engine and checks every word."""
+memories, and the loader that fills them through the B load engine and checks every word (and,
+on ``dw_mesh`` configs, a depthwise layer's weight arrays through the A load engine beside
+them)."""
 
 from amaranth import *
 from amaranth.lib import wiring
@@ -63,7 +65,7 @@ class ParamMemories(wiring.Component):
 
     Members
     -------
-    load : ``In(1)``; sel : ``In(range(3))`` (6 with ``weights``); w_addr :
+    load : ``In(1)``; sel : ``In(range(3))``; w_addr :
     ``In(range(quant_entries // words))``
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
@@ -192,8 +194,8 @@ class ParamLoader(wiring.Component):
     sel : ``Out(range(3))`` (valid while ``phase``; ``phase``, ``phase_lb`` and ``sel`` are
     registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
     la : ``In(Signature(load_command_members))``, the A load engine command; phase_a :
-    ``Out(1)``; phase_la : ``Out(2 + len(LB_FIELDS))`` (bit 1 for buffer A's write enables, bit
-    ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(3))`` (only with
+    ``Out(1)``; phase_la : ``Out(2 + len(LB_FIELDS))`` (bit 0 unused, bit 1 for buffer A's write
+    enables, bit ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(3))`` (only with
     ``weights``)
     """
 

@@ -476,7 +476,7 @@ class Sequencer(wiring.Component):
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
                 # stride 2's row phases: the classes' words (a group of each load)
                 ce.p_m_phases.eq(dww.phases), ce.p_m_words.eq(dw_cp["a_words"]),
-                # the quadrant mode (7 x 7 maps, int8 output: four channels a tile)
+                # the quadrant mode (7 x 7 maps: four channels a tile)
                 ce.p_m_quad.eq(dww.quad),
                 # the padding: the layer's pad value in the lanes past the strip's loaded bytes
                 ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["nbytes"]),

@@ -112,7 +112,7 @@ class ModelConstants:
     #: ... and the further start of a strip whose tiles take two channels each (maps of up to
     #: ``R/2 - 1`` rows; ``hw.compute.MESH_HALVES_START_CYCLES``).
     mesh_halves_start_cycles: int = 2
-    #: ... or, in the quadrant mode (maps of ``R/2 - 1`` rows and columns, an int8 output), of
+    #: ... or, in the quadrant mode (maps of ``R/2 - 1`` rows and columns), of
     #: a strip whose first tile takes four channels (one less for each channel fewer;
     #: ``hw.compute.MESH_QUAD_START_CYCLES``).
     mesh_quad_start_cycles: int = 3

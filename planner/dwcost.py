@@ -8,15 +8,15 @@ B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
-each, maps of up to ``R / 2 - 1`` rows; ``mesh_quad_start_cycles``, one less for each channel
-fewer than four in its first tile, in the quadrant mode) plus its tiles' beats (``R / 2`` fills and nine taps,
+each, maps of up to ``R / 2 - 1`` rows; ``mesh_quad_start_cycles``, one less for each
+channel fewer than four in its first tile, in the quadrant mode) plus its tiles' beats (``R / 2`` fills and nine taps,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
 last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
 loads are one beat a row (of every group: stride 2's row phases load two classes of rows into
 each buffer, :func:`spec.dwmesh.row_phases`); its store one beat an output row (``G h`` of
-them, ``G ceil(h / 2)`` with stride 2; in the quadrant mode, an int8 output's 7 x 7 maps on the
-16x16, :func:`spec.dwmesh.quad_mode`, ``R / 4`` a channel, two output rows each), after the
-mesh's drain. A row-phase tile is two fills
+them, ``G ceil(h / 2)`` with stride 2; in the quadrant mode, 7 x 7 maps on the 16x16,
+:func:`spec.dwmesh.quad_mode`, ``R / 4`` a channel, two output rows each), after the mesh's
+drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
 less after a strip's first).
 """
@@ -148,8 +148,7 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     t = _Timing(cfg, layer_consts)
     t.wait = R + consts.mesh_drain_extra_cycles - consts.step_ctrl_cycles
     steps = strip_steps(d.m, d.k, d.n, x_addr=0, out_addr=0, rows=R, cols=cfg.array_cols,
-                        group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode],
-                        int8=post.requant)
+                        group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode])
     mac = drain = sa = sb = ss = 0
     ctrl = consts.start_cycles + consts.dw_walk_cycles
     rd_a = rd_b = wr_c = 0

@@ -353,7 +353,7 @@ class StripTile:
     ``acc_row + i`` (``th`` up to ``rows - 1``).
 
     With ``quads`` (1 to 4: the quadrant mode, :func:`quad_mode`: maps of ``n = rows / 2 - 1``
-    rows and columns, int8 output) the tile holds channels ``channel .. channel + quads - 1``,
+    rows and columns) the tile holds channels ``channel .. channel + quads - 1``,
     one a quadrant (top left, top right, bottom left, bottom right), each with its own
     weights, a quadrant without a channel all padding. The step's loads put two stacked rows
     in a word (buffer-A word ``j`` rows ``2 j + 1`` and ``2 j + 2``, buffer-B word ``j`` rows
@@ -462,20 +462,20 @@ def row_phases(h: int, *, rows: int, stride: int) -> bool:
     return stride == 2 and h % 4 == 0 and h > rows - 2
 
 
-def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int, int8: bool) -> bool:
+def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
     """A layer runs in the quadrant mode (:attr:`StripTile.quads`: four channels a tile, two
     output rows a store beat): stride 1, maps of exactly ``rows / 2 - 1`` rows and columns (7 x
     7 on the 16x16; two rows of a map then fill ``2 (rows / 2 - 1)`` bytes of a word) on a
     square mesh of a multiple of 4 rows, at least 8 (a 1 x 1 map's row would sit in a word
-    that reads past the maps), and an int8 output (two output rows of a channel then fit a
-    store beat)."""
-    return (stride == 1 and int8 and rows == cols and rows % 4 == 0 and rows >= 8
+    that reads past the maps). Two output rows of a channel fit a store beat in either output
+    format (``2 (cols / 2 - 1)`` int32 elements are less than an accumulator row)."""
+    return (stride == 1 and rows == cols and rows % 4 == 0 and rows >= 8
             and h == w == rows // 2 - 1)
 
 
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
-                stride: int = 1, int8: bool = False) -> list[StripStep]:
+                stride: int = 1) -> list[StripStep]:
     """The steps of a pad-1 depthwise 3x3 layer of ``stride`` 1 or 2 on an ``rows`` x
     ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
     ``x`` at ``x_addr + (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at
@@ -514,7 +514,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     row ``p`` of the step's channel ``c`` (``P = h / 2``), every other lane of it an output, and
     the store writes the ``G P`` rows (``acc_rstride`` 1, ``lane_step`` 2).
 
-    With an ``int8`` output, maps of ``rows / 2 - 1`` rows and columns run in the quadrant
+    Maps of ``rows / 2 - 1`` rows and columns run in the quadrant
     mode (:func:`quad_mode`, :attr:`StripTile.quads`: four channels a tile, two rows a word,
     two output rows a store row)."""
     if h < 1 or w < 1 or channels < 1:
@@ -530,7 +530,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     th_max, tw_max, half = rows - 2, cols - 2, rows // 2
     oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
     phases = row_phases(h, rows=rows, stride=stride)
-    if quad_mode(h, w, rows=rows, cols=cols, stride=stride, int8=int8):
+    if quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
     na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
@@ -763,7 +763,7 @@ def strip_step_cycles(step: StripStep, rows: int) -> int:
 
 def store_beats(tile: MeshTile) -> int:
     """C-port beats of one tile's results: one store per channel, a beat per output row; in
-    the quadrant mode (split (2, 2), an int8 output: :func:`quad_mode`) two output rows a beat
+    the quadrant mode (split (2, 2): :func:`quad_mode`) two output rows a beat
     (:attr:`StripStep.half_last`)."""
     rows = -(-tile.th // 2) if tile.split == (2, 2) else tile.th
     return len(tile.channels) * rows

@@ -58,7 +58,7 @@ def _unpack_row(word, cols):
     # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the second
     # starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
     (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
-    # the quadrant mode (3 x 3 maps on the 8x8, int8 output): four channels a tile, 1 to 4
+    # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4
     # in a step's last, packed rows
     (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"), (8, 3, 3, 8, "quad"),
     (1, 3, 3, 1, "quad")])
@@ -74,7 +74,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
     quad = stride == "quad"
     stride = 1 if quad else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                        stride=stride, int8=quad)
+                        stride=stride)
     assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
     pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases

@@ -127,7 +127,7 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("c,h,w,group,stride,int8", [
+@pytest.mark.parametrize("c,h,w,group,stride,quad", [
     (2, 10, 13, 2, 1, False), (1, 5, 6, 1, 1, False), (3, 4, 20, 3, 1, False),
     (3, 5, 6, 3, 1, False), (2, 7, 9, 2, 1, False), (5, 3, 6, 5, 1, False),
     (4, 2, 11, 4, 1, False),
@@ -137,7 +137,7 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (7, 3, 3, 7, 1, True), (6, 3, 3, 6, 1, True), (9, 3, 3, 9, 1, True), (4, 3, 3, 4, 1, True),
     (1, 3, 3, 1, 1, True)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
-                                                                       int8):
+                                                                       quad):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
     tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back; maps
@@ -155,7 +155,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     depth = 64
     pad = int(rng.integers(-128, 128))
     for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                            stride=stride, int8=int8):
+                            stride=stride):
+        assert all(bool(t.quads) == quad for t in step.tiles)
         words = {}
         for name, block in (("a", step.a_load), ("b", step.b_load)):
             # stale words, and garbage past each load's bytes: the pad mask replaces it

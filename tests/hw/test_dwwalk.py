@@ -27,7 +27,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
         group = 1                 # odd maps with stride 2: one channel a step
     x_addr, out_addr = 0x1234, 0x40_0001
     expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
-                         cols=cfg.array_cols, group=group, stride=stride, int8=bool(int8))
+                         cols=cfg.array_cols, group=group, stride=stride)
     dut = DwWalker(cfg)
     got = []
 

@@ -59,11 +59,11 @@ def test_layer_cost_takes_the_mesh_model_on_a_mesh_config(batch):
 
 
 #: MobileNet-V2's stride-1 depthwise layers (channels, map) on the 16x16 default with the mesh:
-#: the model's MAC utilisation, at least the 25% of issue 18 (the 7x7 one is not: two 9 x 9
-#: padded maps in a 16 x 16 patch, docs/architecture.md; 8.7% with one channel a tile, 2.7%
-#: with one channel a step).
+#: the model's MAC utilisation, at least the 25% of issue 18 (the 7x7 one in the quadrant mode,
+#: four channels a tile, docs/architecture.md; 17.4% with two channels a tile, 8.7% with one,
+#: 2.7% with one channel a step).
 @pytest.mark.parametrize("c, h, at_least", [(32, 112, 0.41), (144, 56, 0.41), (192, 28, 0.38),
-                                            (384, 14, 0.35), (576, 14, 0.36), (960, 7, 0.17)])
+                                            (384, 14, 0.35), (576, 14, 0.36), (960, 7, 0.27)])
 def test_mobilenet_v2_depthwise_utilisation(c, h, at_least):
     cost = layer_cost(dw(c, h), MESH)
     util = cost.macs / (MESH.macs_per_cycle * cost.cycles)

@@ -146,28 +146,28 @@ def test_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, gr
     (1, 16, 1), (2, 16, 2), (3, 16, 3), (4, 16, 4), (5, 16, 5), (9, 16, 7), (13, 16, 6),
     (11, 8, 11), (6, 8, 3), (7, 8, 2), (70, 16, 70)])
 def test_quadrant_steps_replayed_on_a_memory_give_the_convolution(c, size, group):
-    """The quadrant mode (maps of size / 2 - 1 rows and columns, int8 output): four channels
+    """The quadrant mode (maps of size / 2 - 1 rows and columns): four channels
     a tile, two rows a word, two output rows a store row, a channel's last row alone; every
     number of channels in a step's last tile (1 to 4), odd and even step sizes."""
     n = size // 2 - 1
-    steps = _replay(c, n, n, size, group, 1, seed=c * 7 + size + group, int8=True)
+    steps = _replay(c, n, n, size, group, 1, seed=c * 7 + size + group)
     assert all(t.quads for s in steps for t in s.tiles)
 
 
 @settings(max_examples=60, deadline=None)
 @given(c=st.integers(1, 9), h=st.integers(1, 20), w=st.integers(1, 34),
        size=st.sampled_from([4, 8, 16]), group=st.integers(1, 9), stride=st.sampled_from([1, 2]),
-       seed=st.integers(0, 2**16), int8=st.booleans())
-def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed, int8):
+       seed=st.integers(0, 2**16), quad=st.booleans())
+def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed, quad):
     """The same replay on random maps, meshes and channel groups (two maps a tile whenever
     they fit half the mesh, a lone last one for odd groups; four a tile in the quadrant
     mode)."""
-    if int8 and h <= size // 2 - 1 and stride == 1 and size >= 8:
+    if quad and h <= size // 2 - 1 and stride == 1 and size >= 8:
         h = w = size // 2 - 1                   # the quadrant mode's maps, half the time
-    _replay(c, h, w, size, min(group, c), stride, seed=seed, int8=int8)
+    _replay(c, h, w, size, min(group, c), stride, seed=seed)
 
 
-def _replay(c, h, w, size, group, stride, *, seed, int8=False):
+def _replay(c, h, w, size, group, stride, *, seed):
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
     rng = np.random.default_rng(seed)
@@ -179,7 +179,7 @@ def _replay(c, h, w, size, group, stride, *, seed, int8=False):
     out_mem = np.full(80_000, -999, np.int64)
     written = np.zeros(80_000, bool)      # (an output may well be -999 itself)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
-                        group=group, stride=stride, int8=int8)
+                        group=group, stride=stride)
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
@@ -234,8 +234,9 @@ def test_strip_steps_beats_and_channel_groups():
     (step,) = strip_steps(3, 9, 9, x_addr=0, out_addr=0, group=3)
     assert [t.swap for t in step.tiles] == [False, True, False]
     assert (step.a_load.words, step.b_load.words) == (13, 14)
-    # maps of up to rows / 2 - 1 rows: two channels a tile, one in each half of the mesh
-    (step,) = strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=3)
+    # maps of up to rows / 2 - 1 rows: two channels a tile, one in each half of the mesh (but
+    # 7 x 7 ones, four a tile: the quadrant mode)
+    (step,) = strip_steps(3, 7, 6, x_addr=0, out_addr=0, group=3)
     assert (step.a_load.words, step.b_load.words) == (10, 11)
     assert [(t.channel, t.halves, t.pair and t.pair.channel) for t in step.tiles] == \
         [(0, True, 1), (2, True, None)]
@@ -243,22 +244,22 @@ def test_strip_steps_beats_and_channel_groups():
     assert strip_step_cycles(step, 16) == 2 * (8 + 9) - 1
     assert [t.halves for t in strip_steps(3, 8, 7, x_addr=0, out_addr=0, group=3)[0].tiles] \
         == [False] * 3
-    assert [t.halves for t in strip_steps(3, 7, 7, x_addr=0, out_addr=0, group=1)[0].tiles] \
+    assert [t.halves for t in strip_steps(3, 7, 6, x_addr=0, out_addr=0, group=1)[0].tiles] \
         == [False]
     assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
 
 
 def test_quadrant_mode_where_it_runs_and_what_a_step_takes():
-    """7 x 7 maps with an int8 output on the 16x16: four channels a 17-beat tile (16 back to
-    back), two rows a 14-byte word, four store rows a channel (14, 14, 14 and 7 elements, the
-    channel's 49 bytes back to back)."""
-    assert quad_mode(7, 7, rows=16, cols=16, stride=1, int8=True)
-    for kwargs in (dict(int8=False), dict(stride=2), dict(h=6), dict(w=6), dict(cols=8)):
-        args = dict(h=7, w=7, rows=16, cols=16, stride=1, int8=True) | kwargs
+    """7 x 7 maps on the 16x16: four channels a 17-beat tile (16 back to back), two rows a
+    14-byte word, four store rows a channel (14, 14, 14 and 7 elements, the channel's 49
+    elements back to back)."""
+    assert quad_mode(7, 7, rows=16, cols=16, stride=1)
+    for kwargs in (dict(stride=2), dict(h=6), dict(w=6), dict(cols=8)):
+        args = dict(h=7, w=7, rows=16, cols=16, stride=1) | kwargs
         assert not quad_mode(**args)
-    assert quad_mode(3, 3, rows=8, cols=8, stride=1, int8=True)
-    assert not quad_mode(1, 1, rows=4, cols=4, stride=1, int8=True)
-    steps = strip_steps(960, 7, 7, x_addr=0, out_addr=1000, group=70, int8=True)
+    assert quad_mode(3, 3, rows=8, cols=8, stride=1)
+    assert not quad_mode(1, 1, rows=4, cols=4, stride=1)
+    steps = strip_steps(960, 7, 7, x_addr=0, out_addr=1000, group=70)
     assert len(steps) == 14
     step = steps[0]
     assert [t.quads for t in step.tiles] == [4] * 17 + [2]
@@ -272,9 +273,9 @@ def test_quadrant_mode_where_it_runs_and_what_a_step_takes():
     assert step.store_rows()[:6] == [(0, 1000, 14), (1, 1014, 14), (2, 1028, 14),
                                      (3, 1042, 7), (4, 1049, 14), (5, 1063, 14)]
     assert steps[1].out_addr == 1000 + 70 * 49
-    # without an int8 output: two channels a tile, a row a store row
-    step = strip_steps(960, 7, 7, x_addr=0, out_addr=0, group=70)[0]
-    assert [t.quads for t in step.tiles] == [0] * 35 and step.out_rows == 490
+    # 6 x 6 maps: two channels a tile, a row a store row
+    step = strip_steps(960, 6, 6, x_addr=0, out_addr=0, group=70)[0]
+    assert [t.quads for t in step.tiles] == [0] * 35 and step.out_rows == 420
 
 
 def test_row_phases_where_they_pay_and_what_a_step_takes():
