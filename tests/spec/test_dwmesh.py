@@ -314,8 +314,9 @@ def test_strip_steps_refuse_bad_arguments(kwargs, match):
 
 @pytest.mark.parametrize("rows,g_count", [(16, 4), (16, 7), (8, 6), (16, 2)])
 def test_quadrant_fill_from_two_row_words(rows, g_count):
-    """The design claim behind the quadrant mode (not built; docs/architecture.md, "Not
-    built"): maps of ``n = R/2 - 1`` rows and columns need no new load layout. Loaded as the
+    """The design claim behind the quadrant mode (built in session 31: spec.dwmesh.quad_mode;
+    this checks the claim against tile_patches, independently of strip_patch): maps of ``n =
+    R/2 - 1`` rows and columns need no new load layout. Loaded as the
     strip loads are but ``2 n`` bytes a word (buffer-A word ``j`` the stacked rows ``2 j + 1``
     and ``2 j + 2``, buffer-B word ``j`` rows ``2 j`` and ``2 j + 1``; no word reads past the
     step's maps), each of a half's ``R/4`` fill beats reads one A word and one B word (the
