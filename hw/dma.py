@@ -298,7 +298,8 @@ class StoreEngine(wiring.Component):
         registered), and ``p_half_last`` (the depthwise quadrant mode's store,
         :attr:`spec.dwmesh.StripStep.half_last`: a row holds two output rows of a channel, and
         a channel's last row, one output row, writes ``elems / 2`` elements, the next row
-        starting ``stride / 2`` after it; rows of one beat).
+        starting ``stride / 2`` after it; only for rows of one beat, ``p_groups`` 1, as every
+        depthwise store is: the short row's mask replaces every beat's).
 
     Members
     -------

@@ -83,6 +83,15 @@ class ParamMemories(wiring.Component):
             raise ValueError(f"ParamMemories: the weight arrays load through the A port, so its "
                              f"beat ({cfg.a_beat_bytes} bytes) must be B's "
                              f"({cfg.b_beat_bytes})")
+        # a whole array is one load engine command into buffer rows 0 .., whose row numbers
+        # are the memories' write addresses
+        for port, depth in (("B", cfg.buf_b_depth),) + ((("A", cfg.buf_a_depth),) if weights
+                                                        else ()):
+            if depth < cfg.quant_entries // words:
+                raise ValueError(f"ParamMemories: an array of quant_entries="
+                                 f"{cfg.quant_entries} words is {cfg.quant_entries // words} "
+                                 f"beats through the {port} load engine, more than its "
+                                 f"buffer's {depth} rows")
         arrays = len(PARAM_ARRAYS)
         extra = {"w_ch": In(range(cfg.quant_entries)), "w_ren": In(1),
                  "weights": Out(72), "wload": In(1), "wsel": In(range(len(WEIGHT_ARRAYS))),
@@ -299,15 +308,7 @@ class ParamLoader(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [self.bad.eq(0), phase.eq(1), *(c.eq(1) for c in lb_copies)]
                     enter(0)
-            for i, name in enumerate(arrays):
-                with m.State(name):
-                    with m.If(self.need[i]):          # (lb_start is high)
-                        m.next = f"{name}_wait"
-                    with m.Else():
-                        leave(i)
-                with m.State(f"{name}_wait"):
-                    with m.If(~self.lb.busy):
-                        leave(i)
+            _array_states(m, arrays, self.need, self.lb.busy, leave)
             with m.State("END"):
                 if self._weights:
                     # both engines' arrays loaded (the A chain waits in its own end state)
@@ -356,16 +357,23 @@ class ParamLoader(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [phase.eq(1), *(c.eq(1) for c in copies)]
                     enter(0)
-            for i, name in enumerate(WEIGHT_ARRAYS):
-                with m.State(f"a_{name}"):
-                    with m.If(need[i]):          # (la_start is high)
-                        m.next = f"a_{name}_wait"
-                    with m.Else():
-                        leave(i)
-                with m.State(f"a_{name}_wait"):
-                    with m.If(~self.la.busy):
-                        leave(i)
+            _array_states(m, [f"a_{name}" for name in WEIGHT_ARRAYS], need, self.la.busy, leave)
             with m.State("A_END"):
                 m.d.comb += a_end.eq(1)
                 with m.If(self.done):
                     m.next = "A_IDLE"
+
+
+def _array_states(m, names, need, busy, leave):
+    """A parameter loader chain's states, in its FSM: each array's first state (its engine's
+    start is high there when ``need`` has its bit; ``leave(i)`` moves on at once otherwise),
+    then the wait for the engine's ``busy`` to fall."""
+    for i, name in enumerate(names):
+        with m.State(name):
+            with m.If(need[i]):          # (the engine's start is high)
+                m.next = f"{name}_wait"
+            with m.Else():
+                leave(i)
+        with m.State(f"{name}_wait"):
+            with m.If(~busy):
+                leave(i)

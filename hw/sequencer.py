@@ -100,7 +100,8 @@ class Sequencer(wiring.Component):
     ``img_wt`` its weights section). With ``dry`` the run stops after the checks and the
     parameter load: it reads, never writes.
 
-    Every A beat written into buffer A also goes through a CRC-32 (zlib's), restarted in the
+    Every A beat written into buffer A (not a depthwise layer's weight arrays, which the A load
+    engine loads into the parameter memories) also goes through a CRC-32 (zlib's), restarted in the
     cycle after ``start`` (from the state register, not from ``start``'s logic): ``a_bad`` is high when it differs from the record's ``a_crc``
     (:func:`spec.schedule.a_load_crc`); an image run checks it when a run-pass layer ends.
 
@@ -194,8 +195,8 @@ class Sequencer(wiring.Component):
         m.submodules.compute = ce = ComputeEngine(cfg, mesh=dw)
         m.submodules.store = se = StoreEngine(cfg, channel_rows=dw)
         m.submodules.addrgen = ag = AddrGen(cfg)
-        # per-channel post-processing parameters (and a depthwise layer's weights), loaded
-        # through the B load engine
+        # per-channel post-processing parameters, loaded through the B load engine (and a
+        # depthwise layer's weights, through the A one at the same time)
         m.submodules.params = qm = ParamMemories(cfg, weights=dw)
         m.submodules.param_loader = pl = ParamLoader(cfg, weights=dw)
         if dw:
@@ -369,7 +370,8 @@ class Sequencer(wiring.Component):
                                                     crc_restart)
         a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
         a_beat_valid = Signal()
-        m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(la.w_en)]
+        m.d.sync += [a_beat.eq(la.w_data),
+                     a_beat_valid.eq(la.w_en & ~pl.phase_la[1] if dw else la.w_en)]
         m.d.comb += [a_crc.data.eq(a_beat), a_crc.valid.eq(a_beat_valid)]
         # (a depthwise layer's A port reads activations: its a_crc means nothing)
         m.d.sync += self.a_bad.eq((a_crc.crc != L["a_crc"]) & ~is_dw)

@@ -398,8 +398,8 @@ def on_chip(cfg: AccelConfig, *, b_local: bool = False, c_local: bool = False) -
     sequencer serves that operand from the local buffer, which takes one beat per cycle,
     answers a read :attr:`ModelConstants.local_read_latency_cycles` after its request and
     acknowledges a write one cycle after it (hw/sequencer.py), so the port is modelled with the
-    beat as its bandwidth and those latencies. Parameter arrays still come through the B port
-    (use the real ``cfg`` for them)."""
+    beat as its bandwidth and those latencies. Parameter arrays still come from memory through
+    the ports (use the real ``cfg`` for them)."""
     changes = {}
     if b_local:
         changes.update(b_port_bytes_per_cycle=cfg.b_beat_bytes,

@@ -761,12 +761,12 @@ def strip_step_cycles(step: StripStep, rows: int) -> int:
     return _back_to_back([strip_tile_cycles(t, rows) for t in step.tiles])
 
 
-def store_beats(tile: MeshTile) -> int:
-    """C-port beats of one tile's results: one store per channel, a beat per output row; in
-    the quadrant mode (split (2, 2): :func:`quad_mode`) two output rows a beat
-    (:attr:`StripStep.half_last`)."""
-    rows = -(-tile.th // 2) if tile.split == (2, 2) else tile.th
-    return len(tile.channels) * rows
+def store_beats(tile: MeshTile, rows: int = 16) -> int:
+    """C-port beats of one tile's results on a ``rows``-row mesh: one store per channel, a beat
+    per output row; in the quadrant mode (split (2, 2) and maps :func:`quad_mode` takes) two
+    output rows a beat (:attr:`StripStep.half_last`)."""
+    two = tile.split == (2, 2) and quad_mode(tile.th, tile.tw, rows=rows, cols=rows, stride=1)
+    return len(tile.channels) * (-(-tile.th // 2) if two else tile.th)
 
 
 def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
@@ -777,7 +777,7 @@ def mac_utilisation(channels: int, h: int, w: int, *, stride: int, pad: int = 1,
     layer."""
     tiles = plan_tiles(channels, h, w, stride=stride, pad=pad, rows=rows, cols=cols)
     macs = channels * out_size(h, pad, stride) * out_size(w, pad, stride) * 9
-    cycles = sum(max(tile_cycles(t, stride, rows) - (i > 0), store_beats(t))
+    cycles = sum(max(tile_cycles(t, stride, rows) - (i > 0), store_beats(t, rows))
                  for i, t in enumerate(tiles))
     return macs / (cycles * rows * cols)
 

@@ -52,18 +52,23 @@ def _unpack_row(word, cols):
     return np.array([v - (1 << 32) if v >> 31 else v for v in vals], np.int64)
 
 
-@pytest.mark.parametrize("c,h,w,group,stride", [
-    (3, 10, 13, 3, 1), (2, 5, 4, 1, 1), (4, 4, 20, 2, 1), (4, 5, 4, 3, 1), (3, 7, 9, 3, 1),
-    (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
-    # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the second
-    # starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
-    (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
-    # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4
-    # in a step's last, packed rows
-    (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"), (8, 3, 3, 8, "quad"),
-    (1, 3, 3, 1, "quad")])
-def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, stride):
-    cfg = PRESETS["small"]
+@pytest.mark.parametrize("preset,c,h,w,group,stride", [
+    *(("small", *case) for case in (
+        (3, 10, 13, 3, 1), (2, 5, 4, 1, 1), (4, 4, 20, 2, 1), (4, 5, 4, 3, 1), (3, 7, 9, 3, 1),
+        (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
+        # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the
+        # second starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
+        (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
+        # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4 in a
+        # step's last, packed rows
+        (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
+        (8, 3, 3, 8, "quad"), (1, 3, 3, 1, "quad"))),
+    # ... and on the 16x16 (7 x 7 maps, four fill words a half)
+    ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
+def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
+    """Every write lands in the step's accumulator rows (``G h + R`` of them from its base),
+    whatever a tile leaves of no use (a quadrant without a channel, rows past the results)."""
+    cfg = PRESETS[preset]
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
@@ -90,7 +95,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
                        weights)
         ce = dut.ce
-        result = {}
+        result, written = {}, []
 
         async def bench(ctx, step=step):
             phases = step.tiles[0].phase1 is not None
@@ -110,6 +115,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
             while ctx.get(ce.busy):
                 if ctx.get(ce.acc_wen):
                     last_write = cycles
+                    written.append(ctx.get(ce.acc_waddr))
                 await ctx.tick()
                 cycles += 1
             for _ in range(4 * R):                  # nothing is written after busy falls
@@ -127,6 +133,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(c, h, w, group, strid
         # (the quadrant mode's last packed row a cycle after the array's last row)
         assert result["cycles"] == start + beats + mesh_drain_cycles(cfg) + quad
         assert result["last_write"] == result["cycles"] - 1
+        assert acc0 <= min(written) and max(written) < acc0 + step.channels * h + R
         expect = np.zeros((step.channels * h + R, C), np.int64)
         a_words = np.roll(words["a"], -a0, axis=0)      # the model's words count from 0
         b_words = np.roll(words["b"], -b0, axis=0)

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """ParamLoader (Amaranth simulator): every word of an array up to ``rows`` is checked as it
 arrives, and none past it (the last beat's padding holds whatever memory holds)."""
 
@@ -126,14 +127,16 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
         weight_word([0] * 8)
 
 
-@pytest.mark.parametrize("need,busy", [(0b111010, 5), (0b111111, 3), (0b111110, 4),
-                                       (0b000011, 6), (0b111000, 2), (0b000111, 2)])
-def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy):
+@pytest.mark.parametrize("need,busy_a,busy_b", [
+    (0b111010, 5, 5), (0b111111, 3, 3), (0b111110, 4, 4), (0b000011, 6, 6), (0b111000, 2, 2),
+    (0b000111, 2, 2), (0b111111, 9, 3), (0b111111, 2, 7), (0b111010, 5, 2), (0b111110, 3, 8)])
+def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy_a, busy_b):
     """ParamLoader(weights=True): the post-processing arrays go through the B load engine and
     the depthwise weight arrays through the A one at the same time, each chain in order; with
-    engines that stay busy ``busy`` cycles after each start, each engine's busy cycles and
-    ``done`` come where planner.cost.param_load_cycles puts them (its chain timing, the
-    counters' A-before-B attribution)."""
+    engines that stay busy ``busy_a`` / ``busy_b`` cycles after each start (different, as the
+    ports' latencies may be), each engine's busy cycles and ``done`` come where
+    planner.cost.param_load_cycles puts them (its chain timing, the counters' A-before-B
+    attribution)."""
     from planner.cost import param_load_timeline
 
     cfg = PRESETS["small"]
@@ -164,9 +167,9 @@ def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy):
                 if started[e]:
                     issued[e].append((ctx.get(sel), ctx.get(cmd.p_addr)))
             await ctx.tick()
-            for e in "ab":
+            for e, busy in (("a", busy_a), ("b", busy_b)):
                 left[e] = busy if started[e] else max(0, left[e] - 1)
-            # the engines' busy: high from the cycle after their start, `busy` cycles
+            # the engines' busy: high from the cycle after their start, busy_a / busy_b cycles
             ctx.set(dut.la.busy, left["a"] > 0)
             ctx.set(dut.lb.busy, left["b"] > 0)
 
@@ -176,7 +179,7 @@ def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy):
     assert issued == {"a": want_a, "b": want_b}
     load_a, load_b, ctrl = param_load_timeline([bool(need >> (3 + t) & 1) for t in range(3)],
                                                [bool(need >> i & 1) for i in range(3)],
-                                               busy, busy)
+                                               busy_a, busy_b)
     assert (cycles["a"], cycles["b"], cycles["total"]) == (load_a, load_b,
                                                            load_a + load_b + ctrl)
 
@@ -216,3 +219,20 @@ def test_parameter_arrays_read_as_words_and_as_rows_with_their_lane(preset):
         want = [int(arrays[a, c]) for a in range(len(PARAM_ARRAYS))]
         assert [bias, mult, shift] == want, c
         assert [bias_w, mult_w] == want[:2], c
+
+
+def test_memories_refuse_arrays_longer_than_the_load_buffers():
+    """A parameter array loads as one command into buffer rows 0 .. (their numbers are the
+    memories' write addresses): a buffer with fewer rows than an array's beats is refused,
+    B's always, A's with the depthwise weight arrays."""
+    import dataclasses
+
+    from hw.params import ParamMemories
+
+    cfg = PRESETS["small"]                  # 1024 entries: 512 beats of 8 bytes
+    ParamMemories(dataclasses.replace(cfg, buf_a_bytes=8 * 256))       # A not used
+    with pytest.raises(ValueError, match="512 beats through the A load engine, more than its "
+                                         "buffer's 256 rows"):
+        ParamMemories(dataclasses.replace(cfg, buf_a_bytes=8 * 256), weights=True)
+    with pytest.raises(ValueError, match="through the B load engine"):
+        ParamMemories(dataclasses.replace(cfg, buf_b_bytes=8 * 256))
