@@ -427,9 +427,17 @@ class ComputeEngine(wiring.Component):
         half, n, pairs = R // 2, R // 2 - 1, R // 4
         y, bot = arr.o_r[:log2(half)], arr.o_r[log2(half)]
         tag = arr.o_tag[:ab]
-        r1 = Signal.like(arr.o_row, name="quad_r1", reset_less=True)    # the last two rows
-        r2 = Signal.like(arr.o_row, name="quad_r2", reset_less=True)
-        m.d.sync += [r1.eq(arr.o_row), r2.eq(r1)]
+        # the last two rows' quadrant lanes (the left quadrant's of the last, the right's of
+        # both), kept only in the quadrant mode: a GEMM's rows leave them alone (so the
+        # simulator copies nothing there in a GEMM)
+        def quadrant(row, q):
+            return row[32 * q * half:32 * (q * half + n)]
+        r1_left = Signal(32 * n, name="quad_r1_left", reset_less=True)
+        r1_right = Signal(32 * n, name="quad_r1_right", reset_less=True)
+        r2_right = Signal(32 * n, name="quad_r2_right", reset_less=True)
+        with m.If(quad):
+            m.d.sync += [r1_left.eq(quadrant(arr.o_row, 0)), r1_right.eq(quadrant(arr.o_row, 1)),
+                         r2_right.eq(r1_right)]
         left = Signal(name="quad_left")             # an even output row: the left quadrant
         right = Signal(name="quad_right")           # an odd one: the right quadrant
         spill = Signal(name="quad_spill")           # the right quadrant's first rows
@@ -452,8 +460,8 @@ class ComputeEngine(wiring.Component):
                 packed.append(Const(0, 32))
                 continue
             first, jj = j < n, j % n
-            packed.append(Mux(left, lane(arr.o_row, jj) if first else lane(r1, jj),
-                              lane(r1, half + jj) if first else lane(r2, half + jj)))
+            packed.append(Mux(left, lane(arr.o_row, jj) if first else lane(r1_left, jj),
+                              lane(r1_right, jj) if first else lane(r2_right, jj)))
         return packed
 
     def _mesh_steps(self, m, *, rstride, drain, mesh_run, beat, hold, quad):
