@@ -400,7 +400,11 @@ class ComputeEngine(wiring.Component):
             if packed is None:
                 m.d.sync += lane.eq((Mux(accum, old, 0) + new)[:32])
             else:
-                m.d.sync += lane.eq(Mux(quad, packed[j], (Mux(accum, old, 0) + new)[:32]))
+                # (as an if, not a select: the simulator then forms only one of the two)
+                with m.If(quad):
+                    m.d.sync += lane.eq(packed[j])
+                with m.Else():
+                    m.d.sync += lane.eq((Mux(accum, old, 0) + new)[:32])
             lanes.append(lane)
         m.d.comb += [
             self.acc_waddr.eq(w_addr),

@@ -273,5 +273,11 @@ class DwFeeder(wiring.Component):
                     Mux(s1_kk0, q_right[lo], q_right[hi]))
         even_row = Mux(s1_quad, q_even, Mux(s1_swap, b_row, a_row))
         odd_row = Mux(s1_quad, q_odd, Mux(s1_swap, a_row, b_row))
-        m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, even_row), lanes(zero_b, odd_row)))
+        # (only when fill words arrive: the array takes i_fill only with a FILL move, which
+        # comes with these words, and a GEMM's buffer words, read every cycle, then cost the
+        # simulator nothing here)
+        s1_read = Signal(name="dw_s1_read")
+        m.d.sync += s1_read.eq(self.rd_en)
+        with m.If(s1_read):
+            m.d.sync += self.o_fill.eq(Cat(lanes(zero_a, even_row), lanes(zero_b, odd_row)))
         return m
