@@ -7,6 +7,8 @@ from amaranth.lib.wiring import In, Out
 from spec.config import AccelConfig
 from spec.desc import DIM_BITS
 
+from .bits import log2
+
 __all__ = ["DwWalker"]
 
 
@@ -204,7 +206,7 @@ class DwWalker(wiring.Component):
             self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),
             # stride 2: ceil(h / 2) rows a channel; G h / 2 for even h, (h + 1) / 2 for odd
             # (the quadrant mode: R/4 store rows a channel)
-            self.st_rows.eq(Mux(q, group_channels << (R // 4).bit_length() - 1,
+            self.st_rows.eq(Mux(q, group_channels << log2(max(R // 4, 1)),
                                 Mux(s2, (rows + 1) >> 1, rows))),
             # the channels' maps stacked: the odd rows in A, the even ones in B; in row phases
             # rows 4 j and 4 j + 1 in A, 4 j + 2 and 4 j + 3 in B, a group each; in the

@@ -341,6 +341,9 @@ class ParamLoader(wiring.Component):
                      self.la.p_elems.eq(elems), self.la.p_buf_base.eq(0),
                      self.la.p_buf_gstride.eq(1)]
 
+        # (the B chain's enter / leave, for this chain's registers: folding both into one
+        # helper renames a wire of the B chain in every preset's Verilog, so `fpga` and
+        # `small`, whose FPGA results docs/bench.md records, would no longer be byte-identical)
         def enter(i):
             m.d.sync += [wsel.eq(i), la_start.eq(need[i])]
             m.next = f"a_{WEIGHT_ARRAYS[i]}"

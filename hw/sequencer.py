@@ -297,11 +297,11 @@ class Sequencer(wiring.Component):
             ag.mem.ready.eq(self.b_rd.ready & conv), ag.mem.rdata.eq(self.b_rd.rdata),
             ag.mem.rvalid.eq(self.b_rd.rvalid & conv),
         ]
+        # buffer A's writes: the A load engine's, but while it loads a depthwise weight array
+        # (its writes are then the parameter memories')
+        a_written = la.w_en & ~pl.phase_la[1] if dw else la.w_en
         m.d.comb += [
-            a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data),
-            # (while the A load engine loads a weight array, its writes are the parameter
-            # memories')
-            a_w.en.eq(la.w_en & ~pl.phase_la[1] if dw else la.w_en),
+            a_w.addr.eq(la.w_addr), a_w.data.eq(la.w_data), a_w.en.eq(a_written),
             # the operand buffers read every cycle (their ports' enable is 1), whatever the
             # compute engine's rd_en says: a tile's padding beats come first, their sums dropped, and a
             # mesh tile only takes fill words it read, so nothing uses a read's data held over
@@ -370,8 +370,7 @@ class Sequencer(wiring.Component):
                                                     crc_restart)
         a_beat = Signal(8 * cfg.a_beat_bytes, reset_less=True)
         a_beat_valid = Signal()
-        m.d.sync += [a_beat.eq(la.w_data),
-                     a_beat_valid.eq(la.w_en & ~pl.phase_la[1] if dw else la.w_en)]
+        m.d.sync += [a_beat.eq(la.w_data), a_beat_valid.eq(a_written)]
         m.d.comb += [a_crc.data.eq(a_beat), a_crc.valid.eq(a_beat_valid)]
         # (a depthwise layer's A port reads activations: its a_crc means nothing)
         m.d.sync += self.a_bad.eq((a_crc.crc != L["a_crc"]) & ~is_dw)
