@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -89,6 +91,9 @@ def emit(cfg: AccelConfig, out: Path | str | None = None, *, force: bool = False
     write of the same address returns wrong data (:mod:`hw.collide`), in a directory of its
     own (``cfg-<id>-poison``); never for an FPGA.
 
+    With two CPUs, ``sim_top.v`` is converted in a second process while this one converts
+    ``accel_top.v``; the output is the same.
+
     Reuses an existing directory whose stamp matches the current hw sources and config.
     Output is byte-reproducible (no source locations). Generation holds a per-config lock and
     writes to a temporary directory renamed into place, so concurrent callers neither repeat
@@ -108,16 +113,23 @@ def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        top = AccelTop(cfg)
-        with (fast_meminit(),          # same Verilog, half the time (hw/fastinit.py)
-              poison_collisions() if poison else contextlib.nullcontext()):
-            (tmp / "accel_top.v").write_text(
-                verilog.convert(top, name="accel_top", emit_src=False))
-            (tmp / "sim_top.v").write_text(
-                verilog.convert(SimTop(cfg), name="sim_top", emit_src=False))
+        (tmp / "config.json").write_text(cfg.to_json())
+        # sim_top.v in a second process while this one writes accel_top.v, where there is a
+        # second CPU: each is a whole elaboration and conversion (20 s for `default`)
+        child = _start_convert("sim_top", tmp, poison) if _parallel() else None
+        try:
+            top = AccelTop(cfg)
+            _convert(top, "accel_top", poison, tmp / "accel_top.v")
+            if child is None:
+                _convert(SimTop(cfg), "sim_top", poison, tmp / "sim_top.v")
+            else:
+                _finish_convert(child, tmp)
+        finally:
+            if child is not None and child.poll() is None:     # this process failed
+                child.kill()
+                child.wait()
         (tmp / "accel_top.json").write_text(
             json.dumps(top.metadata.as_json(), indent=2, sort_keys=True) + "\n")
-        (tmp / "config.json").write_text(cfg.to_json())
         (tmp / "regs.json").write_text(json.dumps(
             {"format_version": FORMAT_VERSION, "config_id": cfg.config_id,
              "registers": [r.__dict__ for r in REGISTERS]}, indent=2) + "\n")
@@ -142,3 +154,53 @@ def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _parallel() -> bool:
+    """Whether :func:`emit` converts its two tops in two processes: when two CPUs are ours."""
+    return len(os.sched_getaffinity(0)) >= 2
+
+
+def _convert(top, name: str, poison: bool, path: Path) -> None:
+    """Write the Verilog of ``top`` as module ``name`` to ``path``."""
+    with (fast_meminit(),          # same Verilog, half the time (hw/fastinit.py)
+          poison_collisions() if poison else contextlib.nullcontext()):
+        path.write_text(verilog.convert(top, name=name, emit_src=False))
+
+
+def _start_convert(name: str, tmp: Path, poison: bool) -> subprocess.Popen:
+    """Start a Python process that writes ``tmp/<name>.v`` from ``tmp/config.json``
+    (:func:`_convert_main`); its messages go to ``tmp/.<name>.log``."""
+    code = "import sys; from hw.build import _convert_main; sys.exit(_convert_main(sys.argv[1:]))"
+    args = [name, str(tmp), _SOURCES.hex()] + (["poison"] if poison else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    with open(tmp / f".{name}.log", "w") as log:
+        return subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=_ROOT)
+
+
+def _finish_convert(child: subprocess.Popen, tmp: Path) -> None:
+    """Wait for a :func:`_start_convert` process; raise with its output if it failed."""
+    name = child.args[3]
+    log = tmp / f".{name}.log"
+    if child.wait() != 0:
+        raise RuntimeError(f"generating {name}.v failed (exit status {child.returncode}):\n"
+                           f"{log.read_text()[-4000:]}")
+    log.unlink()
+
+
+def _convert_main(argv: list[str]) -> int:
+    """Entry point of a :func:`_start_convert` process: ``name tmp sources_hex [poison]``.
+
+    It refuses to run when the hw/spec sources it imported differ from those of the process
+    that started it (:data:`_SOURCES`), so both tops of one build come from the same code."""
+    name, tmp, sources = argv[:3]
+    if sources != _SOURCES.hex():
+        print("hw/ or spec/ changed while the Verilog was being generated; run again",
+              file=sys.stderr)
+        return 3
+    cfg = AccelConfig.from_json((Path(tmp) / "config.json").read_text())
+    top = {"accel_top": AccelTop, "sim_top": SimTop}[name](cfg)
+    _convert(top, name, argv[3:] == ["poison"], Path(tmp) / f"{name}.v")
+    return 0

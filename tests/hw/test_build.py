@@ -116,3 +116,25 @@ def _fresh_digest():
     out = subprocess.run([sys.executable, "-c", "import hw.build as b; print(b._SOURCES.hex())"],
                          cwd=ROOT, capture_output=True, text=True, check=True)
     return bytes.fromhex(out.stdout.strip())
+
+
+def test_build_emit_in_one_process_is_byte_identical(emitted, tmp_path, monkeypatch):
+    """emit converts sim_top in a second process where it has two CPUs; the files are the same
+    as from one process."""
+    import hw.build as build
+
+    _, path = emitted
+    monkeypatch.setattr(build, "_parallel", lambda: False)
+    assert _snapshot(emit(CFG, tmp_path)) == _snapshot(path)
+
+
+def test_build_emit_refuses_a_second_process_on_other_sources(tmp_path, monkeypatch):
+    """The second process checks it imported the same hw/spec sources as the first; if not,
+    emit fails naming why and leaves nothing behind."""
+    import hw.build as build
+
+    monkeypatch.setattr(build, "_parallel", lambda: True)
+    monkeypatch.setattr(build, "_SOURCES", bytes(32))
+    with pytest.raises(RuntimeError, match="(?s)sim_top.v failed .*changed while the Verilog"):
+        emit(CFG, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [build_dir(CFG, tmp_path).name + ".lock"]
