@@ -40,7 +40,7 @@ from hw.build import TB_HDL, emit
 from hw.compute import array_tag_bits
 from hw.postproc import PostProc
 from spec.config import PRESETS, AccelConfig
-from tb.tools import VERILATOR_ARGS, prepare_env
+from tb.tools import VERILATOR_ARGS, prepare_env, verilator_source
 
 __all__ = ["PARTS", "ArrayFloor", "PostProcFloor", "fold", "measure_floor"]
 
@@ -173,7 +173,8 @@ def _build(part: str, cfg: AccelConfig, work: Path) -> Path:
     tb = work / "floor_tb.sv"
     if part == "accel_idle":
         out = emit(cfg)
-        sources = [out / "sim_top.v", TB_HDL / "dram_model.sv", TB_HDL / "dram_pages.cpp"]
+        sources = [verilator_source(out / "sim_top.v"), TB_HDL / "dram_model.sv",
+                   TB_HDL / "dram_pages.cpp"]
         tb.write_text(_TB_ACCEL)
     else:
         top = {"array": ArrayFloor, "postproc": PostProcFloor}[part](cfg)

@@ -21,7 +21,8 @@ from hw.build import TB_HDL, locked
 from spec.config import AccelConfig
 
 __all__ = ["SIMULATORS", "LINT_WAIVERS", "ICARUS_MAX_ADDR_BITS", "missing_tool", "prepare_env",
-           "build", "check_icarus_memory", "heartbeat", "icarus_source", "lint"]
+           "build", "check_icarus_memory", "compact_zero_inits", "heartbeat", "icarus_source",
+           "lint", "verilator_source"]
 
 #: simulator name -> executable that must be on PATH
 SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
@@ -94,7 +95,8 @@ _INIT_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\.cc:\d+:dump_m
 
 
 def icarus_source(verilog: Path) -> Path:
-    """A copy of ``verilog`` that Icarus evaluates correctly at time 0.
+    """A copy of ``verilog`` that Icarus evaluates correctly at time 0, with its memory
+    initialisers compacted (:func:`compact_zero_inits`).
 
     Icarus does not run ``always @*`` blocks at time 0, so combinational logic whose inputs
     never change (constants) stays X (amaranth-lang/amaranth#1629). Yosys makes every such block
@@ -104,17 +106,68 @@ def icarus_source(verilog: Path) -> Path:
     Icarus makes ``always_comb`` sensitive to whole vectors, which loops forever on processes
     that write some bits of a vector and read others.)
     """
-    out = verilog.with_name(verilog.stem + "_icarus.v")
     text, count = _INIT_TRIGGER.subn(r"\1reg \2 = 0;\n\1initial #0 \2 = 1'b1;",
                                      verilog.read_text())
     if count == 0:
         raise RuntimeError(f"{verilog}: Yosys time-0 trigger not found; the Icarus fix in "
                            f"tb/tools.py needs updating for this Yosys version")
+    return _write_copy(verilog, "icarus", compact_zero_inits(text)[0])
+
+
+def verilator_source(verilog: Path) -> Path:
+    """A copy of ``verilog`` for Verilator with its memory initialisers compacted
+    (:func:`compact_zero_inits`): the same model, built in about half the time."""
+    return _write_copy(verilog, "verilator", compact_zero_inits(verilog.read_text())[0])
+
+
+def _write_copy(verilog: Path, sim: str, text: str) -> Path:
+    """Write ``text`` to ``<stem>_<sim>.v`` beside ``verilog`` unless it already holds it (an
+    unchanged file keeps its time stamp, so a cached simulator build stays valid)."""
+    out = verilog.with_name(f"{verilog.stem}_{sim}.v")
     if not out.exists() or out.read_text() != text:
         tmp = out.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(text)
         os.replace(tmp, out)
     return out
+
+
+#: Yosys' memory initialiser: ``initial begin``, one ``name[i] = <width>'<h|d><digits>;`` per word,
+#: ``end``, each at the module's indentation.
+_MEM_INIT = re.compile(r"^(  )initial begin\n((?:    (?:\\\S+ |[A-Za-z_]\w*)\[\d+\] = \d+'[hd][0-9a-fA-F]+;\n)+)"
+                       r"  end$", re.MULTILINE)
+_MEM_WORD = re.compile(r"    (\\\S+ |[A-Za-z_]\w*)\[(\d+)\] = (\d+)'[hd]([0-9a-fA-F]+);")
+
+
+def _zero_init_loop(block: str) -> str | None:
+    """One all-zero memory initialiser as a loop; ``None`` for any other block."""
+    words = [_MEM_WORD.fullmatch(line) for line in block.splitlines()]
+    if (len({w[1] for w in words}) != 1
+            or any(int(w[2]) != i or w[4].strip("0") for i, w in enumerate(words))):
+        return None
+    name, width = words[0][1], words[0][3]
+    return (f"  initial begin\n    for (int i = 0; i < {len(words)}; i = i + 1) "
+            f"{name}[i] = {width}'d0;\n  end")
+
+
+def compact_zero_inits(text: str) -> tuple[str, int]:
+    """``text`` with every all-zero memory initialiser that Yosys writes as one statement per
+    word (``mem[0] = 128'h0...; mem[1] = ...``) rewritten as the equivalent ``for`` loop;
+    returns the new text and how many blocks were rewritten.
+
+    Amaranth gives every memory an initial value, zeros unless asked, and Yosys spells it out
+    word by word: for ``default`` that is 77,000 of ``sim_top.v``'s 173,000 lines, which
+    Verilator turns into 19 MB of constructor C++ compiled on every cold build. A loop sets the
+    same words to the same values at the same time, so the simulation is unchanged.
+    """
+    rewritten = 0
+
+    def replace(match: re.Match) -> str:
+        nonlocal rewritten
+        loop = _zero_init_loop(match[2])
+        rewritten += loop is not None
+        return match[0] if loop is None else loop
+
+    return _MEM_INIT.sub(replace, text), rewritten
 
 
 #: Largest address space the Icarus memory model holds: it has no DPI, so its memory is a dense
@@ -146,7 +199,8 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     hdl = TB_HDL / "dram_model.sv"
     if sim == "verilator":
         _drop_public_flat_rw(runner)
-        sources = [build_dir / "sim_top.v", hdl]
+        with locked(build_dir / "sim_top_verilator.lock"):
+            sources = [verilator_source(build_dir / "sim_top.v"), hdl]
         # the memory model's paged store (DPI-C), compiled into the simulator
         args = list(VERILATOR_ARGS) + [str(TB_HDL / "dram_pages.cpp")] + (
             ["--trace-fst", "--trace-structs"] if waves else [])
