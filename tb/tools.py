@@ -22,16 +22,17 @@ from spec.config import AccelConfig
 
 __all__ = ["SIMULATORS", "LINT_WAIVERS", "ICARUS_MAX_ADDR_BITS", "missing_tool", "prepare_env",
            "build", "check_icarus_memory", "compact_zero_inits", "heartbeat", "icarus_source",
-           "lint", "verilator_source"]
+           "lint", "verilator_ports_config", "verilator_source"]
 
 #: simulator name -> executable that must be on PATH
 SIMULATORS = {"verilator": "verilator", "icarus": "iverilog"}
 
 #: Verilator options. -Wno-fatal: Amaranth's Verilog trips width/caseincomplete/unoptflat
 #: lint warnings that are harmless (see docs/simulation.md). --timing: the clock is generated in
-#: HDL with delays. --public-depth 1 replaces cocotb's --public-flat-rw: only top-level ports are
-#: accessed, which halves build time and speeds simulation up.
-VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "--timing", "--public-depth", "1",
+#: HDL with delays. Nothing is made public here: cocotb's --public-flat-rw is dropped and
+#: :func:`build` makes the top's ports, the only signals the testbenches touch, public with a
+#: configuration file (:func:`verilator_ports_config`).
+VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "--timing",
                   "-O3", "--x-assign", "fast", "--x-initial", "fast"]
 
 
@@ -114,19 +115,47 @@ def icarus_source(verilog: Path) -> Path:
     if count == 0:
         raise RuntimeError(f"{verilog}: Yosys time-0 trigger not found; the Icarus fix in "
                            f"tb/tools.py needs updating for this Yosys version")
-    return _write_copy(verilog, "icarus", compact_zero_inits(text)[0])
+    return _write_copy(verilog.with_name(f"{verilog.stem}_icarus.v"), compact_zero_inits(text)[0])
 
 
 def verilator_source(verilog: Path) -> Path:
     """A copy of ``verilog`` for Verilator with its memory initialisers compacted
     (:func:`compact_zero_inits`): the same model, built in about half the time."""
-    return _write_copy(verilog, "verilator", compact_zero_inits(verilog.read_text())[0])
+    return _write_copy(verilog.with_name(f"{verilog.stem}_verilator.v"),
+                       compact_zero_inits(verilog.read_text())[0])
 
 
-def _write_copy(verilog: Path, sim: str, text: str) -> Path:
-    """Write ``text`` to ``<stem>_<sim>.v`` beside ``verilog`` unless it already holds it (an
-    unchanged file keeps its time stamp, so a cached simulator build stays valid)."""
-    out = verilog.with_name(f"{verilog.stem}_{sim}.v")
+#: A port declaration as Yosys writes it: ``  input [5:0] csr__addr;``.
+_PORT = re.compile(r"^  (input|output|inout) (?:\[[^\]]*\] )?(\\\S+ |\w+);$", re.MULTILINE)
+
+
+def verilator_ports_config(verilog: Path, top: str) -> Path:
+    """A Verilator configuration file beside ``verilog`` that makes module ``top``'s ports
+    visible to VPI and nothing else: inputs ``public_flat_rw`` (cocotb writes them), outputs
+    ``public_flat_rd``.
+
+    Public signals cost simulation time: Verilator must assume VPI may change a writable one at
+    any time, so it evaluates every piece of logic that reads one in its input region, at both
+    clock edges. ``--public-depth 1`` (everything in the top module) put most of the design
+    there; the testbenches only touch the top's ports.
+    """
+    text = verilog.read_text()
+    body = re.search(rf"^module {re.escape(top)}\(.*?^endmodule$", text, re.MULTILINE | re.DOTALL)
+    if body is None:
+        raise RuntimeError(f"{verilog}: module {top} not found")
+    ports = _PORT.findall(body[0])
+    if not ports:
+        raise RuntimeError(f"{verilog}: module {top} has no port declarations that tb/tools.py "
+                           f"recognises")
+    lines = ["`verilator_config"] + [
+        f'{"public_flat_rd" if kind == "output" else "public_flat_rw"} -module "{top}" '
+        f'-var "{name.strip().lstrip(chr(92))}"' for kind, name in ports]
+    return _write_copy(verilog.with_name(f"{top}_ports.vlt"), "\n".join(lines) + "\n")
+
+
+def _write_copy(out: Path, text: str) -> Path:
+    """Write ``text`` to ``out`` unless it already holds it (an unchanged file keeps its time
+    stamp, so a cached simulator build stays valid)."""
     if not out.exists() or out.read_text() != text:
         tmp = out.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(text)
@@ -203,9 +232,12 @@ def build(sim: str, build_dir: Path, *, waves: bool = False):
     if sim == "verilator":
         _drop_public_flat_rw(runner)
         with locked(build_dir / "sim_top_verilator.lock"):
-            sources = [verilator_source(build_dir / "sim_top.v"), hdl]
-        # the memory model's paged store (DPI-C), compiled into the simulator
-        args = list(VERILATOR_ARGS) + [str(TB_HDL / "dram_pages.cpp")] + (
+            source = verilator_source(build_dir / "sim_top.v")
+            ports = verilator_ports_config(source, "sim_top")
+        sources = [source, hdl]
+        # the ports' visibility, and the memory model's paged store (DPI-C) compiled into the
+        # simulator (cocotb's runner takes neither as a source)
+        args = list(VERILATOR_ARGS) + [str(ports), str(TB_HDL / "dram_pages.cpp")] + (
             ["--trace-fst", "--trace-structs"] if waves else [])
     else:
         with locked(build_dir / "sim_top_icarus.lock"):

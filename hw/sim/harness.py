@@ -27,7 +27,8 @@ class SimTop(wiring.Component):
     Members
     -------
     clk : ``Out(1)`` the generated clock (for the testbench to synchronise register writes)
-    rst : ``In(1)`` synchronous, active high
+    rst : ``In(1)`` synchronous, active high; it reaches the design (and the memory model) through
+        a register, one edge later
     csr : ``In(CsrBus.Signature)``
     busy, done : ``Out(1)``
     dram_load, dram_dump : ``In(1)``; dram_dump_lo, dram_dump_hi : ``In(dram_addr_bits)``
@@ -53,7 +54,12 @@ class SimTop(wiring.Component):
         m.domains.sync = cd = ClockDomain("sync")
         clk = Signal()
         m.submodules.clock = Instance("tessera_clock", o_clk=clk)
-        m.d.comb += [cd.clk.eq(clk), cd.rst.eq(self.rst), self.clk.eq(clk)]
+        # The reset reaches the design through a register: a top-level input that feeds logic
+        # combinationally makes Verilator evaluate that logic on every eval, twice a cycle
+        # (its "ico" region), and the reset feeds every register's next state.
+        rst = Signal(init=1, reset_less=True)
+        m.d.sync += rst.eq(self.rst)
+        m.d.comb += [cd.clk.eq(clk), cd.rst.eq(rst), self.clk.eq(clk)]
 
         m.submodules.accel = top = AccelTop(cfg)
         wiring.connect(m, wiring.flipped(self.csr), top.csr)
@@ -67,7 +73,7 @@ class SimTop(wiring.Component):
             p_B_LAT=cfg.b_port_latency_cycles,
             p_C_BYTES=cfg.c_beat_bytes, p_C_BPC=cfg.c_port_bytes_per_cycle,
             p_C_LAT=cfg.c_port_latency_cycles,
-            i_clk=clk, i_rst=self.rst,
+            i_clk=clk, i_rst=rst,
             i_a_addr=top.a_rd.addr, i_a_valid=top.a_rd.valid, o_a_ready=top.a_rd.ready,
             o_a_rdata=top.a_rd.rdata, o_a_rvalid=top.a_rd.rvalid,
             i_b_addr=top.b_rd.addr, i_b_stride=top.b_rd.stride, i_b_valid=top.b_rd.valid,
