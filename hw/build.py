@@ -158,7 +158,9 @@ def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
 
 def _parallel() -> bool:
     """Whether :func:`emit` converts its two tops in two processes: when two CPUs are ours."""
-    return len(os.sched_getaffinity(0)) >= 2
+    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")   # not on macOS
+            else os.cpu_count() or 1)
+    return cpus >= 2
 
 
 def _convert(top, name: str, poison: bool, path: Path) -> None:
