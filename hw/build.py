@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -111,7 +112,8 @@ def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
         return target
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    # absolute: the second process below runs in another directory
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent)).resolve()
     try:
         (tmp / "config.json").write_text(cfg.to_json())
         # sim_top.v in a second process while this one writes accel_top.v, where there is a
@@ -120,10 +122,8 @@ def _emit(cfg: AccelConfig, target: Path, force: bool, poison: bool) -> Path:
         try:
             top = AccelTop(cfg)
             _convert(top, "accel_top", poison, tmp / "accel_top.v")
-            if child is None:
+            if child is None or not _finish_convert(child, tmp):
                 _convert(SimTop(cfg), "sim_top", poison, tmp / "sim_top.v")
-            else:
-                _finish_convert(child, tmp)
         finally:
             if child is not None and child.poll() is None:     # this process failed
                 child.kill()
@@ -182,26 +182,39 @@ def _start_convert(name: str, tmp: Path, poison: bool) -> subprocess.Popen:
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=_ROOT)
 
 
-def _finish_convert(child: subprocess.Popen, tmp: Path) -> None:
-    """Wait for a :func:`_start_convert` process; raise with its output if it failed."""
+#: Exit status of a :func:`_convert_main` process whose sources differ from its parent's.
+_OTHER_SOURCES = 3
+
+
+def _finish_convert(child: subprocess.Popen, tmp: Path) -> bool:
+    """Wait for a :func:`_start_convert` process. ``True`` when it wrote its file; ``False``
+    when it refused because the sources changed since this process imported them (the caller
+    converts with its own code, which is what the stamp describes); raises with the process's
+    output if it failed. Whatever it printed on success is repeated as a warning."""
     name = child.args[3]
     log = tmp / f".{name}.log"
-    if child.wait() != 0:
-        raise RuntimeError(f"generating {name}.v failed (exit status {child.returncode}):\n"
-                           f"{log.read_text()[-4000:]}")
+    status = child.wait()
+    text = log.read_text()
     log.unlink()
+    if status == _OTHER_SOURCES:
+        return False
+    if status != 0:
+        raise RuntimeError(f"generating {name}.v failed (exit status {status}):\n"
+                           f"{text[-4000:]}")
+    if text.strip():
+        warnings.warn(f"generating {name}.v: {text.strip()}", stacklevel=2)
+    return True
 
 
 def _convert_main(argv: list[str]) -> int:
     """Entry point of a :func:`_start_convert` process: ``name tmp sources_hex [poison]``.
 
-    It refuses to run when the hw/spec sources it imported differ from those of the process
-    that started it (:data:`_SOURCES`), so both tops of one build come from the same code."""
+    It refuses (exit status :data:`_OTHER_SOURCES`) when the hw/spec sources it imported differ
+    from those of the process that started it (:data:`_SOURCES`), so both tops of one build
+    come from the same code."""
     name, tmp, sources = argv[:3]
     if sources != _SOURCES.hex():
-        print("hw/ or spec/ changed while the Verilog was being generated; run again",
-              file=sys.stderr)
-        return 3
+        return _OTHER_SOURCES
     cfg = AccelConfig.from_json((Path(tmp) / "config.json").read_text())
     top = {"accel_top": AccelTop, "sim_top": SimTop}[name](cfg)
     _convert(top, name, argv[3:] == ["poison"], Path(tmp) / f"{name}.v")

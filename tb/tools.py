@@ -143,13 +143,15 @@ def verilator_ports_config(verilog: Path, top: str) -> Path:
     body = re.search(rf"^module {re.escape(top)}\(.*?^endmodule$", text, re.MULTILINE | re.DOTALL)
     if body is None:
         raise RuntimeError(f"{verilog}: module {top} not found")
-    ports = _PORT.findall(body[0])
-    if not ports:
-        raise RuntimeError(f"{verilog}: module {top} has no port declarations that tb/tools.py "
-                           f"recognises")
+    ports = [(kind, name.strip().lstrip("\\")) for kind, name in _PORT.findall(body[0])]
+    header = re.match(rf"module {re.escape(top)}\((.*?)\);", body[0], re.DOTALL)
+    listed = sorted(p.strip().lstrip("\\") for p in header[1].split(",")) if header else []
+    if not listed or listed != sorted(name for _, name in ports):
+        raise RuntimeError(f"{verilog}: module {top}'s port list {listed} does not match the "
+                           f"declarations tb/tools.py recognises {sorted(n for _, n in ports)}")
     lines = ["`verilator_config"] + [
         f'{"public_flat_rd" if kind == "output" else "public_flat_rw"} -module "{top}" '
-        f'-var "{name.strip().lstrip(chr(92))}"' for kind, name in ports]
+        f'-var "{name}"' for kind, name in ports]
     return _write_copy(verilog.with_name(f"{top}_ports.vlt"), "\n".join(lines) + "\n")
 
 
@@ -177,6 +179,8 @@ def _zero_init_loop(block: str) -> str | None:
             or any(int(w[2]) != i or w[4].strip("0") for i, w in enumerate(words))):
         return None
     name, width = words[0][1], words[0][3]
+    if name.strip() == "i":         # the loop variable would hide the memory
+        return None
     return (f"  initial begin\n    for (int i = 0; i < {len(words)}; i = i + 1) "
             f"{name}[i] = {width}'d0;\n  end")
 
@@ -188,7 +192,7 @@ def compact_zero_inits(text: str) -> tuple[str, int]:
 
     Amaranth gives every memory an initial value, zeros unless asked, and Yosys spells it out
     word by word: for ``default`` that is 77,000 of ``sim_top.v``'s 173,000 lines, which
-    Verilator turns into 19 MB of constructor C++ compiled on every cold build. A loop sets the
+    Verilator turns into about 16 MB of constructor C++ compiled on every cold build. A loop sets the
     same words to the same values at the same time, so the simulation is unchanged.
     """
     rewritten = 0

@@ -118,23 +118,56 @@ def _fresh_digest():
     return bytes.fromhex(out.stdout.strip())
 
 
-def test_build_emit_in_one_process_is_byte_identical(emitted, tmp_path, monkeypatch):
+def test_build_emit_in_one_process_is_byte_identical(tmp_path, monkeypatch):
     """emit converts sim_top in a second process where it has two CPUs; the files are the same
     as from one process."""
     import hw.build as build
 
-    _, path = emitted
+    monkeypatch.setattr(build, "_parallel", lambda: True)
+    two = _snapshot(emit(CFG, tmp_path / "two"))
     monkeypatch.setattr(build, "_parallel", lambda: False)
-    assert _snapshot(emit(CFG, tmp_path)) == _snapshot(path)
+    assert _snapshot(emit(CFG, tmp_path / "one")) == two
 
 
-def test_build_emit_refuses_a_second_process_on_other_sources(tmp_path, monkeypatch):
-    """The second process checks it imported the same hw/spec sources as the first; if not,
-    emit fails naming why and leaves nothing behind."""
+def test_build_emit_with_edited_sources_converts_in_this_process(tmp_path, monkeypatch):
+    """The second process checks it imported the same hw/spec sources as the first; if not
+    (the files were edited since this process started), it writes nothing and this process
+    converts sim_top with the code its stamp describes."""
     import hw.build as build
 
     monkeypatch.setattr(build, "_parallel", lambda: True)
     monkeypatch.setattr(build, "_SOURCES", bytes(32))
-    with pytest.raises(RuntimeError, match="(?s)sim_top.v failed .*changed while the Verilog"):
+    calls = []
+    convert = build._convert
+    monkeypatch.setattr(build, "_convert", lambda top, name, *a: (calls.append(name),
+                                                                  convert(top, name, *a)))
+    path = emit(CFG, tmp_path)
+    assert calls == ["accel_top", "sim_top"]
+    assert "module sim_top(" in (path / "sim_top.v").read_text()
+    assert sorted(p.name for p in path.iterdir() if p.name.startswith(".")) == [".stamp"]
+
+
+def test_build_emit_reports_a_failed_second_process(tmp_path, monkeypatch):
+    """A second process that fails makes emit raise with its output and leave nothing."""
+    import hw.build as build
+
+    def failing(name, tmp, poison):
+        with open(tmp / f".{name}.log", "w") as log:
+            return subprocess.Popen(
+                [sys.executable, "-c", "import sys; print('no luck'); sys.exit(2)", name],
+                stdout=log, stderr=subprocess.STDOUT)
+
+    monkeypatch.setattr(build, "_parallel", lambda: True)
+    monkeypatch.setattr(build, "_start_convert", failing)
+    with pytest.raises(RuntimeError, match="(?s)sim_top.v failed .exit status 2.*no luck"):
         emit(CFG, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [build_dir(CFG, tmp_path).name + ".lock"]
+
+
+def test_build_emit_accepts_a_relative_directory(tmp_path, monkeypatch):
+    """The second process runs in the project's directory: a relative ``out`` still works."""
+    import hw.build as build
+
+    monkeypatch.setattr(build, "_parallel", lambda: True)
+    monkeypatch.chdir(tmp_path)
+    assert (emit(CFG, "out") / "sim_top.v").is_file()

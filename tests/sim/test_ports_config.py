@@ -9,7 +9,7 @@ VERILOG = """module inner(a, y);
   output y;
 endmodule
 
-module top(csr__addr, clk, done, rst);
+module top(csr__addr, clk, done, rst, \\odd.name , bus);
   input [5:0] csr__addr;
   wire [5:0] csr__addr;
   output clk;
@@ -17,6 +17,8 @@ module top(csr__addr, clk, done, rst);
   output done;
   reg done;
   input rst;
+  output [1:0] \\odd.name ;
+  inout [7:0] bus;
   wire [511:0] \\b_rd.rdata ;
 endmodule
 """
@@ -33,6 +35,8 @@ def test_ports_config_lists_the_top_ports_only(tmp_path):
         'public_flat_rd -module "top" -var "clk"',
         'public_flat_rd -module "top" -var "done"',
         'public_flat_rw -module "top" -var "rst"',
+        'public_flat_rd -module "top" -var "odd.name"',
+        'public_flat_rw -module "top" -var "bus"',
     ]
     stamp = out.stat().st_mtime_ns
     verilator_ports_config(path, "top")          # unchanged: not rewritten (cached builds hold)
@@ -44,3 +48,12 @@ def test_ports_config_refuses_a_missing_module(tmp_path):
     path.write_text(VERILOG)
     with pytest.raises(RuntimeError, match="module sim_top not found"):
         verilator_ports_config(path, "sim_top")
+
+
+def test_ports_config_refuses_a_port_it_cannot_read(tmp_path):
+    """A port whose declaration is in a form the parser does not know is an error, not a port
+    that silently stays private."""
+    path = tmp_path / "top.v"
+    path.write_text(VERILOG.replace("  input rst;", "  input signed rst;"))
+    with pytest.raises(RuntimeError, match="port list .* does not match"):
+        verilator_ports_config(path, "top")
