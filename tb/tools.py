@@ -165,21 +165,20 @@ def _write_copy(out: Path, text: str) -> Path:
     return out
 
 
-#: Yosys' memory initialiser: ``initial begin``, one ``name[i] = <width>'<h|d><digits>;`` per word,
-#: ``end``, each at the module's indentation.
-_MEM_INIT = re.compile(r"^(  )initial begin\n((?:    (?:\\\S+ |[A-Za-z_]\w*)\[\d+\] = \d+'[hd][0-9a-fA-F]+;\n)+)"
-                       r"  end$", re.MULTILINE)
-_MEM_WORD = re.compile(r"    (\\\S+ |[A-Za-z_]\w*)\[(\d+)\] = (\d+)'[hd]([0-9a-fA-F]+);")
+#: One word of Yosys' memory initialiser: ``    name[i] = <width>'<h|d><digits>;``.
+_MEM_WORD_RE = r"    (\\\S+ |[A-Za-z_]\w*)\[(\d+)\] = (\d+)'[hd]([0-9a-fA-F]+);"
+_MEM_WORD = re.compile(_MEM_WORD_RE)
+#: A whole initialiser: ``initial begin``, one word a line, ``end``, at the module's indentation.
+_MEM_INIT = re.compile(rf"^  initial begin\n((?:{_MEM_WORD_RE}\n)+)  end$", re.MULTILINE)
 
 
 def _zero_init_loop(block: str) -> str | None:
-    """One all-zero memory initialiser as a loop; ``None`` for any other block."""
+    """One all-zero memory initialiser as a loop; ``None`` for any other block (or for a memory
+    named ``i``, which the loop variable would hide)."""
     words = [_MEM_WORD.fullmatch(line) for line in block.splitlines()]
-    if (len({w[1] for w in words}) != 1
-            or any(int(w[2]) != i or w[4].strip("0") for i, w in enumerate(words))):
-        return None
     name, width = words[0][1], words[0][3]
-    if name.strip() == "i":         # the loop variable would hide the memory
+    if (name.strip() == "i" or any(w[1] != name for w in words)
+            or any(int(w[2]) != i or w[4].strip("0") for i, w in enumerate(words))):
         return None
     return (f"  initial begin\n    for (int i = 0; i < {len(words)}; i = i + 1) "
             f"{name}[i] = {width}'d0;\n  end")
@@ -192,14 +191,14 @@ def compact_zero_inits(text: str) -> tuple[str, int]:
 
     Amaranth gives every memory an initial value, zeros unless asked, and Yosys spells it out
     word by word: for ``default`` that is 77,000 of ``sim_top.v``'s 173,000 lines, which
-    Verilator turns into about 16 MB of constructor C++ compiled on every cold build. A loop sets the
-    same words to the same values at the same time, so the simulation is unchanged.
+    Verilator turns into about 16 MB of constructor C++ compiled on every cold build. A loop
+    sets the same words to the same values at the same time, so the simulation is unchanged.
     """
     rewritten = 0
 
     def replace(match: re.Match) -> str:
         nonlocal rewritten
-        loop = _zero_init_loop(match[2])
+        loop = _zero_init_loop(match[1])
         rewritten += loop is not None
         return match[0] if loop is None else loop
 
