@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -174,7 +176,7 @@ def _start_convert(name: str, tmp: Path, poison: bool) -> subprocess.Popen:
     """Start a Python process that writes ``tmp/<name>.v`` from ``tmp/config.json``
     (:func:`_convert_main`); its messages go to ``tmp/.<name>.log``."""
     code = "import sys; from hw.build import _convert_main; sys.exit(_convert_main(sys.argv[1:]))"
-    args = [name, str(tmp), _SOURCES.hex()] + (["poison"] if poison else [])
+    args = [name, str(tmp), _SOURCES.hex(), str(os.getpid())] + (["poison"] if poison else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     with open(tmp / f".{name}.log", "w") as log:
@@ -184,6 +186,10 @@ def _start_convert(name: str, tmp: Path, poison: bool) -> subprocess.Popen:
 
 #: Exit status of a :func:`_convert_main` process whose sources differ from its parent's.
 _OTHER_SOURCES = 3
+#: Exit status of a :func:`_convert_main` process whose parent is gone.
+_ORPHANED = 4
+#: How often (seconds) a :func:`_convert_main` process checks that its parent is alive.
+_PARENT_POLL_S = 0.5
 
 
 def _finish_convert(child: subprocess.Popen, tmp: Path) -> bool:
@@ -207,15 +213,35 @@ def _finish_convert(child: subprocess.Popen, tmp: Path) -> bool:
 
 
 def _convert_main(argv: list[str]) -> int:
-    """Entry point of a :func:`_start_convert` process: ``name tmp sources_hex [poison]``.
+    """Entry point of a :func:`_start_convert` process: ``name tmp sources_hex parent_pid
+    [poison]``.
 
     It refuses (exit status :data:`_OTHER_SOURCES`) when the hw/spec sources it imported differ
     from those of the process that started it (:data:`_SOURCES`), so both tops of one build
-    come from the same code."""
-    name, tmp, sources = argv[:3]
+    come from the same code. It exits (:data:`_ORPHANED`, writing nothing) as soon as that
+    process is gone: a parent killed by a signal it cannot handle (``SIGKILL``, ``SIGTERM``)
+    has no ``finally`` that would stop it, and its output would be thrown away anyway."""
+    name, tmp, sources, parent = argv[:4]
+    _exit_with_parent(int(parent))
     if sources != _SOURCES.hex():
         return _OTHER_SOURCES
     cfg = AccelConfig.from_json((Path(tmp) / "config.json").read_text())
     top = {"accel_top": AccelTop, "sim_top": SimTop}[name](cfg)
-    _convert(top, name, argv[3:] == ["poison"], Path(tmp) / f"{name}.v")
+    _convert(top, name, argv[4:] == ["poison"], Path(tmp) / f"{name}.v")
     return 0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this process (status :data:`_ORPHANED`) now if ``parent`` is no longer its parent,
+    and later from a daemon thread that checks every :data:`_PARENT_POLL_S` seconds. (Polling,
+    not Linux's ``PR_SET_PDEATHSIG``: that signal follows the parent *thread* that started the
+    process, and it does not exist on macOS.)"""
+    if os.getppid() != parent:
+        os._exit(_ORPHANED)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(_ORPHANED)
+
+    threading.Thread(target=watch, name="emit-parent-watch", daemon=True).start()

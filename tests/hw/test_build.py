@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,34 @@ def test_build_emit_accepts_a_relative_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "_parallel", lambda: True)
     monkeypatch.chdir(tmp_path)
     assert (emit(CFG, "out") / "sim_top.v").is_file()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_build_second_process_exits_when_its_parent_is_killed(tmp_path):
+    """A parent killed by SIGKILL runs no cleanup; the second process notices it is orphaned and
+    exits without writing (before, it converted on for tens of seconds into a directory no one
+    would read)."""
+    (tmp_path / "config.json").write_text(CFG.to_json())
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from hw.build import _start_convert\n"
+         "child = _start_convert('sim_top', Path(sys.argv[1]), False)\n"
+         "print(child.pid, flush=True); time.sleep(600)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    with parent:
+        child = int(parent.stdout.readline())
+        parent.kill()
+
+    def gone():
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state in ("Z", "X")
+
+    deadline = 120          # generous: the check is that it ends, not how fast
+    while not gone() and deadline > 0:
+        time.sleep(0.25)
+        deadline -= 0.25
+    assert gone(), "the second process outlived its killed parent"
+    assert not (tmp_path / "sim_top.v").exists()
