@@ -54,7 +54,10 @@ fpga: $(STAMP)
 	$(PY) -m bench.fpga
 
 clean:
-	rm -rf build sim_build .pytest_cache .hypothesis bench/results
+	rm -rf build sim_build .pytest_cache .hypothesis
+	@# bench/results: what the benches wrote goes; the results the docs cite are committed and stay
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git clean -qfdX bench/results; \
+	else rm -rf bench/results; fi
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean
