@@ -33,7 +33,7 @@ import hashlib
 
 import numpy as np
 
-from planner.conv import compile_conv
+from planner.conv import block_plan, compile_conv, row_bands
 from planner.convcost import predict_conv
 from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
@@ -300,44 +300,50 @@ class ImageBuilder:
         a_ref = self._blob(SectionKind.WEIGHTS, np.ascontiguousarray(a).tobytes(),
                            -(-gemm.m // self.cfg.array_rows) * self.cfg.array_rows - gemm.m)
         quant = self._quant(gemm.m, bias, requant)
-        whole = row_stride == Q and rows is None
-        program = compile_conv(shape, "NCHW", self.cfg, self.strategy) if whole else None
-        block = Q if rows is None else (rows[1] - rows[0]) * Q
-        tables = program.tables if whole else compile_tables(shape, "NCHW", self.cfg,
-                                                             pixels=block)
-        blobs = tables.to_bytes()
-        beat = self.cfg.b_beat_bytes
-        refs = {key: self._blob(SectionKind.TABLES, blobs[key], beat) for key in blobs}
+        c_local = self._is_local(out_addr)
+        post = PostLoad(bias=bias is not None, requant=requant is not None)
         hp, wp = padded_dims(shape)
         x_bytes = shape.in_channels * hp * wp
-        c_local = self._is_local(out_addr)
+        # records (first output row, rows): the whole layer; a band of rows (the caller's, or
+        # the planner's when the whole layer's tables do not fit: planner.conv.row_bands); or,
+        # into a padded buffer, one record per output row
         if rows is not None:
-            records = [(rows[0], block)]
+            records, tag = [(rows[0], rows[1] - rows[0])], None
+        elif row_stride == Q:
+            records = [(p0, p1 - p0) for p0, p1 in row_bands(shape, "NCHW", self.cfg)]
+            tag = None if len(records) == 1 else "rows"
         else:
-            records = [(0, gemm.n)] if whole else [(p, Q) for p in range(P)]
-        post = PostLoad(bias=bias is not None, requant=requant is not None)
-        if whole:
-            plan = program.plan
-        elif self.strategy == "best":       # ranked with the convolution model of its tables
-            plan = conv_best_plan(shape, self.cfg, "NCHW", pixels=block, c_local=c_local,
-                                  post=post)
-        else:
-            plan = plan_gemm(GemmShape(gemm.m, gemm.k, block),
-                             on_chip(self.cfg, c_local=c_local), self.strategy)
-        for p, n in records:
-            b_addr = x_addr + p * shape.stride_h * wp
-            desc = dict(m=gemm.m, k=gemm.k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=gemm.m, b_addr=b_addr,
-                        b_stride=x_bytes - (b_addr - x_addr),
-                        c_addr=out_addr + (0 if rows else p * row_stride),
+            records, tag = [(p, 1) for p in range(P)], "row"
+        whole = records == [(0, P)] and rows is None
+        program = compile_conv(shape, "NCHW", self.cfg, self.strategy) if whole else None
+        blocks = {}             # band height -> (tables, their blobs, plan), shared by bands
+        for p0, height in records:
+            if height not in blocks:
+                if whole:
+                    tables, plan = program.tables, program.plan
+                else:
+                    tables = compile_tables(shape, "NCHW", self.cfg, pixels=height * Q)
+                    plan = block_plan(shape, "NCHW", self.cfg, height * Q, self.strategy,
+                                      c_local=c_local, post=post)
+                refs = {key: self._blob(SectionKind.TABLES, blob, self.cfg.b_beat_bytes)
+                        for key, blob in tables.to_bytes().items()}
+                blocks[height] = (tables, refs, plan)
+            tables, refs, plan = blocks[height]
+            b_addr = x_addr + p0 * shape.stride_h * wp
+            desc = dict(m=gemm.m, k=gemm.k, n=height * Q, **_tiling(plan), a_addr=a_ref,
+                        a_stride=gemm.m, b_addr=b_addr, b_stride=x_bytes - (b_addr - x_addr),
+                        c_addr=out_addr + (0 if rows else p0 * row_stride),
                         c_stride=out_chan_stride,
                         b_mode=1, off_addr=refs["off"], run_addr=refs["run"],
                         grp_addr=refs["grp"], run_count=tables.run_count)
             probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
                                       for key, v in desc.items()})
             cycles = predict_conv(probe, tables, self.cfg, post=post, c_local=c_local)
-            label = name if whole or rows else f"{name}[row {p}]"
+            label = {None: name, "row": f"{name}[row {p0}]",
+                     "rows": f"{name}[rows {p0}:{p0 + height}]"}[tag]
             taps = gemm.k // (shape.in_channels if diagonal else 1)
-            self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles, gemm.m * taps * n)
+            self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles,
+                      gemm.m * taps * height * Q)
 
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,

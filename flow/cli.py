@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flow.compile import CompiledNetwork, CompileError, compile_network
+from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, check_strategy,
+                          compile_network)
 from flow.execute import compare_outputs, layer_rows, run_network
 from flow.report import html_report
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
@@ -196,6 +197,7 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
     """ONNX file -> :class:`~flow.compile.CompiledNetwork` (``tessera compile``):
     :func:`prepare_model`, then :func:`~flow.compile.compile_network` with seed 004's ``lib``
     and ``th`` deciding where each layer runs."""
+    check_strategy(strategy)        # before the quantisation, which takes a while
     model, lowered = prepare_model(model_path, shapes, calib_dir=calib_dir, seed=seed,
                                    samples=samples)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
@@ -219,7 +221,8 @@ def compile_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeded-weights", type=int, default=None, metavar="SEED",
                         help="replace every float weight by seeded random values first (e.g. "
                              "the onnx wheel's light_* models, whose weights are constant)")
-    parser.add_argument("--strategy", default="best", help="planner strategy of every layer")
+    parser.add_argument("--strategy", default="best", choices=COMPILE_STRATEGIES,
+                        help="planner strategy of every layer (default: %(default)s)")
     parser.add_argument("--fuse", action="store_true",
                         help="keep the intermediate of every fusible producer/consumer pair in "
                              "the accelerator's local buffer (docs/fusion.md)")

@@ -44,17 +44,19 @@ from firmware.builder import ImageBuilder, Requant, image_overhead
 from firmware.image import ImageError
 from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
-from planner.net.assign import FunctionLibrary, Thresholds, decide
+from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
+from planner.plan import STRATEGIES
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
 from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
-                      "build_gemm_image", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
+           "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "CompileError",
+           "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -827,6 +829,18 @@ class CompiledNetwork:
                 "predicted_cycles": sum(s.predicted_cycles for s in segs)}
 
 
+#: the planner strategies :func:`compile_network` takes (every one but the tuning database's)
+COMPILE_STRATEGIES = tuple(s for s in STRATEGIES if s != "db")
+
+
+def check_strategy(strategy: str) -> None:
+    """Raise :class:`CompileError` unless ``strategy`` is one of :data:`COMPILE_STRATEGIES`."""
+    if strategy not in COMPILE_STRATEGIES:
+        raise CompileError(f"strategy must be one of {', '.join(COMPILE_STRATEGIES)}, not "
+                           f"{strategy!r} (the tuning database's 'db' is not one: planner "
+                           f"plan --db uses it)")
+
+
 def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best",
                     qmodel=None, name: str | None = None, fuse: bool = False,
                     lib: FunctionLibrary | None = None, th: Thresholds = Thresholds()
@@ -840,6 +854,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     their ``host_layer`` step. With ``fuse``, every pair of
     :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
     docs/fusion.md); each segment lists its fused pairs."""
+    check_strategy(strategy)
     g = lowered.graph
     for n in g.inputs:
         if not g.tensors[n].is_static:
@@ -857,7 +872,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
         except _Refused as e:
             if e.layer is None or e.layer in host_layers:
                 raise CompileError(f"image refused: {e.reason}") from None
-            host_layers[e.layer] = f"the image builder refused it: {e.reason.splitlines()[0]}"
+            host_layers[e.layer] = f"the image builder refused it: {one_line(e.reason)}"
     for s in steps:
         if s.kind == "host_layer":
             s.reason = host_layers[s.layer]

@@ -18,8 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
+from spec.desc import table_problems
 
-from .conv import ConvProgram
+from .conv import ConvProgram, block_plan, row_bands
+from .convcost import predict_conv
+from .convplan import conv_descriptor
 from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
                      mesh_fits, predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
@@ -29,7 +32,8 @@ from .offsets import compile_tables
 from .plan import STRATEGIES, Strategy, plan_conv, plan_gemm
 from .search import best_plan, greedy_plan, search
 from .shapes import ConvShape, GemmShape
-from .tiling import SeedDecision, TilingPlan, seed_decision, seed_plan, to_descriptor
+from .tiling import (TILING_FIELDS, SeedDecision, TilingPlan, seed_decision, seed_plan,
+                     to_descriptor)
 from .workload import Layer, Workload, load_workload, parse_workload
 
 __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
@@ -86,9 +90,13 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     1 or 2, pad 1) the mesh runs (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks
-    (:func:`planner.dwcost.depthwise_blocks`). Like every convolution here, without post-
+    (:func:`planner.dwcost.depthwise_blocks`), and a convolution whose tables do not fit the
+    table memories in bands of output rows (:func:`planner.conv.row_bands`; ``plan`` does not
+    apply: each band is planned with ``strategy``). Like every convolution here, without post-
     processing and for dense input: the compiler keeps a depthwise layer off the mesh when a
-    reader needs its output padded, which a shape alone does not say."""
+    reader needs its output padded, which a shape alone does not say. Raises ``ValueError``
+    for a layer ``cfg`` cannot run (its operands exceed the device memory, or not even one
+    output row's tables fit): it gets no cycle count."""
     check_addressable(shape, cfg)
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
@@ -120,6 +128,38 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
         plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
     tables = compile_tables(shape, layout, cfg)
+    if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
+        return _banded_cost(shape, cfg, strategy, layout)
     program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan, tables=tables)
-    entries = int(tables.offsets.size + tables.segments.size + tables.groups.size)
-    return LayerCost(shape, plan, shape.groups, program.predict(cfg), entries)
+    return LayerCost(shape, plan, shape.groups, program.predict(cfg), _entries(tables))
+
+
+def _entries(tables) -> int:
+    return int(tables.offsets.size + tables.segments.size + tables.groups.size)
+
+
+def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
+                 layout: str) -> LayerCost:
+    """A convolution whose tables do not fit the table memories, as the compiler runs it: each
+    image and group on its own, in bands of output rows (:func:`planner.conv.row_bands`), each
+    band a record planned with ``strategy`` (:func:`planner.conv.block_plan`). Raises
+    ``ValueError`` when not even one output row fits."""
+    one = dataclasses.replace(shape, batch=1)
+    per_image = CycleBreakdown(**{k: 0 for k in COUNTER_FIELDS})
+    entries, first, done = 0, None, {}
+    for rows in (p1 - p0 for p0, p1 in row_bands(one, layout, cfg)):
+        if rows not in done:
+            pixels = rows * one.out_w
+            tables = compile_tables(one, layout, cfg, pixels=pixels)
+            plan = block_plan(one, layout, cfg, pixels, strategy)
+            d = conv_descriptor(one, layout, tables,
+                                {name: getattr(plan, name) for name in TILING_FIELDS})
+            done[rows] = (predict_conv(d, tables, cfg), plan)
+            entries += _entries(tables)
+        counters, plan = done[rows]
+        first = first or plan
+        per_image = CycleBreakdown(**{k: getattr(per_image, k) + getattr(counters, k)
+                                      for k in COUNTER_FIELDS})
+    scale = shape.batch * shape.groups
+    return LayerCost(shape, first, shape.groups, CycleBreakdown(
+        **{k: scale * getattr(per_image, k) for k in COUNTER_FIELDS}), entries)

@@ -12,18 +12,18 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
-from spec.desc import GemmDescriptor, check
+from spec.desc import GemmDescriptor, check, table_problems
 
 from .convcost import predict_conv
-from .convplan import conv_descriptor
-from .cost import CycleBreakdown
+from .convplan import conv_best_plan, conv_descriptor
+from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout
 from .offsets import ConvTables, compile_tables
-from .plan import plan_conv
-from .shapes import ConvShape
+from .plan import plan_conv, plan_gemm
+from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan
 
-__all__ = ["ConvProgram", "compile_conv", "TILING_FIELDS"]
+__all__ = ["ConvProgram", "compile_conv", "row_bands", "block_plan", "TILING_FIELDS"]
 
 
 
@@ -69,10 +69,15 @@ class ConvProgram:
                                x_addr=x_addr, a_addr=a_addr, c_addr=c_addr, off_addr=off_addr,
                                run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride)
 
+    def descriptor_shape(self, tiling: dict | None = None) -> GemmDescriptor:
+        """Group 0's descriptor with every address 0: what the cycle model and the table
+        limits (:func:`spec.desc.table_problems`) read, not a descriptor to run."""
+        return self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
+
     def predict(self, cfg: AccelConfig, tiling: dict | None = None) -> CycleBreakdown:
         """Predicted counters of the whole layer (every group; the groups run one after another).
         Addresses do not change cycles, so none are needed."""
-        d = self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
+        d = self.descriptor_shape(tiling)
         one = predict_conv(d, self.tables, cfg).as_dict()
         return CycleBreakdown(**{name: value * self.groups for name, value in one.items()})
 
@@ -83,3 +88,57 @@ def compile_conv(shape: ConvShape, layout: Layout | str, cfg: AccelConfig,
     plan, _ = plan_conv(shape, cfg, strategy, Layout(layout).value)
     return ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
                        tables=compile_tables(shape, layout, cfg))
+
+
+def _fits(tables: ConvTables, shape: ConvShape, cfg: AccelConfig) -> list[str]:
+    return table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n)
+
+
+def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig
+              ) -> list[tuple[int, int]]:
+    """The output rows each record of a one-image convolution with dense output computes:
+    ``[(0, out_h)]`` (one record) when the whole layer's tables fit ``cfg``'s table memories
+    (:func:`spec.desc.table_problems`); otherwise bands ``(p0, p1)`` of the most rows whose
+    tables fit, the last one shorter. Every band of ``b`` rows runs the tables of the first
+    ``b * out_w`` pixels with ``b_addr`` moved down ``p0 * stride_h`` input rows, as the
+    firmware builder runs a layer row by row into a padded buffer.
+
+    Raises ``ValueError`` naming the limit when not even one output row fits (more than
+    ``conv_offset_entries`` taps, which no band changes, or an output row wider than the run
+    or group tables hold): such a layer cannot run on ``cfg``."""
+    if shape.batch != 1:
+        raise ValueError(f"row_bands takes one image (batch 1), not batch={shape.batch}")
+    P, Q = shape.out_h, shape.out_w
+    whole = compile_tables(shape, layout, cfg)
+    if not _fits(whole, shape, cfg):
+        return [(0, P)]
+    one = _fits(compile_tables(shape, layout, cfg, pixels=Q), shape, cfg) if P > 1 else \
+        _fits(whole, shape, cfg)
+    if one:
+        raise ValueError(f"{shape}: its convolution tables do not fit this configuration's "
+                         f"table memories even for one output row ({'; '.join(one)}): it "
+                         f"cannot run on this configuration")
+    lo, hi = 1, P - 1                   # lo rows fit, P rows do not: the most that fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(compile_tables(shape, layout, cfg, pixels=mid * Q), shape, cfg):
+            hi = mid - 1
+        else:
+            lo = mid
+    return [(p0, min(p0 + lo, P)) for p0 in range(0, P, lo)]
+
+
+def block_plan(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, pixels: int,
+               strategy: str = "best", *, c_local: bool = False,
+               post: PostLoad | None = None) -> TilingPlan:
+    """The tiling of a record over the first ``pixels`` output pixels of ``shape`` (a band of
+    output rows, :func:`row_bands`, or one row into a padded buffer): ``best`` ranks with the
+    convolution model of the band's tables (:func:`planner.convplan.conv_best_plan`), any
+    other strategy plans the band's GEMM (``M x K x pixels``) as the GEMM planner does, with
+    the output in the local buffer when ``c_local``."""
+    if strategy == "best":
+        return conv_best_plan(shape, cfg, Layout(layout).value, pixels=pixels, c_local=c_local,
+                              post=post)
+    gemm = shape.gemm
+    return plan_gemm(GemmShape(gemm.m, gemm.k, pixels), on_chip(cfg, c_local=c_local), strategy)
+

@@ -45,7 +45,7 @@ import enum
 from .config import AccelConfig
 
 __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "check",
-           "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem",
+           "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem", "table_problems",
            "B_MODE_DEPTHWISE", "B_MODE_DEPTHWISE_S2", "DEPTHWISE_STRIDES", "DEPTHWISE_UNUSED",
            "depthwise_out", "depthwise_words", "depthwise_weight_words"]
 
@@ -256,6 +256,25 @@ def local_problem(d: GemmDescriptor, cfg: AccelConfig, operand: str, *,
     return None
 
 
+def table_problems(cfg: AccelConfig, *, k: int, run_count: int, n: int) -> list[str]:
+    """Why a convolution's tables (``b_mode = 1``: ``k`` offsets, ``run_count`` runs, a group
+    entry per lane group of the ``n`` output pixels and one more) do not fit the on-chip table
+    memories of ``cfg``; empty when they fit. :func:`check` reports each as ``BAD_TABLE``; the
+    planner runs a layer whose tables do not fit in bands of output rows
+    (:func:`planner.conv.row_bands`)."""
+    problems = []
+    if k > cfg.conv_offset_entries:
+        problems.append(f"k={k} offsets exceed conv_offset_entries={cfg.conv_offset_entries}")
+    if not 1 <= run_count <= cfg.conv_run_entries:
+        problems.append(f"run_count={run_count} must be in [1, "
+                        f"conv_run_entries={cfg.conv_run_entries}]")
+    groups = -(-n // cfg.array_cols) + 1
+    if groups > cfg.conv_group_entries:
+        problems.append(f"n={n} needs {groups} group entries, more than "
+                        f"conv_group_entries={cfg.conv_group_entries}")
+    return problems
+
+
 def check(d: GemmDescriptor, cfg: AccelConfig, *,
           out_bytes: int = 4) -> list[tuple[ErrorCode, str]]:
     """Every rule ``d`` breaks on ``cfg``, in the priority order the RTL reports them.
@@ -311,15 +330,8 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     if d.b_mode not in (0, 1):
         bad(ErrorCode.BAD_FLAGS, _b_mode_text(d.b_mode, cfg))
     if d.b_mode == 1 and not errs:
-        if d.k > cfg.conv_offset_entries:
-            bad(ErrorCode.BAD_TABLE, f"k={d.k} offsets exceed conv_offset_entries="
-                                     f"{cfg.conv_offset_entries}")
-        if not 1 <= d.run_count <= cfg.conv_run_entries:
-            bad(ErrorCode.BAD_TABLE, f"run_count={d.run_count} must be in [1, "
-                                     f"conv_run_entries={cfg.conv_run_entries}]")
-        if groups_n(d, cfg) + 1 > cfg.conv_group_entries:
-            bad(ErrorCode.BAD_TABLE, f"n={d.n} needs {groups_n(d, cfg) + 1} group entries, "
-                                     f"more than conv_group_entries={cfg.conv_group_entries}")
+        for problem in table_problems(cfg, k=d.k, run_count=d.run_count, n=d.n):
+            bad(ErrorCode.BAD_TABLE, problem)
     if not errs:
         ext = tensor_extents(d, cfg, out_bytes=out_bytes)
         for name, (lo, hi) in ext.items():

@@ -78,7 +78,7 @@ from .lower import AccelLayer, Lowered, lower
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
            "Evaluation", "Decision", "analyse", "assign", "decide", "explain",
            "measure_host_timings", "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES",
-           "NOMINAL_HOST", "SEED_EXAMPLE", "accel_reason"]
+           "NOMINAL_HOST", "SEED_EXAMPLE", "accel_reason", "one_line"]
 
 Processor = Literal["host", "accel"]
 PROCESSORS: tuple[str, ...] = ("host", "accel")
@@ -356,6 +356,18 @@ def _bytes(g: Graph, name: str) -> int:
     return int(t.elements)
 
 
+def one_line(text: str) -> str:
+    """A multi-line message as one line for a table or a report: ``"head:\n  a\n  b"`` ->
+    ``"head: a; b"`` (the first line alone can be just ``"...rules:"``, which says nothing)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    head, rest = lines[0], "; ".join(lines[1:])
+    if not rest:
+        return head
+    return f"{head} {rest}" if head.endswith(":") else f"{head}; {rest}"
+
+
 def _layer_model(layer: AccelLayer, cfg: AccelConfig):
     """``(accel cycles, tiling scalars, refusal)`` of one accelerator layer: the cycles and
     scalars come from the one cost entry point (:func:`planner.layer_cost`); ``refusal`` says
@@ -365,7 +377,7 @@ def _layer_model(layer: AccelLayer, cfg: AccelConfig):
         try:
             cost = layer_cost(layer.shape, cfg)
         except ValueError as e:
-            reason = str(e).splitlines()[0]
+            reason = one_line(str(e))
     if reason is not None:
         return None, None, reason
     plan, groups = cost.plan, cost.groups * layer.batch

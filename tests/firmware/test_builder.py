@@ -577,3 +577,40 @@ def test_builder_empty():
     b.buffer("x", 64)
     with pytest.raises(ImageError, match="the image has no layers"):
         b.build()
+
+
+def test_builder_conv_whose_tables_do_not_fit_runs_in_bands_of_rows():
+    """tiny's table memories cannot hold a 109 x 109 output's runs: the builder writes one
+    record per band of rows (planner.conv.row_bands), each band running the first band's
+    tables (the last, shorter band its own) with b_addr and c_addr moved down, and the
+    records' predicted cycles add up to planner.layer_cost's."""
+    from planner import layer_cost
+    from planner.conv import row_bands
+
+    rng = np.random.default_rng(5)
+    shape = conv_shape(height=220, width=220, out_channels=4, stride_w=2, pad_top=0,
+                       pad_left=0, pad_bottom=0, pad_right=0)
+    P, Q = shape.out_h, shape.out_w
+    bands = row_bands(shape, "NCHW", CFG)
+    assert len(bands) > 2 and bands[-1][1] - bands[-1][0] < bands[0][1] - bands[0][0]
+    hp, wp = padded_dims(shape)
+    b = ImageBuilder(CFG)
+    x = b.buffer("x", padded_bytes(shape, "NCHW"))
+    y = b.buffer("y", 4 * shape.out_channels * P * Q)
+    b.conv("c", shape=shape, weights=rand_int8(rng, (4, 3, 3, 3)), x_addr=x, out_addr=y,
+           out_chan_stride=4 * P * Q)
+    blob, built = b.build()
+    assert validate(blob, CFG) == []
+    assert [r.name for r in built] == [f"c[rows {p0}:{p1}]" for p0, p1 in bands]
+    for (p0, p1), r in zip(bands, built):
+        d = r.layer.desc
+        assert (d.n, d.b_addr, d.c_addr, d.c_stride) == ((p1 - p0) * Q, x + p0 * 2 * wp,
+                                                        y + p0 * Q, 4 * P * Q)
+        t = compile_tables(shape, "NCHW", CFG, pixels=(p1 - p0) * Q)
+        assert d.run_count == t.run_count
+    first, last = built[0].layer.desc, built[-1].layer.desc
+    assert {(r.layer.desc.run_addr, r.layer.desc.a_addr) for r in built[:-1]} == {
+        (first.run_addr, first.a_addr)}
+    assert last.run_addr != first.run_addr and last.a_addr == first.a_addr
+    assert sum(r.predicted_cycles for r in built) == layer_cost(shape, CFG).cycles
+    assert sum(r.macs for r in built) == shape.macs

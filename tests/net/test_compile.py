@@ -338,6 +338,21 @@ def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
     assert not (tmp_path / "j.tsr").exists()
 
 
+@pytest.mark.parametrize("strategy", ["bogus", "db"])
+def test_compile_refuses_an_unknown_strategy_before_any_work(cnn, tmp_path, capsys, strategy):
+    """An unknown strategy used to put every layer on the host (each record refused) and exit
+    0; ``db`` needs a tuning database, which compile does not take."""
+    q, low, _ = cnn
+    with pytest.raises(CompileError, match=f"strategy must be one of seed, greedy, search, "
+                                           f"best, not '{strategy}'"):
+        compile_network(low, SMALL, strategy=strategy)
+    with pytest.raises(SystemExit):
+        compile_main([str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "m.tsr"),
+                      "--strategy", strategy])
+    assert "invalid choice" in capsys.readouterr().err
+    assert not (tmp_path / "m.tsr").exists()
+
+
 def test_unknown_op_compiles_to_the_host_and_fails_naming_it_when_run():
     """A quantised model (QLinearConv) followed by an operator of an unknown domain."""
     rng = np.random.default_rng(3)

@@ -141,6 +141,40 @@ def test_depthwise_and_grouped_convs_on_rtl_bit_exact(tmp_path):
     assert rtl.total_cycles == rtl.predicted_cycles
 
 
+def _one_conv(side: int, channels: int = 3, out: int = 4):
+    """A single 3x3 pad-1 convolution on a ``side`` x ``side`` map, random float weights."""
+    w = np.random.default_rng(4).normal(0, .3, (out, channels, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out, side, side])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.rtl
+def test_conv_whose_tables_do_not_fit_runs_in_bands_on_rtl(tmp_path):
+    """A 68 x 68 output is 4,624 pixels, more than tiny's 1,024 group entries hold (4 lanes
+    each): the layer runs in bands of output rows (planner.conv.row_bands), bit-exact, every
+    record's cycles as predicted, and the planner's cost of the layer is the records' sum.
+    (Before, the compiler put it on the host and the planner printed cycles for it.)"""
+    needs("verilator")
+    model = _one_conv(68)
+    q = quantize_qdq(model, samples=2, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    net, rtl, vs_ort = _run_both(q, "tiny", feeds, tmp_path)
+    assert net.summary()["host_layers"] == {}
+    (seg,) = net.segments
+    names = [r.name for r in seg.records]
+    assert len(names) > 1 and all(n.startswith("conv[rows ") for n in names), names
+    (row,) = [r for r in layer_rows(rtl, net.cfg) if r["where"] != "host"]
+    assert row["cycles"] == row["predicted_cycles"]
+    assert rtl.total_cycles == rtl.predicted_cycles
+    assert vs_ort["y"]["max_abs_diff_lsb"] <= 2
+
+
 @pytest.mark.rtl
 def test_inverted_residual_net_on_rtl_bit_exact(tmp_path):
     """A MobileNet-V2-style network (stem, five inverted residual blocks with depthwise 3x3

@@ -1,5 +1,7 @@
 """planner.conv.compile_conv: plan + tables + descriptors + prediction of one conv layer."""
 
+import dataclasses
+
 import pytest
 
 from spec.config import PRESETS
@@ -58,3 +60,74 @@ def test_conv_program_refuses_bad_group_and_overlaps():
     with pytest.raises(ValueError, match="overlaps"):
         program.descriptor(0, cfg, x_addr=0, a_addr=0x8000, c_addr=0x4000, off_addr=0x4000,
                            run_addr=0x5000, grp_addr=0x6000)
+
+
+# -- a layer whose tables do not fit: bands of output rows ----------------------------------------
+
+TINY = PRESETS["tiny"]
+#: 3 -> 8 channels, 3x3 stride 2 on 224 x 224: 12,321 output pixels, 3,164 runs, far more than
+#: tiny's 1,024 run and group entries (squeezenet's first layer)
+WIDE = ConvShape(batch=1, in_channels=3, height=224, width=224, out_channels=8, kernel_h=3,
+                 kernel_w=3, stride_h=2, stride_w=2)
+
+
+def _fits(shape, cfg, rows):
+    from planner.offsets import compile_tables
+    from spec.desc import table_problems
+
+    t = compile_tables(shape, "NCHW", cfg, pixels=rows * shape.out_w)
+    return not table_problems(cfg, k=shape.gemm.k, run_count=t.run_count, n=t.n)
+
+
+def test_row_bands_whole_layer_when_its_tables_fit():
+    from planner.conv import row_bands
+
+    assert row_bands(SHAPE, "NCHW", CFG) == [(0, 56)]
+    assert row_bands(WIDE, "NCHW", PRESETS["small"]) == [(0, 111)]
+
+
+def test_row_bands_are_the_most_rows_whose_tables_fit():
+    from planner.conv import row_bands
+
+    bands = row_bands(WIDE, "NCHW", TINY)
+    assert len(bands) > 1 and bands[0][0] == 0 and bands[-1][1] == WIDE.out_h
+    assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))          # contiguous, in order
+    rows = bands[0][1] - bands[0][0]
+    assert all(p1 - p0 == rows for p0, p1 in bands[:-1]) and bands[-1][1] - bands[-1][0] <= rows
+    assert _fits(WIDE, TINY, rows) and not _fits(WIDE, TINY, rows + 1)
+
+
+def test_row_bands_refuse_what_no_band_makes_fit():
+    from planner.conv import row_bands
+
+    deep = ConvShape(batch=1, in_channels=512, height=14, width=14, out_channels=8, kernel_h=3,
+                     kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    with pytest.raises(ValueError, match="even for one output row .*k=4608 offsets exceed "
+                                         "conv_offset_entries=4096"):
+        row_bands(deep, "NCHW", PRESETS["fpga"])
+    with pytest.raises(ValueError, match="batch 1"):
+        row_bands(GROUPED, "NCHW", TINY)
+
+
+def test_layer_cost_of_a_banded_layer_is_its_bands_and_refuses_what_cannot_run():
+    from planner import layer_cost
+    from planner.conv import block_plan, row_bands
+    from planner.convplan import conv_descriptor
+    from planner.offsets import compile_tables
+    from planner.tiling import TILING_FIELDS
+
+    total = 0
+    for p0, p1 in row_bands(WIDE, "NCHW", TINY):
+        pixels = (p1 - p0) * WIDE.out_w
+        t = compile_tables(WIDE, "NCHW", TINY, pixels=pixels)
+        plan = block_plan(WIDE, "NCHW", TINY, pixels)
+        d = conv_descriptor(WIDE, "NCHW", t, {f: getattr(plan, f) for f in TILING_FIELDS})
+        total += predict_conv(d, t, TINY).total_cycles
+    assert layer_cost(WIDE, TINY).cycles == total
+    batched = dataclasses.replace(WIDE, batch=3)
+    assert layer_cost(batched, TINY).cycles == 3 * total
+    deep = ConvShape(batch=1, in_channels=512, height=14, width=14, out_channels=512,
+                     kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_top=1, pad_left=1,
+                     pad_bottom=1, pad_right=1)
+    with pytest.raises(ValueError, match="cannot run on this configuration"):
+        layer_cost(deep, PRESETS["fpga"])

@@ -110,8 +110,9 @@ def test_mesh_fits_only_maps_its_halves_hold():
     assert not mesh_fits(dw(32, 112), PLAIN)                 # no mesh built
     assert mesh_fits(dw(32, 112, stride=2), MESH)
     assert not mesh_fits(dw(32, 112, stride=3), MESH)
-    # 497 rows: one channel's h + R accumulator rows no longer fit a half (ACC_OVERFLOW);
-    # the layer runs as channel blocks, and layer_cost says so
+    # 497 rows: one channel's h + R accumulator rows no longer fit a half (ACC_OVERFLOW); the
+    # layer runs as channel blocks (in bands of rows: 247,009 outputs a channel are more than
+    # the group table holds), and layer_cost says so
     assert mesh_fits(dw(2, 496), MESH) and not mesh_fits(dw(2, 497), MESH)
     assert not layer_cost(dw(2, 497), MESH).mesh
 
