@@ -49,7 +49,7 @@ from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
-from planner.plan import STRATEGIES
+from planner.plan import SHAPE_STRATEGIES
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig
 from spec.layouts import OpKind, PostMode
@@ -830,7 +830,7 @@ class CompiledNetwork:
 
 
 #: the planner strategies :func:`compile_network` takes (every one but the tuning database's)
-COMPILE_STRATEGIES = tuple(s for s in STRATEGIES if s != "db")
+COMPILE_STRATEGIES = SHAPE_STRATEGIES
 
 
 def check_strategy(strategy: str) -> None:

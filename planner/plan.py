@@ -14,11 +14,14 @@ from .shapes import ConvShape, GemmShape
 from .tiling import TilingPlan, seed_plan
 from .tunedb.lookup import db_plan
 
-__all__ = ["Strategy", "STRATEGIES", "plan_gemm", "plan_conv"]
+__all__ = ["Strategy", "STRATEGIES", "SHAPE_STRATEGIES", "plan_gemm", "plan_conv"]
 
 Strategy = Literal["seed", "greedy", "search", "best", "db"]
+#: The strategies that plan from the shape and the config alone (``db`` also needs a tuning
+#: database).
+SHAPE_STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best")
 #: Strategy names accepted by :func:`plan_gemm` and the CLI.
-STRATEGIES: tuple[str, ...] = ("seed", "greedy", "search", "best", "db")
+STRATEGIES: tuple[str, ...] = SHAPE_STRATEGIES + ("db",)
 
 
 def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",

@@ -11,7 +11,7 @@ from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.schedule import steps
 
-__all__ = ["GemmCase", "random_cases", "register_budget_cycles"]
+__all__ = ["GemmCase", "random_cases", "planned_cases", "register_budget_cycles"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,36 @@ def random_cases(cfg: AccelConfig, seed: int, count: int) -> list[GemmCase]:
         cases.append(GemmCase(m=m, k=k, n=n, seed=int(rng.integers(0, 2**31)),
                               outer_m=i % 2, splitk=bool((i // 2) % 2)))
     return cases
+
+
+def planned_cases(text: str, cfg: AccelConfig, strategy: str, seed: int
+                  ) -> list[tuple[GemmCase, dict, str]]:
+    """``"MxKxN,..."`` as ``(case, tiling, strategy that planned it)`` per shape, each tiled by
+    the planner with ``strategy`` and laid out densely from address 0, as ``tb.planned`` runs
+    them (``make sim``, ``python -m tb.demo``). Raises ``ValueError`` naming the item and what
+    is wrong (not ``MxKxN``, a size out of range, a strategy, operands beyond the device
+    memory, a descriptor rule), so a run can refuse before it builds anything."""
+    import planner                                  # planner -> no cycle, only when asked
+    from planner.tiling import TILING_FIELDS
+
+    from .placement import descriptor, place
+
+    out = []
+    for idx, item in enumerate(text.split(",")):
+        dims = item.strip().lower().split("x")
+        if len(dims) != 3 or not all(d.strip().isdigit() for d in dims):
+            raise ValueError(f"shape {item!r} must be MxKxN (three positive integers), in "
+                             f"{text!r}")
+        m, k, n = (int(d) for d in dims)
+        try:
+            plan = planner.layer_cost(planner.GemmShape(m, k, n), cfg, strategy).plan
+            tiling = {name: getattr(plan, name) for name in TILING_FIELDS}
+            descriptor(m, k, n, tiling, place(m, k, n, cfg), cfg)
+        except ValueError as e:
+            raise ValueError(f"shape {item.strip()!r}: {e}") from None
+        out.append((GemmCase(m=m, k=k, n=n, seed=seed + idx, outer_m=plan.outer_m,
+                             splitk=bool(plan.need_splitk)), tiling, plan.strategy))
+    return out
 
 
 def register_budget_cycles(d: GemmDescriptor, cfg: AccelConfig, group_table=None) -> int:

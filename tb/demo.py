@@ -13,8 +13,10 @@ import shutil
 import sys
 
 from hw.build import emit
+from planner.plan import SHAPE_STRATEGIES
 from spec.config import PRESETS
 from spec.regmap import COUNTERS
+from tb.cases import planned_cases
 from tb.tools import build, heartbeat, missing_tool
 
 DEFAULT_SHAPES = "512x512x512,300x700x1000"
@@ -54,15 +56,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tb.demo", description=__doc__)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxKxN,... (default %(default)s)")
-    parser.add_argument("--strategy", default="best")
+    parser.add_argument("--strategy", default="best", choices=SHAPE_STRATEGIES,
+                        help="planner strategy (default %(default)s)")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    try:                    # before anything is built: the run checks the same things
+        planned_cases(args.shapes, cfg, args.strategy, seed)
+    except ValueError as e:
+        print(f"python -m tb.demo: error: {e}", file=sys.stderr)
+        return 2
     reason = missing_tool("verilator")
     if reason:
         print(f"FAIL: {reason}", file=sys.stderr)
         return 1
-    cfg = PRESETS[args.preset]
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"Building {args.preset} ({cfg.array_rows}x{cfg.array_cols}, config_id "
           f"{cfg.config_id:08x}) with Verilator...", flush=True)
     with heartbeat(_say, "generating Verilog", every_s=10):

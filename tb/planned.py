@@ -11,14 +11,9 @@ import os
 
 import cocotb
 
-import planner
-from planner import GemmShape
-from planner.tiling import TILING_FIELDS
-
-from .cases import GemmCase
+from .cases import planned_cases
 from .gemm import run_case
 from .harness import Harness
-
 
 
 @cocotb.test()
@@ -28,15 +23,11 @@ async def gemm_planned_shapes(dut):
     seed = int(os.environ.get("TESSERA_SEED", "1"))
     strategy = os.environ.get("TESSERA_STRATEGY", "best")
     records = []
-    for idx, text in enumerate(os.environ["TESSERA_PLANNED"].split(",")):
-        m, k, n = (int(x) for x in text.lower().split("x"))
-        plan = planner.plan_gemm(GemmShape(m, k, n), h.cfg, strategy)
-        tiling = {name: getattr(plan, name) for name in TILING_FIELDS}
-        case = GemmCase(m=m, k=k, n=n, seed=seed + idx, outer_m=plan.outer_m,
-                        splitk=bool(plan.need_splitk))
+    for case, tiling, planned_by in planned_cases(os.environ["TESSERA_PLANNED"], h.cfg,
+                                                  strategy, seed):
         dut._log.info("planned %s: %s", case, tiling)
         record = await run_case(h, case, tiling, dense=True)
-        record["strategy"] = plan.strategy
+        record["strategy"] = planned_by
         records.append(record)
     with open(os.path.join(os.getcwd(), "planned_results.json"), "w") as f:
         json.dump(records, f, indent=1)
