@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -254,8 +255,22 @@ def compile_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _feeds(path: str, net) -> dict:
+def _check_writable(option: str, path: str | None) -> None:
+    """Raise ValueError when ``path`` (an output file of ``option``) cannot be written."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{option} {path}: is a directory, not a file")
+    if not p.parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {p.parent} does not exist")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ValueError(f"{option} {path}: not writable")
 
+
+def _feeds(path: str, net) -> dict:
+    """The graph inputs in ``path`` (``--input``): every input the network has, no other
+    array, each of its compiled shape and finite."""
     p = Path(path)
     if p.suffix == ".npz":
         with np.load(p, allow_pickle=False) as z:
@@ -265,6 +280,10 @@ def _feeds(path: str, net) -> dict:
         if len(names) != 1:
             raise ValueError(f"--input {path}: the network has inputs {names}; give an .npz")
         feeds = {names[0]: np.load(p, allow_pickle=False)}
+    extra = sorted(set(feeds) - set(net.inputs))
+    if extra:
+        raise ValueError(f"--input {path}: arrays {extra} are not graph inputs (the network's "
+                         f"inputs are {list(net.inputs)})")
     for name, spec in net.inputs.items():
         if name not in feeds:
             raise ValueError(f"--input {path}: no array for graph input {name!r}")
@@ -272,6 +291,10 @@ def _feeds(path: str, net) -> dict:
         if list(x.shape) != list(spec["shape"]):
             raise ValueError(f"--input {path}: {name!r} has shape {list(x.shape)}, the network "
                              f"was compiled for {spec['shape']}")
+        if x.dtype.kind in "fc" and not np.isfinite(x).all():
+            bad = int(x.size - np.isfinite(x).sum())
+            raise ValueError(f"--input {path}: {name!r} has {bad} non-finite values (NaN or "
+                             f"infinity); the quantiser needs finite inputs")
         feeds[name] = x.astype(spec["dtype"], copy=False)
     return feeds
 
@@ -323,11 +346,9 @@ def run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=None, metavar="OUT.npz",
                         help="write the graph outputs")
     args = parser.parse_args(argv)
-
-
-
-
     try:
+        for option in ("json", "html", "output"):       # before the run, which may be long
+            _check_writable(f"--{option}", getattr(args, option))
         net = CompiledNetwork.load(args.network)
         if args.input is None:
             rng = np.random.default_rng(args.seed)

@@ -756,67 +756,74 @@ class CompiledNetwork:
                 raise CompileError(f"{path}: format {plan.get('format')!r} version "
                                    f"{plan.get('version')!r}, expected {TSR_FORMAT!r} version "
                                    f"{TSR_VERSION}")
-            cache: dict[int, np.ndarray] = {}
+            try:
+                cache: dict[int, np.ndarray] = {}
 
-            def arr(i: int) -> np.ndarray:
-                if i not in cache:
-                    cache[i] = np.load(io.BytesIO(z.read(f"arrays/{i}.npy")),
-                                       allow_pickle=False)
-                return cache[i]
+                def arr(i: int) -> np.ndarray:
+                    if i not in cache:
+                        cache[i] = np.load(io.BytesIO(z.read(f"arrays/{i}.npy")),
+                                           allow_pickle=False)
+                    return cache[i]
 
-            def dec(v):
-                if isinstance(v, dict) and set(v) == {"array"}:
-                    return arr(v["array"])
-                if isinstance(v, dict) and "shape_type" in v:
-                    kind = {"GemmShape": GemmShape, "ConvShape": ConvShape}[v["shape_type"]]
-                    return kind(**{k: x for k, x in v.items() if k != "shape_type"})
-                if isinstance(v, dict) and set(v) == {"bytes"}:
-                    return bytes.fromhex(v["bytes"])
-                if isinstance(v, list):
-                    return [dec(x) for x in v]
-                return v
+                def dec(v):
+                    if isinstance(v, dict) and set(v) == {"array"}:
+                        return arr(v["array"])
+                    if isinstance(v, dict) and "shape_type" in v:
+                        kind = {"GemmShape": GemmShape, "ConvShape": ConvShape}[v["shape_type"]]
+                        return kind(**{k: x for k, x in v.items() if k != "shape_type"})
+                    if isinstance(v, dict) and set(v) == {"bytes"}:
+                        return bytes.fromhex(v["bytes"])
+                    if isinstance(v, list):
+                        return [dec(x) for x in v]
+                    return v
 
 
-            cfg = AccelConfig.from_dict(plan["config"])
-            if cfg.config_id != plan["config_id"]:
-                raise CompileError(f"{path}: the stored configuration hashes to "
-                                   f"{cfg.config_id:#010x}, not config_id="
-                                   f"{plan['config_id']:#010x}")
-            tuples = {"in_shape", "out_shape", "source_nodes"}
-            layers = {}
-            for n, d in plan["layers"].items():
-                fields = {k: dec(v) for k, v in d.items()}
-                for k in tuples:
-                    fields[k] = tuple(fields[k])
-                layers[n] = AccelLayer(**fields)
-            steps = []
-            for d in plan["steps"]:
-                if d["kind"] == "host":
-                    nd = d["node"]
-                    node = Node(nd["name"], nd["op_type"], list(nd["inputs"]),
-                                list(nd["outputs"]), {k: dec(v) for k, v in nd["attrs"].items()},
-                                nd["domain"])
-                    steps.append(Step("host", d["name"], node=node))
-                elif d["kind"] == "segment":
-                    sd = d["segment"]
-                    seg = Segment(index=sd["index"], layers=sd["layers"], image=z.read(sd["image"]),
-                                  inputs=[TensorBuffer.from_dict(x) for x in sd["inputs"]],
-                                  fills=[TensorBuffer.from_dict(x) for x in sd["fills"]],
-                                  outputs=[TensorBuffer.from_dict(x) for x in sd["outputs"]],
-                                  records=[LayerRecord(**r) for r in sd["records"]],
-                                  overhead_cycles=int(sd["overhead_cycles"]) if
-                                  "overhead_cycles" in sd else image_overhead(
-                                      z.read(sd["image"]), cfg),
-                                  fused=[tuple(f) for f in sd.get("fused", [])])
-                    steps.append(Step("segment", d["name"], segment=seg))
-                else:
-                    steps.append(Step(d["kind"], d["name"], layer=d["layer"],
-                                      reason=d.get("reason", "")))
-            qmodel = z.read("model.onnx") if "model.onnx" in z.namelist() else None
-            constants = {n: dec(v) for n, v in plan["constants"].items()}
-        return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
-                   inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
-                   strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
+                cfg = AccelConfig.from_dict(plan["config"])
+                if cfg.config_id != plan["config_id"]:
+                    raise CompileError(f"{path}: the stored configuration hashes to "
+                                       f"{cfg.config_id:#010x}, not config_id="
+                                       f"{plan['config_id']:#010x}")
+                tuples = {"in_shape", "out_shape", "source_nodes"}
+                layers = {}
+                for n, d in plan["layers"].items():
+                    fields = {k: dec(v) for k, v in d.items()}
+                    for k in tuples:
+                        fields[k] = tuple(fields[k])
+                    layers[n] = AccelLayer(**fields)
+                steps = []
+                for d in plan["steps"]:
+                    if d["kind"] == "host":
+                        nd = d["node"]
+                        attrs = {k: dec(v) for k, v in nd["attrs"].items()}
+                        node = Node(nd["name"], nd["op_type"], list(nd["inputs"]),
+                                    list(nd["outputs"]), attrs, nd["domain"])
+                        steps.append(Step("host", d["name"], node=node))
+                    elif d["kind"] == "segment":
+                        sd = d["segment"]
+                        seg = Segment(index=sd["index"], layers=sd["layers"],
+                                      image=z.read(sd["image"]),
+                                      inputs=[TensorBuffer.from_dict(x) for x in sd["inputs"]],
+                                      fills=[TensorBuffer.from_dict(x) for x in sd["fills"]],
+                                      outputs=[TensorBuffer.from_dict(x) for x in sd["outputs"]],
+                                      records=[LayerRecord(**r) for r in sd["records"]],
+                                      overhead_cycles=int(sd["overhead_cycles"]) if
+                                      "overhead_cycles" in sd else image_overhead(
+                                          z.read(sd["image"]), cfg),
+                                      fused=[tuple(f) for f in sd.get("fused", [])])
+                        steps.append(Step("segment", d["name"], segment=seg))
+                    else:
+                        steps.append(Step(d["kind"], d["name"], layer=d["layer"],
+                                          reason=d.get("reason", "")))
+                qmodel = z.read("model.onnx") if "model.onnx" in z.namelist() else None
+                constants = {n: dec(v) for n, v in plan["constants"].items()}
+                return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
+                           inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
+                           strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
+            except CompileError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError, zipfile.BadZipFile) as e:
+                # a member or a field missing, or of the wrong kind: a damaged or hand-edited file
+                raise CompileError(f"{path}: damaged compiled network ({_damage(e)})") from None
 
     def summary(self) -> dict:
         segs = self.segments
@@ -831,6 +838,15 @@ class CompiledNetwork:
 
 #: the planner strategies :func:`compile_network` takes (every one but the tuning database's)
 COMPILE_STRATEGIES = SHAPE_STRATEGIES
+
+
+def _damage(e: Exception) -> str:
+    """What a decoding error says about a damaged ``.tsr``: a missing member or field, or a
+    value of the wrong kind."""
+    if isinstance(e, KeyError):
+        text = str(e.args[0]) if e.args else ""
+        return text if text.startswith("There is no item") else f"no field {text!r}"
+    return str(e) or type(e).__name__
 
 
 def check_strategy(strategy: str) -> None:

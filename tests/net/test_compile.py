@@ -127,6 +127,23 @@ def test_tsr_round_trip_and_bad_files(cnn, tmp_path):
         z.writestr("plan.json", json.dumps(plan))
     with pytest.raises(CompileError, match="version 99"):
         CompiledNetwork.load(old)
+    # a member or a field missing: the file named and what is missing, not a KeyError
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    image = next(name for name in members if name.startswith("images/"))
+    plan = json.loads(members["plan.json"])
+    del plan["constants"]
+    for name, drop, message in [("no_image.tsr", image, f"There is no item named '{image}'"),
+                                ("no_field.tsr", None, "no field 'constants'")]:
+        damaged = tmp_path / name
+        with zipfile.ZipFile(damaged, "w") as z:
+            for member, data in members.items():
+                if member != drop:
+                    z.writestr(member, json.dumps(plan) if drop is None and
+                               member == "plan.json" else data)
+        with pytest.raises(CompileError, match=f"{name}: damaged compiled network "
+                                               f"\\({message}"):
+            CompiledNetwork.load(damaged)
 
 
 def _model(nodes, inits, x_shape, y_shape, opsets=(("", 17),)):
@@ -329,6 +346,35 @@ def test_cli_run_generates_its_input_and_writes_an_html_report(tmp_path, capsys)
     assert text.startswith("<!DOCTYPE html>") and text.count("<svg") == 1
     assert all(f">{name}</text>" in text for name in ("conv0", "conv1", "conv2", "conv3", "fc"))
     assert "predicted" in text and "<table>" in text
+
+
+def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Checked before the run, which on the RTL may take minutes: an output path whose
+    directory does not exist, a directory, NaN/infinite inputs, arrays that are not inputs."""
+    import flow.cli
+
+    onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
+    assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "cnn.tsr"),
+                         "--config", "tiny"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(flow.cli, "run_network", lambda *a, **k: pytest.fail("ran"))
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    nan = x.copy()
+    nan[0, 1, 2, :3] = [np.nan, np.inf, -np.inf]
+    np.save(tmp_path / "nan.npy", nan)
+    np.savez(tmp_path / "extra.npz", x=x, y=x)
+    tsr = str(tmp_path / "cnn.tsr")
+    for args, message in [
+        (["--html", str(tmp_path / "no" / "r.html")], f"--html {tmp_path}/no/r.html: directory "
+                                                       f"{tmp_path}/no does not exist"),
+        (["--json", str(tmp_path)], f"--json {tmp_path}: is a directory"),
+        (["--output", str(tmp_path / "no" / "o.npz")], "--output"),
+        (["--input", str(tmp_path / "nan.npy")], "'x' has 3 non-finite values (NaN or infinity)"),
+        (["--input", str(tmp_path / "extra.npz")], "arrays ['y'] are not graph inputs"),
+    ]:
+        assert run_main([tsr, *args]) == 2, args
+        assert message in capsys.readouterr().err
 
 
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
