@@ -3,8 +3,10 @@
 A file is ``{"network", "layers": [...]}``; a layer is ``{"kind": "gemm", "M", "K", "N",
 "count"}`` or ``{"kind": "conv", "N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w",
 "pad_top", "pad_left", "pad_bottom", "pad_right", "dilation_h", "dilation_w", "groups", ["P",
-"Q"], "count"}``. Unknown or missing keys, duplicate keys and a ``P``/``Q`` that disagrees with
-the shape are refused with the layer named.
+"Q"], "count"}``, each with an optional ``"name"``. Unknown or missing keys, duplicate keys,
+a ``P``/``Q`` that disagrees with the shape, a name that is not a non-empty string, a count
+outside ``[1, MAX_COUNT]`` and a file without layers are refused with the layer (and the file)
+named.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from spec.config import loads_unique
 
 from .shapes import ConvShape, GemmShape
 
-__all__ = ["Layer", "Workload", "load_workload", "parse_workload", "layer_gemm"]
+__all__ = ["Layer", "Workload", "load_workload", "parse_workload", "layer_gemm", "MAX_COUNT"]
+
+#: The most times a workload may say a layer runs (a 32-bit signed count; more is a mistake)
+MAX_COUNT = 2**31 - 1
 
 _CONV_KEYS = {"N": "batch", "C": "in_channels", "H": "height", "W": "width",
               "K": "out_channels", "R": "kernel_h", "S": "kernel_w", "stride_h": "stride_h",
@@ -54,11 +59,14 @@ def _parse_layer(raw: dict, index: int) -> Layer:
         raise ValueError(f"workload layer {index} must be an object with kind 'gemm' or "
                          f"'conv', not {type(raw).__name__} {raw!r}")
     name = raw.get("name", f"layer{index}")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"workload layer {index}: name must be a non-empty string, not "
+                         f"{name!r}")
     where = f"workload layer {index} ({name})"
     kind = raw.get("kind")
     count = raw.get("count", 1)
-    if type(count) is not int or count < 1:
-        raise ValueError(f"{where}: count must be a positive int, not {count!r}")
+    if type(count) is not int or not 1 <= count <= MAX_COUNT:
+        raise ValueError(f"{where}: count must be an int in [1, {MAX_COUNT}], not {count!r}")
     meta = {"name", "kind", "count"}
     if kind == "gemm":
         keys = {"M", "K", "N"}
@@ -94,10 +102,17 @@ def parse_workload(text: str, default_name: str = "workload") -> Workload:
     data = loads_unique(text, lambda key: ValueError(f"duplicate key {key!r} in workload JSON"))
     if not isinstance(data, dict) or not isinstance(data.get("layers"), list):
         raise ValueError("workload JSON must be an object with a 'layers' list")
+    if not data["layers"]:
+        raise ValueError("workload has no layers (its 'layers' list is empty)")
     layers = tuple(_parse_layer(raw, i) for i, raw in enumerate(data["layers"]))
     return Workload(str(data.get("network", default_name)), layers)
 
 
 def load_workload(path: str | Path) -> Workload:
+    """:func:`parse_workload` of a file (UTF-8, with or without a byte-order mark); its
+    ``ValueError`` names the file."""
     path = Path(path)
-    return parse_workload(path.read_text(), path.stem)
+    try:
+        return parse_workload(path.read_text(encoding="utf-8-sig"), path.stem)
+    except ValueError as err:        # JSON syntax errors included
+        raise ValueError(f"{path}: {err}") from None

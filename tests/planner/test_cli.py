@@ -98,3 +98,35 @@ def test_cli_refuses_a_layer_the_config_cannot_address(capsys):
     assert main(["plan", "--gemm", "4096,4096,1", "--preset", "fpga", "--json"]) == 2
     assert capsys.readouterr().out == ""
     assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 0
+
+
+def test_cli_refuses_a_conv_whose_tables_cannot_fit_even_a_row(capsys):
+    """ResNet-50's 512-channel 3x3s have 4,608 taps, more than fpga's 4,096 offset entries:
+    no band of rows changes that, so the planner names the limit and prints no cycles (it used
+    to print 596,960). On tiny, a first layer whose runs do not fit is planned in bands."""
+    spec = "N=1,C=512,H=14,W=14,K=512,R=3,S=3,stride=2,pad=1"
+    assert main(["plan", "--conv", spec, "--preset", "fpga"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "even for one output row (k=4608 offsets exceed conv_offset_entries=4096)" in out.err
+    assert main(["plan", "--conv", "N=1,C=3,H=224,W=224,K=64,R=3,S=3,stride=2",
+                 "--preset", "tiny"]) == 0
+
+
+def test_cli_refuses_malformed_workloads_naming_the_file(tmp_path, capsys):
+    layer = {"kind": "gemm", "M": 8, "K": 8, "N": 8}
+    wl = tmp_path / "w.json"
+    for doc, message in [
+        ({"layers": []}, "workload has no layers"),
+        ({"layers": [{**layer, "name": None}]}, "layer 0: name must be a non-empty string"),
+        ({"layers": [{**layer, "name": " "}]}, "layer 0: name must be a non-empty string"),
+        ({"layers": [{**layer, "count": 10**30}]}, "count must be an int in [1, 2147483647]"),
+    ]:
+        wl.write_text(json.dumps(doc))
+        assert main(["plan", "--workload", str(wl), "--preset", "tiny"]) == 2, doc
+        assert f"{wl}: " in (err := capsys.readouterr().err) and message in err, err
+    wl.write_text("{")
+    assert main(["plan", "--workload", str(wl)]) == 2
+    assert f"{wl}: Expecting" in capsys.readouterr().err
+    wl.write_bytes(b"\xef\xbb\xbf" + json.dumps({"layers": [layer]}).encode())   # BOM: fine
+    assert main(["plan", "--workload", str(wl), "--preset", "tiny"]) == 0
