@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from planner.fusion import (CHAINS, Block, Chain, ChainCost, FusionError, FusionPlan, GemmOp,
+from planner.fusion import (CHAINS, Block, Chain, ChainCost, FusionPlan, GemmOp,
                             Op, blocks_of, channels, dependencies, extent, local_bytes,
                             parse_gemm_chain, plan_fusion, row_bytes)
 from planner.layout import padded_bytes, to_padded
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(local_buf_bytes={cfg.local_buf_bytes})")
         try:
             plan = fusion_plan(chain, cfg)
-        except FusionError as exc:
+        except ValueError as exc:           # FusionError, or the image builder's refusal
             print(f"  refused: {exc}")
             status = 1
             continue

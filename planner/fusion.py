@@ -412,12 +412,24 @@ def _sizes(chain: Chain, cfg: AccelConfig) -> list[int]:
 ChainCost = Callable[[int | None], tuple[int, int]]
 
 
+def _tensor_bytes(op: Op) -> tuple[int, int, int]:
+    """``(input, weights, output)`` bytes of ``op``, int8 and unpadded: the least memory its
+    tensors take."""
+    if isinstance(op, GemmOp):
+        return op.k * op.n, op.m * op.k, op.m * op.n
+    s = op.shape
+    return (s.in_channels * s.height * s.width,
+            s.out_channels * s.in_channels * s.kernel_h * s.kernel_w,
+            s.out_channels * s.out_h * s.out_w)
+
+
 def plan_fusion(chain: Chain, cfg: AccelConfig, cost: ChainCost, *,
                 require_gain: bool = True) -> FusionPlan:
     """Choose the consumer partition of ``chain`` (module docstring), each candidate costed by
     ``cost`` (:data:`ChainCost`). Raises
     :class:`FusionError` naming the reason when the hardware cannot fuse it: a layer the local
-    buffer cannot serve (:func:`fusible`), more output channels than ``quant_entries``, or no
+    buffer cannot serve (:func:`fusible`), tensors that cannot all lie in the device memory
+    (before any candidate is costed), more output channels than ``quant_entries``, or no
     block that fits ``local_buf_bytes``; and, with ``require_gain``, when the best partition
     that fits is predicted slower than the unfused pair (small blocks reload the weights once
     per block: fusion then costs more cycles and usually more memory traffic than it saves)."""
@@ -428,6 +440,12 @@ def plan_fusion(chain: Chain, cfg: AccelConfig, cost: ChainCost, *,
     if unreachable:
         raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "
                           f"{unreachable}")
+    need = sum(sum(_tensor_bytes(op)) for op in (chain.producer, chain.consumer)) - \
+        _tensor_bytes(chain.producer)[2]          # the intermediate, counted once
+    if need > cfg.dram_bytes:
+        raise FusionError(f"cannot run {chain.producer.name} -> {chain.consumer.name}: its "
+                          f"input, weights, intermediate and output need at least {need:,} "
+                          f"bytes of device memory, more than dram_bytes={cfg.dram_bytes:,}")
     for op in (chain.producer, chain.consumer):
         if channels(op) > cfg.quant_entries:
             raise FusionError(f"cannot fuse {chain.producer.name} -> {chain.consumer.name}: "

@@ -197,6 +197,22 @@ def test_plan_refuses_unservable_pairs_and_too_many_channels():
         fusion_plan(wide, TINY)
 
 
+def test_plan_refuses_a_chain_beyond_the_device_memory_before_costing_it(capsys):
+    """Costing builds an image per candidate: a chain whose tensors cannot all lie in the
+    memory is refused first (it allocated 4 GB of placeholder weights, or ended in the
+    builder's traceback)."""
+    from firmware.chains import main
+
+    huge = Chain(GemmOp("up", 16, 16, 1_000_000), GemmOp("down", 16, 16, 1_000_000))
+    with pytest.raises(FusionError, match=r"cannot run up -> down: its input, weights, "
+                                          r"intermediate and output need at least 48,000,512 "
+                                          r"bytes of device memory, more than "
+                                          r"dram_bytes=4,194,304"):
+        fusion_plan(huge, TINY)
+    assert main(["--gemm-chain", "4000,1000000,1000:4000"]) == 1
+    assert "more than dram_bytes=2,147,483,648" in capsys.readouterr().out
+
+
 def test_plan_takes_the_cheapest_block_that_fits_or_says_fusion_does_not_pay():
     cfg = dataclasses.replace(PRESETS["default"], local_buf_bytes=128 << 10)
     # blocks of 32 tokens reload both 2.4 MB weight matrices four times: slower than unfused
