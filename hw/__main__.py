@@ -22,6 +22,8 @@ def main(argv=None) -> int:
                else PRESETS[args.preset])
     except (ConfigError, OSError) as exc:
         parser.error(str(exc))
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: exists and is not a directory")
     out = emit(cfg, args.out, force=args.force)
     print(f"config_id {cfg.config_id:08x}: {out}")
     for path in sorted(out.iterdir()):

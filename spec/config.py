@@ -300,13 +300,24 @@ class AccelConfig:
         if unknown:
             raise ConfigError(f"unknown AccelConfig field(s) {', '.join(unknown)}; "
                               f"known fields are {', '.join(sorted(known))}")
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ConfigError as err:
+            missing = sorted(known - set(values))
+            if not missing:
+                raise
+            # a field left out takes its default, which may be what breaks a rule
+            raise ConfigError(f"{err} (fields not given take their defaults: "
+                              f"{', '.join(missing)})") from None
 
     @classmethod
     def from_json(cls, text: str) -> "AccelConfig":
         """Parse a JSON object; duplicate or unknown keys are refused, never merged."""
-        values = loads_unique(
-            text, lambda key: ConfigError(f"duplicate AccelConfig field {key!r} in JSON"))
+        try:
+            values = loads_unique(
+                text, lambda key: ConfigError(f"duplicate AccelConfig field {key!r} in JSON"))
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"AccelConfig JSON is not valid JSON: {err}") from None
         if not isinstance(values, dict):
             raise ConfigError(f"AccelConfig JSON must be an object of fields, not "
                               f"{type(values).__name__}")

@@ -227,8 +227,9 @@ class Thresholds:
     def __post_init__(self):
         for name in ("th1", "th2"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or math.isnan(v):
-                raise ValueError(f"Thresholds.{name} must be a number, not {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
+                raise ValueError(f"Thresholds.{name} must be a number >= 0 (a benefit ratio, a "
+                                 f"cost in microseconds), not {v!r}")
 
     def accepts(self, ev: "Evaluation") -> bool:
         return ev.supported and ev.p >= self.th1 and ev.c <= self.th2

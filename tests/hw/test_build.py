@@ -203,3 +203,21 @@ def test_build_second_process_exits_when_its_parent_is_killed(tmp_path):
         deadline -= 0.25
     assert gone(), "the second process outlived its killed parent"
     assert not (tmp_path / "sim_top.v").exists()
+
+
+def test_hw_cli_refuses_bad_config_files_and_outputs(tmp_path, capsys):
+    """``python -m hw``: a config file that is not JSON, and an --out that is a file, are
+    usage errors naming the problem (they were a JSONDecodeError and a FileExistsError
+    traceback)."""
+    from hw.__main__ import main
+
+    bad = tmp_path / "c.json"
+    bad.write_text("nojson")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for args, message in [(["--config", str(bad)], "AccelConfig JSON is not valid JSON"),
+                          (["--preset", "tiny", "--out", str(afile)],
+                           f"--out {afile}: exists and is not a directory")]:
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 2 and message in capsys.readouterr().err

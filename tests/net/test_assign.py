@@ -65,7 +65,7 @@ def test_default_thresholds_put_every_supported_layer_on_the_accelerator(cnn_ops
 
 
 def test_no_passing_processor_and_no_fusion_falls_back_to_minimum_cost(cnn_ops, lib):
-    d = _by_name(assign(cnn_ops, lib, Thresholds(th1=1e9, th2=-1.0)))
+    d = _by_name(assign(cnn_ops, lib, Thresholds(th1=1e9, th2=0.0)))
     for dec in d.values():
         assert dec.rule == "min-cost"
         supported = [e for e in dec.evaluations.values() if e.supported]
@@ -108,7 +108,7 @@ def test_faster_host_matmul_moves_the_small_fc_to_the_host(cnn_ops, lib):
 
 
 @pytest.mark.parametrize("th", [Thresholds(), SEED_EXAMPLE, Thresholds(th1=3.0),
-                                Thresholds(th1=1e9, th2=-1.0)], ids=str)
+                                Thresholds(th1=1e9, th2=0.0)], ids=str)
 def test_ops_the_accelerator_cannot_run_always_go_to_the_host(lib, th):
     """The lowering fused into each layer what the post-processor applies; nothing else is
     fused onto the accelerator, whatever the thresholds (a transformer block's bias Adds,
@@ -187,8 +187,10 @@ def test_analyse_refuses_symbolic_input_shapes():
 
 
 def test_thresholds_and_library_validate_their_fields():
-    with pytest.raises(ValueError, match="Thresholds.th1 must be a number"):
+    with pytest.raises(ValueError, match="Thresholds.th1 must be a number >= 0"):
         Thresholds(th1=float("nan"))
+    with pytest.raises(ValueError, match="Thresholds.th2 must be a number >= 0 .*not -5"):
+        Thresholds(th2=-5)
     with pytest.raises(ValueError, match="FunctionLibrary.link_bytes_per_s must be > 0"):
         FunctionLibrary(host=FIXED_TIMINGS, link_bytes_per_s=0)
 

@@ -348,9 +348,20 @@ def test_config_fpga_preset_is_default_with_smaller_memories():
 
 @pytest.mark.parametrize("text", ["", "{", '{"array_rows": }', "{'array_rows': 16}"])
 def test_config_from_json_refuses_malformed_text(text):
-    # json.JSONDecodeError, a ValueError like ConfigError (not a ConfigError itself)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="AccelConfig JSON is not valid JSON: "):
         AccelConfig.from_json(text)
+
+
+def test_config_from_json_names_the_defaults_a_broken_rule_may_come_from():
+    """A field left out of the JSON takes its default; when the result breaks a rule, the
+    message says which fields were defaulted (the rule itself may name another one)."""
+    values = json.loads(PRESETS["tiny"].to_json())
+    del values["array_rows"]
+    with pytest.raises(ConfigError, match=r"block_m must be .* \(fields not given take their "
+                                          r"defaults: array_rows\)"):
+        AccelConfig.from_dict(values)
+    with pytest.raises(ConfigError, match=r"array_rows must be a power of two.*, not 12$"):
+        AccelConfig.from_dict({**json.loads(PRESETS["tiny"].to_json()), "array_rows": 12})
 
 
 def test_config_local_buffer_must_fit_below_a_small_dram():

@@ -75,3 +75,18 @@ def test_cli_shape_sources():
     rnd = random_shapes(CFG, 5, 3)
     assert rnd == random_shapes(CFG, 5, 3) and len({s for _, s in rnd}) == 5
     assert all(s.m % 8 == 0 and s.n % 8 == 0 for _, s in rnd)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["build", "--random", "-5"], "argument --random: must be >= 0, not -5"),
+    (["build", "--workers", "0"], "argument --workers: must be >= 1, not 0"),
+    (["build", "--util-floor", "x"], "argument --util-floor: 'x' is not float"),
+    (["query", "--gemm", "8,8,8", "--max-pad", "-1"], "argument --max-pad: must be >= 0"),
+    (["query", "--gemm", "8,8,8", "--max-pad", "nan"], "argument --max-pad: must be >= 0"),
+])
+def test_cli_refuses_out_of_range_numbers(args, message, tmp_path, capsys):
+    """--random -5 said "nothing to build", --max-pad -1 was taken: each now names the option."""
+    with pytest.raises(SystemExit):
+        main([args[0], "--db", str(tmp_path / "t.db"), *args[1:]])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t.db").exists()
