@@ -13,8 +13,11 @@ Tensor layouts (what the layers read and write):
   a following layer (features x tokens), so MLPs chain with no host work.
 * a convolution reads its input in the padded NCHW layout (:mod:`planner.layout`, the halo
   holding the input zero point) and writes output channel ``c``, pixel ``(p, q)`` at
-  ``out_addr + c * out_chan_stride + p * out_row_stride + q``. With ``out_row_stride = out_w``
-  the output is plain CHW (one record); a larger ``out_row_stride`` writes into the interior of
+  ``out_addr + c * out_chan_stride + (p * out_row_stride + q) * e`` (``e`` the output
+  element's bytes: 1 for int8, 4 for int32; ``out_chan_stride`` is in bytes). With
+  ``out_row_stride = out_w`` the output is plain CHW: one record, or, when the layer's tables
+  do not fit the table memories, one record per band of output rows
+  (:func:`planner.conv.row_bands`); a larger ``out_row_stride`` writes into the interior of
   the next convolution's padded input, one record per output row (the tables of row 0, with
   ``b_addr`` moved down ``stride_h`` input rows per row), so convolution chains need no host
   re-layout either.
@@ -270,8 +273,12 @@ class ImageBuilder:
         kernel's taps per output, not ``in_channels`` times them.
 
         ``rows = (p0, p1)`` computes output rows ``p0 .. p1-1`` only, in one record, writing
-        pixel ``(p, q)`` of channel ``c`` at ``out_addr + c * out_chan_stride + (p - p0) * out_w
-        + q`` (a block of a fused pair, docs/fusion.md)."""
+        pixel ``(p, q)`` of channel ``c`` at ``out_addr + c * out_chan_stride + ((p - p0) *
+        out_w + q) * e`` (a block of a fused pair, docs/fusion.md).
+
+        A dense output whose tables do not fit the table memories is written in bands of
+        output rows, one record each (:func:`planner.conv.row_bands`); ``ValueError`` when
+        not even one row fits (more taps than ``conv_offset_entries``)."""
         self._claim(name)
         if shape.groups != 1 or shape.batch != 1:
             raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
@@ -302,6 +309,7 @@ class ImageBuilder:
         quant = self._quant(gemm.m, bias, requant)
         c_local = self._is_local(out_addr)
         post = PostLoad(bias=bias is not None, requant=requant is not None)
+        elem = 1 if requant is not None else 4          # output element bytes: int8 or int32
         hp, wp = padded_dims(shape)
         x_bytes = shape.in_channels * hp * wp
         # records (first output row, rows): the whole layer; a band of rows (the caller's, or
@@ -314,7 +322,7 @@ class ImageBuilder:
             tag = None if len(records) == 1 else "rows"
         else:
             records, tag = [(p, 1) for p in range(P)], "row"
-        whole = records == [(0, P)] and rows is None
+        whole = records == [(0, P)] and tag is None and rows is None
         program = compile_conv(shape, "NCHW", self.cfg, self.strategy) if whole else None
         blocks = {}             # band height -> (tables, their blobs, plan), shared by bands
         for p0, height in records:
@@ -332,7 +340,7 @@ class ImageBuilder:
             b_addr = x_addr + p0 * shape.stride_h * wp
             desc = dict(m=gemm.m, k=gemm.k, n=height * Q, **_tiling(plan), a_addr=a_ref,
                         a_stride=gemm.m, b_addr=b_addr, b_stride=x_bytes - (b_addr - x_addr),
-                        c_addr=out_addr + (0 if rows else p0 * row_stride),
+                        c_addr=out_addr + (0 if rows else p0 * row_stride * elem),
                         c_stride=out_chan_stride,
                         b_mode=1, off_addr=refs["off"], run_addr=refs["run"],
                         grp_addr=refs["grp"], run_count=tables.run_count)

@@ -291,11 +291,14 @@ def _feeds(path: str, net) -> dict:
         if list(x.shape) != list(spec["shape"]):
             raise ValueError(f"--input {path}: {name!r} has shape {list(x.shape)}, the network "
                              f"was compiled for {spec['shape']}")
+        with np.errstate(over="ignore", invalid="ignore"):   # checked next: 1e300 -> inf
+            x = x.astype(spec["dtype"], copy=False)
         if x.dtype.kind in "fc" and not np.isfinite(x).all():
             bad = int(x.size - np.isfinite(x).sum())
             raise ValueError(f"--input {path}: {name!r} has {bad} non-finite values (NaN or "
-                             f"infinity); the quantiser needs finite inputs")
-        feeds[name] = x.astype(spec["dtype"], copy=False)
+                             f"infinity, after conversion to {x.dtype}); the quantiser needs "
+                             f"finite inputs")
+        feeds[name] = x
     return feeds
 
 
@@ -344,8 +347,10 @@ def run_main(argv: list[str] | None = None) -> int:
                         help="write the report as a self-contained HTML page (table and a "
                              "chart of each layer's cycles)")
     parser.add_argument("--output", default=None, metavar="OUT.npz",
-                        help="write the graph outputs")
+                        help="write the graph outputs (.npz appended if missing)")
     args = parser.parse_args(argv)
+    if args.output and not args.output.endswith(".npz"):
+        args.output += ".npz"                           # what np.savez writes
     try:
         for option in ("json", "html", "output"):       # before the run, which may be long
             _check_writable(f"--{option}", getattr(args, option))

@@ -35,6 +35,7 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -750,8 +751,11 @@ class CompiledNetwork:
         with z:
             try:
                 plan = json.loads(z.read("plan.json"))
-            except (KeyError, ValueError) as e:
+            except (KeyError, ValueError, zlib.error, EOFError, zipfile.BadZipFile) as e:
                 raise CompileError(f"{path}: no readable plan.json ({e})") from None
+            if not isinstance(plan, dict):
+                raise CompileError(f"{path}: plan.json is a {type(plan).__name__}, not an "
+                                   f"object")
             if plan.get("format") != TSR_FORMAT or plan.get("version") != TSR_VERSION:
                 raise CompileError(f"{path}: format {plan.get('format')!r} version "
                                    f"{plan.get('version')!r}, expected {TSR_FORMAT!r} version "
@@ -821,7 +825,8 @@ class CompiledNetwork:
                            strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
             except CompileError:
                 raise
-            except (KeyError, TypeError, ValueError, AttributeError, zipfile.BadZipFile) as e:
+            except (KeyError, TypeError, ValueError, AttributeError, zipfile.BadZipFile,
+                    zlib.error, EOFError) as e:
                 # a member or a field missing, or of the wrong kind: a damaged or hand-edited file
                 raise CompileError(f"{path}: damaged compiled network ({_damage(e)})") from None
 

@@ -219,8 +219,8 @@ def _convert_main(argv: list[str]) -> int:
     It refuses (exit status :data:`_OTHER_SOURCES`) when the hw/spec sources it imported differ
     from those of the process that started it (:data:`_SOURCES`), so both tops of one build
     come from the same code. It exits (:data:`_ORPHANED`, writing nothing) as soon as that
-    process is gone: a parent killed by a signal it cannot handle (``SIGKILL``, ``SIGTERM``)
-    has no ``finally`` that would stop it, and its output would be thrown away anyway."""
+    process is gone: a parent killed by a signal it does not handle (``SIGKILL``; ``SIGTERM``
+    by default) runs no ``finally`` that would stop it, and the output would be thrown away."""
     name, tmp, sources, parent = argv[:4]
     _exit_with_parent(int(parent))
     if sources != _SOURCES.hex():

@@ -54,6 +54,7 @@ class LayerCost:
     counters: CycleBreakdown
     table_entries: int = 0      # a convolution's offset + run + group table entries
     mesh: bool = False          # a depthwise layer on the mesh (``plan``: its per-group GEMM)
+    bands: int = 0              # records of row bands an image (0: the whole layer, one record)
 
     @property
     def cycles(self) -> int:
@@ -124,12 +125,12 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a GemmShape or a ConvShape, not "
                          f"{type(shape).__name__}")
+    tables = compile_tables(shape, layout, cfg)
+    if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
+        return _banded_cost(shape, cfg, strategy, layout, db)
     if plan is None:
         plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
-    tables = compile_tables(shape, layout, cfg)
-    if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
-        return _banded_cost(shape, cfg, strategy, layout)
     program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan, tables=tables)
     return LayerCost(shape, plan, shape.groups, program.predict(cfg), _entries(tables))
 
@@ -139,7 +140,7 @@ def _entries(tables) -> int:
 
 
 def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
-                 layout: str) -> LayerCost:
+                 layout: str, db=None) -> LayerCost:
     """A convolution whose tables do not fit the table memories, as the compiler runs it: each
     image and group on its own, in bands of output rows (:func:`planner.conv.row_bands`), each
     band a record planned with ``strategy`` (:func:`planner.conv.block_plan`). Raises
@@ -147,11 +148,12 @@ def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
     one = dataclasses.replace(shape, batch=1)
     per_image = CycleBreakdown(**{k: 0 for k in COUNTER_FIELDS})
     entries, first, done = 0, None, {}
-    for rows in (p1 - p0 for p0, p1 in row_bands(one, layout, cfg)):
+    bands = row_bands(one, layout, cfg)
+    for rows in (p1 - p0 for p0, p1 in bands):
         if rows not in done:
             pixels = rows * one.out_w
             tables = compile_tables(one, layout, cfg, pixels=pixels)
-            plan = block_plan(one, layout, cfg, pixels, strategy)
+            plan = block_plan(one, layout, cfg, pixels, strategy, db=db)
             d = conv_descriptor(one, layout, tables,
                                 {name: getattr(plan, name) for name in TILING_FIELDS})
             done[rows] = (predict_conv(d, tables, cfg), plan)
@@ -162,4 +164,5 @@ def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
                                       for k in COUNTER_FIELDS})
     scale = shape.batch * shape.groups
     return LayerCost(shape, first, shape.groups, CycleBreakdown(
-        **{k: scale * getattr(per_image, k) for k in COUNTER_FIELDS}), entries)
+        **{k: scale * getattr(per_image, k) for k in COUNTER_FIELDS}), entries,
+        bands=len(bands))

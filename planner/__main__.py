@@ -88,7 +88,7 @@ def _cmd_plan(args) -> int:
     results = evaluate(workload, cfg, strategies, args.db)
     if args.json:
         layers = []
-        costs = layer_costs(results, args.strategy, cfg)
+        costs = layer_costs(results, args.strategy, cfg, args.db)
         for r, c in zip(results, costs):
             p, o = r.plans[args.strategy], r.plans["search"]
             layers.append({"name": r.layer.name, "count": r.layer.count,
@@ -102,7 +102,7 @@ def _cmd_plan(args) -> int:
                    "total_cycles": cycles, "utilisation": util}, sys.stdout, indent=1)
         print()
     else:
-        table = plan_table(results, args.strategy, cfg)    # refuses what cannot be placed
+        table = plan_table(results, args.strategy, cfg, db=args.db)    # refuses what cannot run
         print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}")
         print(table)
     return 0

@@ -130,15 +130,17 @@ def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig
 
 def block_plan(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, pixels: int,
                strategy: str = "best", *, c_local: bool = False,
-               post: PostLoad | None = None) -> TilingPlan:
+               post: PostLoad | None = None, db=None) -> TilingPlan:
     """The tiling of a record over the first ``pixels`` output pixels of ``shape`` (a band of
     output rows, :func:`row_bands`, or one row into a padded buffer): ``best`` ranks with the
     convolution model of the band's tables (:func:`planner.convplan.conv_best_plan`), any
     other strategy plans the band's GEMM (``M x K x pixels``) as the GEMM planner does, with
-    the output in the local buffer when ``c_local``."""
+    the output in the local buffer when ``c_local`` (``db``: the tuning database of the
+    ``db`` strategy)."""
     if strategy == "best":
         return conv_best_plan(shape, cfg, Layout(layout).value, pixels=pixels, c_local=c_local,
                               post=post)
     gemm = shape.gemm
-    return plan_gemm(GemmShape(gemm.m, gemm.k, pixels), on_chip(cfg, c_local=c_local), strategy)
+    return plan_gemm(GemmShape(gemm.m, gemm.k, pixels), on_chip(cfg, c_local=c_local), strategy,
+                     None, db)
 

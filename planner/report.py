@@ -63,13 +63,15 @@ def totals(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> tuple
     return cycles, macs / (cfg.macs_per_cycle * cycles)
 
 
-def layer_costs(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> list[LayerCost]:
+def layer_costs(results: list[LayerResult], strategy: str, cfg: AccelConfig,
+                db=None) -> list[LayerCost]:
     """Each layer's predicted counters with ``strategy``'s plan, from the one cost entry point
-    (:func:`planner.layer_cost`: the convolution model for convolutions)."""
+    (:func:`planner.layer_cost`: the convolution model for convolutions; a layer run in bands
+    of rows plans its bands with ``strategy`` and ``db``)."""
     costs = []
     for r in results:
         try:
-            costs.append(layer_cost(r.layer.shape, cfg, plan=r.plans[strategy]))
+            costs.append(layer_cost(r.layer.shape, cfg, strategy, db, plan=r.plans[strategy]))
         except ValueError as err:
             raise ValueError(f"layer {r.layer.name}: {err}") from None
     return costs
@@ -84,17 +86,18 @@ def cost_totals(results: list[LayerResult], costs: list[LayerCost],
 
 
 def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
-               oracle: str | None = "search") -> str:
+               oracle: str | None = "search", db=None) -> str:
     """A fixed-width text table of one strategy's plans: each layer's predicted cycles (all
     its groups; :func:`layer_costs`) and utilisation, and the plan's gap to ``oracle`` on the
     GEMM model (the tiling planner's quality). ``by`` names the plan's strategy, or ``mesh``
     for a depthwise layer the mesh runs (its cycles are the mesh's; the tiling columns are its
-    per-group GEMM's, which it does not use)."""
+    per-group GEMM's, which it does not use), or ``N bands`` for a convolution run in bands of
+    output rows (the tiling columns are the whole layer's GEMM plan)."""
     head = (f"{'layer':<20} {'M x K x N':>18} {'cnt':>4} {'pm':>5} {'pn':>5} {'pk':>5} "
             f"{'tm':>4} {'tn':>4} {'om':>2} {'sk':>2} {'acc':>6} {'ldA':>4} {'ldB':>4} "
             f"{'cycles':>10} {'util':>6} {'gap':>7} {'by':<10}")
     lines = [head, "-" * len(head)]
-    costs = layer_costs(results, strategy, cfg)
+    costs = layer_costs(results, strategy, cfg, db)
     for r, c in zip(results, costs):
         p = r.plans[strategy]
         g = f"{gap(p, r.plans[oracle]) * 100:6.2f}%" if oracle in r.plans else "      -"
@@ -104,7 +107,7 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
             f"{p.partition_n:>5} {p.partition_k:>5} {p.tile_m:>4} {p.tile_n:>4} "
             f"{p.outer_m:>2} {p.need_splitk:>2} {p.acc_buffer_needed:>6} {p.loads_a:>4} "
             f"{p.loads_b:>4} {c.cycles:>10} {util:>6.3f} {g} "
-            f"{'mesh' if c.mesh else p.strategy:<10}")
+            f"{'mesh' if c.mesh else f'{c.bands} bands' if c.bands else p.strategy:<10}")
     cycles, util = cost_totals(results, costs, cfg)
     line = f"total (layers x count): {cycles} cycles, utilisation {util:.3f}"
     if oracle and all(oracle in r.plans for r in results):

@@ -307,8 +307,9 @@ class AccelConfig:
             if not missing:
                 raise
             # a field left out takes its default, which may be what breaks a rule
-            raise ConfigError(f"{err} (fields not given take their defaults: "
-                              f"{', '.join(missing)})") from None
+            named = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more"
+                                              if len(missing) > 6 else "")
+            raise ConfigError(f"{err} (fields not given take their defaults: {named})") from None
 
     @classmethod
     def from_json(cls, text: str) -> "AccelConfig":

@@ -192,7 +192,12 @@ def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int
 
 def groups_n(d: GemmDescriptor, cfg: AccelConfig) -> int:
     """Lane groups of N: the group table has one more entry."""
-    return -(-d.n // cfg.array_cols)
+    return lane_groups(d.n, cfg)
+
+
+def lane_groups(n: int, cfg: AccelConfig) -> int:
+    """Lane groups of ``n`` output pixels (``array_cols`` lanes each)."""
+    return -(-n // cfg.array_cols)
 
 
 def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
@@ -268,7 +273,7 @@ def table_problems(cfg: AccelConfig, *, k: int, run_count: int, n: int) -> list[
     if not 1 <= run_count <= cfg.conv_run_entries:
         problems.append(f"run_count={run_count} must be in [1, "
                         f"conv_run_entries={cfg.conv_run_entries}]")
-    groups = -(-n // cfg.array_cols) + 1
+    groups = lane_groups(n, cfg) + 1
     if groups > cfg.conv_group_entries:
         problems.append(f"n={n} needs {groups} group entries, more than "
                         f"conv_group_entries={cfg.conv_group_entries}")

@@ -7,9 +7,13 @@ import os
 
 import numpy as np
 
+import planner
+from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 from spec.schedule import steps
+
+from .placement import descriptor, place
 
 __all__ = ["GemmCase", "random_cases", "planned_cases", "register_budget_cycles"]
 
@@ -51,11 +55,6 @@ def planned_cases(text: str, cfg: AccelConfig, strategy: str, seed: int
     them (``make sim``, ``python -m tb.demo``). Raises ``ValueError`` naming the item and what
     is wrong (not ``MxKxN``, a size out of range, a strategy, operands beyond the device
     memory, a descriptor rule), so a run can refuse before it builds anything."""
-    import planner                                  # planner -> no cycle, only when asked
-    from planner.tiling import TILING_FIELDS
-
-    from .placement import descriptor, place
-
     out = []
     for idx, item in enumerate(text.split(",")):
         dims = item.strip().lower().split("x")

@@ -604,8 +604,9 @@ def test_builder_conv_whose_tables_do_not_fit_runs_in_bands_of_rows():
     assert [r.name for r in built] == [f"c[rows {p0}:{p1}]" for p0, p1 in bands]
     for (p0, p1), r in zip(bands, built):
         d = r.layer.desc
+        # int32 output: band p0's first pixel is 4 * p0 * Q bytes into each channel
         assert (d.n, d.b_addr, d.c_addr, d.c_stride) == ((p1 - p0) * Q, x + p0 * 2 * wp,
-                                                        y + p0 * Q, 4 * P * Q)
+                                                        y + 4 * p0 * Q, 4 * P * Q)
         t = compile_tables(shape, "NCHW", CFG, pixels=(p1 - p0) * Q)
         assert d.run_count == t.run_count
     first, last = built[0].layer.desc, built[-1].layer.desc
@@ -614,3 +615,27 @@ def test_builder_conv_whose_tables_do_not_fit_runs_in_bands_of_rows():
     assert last.run_addr != first.run_addr and last.a_addr == first.a_addr
     assert sum(r.predicted_cycles for r in built) == layer_cost(shape, CFG).cycles
     assert sum(r.macs for r in built) == shape.macs
+
+
+def test_builder_conv_one_row_into_a_padded_buffer_is_planned_as_a_row():
+    """A one-row output into a padded buffer is the per-row record, planned for its row
+    (planner.conv.block_plan), as before bands existed, not as a whole layer."""
+    from planner.conv import block_plan
+    from planner.cost import PostLoad
+    from planner.tiling import TILING_FIELDS
+
+    rng = np.random.default_rng(6)
+    shape = conv_shape(height=1, width=14, in_channels=32, out_channels=16, stride_h=1)
+    assert shape.out_h == 1
+    Q = shape.out_w
+    b = ImageBuilder(CFG, strategy="seed")
+    x = b.buffer("x", padded_bytes(shape, "NCHW"))
+    y = b.buffer("y", 16 * (Q + 3) * 3)
+    b.conv("c", shape=shape, weights=rand_int8(rng, (16, 32, 3, 3)), x_addr=x, out_addr=y,
+           out_chan_stride=(Q + 3) * 3, out_row_stride=Q + 3, requant=requant(rng, 16))
+    _, built = b.build()
+    (record,) = built
+    plan = block_plan(shape, "NCHW", CFG, Q, "seed", post=PostLoad(bias=False, requant=True))
+    assert record.name == "c[row 0]"
+    assert {f: getattr(record.layer.desc, f) for f in TILING_FIELDS} == \
+        {f: getattr(plan, f) for f in TILING_FIELDS}

@@ -190,19 +190,42 @@ def test_build_second_process_exits_when_its_parent_is_killed(tmp_path):
         child = int(parent.stdout.readline())
         parent.kill()
 
-    def gone():
-        try:
-            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        return state in ("Z", "X")
-
     deadline = 120          # generous: the check is that it ends, not how fast
-    while not gone() and deadline > 0:
+    while not _gone(child) and deadline > 0:
         time.sleep(0.25)
         deadline -= 0.25
-    assert gone(), "the second process outlived its killed parent"
+    assert _gone(child), "the second process outlived its killed parent"
     assert not (tmp_path / "sim_top.v").exists()
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts: it runs nothing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_build_second_process_watches_its_parent_while_it_works():
+    """The watcher, not the start-up check: a process that has passed the check and is busy
+    (here: sleeping 10 minutes) ends once its parent is killed."""
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import os, time; "
+            "from hw.build import _exit_with_parent; _exit_with_parent(os.getppid()); "
+            "print(\"watching\", flush=True); time.sleep(600)'])\n"
+            "print(child.pid, flush=True); time.sleep(600)")
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                          cwd=ROOT) as parent:
+        child = int(parent.stdout.readline())
+        assert parent.stdout.readline().strip() == "watching"
+        parent.kill()
+    waited = 0.0
+    while not _gone(child) and waited < 60:     # the check is that it ends, not how fast
+        time.sleep(0.25)
+        waited += 0.25
+    assert _gone(child), "the watcher did not end the process"
 
 
 def test_hw_cli_refuses_bad_config_files_and_outputs(tmp_path, capsys):

@@ -144,6 +144,25 @@ def test_tsr_round_trip_and_bad_files(cnn, tmp_path):
         with pytest.raises(CompileError, match=f"{name}: damaged compiled network "
                                                f"\\({message}"):
             CompiledNetwork.load(damaged)
+    # plan.json not an object; a member whose compressed bytes are corrupt
+    listed = tmp_path / "list.tsr"
+    with zipfile.ZipFile(listed, "w") as z:
+        z.writestr("plan.json", "[]")
+    with pytest.raises(CompileError, match="plan.json is a list, not an object"):
+        CompiledNetwork.load(listed)
+    corrupt = tmp_path / "corrupt.tsr"
+    with zipfile.ZipFile(corrupt, "w", zipfile.ZIP_DEFLATED) as z:
+        for member, data in members.items():
+            z.writestr(member, data)
+    with zipfile.ZipFile(corrupt) as z:
+        info = z.getinfo(image)
+    raw = bytearray(corrupt.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for i in range(start + 8, start + 24):
+        raw[i] ^= 0x5A
+    corrupt.write_bytes(bytes(raw))
+    with pytest.raises(CompileError, match="corrupt.tsr: damaged compiled network"):
+        CompiledNetwork.load(corrupt)
 
 
 def _model(nodes, inits, x_shape, y_shape, opsets=(("", 17),)):
@@ -363,6 +382,10 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
     nan = x.copy()
     nan[0, 1, 2, :3] = [np.nan, np.inf, -np.inf]
     np.save(tmp_path / "nan.npy", nan)
+    big = x.astype(np.float64)
+    big[0, 0, 0, 0] = 1e300                         # finite, but not as the float32 input
+    np.save(tmp_path / "big.npy", big)
+    (tmp_path / "out.npz").mkdir()
     np.savez(tmp_path / "extra.npz", x=x, y=x)
     tsr = str(tmp_path / "cnn.tsr")
     for args, message in [
@@ -370,7 +393,9 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
                                                        f"{tmp_path}/no does not exist"),
         (["--json", str(tmp_path)], f"--json {tmp_path}: is a directory"),
         (["--output", str(tmp_path / "no" / "o.npz")], "--output"),
-        (["--input", str(tmp_path / "nan.npy")], "'x' has 3 non-finite values (NaN or infinity)"),
+        (["--input", str(tmp_path / "nan.npy")], "'x' has 3 non-finite values (NaN or infinity"),
+        (["--input", str(tmp_path / "big.npy")], "'x' has 1 non-finite values"),
+        (["--output", str(tmp_path / "out")], f"--output {tmp_path}/out.npz: is a directory"),
         (["--input", str(tmp_path / "extra.npz")], "arrays ['y'] are not graph inputs"),
     ]:
         assert run_main([tsr, *args]) == 2, args

@@ -66,6 +66,17 @@ def test_cli_tessera_dispatch_and_planner_strategy_db(built, capsys):
                          "db", "--db", str(path), "--json"]) == 0
     layer = json.loads(capsys.readouterr().out)["layers"][0]
     assert layer["plan"]["strategy"] == "db:multiple-initial" and layer["gap"] >= 0
+    # a convolution run in bands of rows (25,600 outputs, more than small's group table
+    # holds) plans its bands from the database too
+    from planner import layer_cost
+    from planner.__main__ import parse_conv
+
+    spec = "N=1,C=3,H=160,W=160,K=8,R=3,S=3,pad=1"
+    assert planner_main(["plan", "--conv", spec, "--preset", "small", "--strategy", "db",
+                         "--db", str(path), "--json"]) == 0
+    cost = layer_cost(parse_conv(spec), CFG, "db", path)
+    assert cost.bands > 1
+    assert json.loads(capsys.readouterr().out)["layers"][0]["cycles"] == cost.cycles
 
 
 def test_cli_shape_sources():

@@ -39,8 +39,9 @@ another function without this table following; line moves inside a function do n
 | spec/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
 | spec/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
 | spec/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |
-| spec/config.py | AccelConfig.from_dict | ConfigError | 1 | config: test_config_from_dict_unknown_fields |
-| spec/config.py | AccelConfig.from_json | ConfigError | 1 | config: test_config_from_json_must_be_object |
+| spec/config.py | AccelConfig.from_dict | ConfigError | 2 | config: test_config_from_dict_unknown_fields, test_config_from_dict_names_the_defaulted_fields |
+| spec/config.py | AccelConfig.from_dict | <re-raise> | 1 | config: test_config_from_dict_names_the_defaulted_fields (a rule broken by the given fields alone passes through unchanged) |
+| spec/config.py | AccelConfig.from_json | ConfigError | 2 | config: test_config_from_json_must_be_object, test_config_from_json_must_be_json |
 | spec/config.py | loads_unique.no_duplicates | duplicate | 1 | config: test_config_from_json_duplicate_field (raises the ConfigError from_json passes; parse_workload passes a ValueError, checked by the shapes area's workload duplicate-keys test) |
 | spec/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
 | spec/desc.py | depthwise_weight_words | ValueError | 1 | config: test_depthwise_weight_words_taps |
@@ -81,8 +82,9 @@ another function without this table following; line moves inside a function do n
 | planner/shapes.py | ConvShape.gemm | ValueError | 1 | shapes: test_conv_shape_gemm_dims |
 | planner/shapes.py | _check_int | ValueError | 1 | shapes: test_gemm_shape_dims, test_conv_shape_sizes, test_conv_shape_kernel_stride_dilation, test_conv_shape_pads, test_conv_shape_groups_range |
 | planner/tiling.py | to_descriptor | ValueError | 2 | shapes: test_to_descriptor_plan_shape, test_to_descriptor_lists_hw_rules |
-| planner/workload.py | _parse_layer | ValueError | 8 | shapes: test_workload_layer_must_be_object, test_workload_count, test_workload_gemm_keys, test_workload_gemm_shape, test_workload_conv_keys, test_workload_conv_shape, test_workload_conv_output_size_must_agree, test_workload_kind |
-| planner/workload.py | parse_workload | ValueError | 1 | shapes: test_workload_top_level |
+| planner/workload.py | _parse_layer | ValueError | 9 | shapes: test_workload_layer_must_be_object, test_workload_layer_name, test_workload_count, test_workload_gemm_keys, test_workload_gemm_shape, test_workload_conv_keys, test_workload_conv_shape, test_workload_conv_output_size_must_agree, test_workload_kind |
+| planner/workload.py | parse_workload | ValueError | 2 | shapes: test_workload_top_level, test_workload_needs_layers |
+| planner/workload.py | load_workload | ValueError | 1 | shapes: test_workload_file_errors_name_the_file |
 
 Not raise sites, so not in the table: the rule lists that :func:`spec.desc.check`,
 :func:`spec.record.check_record` and :func:`firmware.image.validate` *return* (their messages are

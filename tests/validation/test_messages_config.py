@@ -143,6 +143,22 @@ def test_config_from_json_must_be_object(text, kind):
         AccelConfig.from_json(text)
 
 
+@pytest.mark.parametrize("text", ["", "{", "nojson"])
+def test_config_from_json_must_be_json(text):
+    with refused(ConfigError, "AccelConfig JSON is not valid JSON: "):
+        AccelConfig.from_json(text)
+
+
+def test_config_from_dict_names_the_defaulted_fields():
+    values = DEFAULT.to_dict()
+    del values["array_rows"], values["sync_bytes"]
+    with refused(ConfigError, "AccelConfig.array_cols must be", "(fields not given take their "
+                                                                 "defaults: array_rows, sync_bytes)"):
+        AccelConfig.from_dict({**values, "array_cols": 3})
+    with refused(ConfigError, "AccelConfig.array_rows must be a power of two in [2, 64], not 3"):
+        AccelConfig.from_dict({**DEFAULT.to_dict(), "array_rows": 3})
+
+
 def test_config_from_json_range_errors_pass_through():
     with refused(ConfigError, "AccelConfig.array_rows must be a power of two in [2, 64], not 3"):
         AccelConfig.from_json(json.dumps({**DEFAULT.to_dict(), "array_rows": 3}))

@@ -12,7 +12,7 @@ from planner.layout import group_base_bytes, padded_bytes, to_padded, weights_k_
 from planner.offsets import ConvTables, _check_range, compile_tables, gather_b
 from planner.shapes import MAX_DIM, ConvShape, GemmShape
 from planner.tiling import to_descriptor
-from planner.workload import parse_workload
+from planner.workload import load_workload, parse_workload
 
 from .util import refused
 
@@ -132,11 +132,30 @@ def test_workload_layer_must_be_object(raw):
         parse_workload(workload(raw))
 
 
-@pytest.mark.parametrize("count", [0, -1, 1.5, "2", True])
+@pytest.mark.parametrize("count", [0, -1, 1.5, "2", True, 2**31])
 def test_workload_count(count):
-    with refused(ValueError, f"workload layer 0 (g): count must be a positive int, not "
-                             f"{count!r}"):
+    with refused(ValueError, f"workload layer 0 (g): count must be an int in [1, 2147483647], "
+                             f"not {count!r}"):
         parse_workload(workload({**GEMM, "count": count}))
+
+
+@pytest.mark.parametrize("name", [None, "", "  ", 3, ["g"]])
+def test_workload_layer_name(name):
+    with refused(ValueError, f"workload layer 0: name must be a non-empty string, not "
+                             f"{name!r}"):
+        parse_workload(workload({**GEMM, "name": name}))
+
+
+def test_workload_needs_layers():
+    with refused(ValueError, "workload has no layers (its 'layers' list is empty)"):
+        parse_workload(workload())
+
+
+def test_workload_file_errors_name_the_file(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(workload())
+    with refused(ValueError, f"{path}: workload has no layers"):
+        load_workload(path)
 
 
 @pytest.mark.parametrize("change, missing, unknown", [
