@@ -95,7 +95,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     table memories in bands of output rows (:func:`planner.conv.row_bands`; ``plan`` does not
     apply: each band is planned with ``strategy``). Like every convolution here, without post-
     processing and for dense input: the compiler keeps a depthwise layer off the mesh when a
-    reader needs its output padded, which a shape alone does not say. Raises ``ValueError``
+    reader needs its output padded, which a shape alone does not say. A convolution of
+    ``batch > 1`` costs ``batch`` times its one-image cost (one record set per image, as the
+    compiler runs it; ``plan`` does not apply). Raises ``ValueError``
     for a layer ``cfg`` cannot run (its operands exceed the device memory, or not even one
     output row's tables fit): it gets no cycle count."""
     check_addressable(shape, cfg)
@@ -125,6 +127,12 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a GemmShape or a ConvShape, not "
                          f"{type(shape).__name__}")
+    if shape.batch > 1:
+        # one record set per image, as the compiler runs it (flow.compile)
+        one = layer_cost(dataclasses.replace(shape, batch=1), cfg, strategy, db, layout=layout)
+        return LayerCost(shape, one.plan, shape.groups, CycleBreakdown(
+            **{k: shape.batch * getattr(one.counters, k) for k in COUNTER_FIELDS}),
+            one.table_entries, bands=one.bands)
     tables = compile_tables(shape, layout, cfg)
     if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
         return _banded_cost(shape, cfg, strategy, layout, db)
@@ -141,28 +149,26 @@ def _entries(tables) -> int:
 
 def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
                  layout: str, db=None) -> LayerCost:
-    """A convolution whose tables do not fit the table memories, as the compiler runs it: each
-    image and group on its own, in bands of output rows (:func:`planner.conv.row_bands`), each
+    """A one-image convolution whose tables do not fit the table memories, as the compiler runs
+    it: each group on its own, in bands of output rows (:func:`planner.conv.row_bands`), each
     band a record planned with ``strategy`` (:func:`planner.conv.block_plan`). Raises
     ``ValueError`` when not even one output row fits."""
-    one = dataclasses.replace(shape, batch=1)
-    per_image = CycleBreakdown(**{k: 0 for k in COUNTER_FIELDS})
+    group = CycleBreakdown(**{k: 0 for k in COUNTER_FIELDS})       # one group's records
     entries, first, done = 0, None, {}
-    bands = row_bands(one, layout, cfg)
+    bands = row_bands(shape, layout, cfg)
     for rows in (p1 - p0 for p0, p1 in bands):
         if rows not in done:
-            pixels = rows * one.out_w
-            tables = compile_tables(one, layout, cfg, pixels=pixels)
-            plan = block_plan(one, layout, cfg, pixels, strategy, db=db)
-            d = conv_descriptor(one, layout, tables,
+            pixels = rows * shape.out_w
+            tables = compile_tables(shape, layout, cfg, pixels=pixels)
+            plan = block_plan(shape, layout, cfg, pixels, strategy, db=db)
+            d = conv_descriptor(shape, layout, tables,
                                 {name: getattr(plan, name) for name in TILING_FIELDS})
             done[rows] = (predict_conv(d, tables, cfg), plan)
             entries += _entries(tables)
         counters, plan = done[rows]
         first = first or plan
-        per_image = CycleBreakdown(**{k: getattr(per_image, k) + getattr(counters, k)
-                                      for k in COUNTER_FIELDS})
-    scale = shape.batch * shape.groups
+        group = CycleBreakdown(**{k: getattr(group, k) + getattr(counters, k)
+                                  for k in COUNTER_FIELDS})
     return LayerCost(shape, first, shape.groups, CycleBreakdown(
-        **{k: scale * getattr(per_image, k) for k in COUNTER_FIELDS}), entries,
+        **{k: shape.groups * getattr(group, k) for k in COUNTER_FIELDS}), entries,
         bands=len(bands))

@@ -131,3 +131,22 @@ def test_layer_cost_of_a_banded_layer_is_its_bands_and_refuses_what_cannot_run()
                      pad_bottom=1, pad_right=1)
     with pytest.raises(ValueError, match="cannot run on this configuration"):
         layer_cost(deep, PRESETS["fpga"])
+
+
+#: two groups on a 40 x 40 map, whose tables fit tiny's whole
+GROUPED_ONE = ConvShape(batch=1, in_channels=8, height=40, width=40, out_channels=6,
+                        kernel_h=3, kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1,
+                        pad_right=1, groups=2)
+
+
+def test_layer_cost_of_a_batch_is_one_record_set_per_image():
+    """The compiler runs a batched convolution image by image (flow.compile); the cost entry
+    point costs it the same way, not as one record over batch * P * Q pixels."""
+    from planner import layer_cost
+
+    one = layer_cost(GROUPED_ONE, TINY)
+    three = layer_cost(dataclasses.replace(GROUPED_ONE, batch=3), TINY)
+    assert three.counters.as_dict() == {k: 3 * v for k, v in one.counters.as_dict().items()}
+    assert three.macs == 3 * one.macs and three.groups == 2
+    whole = compile_conv(dataclasses.replace(GROUPED_ONE, batch=3), "NCHW", TINY)
+    assert whole.predict(TINY).total_cycles != three.cycles      # what it used to say
