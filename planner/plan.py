@@ -3,6 +3,7 @@ seed 001 with ``db``). Re-exported by :mod:`planner`."""
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 from spec.config import AccelConfig
@@ -36,19 +37,27 @@ def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
     """
     if not isinstance(shape, GemmShape):
         raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
+    if strategy in SHAPE_STRATEGIES:
+        return _plan(shape, cfg, strategy, b_bytes)
+    if strategy == "db":
+        if db is None:
+            raise ValueError("strategy 'db' needs a tuning database (db=PATH, --db PATH)")
+        return db_plan(shape, cfg, db)
+    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(shape: GemmShape, cfg: AccelConfig, strategy: str, b_bytes: int | None) -> TilingPlan:
+    """:func:`plan_gemm` of a strategy that needs only the shape and the config: a function
+    of its arguments, so cached (an image repeats a record's shape once per output row or
+    fused block; a plan is immutable)."""
     if strategy == "seed":
         return seed_plan(shape, cfg, b_bytes)
     if strategy == "greedy":
         return greedy_plan(shape, cfg)
     if strategy == "search":
         return search(shape, cfg)
-    if strategy == "best":
-        return best_plan(shape, cfg, b_bytes)
-    if strategy == "db":
-        if db is None:
-            raise ValueError("strategy 'db' needs a tuning database (db=PATH, --db PATH)")
-        return db_plan(shape, cfg, db)
-    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    return best_plan(shape, cfg, b_bytes)
 
 
 def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
