@@ -403,6 +403,20 @@ class ImageBuilder:
         stats = self.buffer(f"{name}.stats", STATS_BYTES)
         self._pending.append((name, desc, {**fields, "stats_addr": stats}, predicted, macs))
 
+    def _spill(self, lo: int, hi: int) -> list[str]:
+        """Why an output written over ``[lo, hi)`` is not inside one buffer of this builder
+        (it would overwrite the next buffer or a statistics record: the run would report
+        success with wrong data); empty when it is."""
+        for buf, (addr, nbytes) in self.buffers.items():
+            if addr <= lo < addr + nbytes:
+                if hi <= addr + nbytes:
+                    return []
+                return [f"its output [{lo:#x}, {hi:#x}) runs {hi - addr - nbytes} bytes past "
+                        f"the end of buffer {buf!r} [{addr:#x}, {addr + nbytes:#x}) (an int32 "
+                        f"output takes 4 bytes an element)"]
+        return [f"its output [{lo:#x}, {hi:#x}) does not start inside any buffer of this "
+                f"builder (ImageBuilder.buffer / local)"]
+
     # -- image ------------------------------------------------------------------------------------
 
     def build(self) -> tuple[bytes, list[BuiltLayer]]:
@@ -445,6 +459,7 @@ class ImageBuilder:
             errs = check_record(rec, self.cfg, image=image_range,
                                 weights_at=base[SectionKind.WEIGHTS], read_words=read_words)
             problems += [f"layer {name!r}: {code.name}: {msg}" for code, msg in errs]
+            problems += [f"layer {name!r}: {msg}" for msg in self._spill(lo, hi)]
             layer = Layer(desc=d, out_window_lo=lo, out_window_hi=hi, **f)
             built.append(BuiltLayer(
                 name=name, layer=layer, predicted_cycles=predicted.total_cycles,

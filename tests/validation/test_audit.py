@@ -18,7 +18,7 @@ another function without this table following; line moves inside a function do n
 | firmware/builder.py | ImageBuilder._claim | ValueError | 2 | image: test_builder_layer_name, test_builder_layer_name_unique |
 | firmware/builder.py | ImageBuilder.buffer | ValueError | 3 | image: test_builder_buffer_name_unique, test_builder_buffer_nbytes, test_builder_buffer_fits |
 | firmware/builder.py | ImageBuilder.local | ValueError | 4 | image: test_builder_local_name_unique, test_builder_local_nbytes, test_builder_local_fits, test_builder_local_past_32_bit_addresses |
-| firmware/builder.py | ImageBuilder.build | ImageError | 3 | image: test_builder_needs_layers, test_builder_image_overlaps_data, test_builder_hardware_rules |
+| firmware/builder.py | ImageBuilder.build | ImageError | 3 | image: test_builder_needs_layers, test_builder_image_overlaps_data, test_builder_hardware_rules, test_builder_output_must_stay_in_its_buffer |
 | firmware/builder.py | ImageBuilder.build.read_words | ImageError | 1 | internal: read_words only sees the builder's own QUANT references; no public input reaches it |
 | firmware/builder.py | ImageBuilder.conv | ValueError | 5 | image: test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride, test_builder_conv_rows, test_builder_conv_diagonal |
 | firmware/builder.py | ImageBuilder.gemm | ValueError | 2 | image: test_builder_gemm_weights, test_builder_gemm_op_kind |

@@ -424,6 +424,27 @@ def test_builder_hardware_rules():
         b.build()
 
 
+def test_builder_output_must_stay_in_its_buffer():
+    """An int32 output in a buffer sized for int8 used to build, validate and run "OK" while
+    its statistics record (the next buffer) overwrote part of it; an output address outside
+    every buffer is refused too."""
+    b = builder()
+    x = b.buffer("x", 16 * 64)
+    y = b.buffer("y", 8 * 64)                               # 8 x 64 int32 needs 2,048 bytes
+    b.gemm("l", weights=np.ones((8, 16), np.int8), n=64, b_addr=x, b_stride=64, out_addr=y,
+           out_stride=4 * 64)
+    with refused(ImageError, f"layer 'l': its output [{y:#x}, {y + 2048:#x}) runs 1536 bytes "
+                             f"past the end of buffer 'y' [{y:#x}, {y + 512:#x})"):
+        b.build()
+    b = builder()
+    x = b.buffer("x", 16 * 64)
+    b.gemm("l", weights=np.ones((8, 16), np.int8), n=64, b_addr=x, b_stride=64,
+           out_addr=CFG.dram_bytes - 4096, out_stride=4 * 64)
+    with refused(ImageError, "layer 'l': its output", "does not start inside any buffer of "
+                                                      "this builder"):
+        b.build()
+
+
 # -- Runtime -----------------------------------------------------------------------------------
 
 class Device:
