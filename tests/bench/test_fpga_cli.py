@@ -1,0 +1,33 @@
+"""``python -m bench.fpga``'s arguments: checked before an hour of synthesis, and --collect
+never replaces the results with an empty table."""
+
+import pytest
+
+import bench.fpga as fpga
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--presets", "small,bogus"], "--presets: 'bogus' not among tiny, small, default, fpga"),
+    (["--dsp-rows", "abc"], "--dsp-rows must be auto, all or a number, not 'abc'"),
+    (["--presets", "small", "--dsp-rows", "9"], "--dsp-rows 9: small has 8 array rows"),
+])
+def test_fpga_refuses_bad_arguments_before_running_anything(args, message, monkeypatch,
+                                                              capsys):
+    monkeypatch.setattr(fpga, "run_preset", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit):
+        fpga.main(args)
+    assert message in capsys.readouterr().err
+
+
+def test_fpga_collect_with_nothing_to_collect_keeps_the_results(tmp_path, monkeypatch, capsys):
+    """A typo in --presets with --collect used to rewrite fpga.md as an empty table and drop
+    fpga.json's untagged rows."""
+    monkeypatch.setattr(fpga, "ROOT", tmp_path)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "fpga.json").write_text('{"rows": [{"preset": "small"}]}\n')
+    (out / "fpga.md").write_text("| the table |\n")
+    assert fpga.main(["--collect", "--presets", "tiny", "--out", str(out)]) == 1
+    assert "nothing to collect" in capsys.readouterr().err
+    assert (out / "fpga.md").read_text() == "| the table |\n"
+    assert (out / "fpga.json").read_text() == '{"rows": [{"preset": "small"}]}\n'
