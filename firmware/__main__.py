@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 from spec.config import PRESETS, AccelConfig, ConfigError
+from spec.layouts import IMAGE_MAGIC
 
-from .image import inspect, validate
+from .image import HEADER_BYTES, inspect, validate
 
 __all__ = ["main", "build_parser", "config_from_args", "CliError", "ZIP_MAGIC"]
 
@@ -41,6 +42,13 @@ def _read(path: str) -> bytes:
         raise CliError(f"{path} is a zip archive (a compiled network .tsr?), not a firmware "
                         f"image; `tessera firmware validate|inspect {path}` reads every image "
                         f"inside a .tsr")
+    if len(blob) < 4 or int.from_bytes(blob[:4], "little") != IMAGE_MAGIC:
+        found = blob[:4].hex() or "nothing"
+        raise CliError(f"{path} is not a firmware image: it starts with {found}, not the magic "
+                       f"{IMAGE_MAGIC.to_bytes(4, 'little').hex()}")
+    if len(blob) < HEADER_BYTES:
+        raise CliError(f"{path} is truncated: {len(blob)} bytes, less than the "
+                       f"{HEADER_BYTES}-byte header")
     return blob
 
 
@@ -70,9 +78,11 @@ def _device_bytes(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m firmware", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="print a readable dump of an image")
+    # no abbreviated options: `tessera firmware` sees whether --preset was given
+    p = sub.add_parser("inspect", help="print a readable dump of an image", allow_abbrev=False)
     p.add_argument("image")
-    p = sub.add_parser("validate", help="print every problem of an image (exit 1 if any)")
+    p = sub.add_parser("validate", help="print every problem of an image (exit 1 if any)",
+                       allow_abbrev=False)
     p.add_argument("image")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--preset", choices=sorted(PRESETS), default="default",
@@ -86,12 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        cfg = config_from_args(args) if args.command == "validate" else None   # options first
         blob = _read(args.image)
         print(f"{args.image}: firmware image, {len(blob)} bytes")
         if args.command == "inspect":
             sys.stdout.write(inspect(blob))
             return 0
-        problems = validate(blob, config_from_args(args), device_bytes=args.device_bytes)
+        problems = validate(blob, cfg, device_bytes=args.device_bytes)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ another function without this table following; line moves inside a function do n
 | firmware/__main__.py | build_parser | argparse --device-bytes | 1 | cli: test_firmware_device_bytes, test_firmware_device_bytes_hex_accepted |
 | firmware/__main__.py | build_parser | argparse --preset | 1 | cli: test_firmware_preset_choice, test_firmware_preset_and_config_exclusive |
 | firmware/__main__.py | build_parser | argparse add_subparsers | 1 | cli: test_firmware_subcommand |
-| firmware/__main__.py | _read | CliError | 2 | cli: test_firmware_unreadable_image, test_firmware_tsr_archive |
+| firmware/__main__.py | _read | CliError | 4 | cli: test_firmware_unreadable_image, test_firmware_tsr_archive, test_firmware_not_an_image |
 | firmware/builder.py | ImageBuilder.__init__ | ValueError | 2 | image: test_builder_image_addr, test_builder_data_addr |
 | firmware/builder.py | ImageBuilder._claim | ValueError | 2 | image: test_builder_layer_name, test_builder_layer_name_unique |
 | firmware/builder.py | ImageBuilder.buffer | ValueError | 3 | image: test_builder_buffer_name_unique, test_builder_buffer_nbytes, test_builder_buffer_fits |

@@ -156,6 +156,30 @@ def test_firmware_unreadable_image(capsys, tmp_path, command):
 
 
 @pytest.mark.parametrize("command", ["inspect", "validate"])
+@pytest.mark.parametrize("content, fragment", [
+    (b"# README\n" * 40, "is not a firmware image: it starts with 23205245, not the magic "
+                         "54535241"),
+    (b"", "is not a firmware image: it starts with nothing"),
+    (b"TSRA" + bytes(20), "is truncated: 24 bytes, less than the 64-byte header"),
+])
+def test_firmware_not_an_image(capsys, tmp_path, command, content, fragment):
+    """A text file used to be listed as a "firmware image" with 19 problems (exit 1), and a
+    truncated one was inspected with exit 0: both are not images (exit 2)."""
+    path = tmp_path / "x.img"
+    path.write_bytes(content)
+    err = firmware(capsys, command, str(path))
+    assert f"error: {path} {fragment}" in err
+
+
+def test_firmware_options_are_not_abbreviated(capsys, tmp_path):
+    """`--pre small` was taken as --preset by argparse while `tessera firmware` checked for the
+    literal --preset, and validated against the image's own config."""
+    with pytest.raises(SystemExit):
+        fw_cli.main(["validate", str(tmp_path / "x.img"), "--pre", "small"])
+    assert "unrecognized arguments: --pre small" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["inspect", "validate"])
 def test_firmware_tsr_archive(capsys, tmp_path, command):
     path = tmp_path / "net.tsr"
     path.write_bytes(fw_cli.ZIP_MAGIC + bytes(60))
