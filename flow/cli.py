@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +28,7 @@ from rich.table import Table
 from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, check_strategy,
                           compile_network)
 from flow.execute import compare_outputs, layer_rows, run_network
+from flow.outputs import check_writable
 from flow.report import html_report
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
@@ -255,19 +255,6 @@ def compile_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check_writable(option: str, path: str | None) -> None:
-    """Raise ValueError when ``path`` (an output file of ``option``) cannot be written."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{option} {path}: is a directory, not a file")
-    if not p.parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {p.parent} does not exist")
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ValueError(f"{option} {path}: not writable")
-
-
 def _feeds(path: str, net) -> dict:
     """The graph inputs in ``path`` (``--input``): every input the network has, no other
     array, each of its compiled shape and finite."""
@@ -353,7 +340,7 @@ def run_main(argv: list[str] | None = None) -> int:
         args.output += ".npz"                           # what np.savez writes
     try:
         for option in ("json", "html", "output"):       # before the run, which may be long
-            _check_writable(f"--{option}", getattr(args, option))
+            check_writable(f"--{option}", getattr(args, option))
         net = CompiledNetwork.load(args.network)
         if args.input is None:
             rng = np.random.default_rng(args.seed)

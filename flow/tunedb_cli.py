@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from flow.measure import measure_rtl
+from flow.outputs import check_writable
 from planner.shapes import GemmShape
 from planner.tunedb.build import BuildOptions, build_db
 from planner.tunedb.lookup import MAX_PAD, lookup
@@ -74,6 +75,7 @@ def _config(args) -> AccelConfig | None:
 
 def _cmd_build(args) -> int:
     cfg = _config(args) or PRESETS["small"]
+    check_writable("--report", args.report)        # before the build, which may be long
     shapes: list[tuple[str, GemmShape]] = []
     for path in args.workload or []:
         shapes += workload_shapes(path)
@@ -90,7 +92,8 @@ def _cmd_build(args) -> int:
     def log(msg):
         print(f"tunedb: {msg}", file=sys.stderr, flush=True)
 
-    with TuneDB.open(args.db, cfg) as db, Executor(args.scheduler, args.workers) as ex:
+    # the executor first: a bad --scheduler must not leave an empty database behind
+    with Executor(args.scheduler, args.workers) as ex, TuneDB.open(args.db, cfg) as db:
         report = build_db(db, shapes, fn, ex, opts, log)
         stats = db.stats()
     out = {"config_id": f"{cfg.config_id:08x}", "options": vars(args), "stats": stats,
@@ -136,6 +139,7 @@ def _cmd_stats(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    check_writable("--out", args.out)
     with TuneDB.open(args.db, _config(args), create=False) as db:
         out = {**db.stats(), "config": db.cfg.to_dict(),
                "records": [r.as_dict() for r in db.records()]}
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             "export": _cmd_export}
     try:
         return cmds[args.cmd](args)
-    except (ValueError, TuneDBError, RuntimeError) as err:
+    except (ValueError, TuneDBError, RuntimeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -101,3 +101,26 @@ def test_cli_refuses_out_of_range_numbers(args, message, tmp_path, capsys):
         main([args[0], "--db", str(tmp_path / "t.db"), *args[1:]])
     assert message in capsys.readouterr().err
     assert not (tmp_path / "t.db").exists()
+
+
+def test_cli_file_errors_are_messages_and_come_first(tmp_path, capsys):
+    """--report/--out that cannot be written are refused before the build (the report's
+    traceback came after the whole build); a missing workload is a message; a bad scheduler
+    leaves no empty database behind."""
+    db = tmp_path / "t.db"
+    for args, message in [
+        (["build", "--gemm", "8,8,8", "--measure", "model", "--report", str(tmp_path)],
+         f"--report {tmp_path}: is a directory"),
+        (["build", "--workload", str(tmp_path / "none.json"), "--measure", "model"],
+         "No such file or directory"),
+        (["build", "--gemm", "8,8,8", "--measure", "model", "--scheduler", "bogus"],
+         "scheduler must be 'serial', 'local'"),
+    ]:
+        assert main([args[0], "--db", str(db), *args[1:]]) == 2
+        assert message in capsys.readouterr().err
+        assert not db.exists()
+    assert main(["build", "--db", str(db), "--gemm", "8,8,8", "--measure", "model",
+                 "--scheduler", "serial"]) == 0
+    capsys.readouterr()
+    assert main(["export", "--db", str(db), "--out", str(tmp_path / "no" / "x.json")]) == 2
+    assert "directory" in capsys.readouterr().err
