@@ -158,6 +158,20 @@ class AccelConfig:
             if getattr(self, name) < 2 * half_min:
                 raise ConfigError(f"AccelConfig.{name} must be at least {2 * half_min} (two "
                                   f"halves of {half_min} bytes), not {getattr(self, name)!r}")
+        # the planner's smallest partition, one block_m x block_n block, must fit: its int32
+        # sums in an accumulator half, one k step of it in each operand buffer half
+        for what, need, name, half in (
+                ("block_m * block_n int32 sums", self.block_m * self.block_n * self.acc_bytes,
+                 "acc_buf_bytes", self.acc_half_bytes),
+                ("one k step of block_m int8", self.block_m, "buf_a_bytes",
+                 self.buf_a_half_bytes),
+                ("one k step of block_n int8", self.block_n, "buf_b_bytes",
+                 self.buf_b_half_bytes)):
+            if need > half:
+                raise ConfigError(
+                    f"AccelConfig.block_m={self.block_m}, block_n={self.block_n}: {what} "
+                    f"({need} bytes) must fit half of {name}={getattr(self, name)} ({half} "
+                    f"bytes); lower block_m/block_n or raise {name}")
         # a mesh tile (R/2 fill beats and 9 taps, its first fill in the previous tile's last
         # tap) must span the R cycles the array takes to drain a tile's rows
         if self.dw_mesh and not (self.array_rows == self.array_cols and

@@ -28,19 +28,23 @@ def configs(draw):
     cols = draw(st.sampled_from(_pow2s(4, 64)))
     a_beat, b_beat, c_beat = rows, cols, 4 * cols
     dram_bits = draw(st.integers(16, 32))
+    buf_a = draw(st.sampled_from(_pow2s(max(64, 2 * a_beat), 1 << 24)))
+    buf_b = draw(st.sampled_from(_pow2s(max(64, 2 * b_beat), 1 << 24)))
+    acc = draw(st.sampled_from(_pow2s(max(64, 2 * c_beat * rows), 1 << 24)))
+    # one block_m x block_n block fits: int32 sums in an accumulator half, a k step in each
+    # operand half (an array tile always does)
+    block_m = rows * draw(st.integers(1, min(1 << 16, buf_a // 2, acc // 8 // cols) // rows))
+    block_n = cols * draw(st.integers(1, min(1 << 16, buf_b // 2, acc // 8 // block_m) // cols))
     return AccelConfig(
         array_rows=rows, array_cols=cols,
-        buf_a_bytes=draw(st.sampled_from(_pow2s(max(64, 2 * a_beat), 1 << 24))),
-        buf_b_bytes=draw(st.sampled_from(_pow2s(max(64, 2 * b_beat), 1 << 24))),
-        acc_buf_bytes=draw(st.sampled_from(_pow2s(max(64, 2 * c_beat * rows), 1 << 24))),
+        buf_a_bytes=buf_a, buf_b_bytes=buf_b, acc_buf_bytes=acc,
         a_port_bytes_per_cycle=draw(st.integers(1, a_beat)),
         b_port_bytes_per_cycle=draw(st.integers(1, b_beat)),
         c_port_bytes_per_cycle=draw(st.integers(1, c_beat)),
         a_port_latency_cycles=draw(st.integers(1, 256)),
         b_port_latency_cycles=draw(st.integers(1, 256)),
         c_port_latency_cycles=draw(st.integers(1, 256)),
-        block_m=rows * draw(st.integers(1, (1 << 16) // rows)),
-        block_n=cols * draw(st.integers(1, (1 << 16) // cols)),
+        block_m=block_m, block_n=block_n,
         sync_bytes=draw(st.integers(1, 1 << 24)),
         dram_addr_bits=dram_bits,
         local_buf_bytes=draw(st.sampled_from(_pow2s(2 * b_beat, 1 << dram_bits))),

@@ -159,6 +159,20 @@ def test_config_from_dict_names_the_defaulted_fields():
         AccelConfig.from_dict({**DEFAULT.to_dict(), "array_rows": 3})
 
 
+@pytest.mark.parametrize("changes, what, name, half", [
+    (dict(block_m=512), "block_m * block_n int32 sums (8192 bytes)", "acc_buf_bytes=2048",
+     1024),
+    (dict(block_n=4096, acc_buf_bytes=1 << 20), "one k step of block_n int8 (4096 bytes)",
+     "buf_b_bytes=4096", 2048),
+])
+def test_config_block_fits_the_buffers(changes, what, name, half):
+    """block_m=512 on tiny was accepted; the planner then costed plans no descriptor allows."""
+    tiny = PRESETS["tiny"].to_dict()
+    with refused(ConfigError, f"{what} must fit half of {name} ({half} bytes); lower "
+                              f"block_m/block_n or raise {name.split('=')[0]}"):
+        AccelConfig(**{**tiny, **changes})
+
+
 def test_config_from_json_range_errors_pass_through():
     with refused(ConfigError, "AccelConfig.array_rows must be a power of two in [2, 64], not 3"):
         AccelConfig.from_json(json.dumps({**DEFAULT.to_dict(), "array_rows": 3}))
