@@ -95,6 +95,16 @@ def _tiling(plan) -> dict[str, int]:
     return {name: getattr(plan, name) for name in TILING_FIELDS}
 
 
+def _ints(where: str, **values) -> None:
+    """Raise ``ValueError`` naming the first of ``values`` that is not an integer (a Python or
+    numpy int; ``bool`` is not one, ``None`` is skipped). An address or size of ``2.5`` would
+    otherwise be truncated silently into the image."""
+    for key, value in values.items():
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, (int, np.integer))):
+            raise ValueError(f"{where}: {key} must be an int, not {value!r}")
+
+
 def _int_array(name: str, values, m: int, lo: int, hi: int) -> np.ndarray:
     arr = np.asarray(values)
     if arr.shape != (m,) or not np.issubdtype(arr.dtype, np.integer):
@@ -127,6 +137,7 @@ class ImageBuilder:
 
     def __init__(self, cfg: AccelConfig, *, image_addr: int = 0, data_addr: int | None = None,
                  strategy: str = "best", share_blobs: bool = False):
+        _ints("ImageBuilder", image_addr=image_addr, data_addr=data_addr)
         if image_addr % SECTION_ALIGN_BYTES or not 0 <= image_addr < cfg.dram_bytes:
             raise ValueError(f"image_addr={image_addr!r} must be {SECTION_ALIGN_BYTES}-byte "
                              f"aligned in [0, dram_bytes={cfg.dram_bytes:#x})")
@@ -207,7 +218,7 @@ class ImageBuilder:
         blob += bytes(_align(len(blob)) - len(blob))
         return (kind, offset)
 
-    def _quant(self, m: int, bias, requant: Requant | None) -> dict:
+    def _quant(self, m: int, bias, requant: Requant | None, where: str) -> dict:
         fields: dict = {}
         if bias is not None:
             fields["bias_addr"] = self._blob(SectionKind.QUANT,
@@ -215,6 +226,8 @@ class ImageBuilder:
                                              .tobytes())
             fields["bias_present"] = 1
         if requant is not None:
+            _ints(f"{where}: requant", zero_point=requant.zero_point, act_min=requant.act_min,
+                  act_max=requant.act_max, post_mode=requant.post_mode)
             fields.update(
                 out_format=OutFormat.INT8, post_mode=PostMode(requant.post_mode),
                 out_zero_point=int(requant.zero_point), act_min=int(requant.act_min),
@@ -239,6 +252,8 @@ class ImageBuilder:
              op_kind: OpKind = OpKind.GEMM) -> None:
         """``C = weights @ B`` (+ bias, requantised when ``requant`` is given, else int32)."""
         self._claim(name)
+        _ints(name, n=n, b_addr=b_addr, b_stride=b_stride, out_addr=out_addr,
+              out_stride=out_stride)
         w = np.asarray(weights)
         if w.ndim != 2 or w.dtype != np.int8:
             raise ValueError(f"{name}: weights must be a 2-D int8 array (m x k), not "
@@ -254,7 +269,7 @@ class ImageBuilder:
         a_ref, a_stride = self._weights(w)
         desc = dict(m=m, k=k, n=n, **_tiling(plan), a_addr=a_ref, a_stride=a_stride,
                     b_addr=b_addr, b_stride=b_stride, c_addr=out_addr, c_stride=out_stride)
-        fields = {"op_kind": OpKind(op_kind), **self._quant(m, bias, requant)}
+        fields = {"op_kind": OpKind(op_kind), **self._quant(m, bias, requant, name)}
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         self._add(name, desc, fields, predict(plan, self.cfg, post=post,
                                               b_local=self._is_local(b_addr),
@@ -280,6 +295,8 @@ class ImageBuilder:
         output rows, one record each (:func:`planner.conv.row_bands`); ``ValueError`` when
         not even one row fits (more taps than ``conv_offset_entries``)."""
         self._claim(name)
+        _ints(name, x_addr=x_addr, out_addr=out_addr, out_chan_stride=out_chan_stride,
+              out_row_stride=out_row_stride)
         if shape.groups != 1 or shape.batch != 1:
             raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
                              f"{shape.batch}, groups={shape.groups})")
@@ -306,7 +323,7 @@ class ImageBuilder:
         a = weights_k_major(w, shape, 0)                          # (k, m) int8
         a_ref = self._blob(SectionKind.WEIGHTS, np.ascontiguousarray(a).tobytes(),
                            -(-gemm.m // self.cfg.array_rows) * self.cfg.array_rows - gemm.m)
-        quant = self._quant(gemm.m, bias, requant)
+        quant = self._quant(gemm.m, bias, requant, name)
         c_local = self._is_local(out_addr)
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         elem = 1 if requant is not None else 4          # output element bytes: int8 or int32
@@ -363,6 +380,10 @@ class ImageBuilder:
         ceil(w / s)`` maps). The weights are three u32 arrays in the QUANT section (under the
         image's CRC)."""
         self._claim(name)
+        _ints(name, h=h, w=w, x_addr=x_addr, out_addr=out_addr, pad_value=pad_value,
+              stride=stride)
+        if h < 1 or w < 1:
+            raise ValueError(f"{name}: h={h}, w={w}: the map must be at least 1 x 1")
         if stride not in (1, 2):
             raise ValueError(f"{name}: stride={stride!r} must be 1 or 2 (a depthwise layer on "
                              f"the mesh)")
@@ -384,7 +405,7 @@ class ImageBuilder:
                                      b_addr=x_addr, c_addr=out_addr, stride=stride)
         desc = {**dataclasses.asdict(probe), "a_addr": a_ref}
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
-                  **self._quant(c, bias, requant)}
+                  **self._quant(c, bias, requant, name)}
         post = PostLoad(bias=bias is not None, requant=requant is not None)
         self._add(name, desc, fields, predict_depthwise(probe, self.cfg, post=post),
                   depthwise_macs(probe))

@@ -380,6 +380,30 @@ def test_builder_depthwise_stride(stride):
         _depthwise(stride=stride)
 
 
+@pytest.mark.parametrize("h, w", [(0, 4), (4, -1)])
+def test_builder_depthwise_map_size(h, w):
+    with refused(ValueError, f"d: h={h}, w={w}: the map must be at least 1 x 1"):
+        _depthwise(h=h, w=w)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: builder(data_addr=2.0 ** 21), "ImageBuilder: data_addr must be an int, not "
+                                           "2097152.0"),
+    (lambda: _gemm(n=True), "g: n must be an int, not True"),
+    (lambda: _gemm(b_stride=4.5), "g: b_stride must be an int, not 4.5"),
+    (lambda: _gemm(requant=Requant(np.full(8, 1 << 30, np.int32), np.zeros(8, np.int32),
+                                   zero_point=-3.9)),
+     "g: requant: zero_point must be an int, not -3.9"),
+    (lambda: _conv(out_chan_stride=64.0), "c: out_chan_stride must be an int, not 64.0"),
+    (lambda: _depthwise(pad_value=1.5), "d: pad_value must be an int, not 1.5"),
+])
+def test_builder_integer_arguments(call, message):
+    """Addresses, sizes and requantisation scalars that are not integers were truncated into
+    the image without a word (b_addr=x+0.9 wrote x)."""
+    with refused(ValueError, message):
+        call()
+
+
 def test_builder_conv_diagonal():
     with refused(ValueError, "c: diagonal weights need in_channels == out_channels (not 2, 4) "
                              "and zeros off the diagonal (output channel o reads input channel "
