@@ -236,8 +236,14 @@ def main(argv=None) -> int:
     peers = set(filter(None, args.peers.split(",")))
     if peers - {"greedy", "scalesim"}:
         parser.error(f"unknown peers {sorted(peers - {'greedy', 'scalesim'})}")
+    try:                # every file read before the first (long) RTL run
+        if args.from_json:
+            reports = [json.loads(p.read_text()) for p in args.from_json]
+        for path in args.workload or []:
+            load_workload(path)
+    except (OSError, ValueError) as exc:
+        parser.error(str(exc))
     if args.from_json:
-        reports = [json.loads(p.read_text()) for p in args.from_json]
         for rep in reports:
             if "scalesim" in peers and args.peers != parser.get_default("peers"):
                 add_scalesim(rep, args.scalesim)

@@ -84,11 +84,15 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
     parser.add_argument("--only", default="", help="comma-separated layer names")
     args = parser.parse_args(argv)
+    only = set(filter(None, args.only.split(",")))
+    layers = conv_layers(only or None)
+    missing = only - {layer.name for layer in layers}
+    if missing:         # before the simulator build
+        parser.error(f"--only: no ResNet-50 convolution named {', '.join(sorted(missing))}")
     reason = missing_tool("verilator")
     if reason:
         print(f"FAIL: {reason}", file=sys.stderr)
         return 1
-    layers = conv_layers(set(filter(None, args.only.split(","))) or None)
     work = Path(tempfile.mkdtemp(prefix="conv-resnet50-"))
     records = run_layers(args.preset, args.layout, layers, work)
     cfg = PRESETS[args.preset]

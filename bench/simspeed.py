@@ -86,6 +86,13 @@ def main(argv=None) -> int:
                         help="emit and build under this directory instead of build/ (the "
                              "measurement deletes and rebuilds the simulator build it times)")
     args = parser.parse_args(argv)
+    for option, given, known in (("--simulators", args.simulators, ("verilator", "icarus",
+                                                                      "amaranth")),
+                                 ("--presets", args.presets, tuple(PRESETS))):
+        unknown = [v for v in given.split(",") if v not in known]
+        if unknown:             # before any build
+            parser.error(f"{option}: {', '.join(map(repr, unknown))} not among "
+                         f"{', '.join(known)}")
     if args.floor:
         return _floor(args)
     args.out = args.out or RESULTS / "simspeed.json"

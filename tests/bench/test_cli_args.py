@@ -1,5 +1,5 @@
-"""``python -m bench.fpga``'s arguments: checked before an hour of synthesis, and --collect
-never replaces the results with an empty table."""
+"""The bench command lines check their arguments before the work (bench.fpga's run for an hour
+per preset), and ``bench.fpga --collect`` never replaces the results with an empty table."""
 
 import pytest
 
@@ -31,3 +31,22 @@ def test_fpga_collect_with_nothing_to_collect_keeps_the_results(tmp_path, monkey
     assert "nothing to collect" in capsys.readouterr().err
     assert (out / "fpga.md").read_text() == "| the table |\n"
     assert (out / "fpga.json").read_text() == '{"rows": [{"preset": "small"}]}\n'
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("bench.simspeed", ["--simulators", "verilator,bogus"],
+     "--simulators: 'bogus' not among verilator, icarus, amaranth"),
+    ("bench.simspeed", ["--presets", "small,huge"], "--presets: 'huge' not among"),
+    ("bench.__main__", ["--workload", "{tmp}/none.json"], "No such file or directory"),
+    ("bench.__main__", ["--from-json", "{tmp}/none.json"], "No such file or directory"),
+    ("bench.conv_resnet50", ["--only", "res2_0_branch2b,typo"],
+     "--only: no ResNet-50 convolution named typo"),
+])
+def test_bench_clis_check_arguments_before_any_run(module, args, message, tmp_path, capsys):
+    """Each failed only after a build or a first RTL run (or divided by zero cycles)."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit):
+        main([a.format(tmp=tmp_path) for a in args])
+    assert message in capsys.readouterr().err
