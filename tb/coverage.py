@@ -124,18 +124,26 @@ def _error_bins():
 _error_bins()
 
 
-def report(directory: Path) -> tuple[dict, list[str]]:
-    """``({kind: {bin: hits}}, [uncovered bin names])`` from every file in ``directory``."""
+def report(directory: Path, skipped: list[str] | None = None) -> tuple[dict, list[str]]:
+    """``({kind: {bin: hits}}, [uncovered bin names])`` from every file in ``directory``.
+    A line that is not a whole record (a worker killed mid-write) counts for no bin; it is
+    listed in ``skipped`` as ``file:line: why`` when a list is given. Skipping can only miss
+    bins, never hit one."""
     hits = {kind: dict.fromkeys(bins, 0) for kind, bins in BINS.items()}
     for path in sorted(Path(directory).glob("*.jsonl")):
         kind = path.name.split("-")[0]
         if kind not in BINS:
             continue
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            for name, pred in BINS[kind].items():
-                if pred(r):
-                    hits[kind][name] += 1
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                r = json.loads(line)
+                matched = [name for name, pred in BINS[kind].items() if pred(r)]
+            except (ValueError, KeyError, TypeError) as exc:
+                if skipped is not None:
+                    skipped.append(f"{path.name}:{number}: {type(exc).__name__}: {exc}")
+                continue
+            for name in matched:
+                hits[kind][name] += 1
     missing = [f"{kind}: {name}" for kind, bins in hits.items()
                for name, n in bins.items() if n == 0]
     return hits, missing
@@ -152,7 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in Path(directory).glob("*.jsonl"):
             path.unlink()
         return 0
-    hits, missing = report(directory)
+    if not Path(directory).is_dir():
+        print(f"error: {directory}: no such directory (the tests write their coverage there: "
+              f"run make test first)", file=sys.stderr)
+        return 2
+    skipped: list[str] = []
+    hits, missing = report(directory, skipped)
+    for line in skipped:
+        print(f"warning: skipped {line}", file=sys.stderr)
     total = sum(len(b) for b in hits.values())
     print(f"functional coverage from {directory}: {total - len(missing)}/{total} bins hit")
     for kind, bins in hits.items():

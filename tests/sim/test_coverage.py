@@ -33,3 +33,17 @@ def test_every_error_code_has_a_bin():
     from spec.desc import ErrorCode
 
     assert {f"outcome {c.name}" for c in ErrorCode} == set(coverage.BINS["error"])
+
+
+def test_coverage_report_names_a_missing_directory_and_skips_broken_lines(tmp_path, capsys):
+    """A missing directory said "0/74 bins hit"; a truncated line (a killed worker) or a record
+    without a field ended in a traceback. Broken lines count for no bin and are named."""
+    assert coverage.main([str(tmp_path / "none")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "error-1.jsonl").write_text('{"error": "BAD_CRC"}\n{"err\n{"erro": 1}\n')
+    skipped = []
+    hits, _ = coverage.report(tmp_path, skipped)
+    assert hits["error"]["outcome BAD_CRC"] == 1
+    assert [s.split(": ")[0] for s in skipped] == ["error-1.jsonl:2", "error-1.jsonl:3"]
+    coverage.main([str(tmp_path)])
+    assert "warning: skipped error-1.jsonl:2: JSONDecodeError" in capsys.readouterr().err
