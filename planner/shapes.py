@@ -13,6 +13,7 @@ tensor once (the R*S windows reuse it), not the im2col matrix: :attr:`ConvShape.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from spec.desc import MAX_DIM
 
@@ -24,6 +25,16 @@ def _check_int(owner: str, name: str, value: object, lo: int, hi: int) -> None:
         raise ValueError(f"{owner}.{name} must be an int in [{lo}, {hi}], not {value!r}")
 
 
+def _plain_ints(shape, names) -> None:
+    """Store integers of other types (numpy's, what array shapes give: anything with
+    ``__index__`` that is not an int or a bool) in ``shape``'s ``names`` as Python ints, so
+    that shapes compare, hash and print alike; anything else is left for the range check."""
+    for name in names:
+        value = getattr(shape, name)
+        if not isinstance(value, int) and hasattr(type(value), "__index__"):
+            object.__setattr__(shape, name, operator.index(value))
+
+
 @dataclasses.dataclass(frozen=True)
 class GemmShape:
     """``C[m x n] = A[m x k] * B[k x n]``, int8 operands, int32 result; dims in [1, MAX_DIM]."""
@@ -33,6 +44,7 @@ class GemmShape:
     n: int
 
     def __post_init__(self):
+        _plain_ints(self, ("m", "k", "n"))
         for name in ("m", "k", "n"):
             _check_int("GemmShape", name, getattr(self, name), 1, MAX_DIM)
 
@@ -71,6 +83,7 @@ class ConvShape:
     groups: int = 1
 
     def __post_init__(self):
+        _plain_ints(self, [f.name for f in dataclasses.fields(self)])
         for name in ("batch", "in_channels", "height", "width", "out_channels"):
             _check_int("ConvShape", name, getattr(self, name), 1, MAX_DIM)
         for name in ("kernel_h", "kernel_w", "stride_h", "stride_w", "dilation_h", "dilation_w"):

@@ -24,6 +24,21 @@ def test_shapes_gemm_invalid_field_named_with_range(field, value):
         GemmShape(**args)
 
 
+def test_shapes_take_numpy_integers_as_ints():
+    """numpy integers (what array shapes give) were refused as "not an int"; they are stored
+    as Python ints, so the shapes equal, hash and print as if given ints."""
+    import numpy as np
+
+    g = GemmShape(np.int64(8), np.int32(16), np.uint16(4))
+    assert g == GemmShape(8, 16, 4) and hash(g) == hash(GemmShape(8, 16, 4))
+    assert {type(v) for v in (g.m, g.k, g.n)} == {int} and str(g) == "8x16x4"
+    c = _conv(batch=np.int64(1), height=np.int64(56))
+    assert c == _conv() and type(c.height) is int
+    with pytest.raises(ValueError, match=r"GemmShape\.m must be an int in \[1, 16777215\], "
+                                         r"not 0"):
+        GemmShape(np.int64(0), 8, 8)
+
+
 def _conv(**kw):
     base = dict(batch=1, in_channels=64, height=56, width=56, out_channels=64, kernel_h=3,
                 kernel_w=3, stride_h=1, stride_w=1, pad_top=1, pad_left=1, pad_bottom=1,
