@@ -38,7 +38,6 @@ import numpy as np
 
 from planner.conv import block_plan, compile_conv, row_bands
 from planner.convcost import predict_conv
-from planner.convplan import conv_best_plan
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
 from planner.dwcost import depthwise_descriptor, depthwise_macs, predict_depthwise
 from planner.layout import padded_dims, weights_k_major

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
-from spec.desc import table_problems
 
 from .conv import ConvProgram, block_plan, row_bands
 from .convcost import predict_conv
@@ -134,8 +133,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
             **{k: shape.batch * getattr(one.counters, k) for k in COUNTER_FIELDS}),
             one.table_entries, bands=one.bands)
     tables = compile_tables(shape, layout, cfg)
-    if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
-        return _banded_cost(shape, cfg, strategy, layout, db)
+    bands = row_bands(shape, layout, cfg, whole=tables)     # raises when no band fits
+    if len(bands) > 1:
+        return _banded_cost(shape, cfg, strategy, layout, db, bands)
     if plan is None:
         plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
@@ -147,15 +147,13 @@ def _entries(tables) -> int:
     return int(tables.offsets.size + tables.segments.size + tables.groups.size)
 
 
-def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy,
-                 layout: str, db=None) -> LayerCost:
+def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout: str, db,
+                 bands: list[tuple[int, int]]) -> LayerCost:
     """A one-image convolution whose tables do not fit the table memories, as the compiler runs
-    it: each group on its own, in bands of output rows (:func:`planner.conv.row_bands`), each
-    band a record planned with ``strategy`` (:func:`planner.conv.block_plan`). Raises
-    ``ValueError`` when not even one output row fits."""
+    it: each group on its own, in ``bands`` of output rows (:func:`planner.conv.row_bands`),
+    each band a record planned with ``strategy`` (:func:`planner.conv.block_plan`)."""
     group = CycleBreakdown(**{k: 0 for k in COUNTER_FIELDS})       # one group's records
     entries, first, done = 0, None, {}
-    bands = row_bands(shape, layout, cfg)
     for rows in (p1 - p0 for p0, p1 in bands):
         if rows not in done:
             pixels = rows * shape.out_w

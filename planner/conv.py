@@ -69,15 +69,10 @@ class ConvProgram:
                                x_addr=x_addr, a_addr=a_addr, c_addr=c_addr, off_addr=off_addr,
                                run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride)
 
-    def descriptor_shape(self, tiling: dict | None = None) -> GemmDescriptor:
-        """Group 0's descriptor with every address 0: what the cycle model and the table
-        limits (:func:`spec.desc.table_problems`) read, not a descriptor to run."""
-        return self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
-
     def predict(self, cfg: AccelConfig, tiling: dict | None = None) -> CycleBreakdown:
         """Predicted counters of the whole layer (every group; the groups run one after another).
         Addresses do not change cycles, so none are needed."""
-        d = self.descriptor_shape(tiling)
+        d = self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
         one = predict_conv(d, self.tables, cfg).as_dict()
         return CycleBreakdown(**{name: value * self.groups for name, value in one.items()})
 
@@ -94,8 +89,8 @@ def _fits(tables: ConvTables, shape: ConvShape, cfg: AccelConfig) -> list[str]:
     return table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n)
 
 
-def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig
-              ) -> list[tuple[int, int]]:
+def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
+              whole: ConvTables | None = None) -> list[tuple[int, int]]:
     """The output rows each record of a one-image convolution with dense output computes:
     ``[(0, out_h)]`` (one record) when the whole layer's tables fit ``cfg``'s table memories
     (:func:`spec.desc.table_problems`); otherwise bands ``(p0, p1)`` of the most rows whose
@@ -105,11 +100,12 @@ def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig
 
     Raises ``ValueError`` naming the limit when not even one output row fits (more than
     ``conv_offset_entries`` taps, which no band changes, or an output row wider than the run
-    or group tables hold): such a layer cannot run on ``cfg``."""
+    or group tables hold): such a layer cannot run on ``cfg``. ``whole``: the layer's tables,
+    when the caller has compiled them already."""
     if shape.batch != 1:
         raise ValueError(f"row_bands takes one image (batch 1), not batch={shape.batch}")
     P, Q = shape.out_h, shape.out_w
-    whole = compile_tables(shape, layout, cfg)
+    whole = whole or compile_tables(shape, layout, cfg)
     if not _fits(whole, shape, cfg):
         return [(0, P)]
     one = _fits(compile_tables(shape, layout, cfg, pixels=Q), shape, cfg) if P > 1 else \
