@@ -45,7 +45,7 @@ from planner.offsets import compile_tables
 from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 from spec.desc import DEPTHWISE_STRIDES, GemmDescriptor, depthwise_weight_words
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
@@ -136,6 +136,7 @@ class ImageBuilder:
 
     def __init__(self, cfg: AccelConfig, *, image_addr: int = 0, data_addr: int | None = None,
                  strategy: str = "best", share_blobs: bool = False):
+        require_config(cfg)
         _ints("ImageBuilder", image_addr=image_addr, data_addr=data_addr)
         if image_addr % SECTION_ALIGN_BYTES or not 0 <= image_addr < cfg.dram_bytes:
             raise ValueError(f"image_addr={image_addr!r} must be {SECTION_ALIGN_BYTES}-byte "

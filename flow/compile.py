@@ -52,7 +52,7 @@ from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.net.reference import _from_int8, _to_int8
 from planner.plan import SHAPE_STRATEGIES
 from planner.shapes import ConvShape, GemmShape
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
@@ -875,6 +875,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     their ``host_layer`` step. With ``fuse``, every pair of
     :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
     docs/fusion.md); each segment lists its fused pairs."""
+    require_config(cfg)
     check_strategy(strategy)
     g = lowered.graph
     for n in g.inputs:

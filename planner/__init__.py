@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 
 from .conv import ConvProgram, block_plan, row_bands
 from .convcost import predict_conv
@@ -99,6 +99,7 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     compiler runs it; ``plan`` does not apply). Raises ``ValueError``
     for a layer ``cfg`` cannot run (its operands exceed the device memory, or not even one
     output row's tables fit): it gets no cycle count."""
+    require_config(cfg)
     check_addressable(shape, cfg)
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 from spec.desc import GemmDescriptor, check, table_problems
 
 from .convcost import predict_conv
@@ -80,6 +80,7 @@ class ConvProgram:
 def compile_conv(shape: ConvShape, layout: Layout | str, cfg: AccelConfig,
                  strategy: str = "best") -> ConvProgram:
     """Plan and compile one convolution layer for ``cfg`` (see the module docstring)."""
+    require_config(cfg)
     plan, _ = plan_conv(shape, cfg, strategy, Layout(layout).value)
     return ConvProgram(shape=shape, layout=Layout(layout), plan=plan,
                        tables=compile_tables(shape, layout, cfg))

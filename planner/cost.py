@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 from spec.layouts import STATS_BYTES
 from spec.record import HEADER_BYTES, record_fetch_beats
 
@@ -382,6 +382,7 @@ def predict(plan: "TilingPlan", cfg: AccelConfig,
     ``post`` describes a post-processed layer (bias and/or int8 output): its parameter loads
     and the requantiser's latency on every store (:func:`with_post`). ``b_local`` /
     ``c_local``: the layer's B / C lies in the on-chip local buffer (:func:`on_chip`)."""
+    require_config(cfg)
     port_cfg = on_chip(cfg, b_local=b_local, c_local=c_local)
     if post is None:
         return off_chip_bytes(predict_tiling(plan.m, plan.k, plan.n, plan.partition_m,

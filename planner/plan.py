@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-from spec.config import AccelConfig
+from spec.config import AccelConfig, require_config
 
 from .convplan import conv_best_plan
 from .layout import Layout
@@ -37,6 +37,7 @@ def plan_gemm(shape: GemmShape, cfg: AccelConfig, strategy: Strategy = "best",
     """
     if not isinstance(shape, GemmShape):
         raise ValueError(f"shape must be a GemmShape, not {type(shape).__name__}")
+    require_config(cfg)
     if strategy in SHAPE_STRATEGIES:
         return _plan(shape, cfg, strategy, b_bytes)
     if strategy == "db":
@@ -68,6 +69,7 @@ def plan_conv(shape: ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
     (:func:`planner.convplan.conv_best_plan`); the other strategies plan the GEMM."""
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a ConvShape, not {type(shape).__name__}")
+    require_config(cfg)
     if strategy == "best":
         return conv_best_plan(shape, cfg, Layout(layout).value), shape.groups
     return plan_gemm(shape.gemm, cfg, strategy, shape.b_tensor_bytes), shape.groups

@@ -12,7 +12,8 @@ import hashlib
 import json
 from typing import Any, Callable, ClassVar
 
-__all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError", "loads_unique"]
+__all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError", "loads_unique",
+           "require_config"]
 
 #: Bumped whenever RTL or image semantics change; it is hashed into :attr:`AccelConfig.config_id`.
 FORMAT_VERSION = 2
@@ -371,3 +372,16 @@ PRESETS: dict[str, AccelConfig] = {
         # 4 requantiser lanes (12 MULT18X18D, a row every 4 cycles) leave the DSPs to the array
         requant_lanes=4),
 }
+
+
+def require_config(cfg: Any, name: str = "cfg") -> AccelConfig:
+    """Return ``cfg`` if it is an :class:`AccelConfig`; otherwise raise ``TypeError`` naming
+    the argument (a preset's name is the common mistake: ``PRESETS["tiny"]``, not ``"tiny"``).
+    The planner's and the builder's entry points call it, so a wrong argument fails there and
+    not as an ``AttributeError`` deep inside a cost model."""
+    if isinstance(cfg, AccelConfig):
+        return cfg
+    hint = (f" (the preset: PRESETS[{cfg!r}])" if isinstance(cfg, str) and cfg in PRESETS
+            else "")
+    raise TypeError(f"{name} must be an AccelConfig{hint}, not {type(cfg).__name__} "
+                    f"{cfg!r:.60}")

@@ -43,6 +43,7 @@ another function without this table following; line moves inside a function do n
 | spec/config.py | AccelConfig.from_dict | ConfigError | 2 | config: test_config_from_dict_unknown_fields, test_config_from_dict_names_the_defaulted_fields |
 | spec/config.py | AccelConfig.from_dict | <re-raise> | 1 | config: test_config_from_dict_names_the_defaulted_fields (a rule broken by the given fields alone passes through unchanged) |
 | spec/config.py | AccelConfig.from_json | ConfigError | 2 | config: test_config_from_json_must_be_object, test_config_from_json_must_be_json |
+| spec/config.py | require_config | TypeError | 1 | config: test_config_entry_points_need_an_accel_config |
 | spec/config.py | loads_unique.no_duplicates | duplicate | 1 | config: test_config_from_json_duplicate_field (raises the ConfigError from_json passes; parse_workload passes a ValueError, checked by the shapes area's workload duplicate-keys test) |
 | spec/desc.py | GemmDescriptor.__post_init__ | ValueError | 1 | config: test_descriptor_field_u32 |
 | spec/desc.py | depthwise_weight_words | ValueError | 1 | config: test_depthwise_weight_words_taps |

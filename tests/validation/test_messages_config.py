@@ -5,7 +5,11 @@ import json
 
 import pytest
 
-from spec.config import PRESETS, AccelConfig, ConfigError
+from firmware.builder import ImageBuilder
+from flow.compile import compile_network
+from planner import ConvShape, GemmShape, layer_cost, plan_conv, plan_gemm, predict
+from planner.conv import compile_conv
+from spec.config import PRESETS, AccelConfig, ConfigError, require_config
 from spec.desc import DESC_FIELDS, GemmDescriptor, depthwise_weight_words
 from spec.layouts import LAYER_WORDS
 from spec.record import check_record, layer_record
@@ -147,6 +151,33 @@ def test_config_from_json_must_be_object(text, kind):
 def test_config_from_json_must_be_json(text):
     with refused(ConfigError, "AccelConfig JSON is not valid JSON: "):
         AccelConfig.from_json(text)
+
+
+_GEMM = GemmShape(8, 8, 8)
+_CONV = ConvShape(batch=1, in_channels=4, height=6, width=6, out_channels=4, kernel_h=3,
+                  kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+ENTRY_POINTS = {
+    "plan_gemm": lambda c: plan_gemm(_GEMM, c),
+    "plan_conv": lambda c: plan_conv(_CONV, c),
+    "layer_cost": lambda c: layer_cost(_CONV, c),
+    "predict": lambda c: predict(plan_gemm(_GEMM, PRESETS["tiny"]), c),
+    "compile_conv": lambda c: compile_conv(_CONV, "NCHW", c),
+    "ImageBuilder": lambda c: ImageBuilder(c),
+    "compile_network": lambda c: compile_network(None, c),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("bad, hint", [("tiny", "AccelConfig (the preset: PRESETS['tiny']), "
+                                                "not str 'tiny'"),
+                                       (None, "AccelConfig, not NoneType None"),
+                                       ({"array_rows": 4}, "AccelConfig, not dict")])
+def test_config_entry_points_need_an_accel_config(entry, bad, hint):
+    """A preset's name (or anything else) where a config belongs is a TypeError naming ``cfg``
+    at the entry point, not an AttributeError inside a cost model."""
+    with refused(TypeError, f"cfg must be an {hint}"):
+        ENTRY_POINTS[entry](bad)
+    assert require_config(PRESETS["tiny"]) is PRESETS["tiny"]
 
 
 def test_config_from_dict_names_the_defaulted_fields():
