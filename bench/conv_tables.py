@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np
 
+from flow.argtypes import at_least  # noqa: E402
 from planner.offsets import compile_tables  # noqa: E402
 from planner.shapes import ConvShape  # noqa: E402
 from planner.workload import load_workload  # noqa: E402
@@ -67,8 +68,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preset", default="default", choices=sorted(PRESETS))
     parser.add_argument("--workload", default=str(ROOT / "planner/workloads/resnet50.json"))
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--repeat", type=at_least(int, 1), default=5)
+    parser.add_argument("--batch", type=at_least(int, 1), default=None)
     parser.add_argument("--out", default=str(ROOT / "bench/results"))
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]

@@ -36,6 +36,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from flow.argtypes import at_least
+
 __all__ = ["TimingGraph", "TimingPath", "parse_sdf", "worst_paths", "failing_by_module",
            "signal_name", "main"]
 
@@ -276,7 +278,7 @@ def failing_by_module(graph: TimingGraph, period_ns: float, *, depth: int = 3,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sta", description=__doc__.split("\n")[0])
     parser.add_argument("sdf", type=Path, help="nextpnr's --sdf output (bench.fpga: routed.sdf)")
-    parser.add_argument("--top", type=int, default=10, help="paths to list (default 10)")
+    parser.add_argument("--top", type=at_least(int, 1), default=10, help="paths to list (default 10)")
     parser.add_argument("--period", type=float, default=10.0,
                         help="clock period in ns for the failing-endpoint counts (default 10)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

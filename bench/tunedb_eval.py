@@ -33,8 +33,11 @@ import numpy as np
 from planner import plan_gemm
 from planner.cost import predict_tiling
 from planner.shapes import GemmShape
+from flow.argtypes import SEED, at_least
 from flow.measure import measure_rtl
+from flow.outputs import check_writable
 from planner.tunedb import Case, Executor, TuneDB, lookup, measure_model
+from planner.tunedb.store import TuneDBError
 
 #: Acceptance: DB predictions within this relative error ...
 TOLERANCE = 0.05
@@ -146,18 +149,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", required=True)
-    ap.add_argument("--count", type=int, default=120)
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--count", type=at_least(int, 1), default=120)
+    ap.add_argument("--seed", type=SEED, default=7)
     ap.add_argument("--measure", choices=("rtl", "model"), default="rtl")
     ap.add_argument("--scheduler", default="serial")
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--workers", type=at_least(int, 1), default=1)
+    ap.add_argument("--batch", type=at_least(int, 1), default=24)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     fn = measure_rtl if args.measure == "rtl" else measure_model
-    with TuneDB.open(args.db, create=False) as db, Executor(args.scheduler, args.workers) as ex:
-        shapes = held_out_shapes({r.dims for r in db.records()}, args.count, args.seed)
-        result = evaluate(db, shapes, fn, ex, args.batch)
+    try:
+        check_writable("--out", args.out)
+        with TuneDB.open(args.db, create=False) as db, \
+                Executor(args.scheduler, args.workers) as ex:
+            shapes = held_out_shapes({r.dims for r in db.records()}, args.count, args.seed)
+            result = evaluate(db, shapes, fn, ex, args.batch)
+    except (TuneDBError, ValueError) as e:
+        ap.error(str(e))
     result["command"] = "python bench/tunedb_eval.py " + " ".join(argv or sys.argv[1:])
     result["measure"] = args.measure
     if args.out:

@@ -22,6 +22,7 @@ import numpy as np
 
 from firmware.builder import image_overhead, predicted_image_cycles
 from firmware.demos import NETWORKS, Network, budget_cycles
+from flow.argtypes import SEED
 from spec.config import PRESETS, AccelConfig
 from tb.jobs import ImageRun, run_jobs
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("network", choices=sorted(NETWORKS))
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
     ap.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--json", type=Path, help="write the per-layer report here")
     args = ap.parse_args(argv)
     cfg = PRESETS[args.preset]

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from flow.argtypes import SEED
 from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, check_strategy,
                           compile_network)
 from flow.execute import compare_outputs, layer_rows, run_network
@@ -219,7 +220,7 @@ def compile_main(argv: list[str] | None = None) -> int:
                              "single-input model); default: seeded generated inputs")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                         help="shape of a graph input (resolves symbolic dims); repeatable")
-    parser.add_argument("--seeded-weights", type=int, default=None, metavar="SEED",
+    parser.add_argument("--seeded-weights", type=SEED, default=None, metavar="SEED",
                         help="replace every float weight by seeded random values first (e.g. "
                              "the onnx wheel's light_* models, whose weights are constant)")
     parser.add_argument("--strategy", default="best", choices=COMPILE_STRATEGIES,
@@ -321,7 +322,7 @@ def run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", default=None,
                         help="input tensor (.npy for a single-input network, else .npz by "
                              "name); default: seeded standard-normal values (--seed)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the generated input when --input is not given")
     parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"))
     parser.add_argument("--workdir", default=None,

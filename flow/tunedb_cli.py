@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flow.argtypes import SEED, at_least
 from flow.measure import measure_rtl
 from flow.outputs import check_writable
 from planner.shapes import GemmShape
@@ -151,19 +152,6 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _at_least(kind: type, lo):
-    """An argparse ``type``: a ``kind`` (int or float) no smaller than ``lo``."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {kind.__name__}") from None
-        if not value >= lo:                 # NaN too
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, not {text}")
-        return value
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tessera tunedb", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,25 +165,25 @@ def main(argv: list[str] | None = None) -> int:
         if name == "build":
             p.add_argument("--workload", action="append", metavar="FILE.json")
             p.add_argument("--gemm", action="append", metavar="M,K,N")
-            p.add_argument("--random", type=_at_least(int, 0), default=0, metavar="COUNT")
-            p.add_argument("--seed", type=int, default=1)
-            p.add_argument("--top", type=_at_least(int, 1), default=BuildOptions.top_n)
-            p.add_argument("--util-floor", type=_at_least(float, 0),
+            p.add_argument("--random", type=at_least(int, 0), default=0, metavar="COUNT")
+            p.add_argument("--seed", type=SEED, default=1)
+            p.add_argument("--top", type=at_least(int, 1), default=BuildOptions.top_n)
+            p.add_argument("--util-floor", type=at_least(float, 0),
                            default=BuildOptions.util_floor)
-            p.add_argument("--linear-tol", type=_at_least(float, 0),
+            p.add_argument("--linear-tol", type=at_least(float, 0),
                            default=BuildOptions.linear_tol)
-            p.add_argument("--batch", type=_at_least(int, 1), default=BuildOptions.batch_cases,
+            p.add_argument("--batch", type=at_least(int, 1), default=BuildOptions.batch_cases,
                            help="cases per measurement job (one simulator process)")
             p.add_argument("--scheduler", default="local",
                            help="local (Dask LocalCluster), serial, or tcp://host:port")
-            p.add_argument("--workers", type=_at_least(int, 1), default=2,
+            p.add_argument("--workers", type=at_least(int, 1), default=2,
                            help="LocalCluster workers")
             p.add_argument("--measure", choices=("rtl", "model"), default="rtl")
             p.add_argument("--report", metavar="FILE.json")
         elif name == "query":
             p.add_argument("--gemm", required=True, metavar="M,K,N")
             p.add_argument("--no-pad", action="store_true", help="no auto-padding")
-            p.add_argument("--max-pad", type=_at_least(float, 0), default=MAX_PAD)
+            p.add_argument("--max-pad", type=at_least(float, 0), default=MAX_PAD)
             p.add_argument("--json", action="store_true")
         elif name == "export":
             p.add_argument("--out", metavar="FILE.json")

@@ -54,7 +54,11 @@ def planned_cases(text: str, cfg: AccelConfig, strategy: str, seed: int
     the planner with ``strategy`` and laid out densely from address 0, as ``tb.planned`` runs
     them (``make sim``, ``python -m tb.demo``). Raises ``ValueError`` naming the item and what
     is wrong (not ``MxKxN``, a size out of range, a strategy, operands beyond the device
-    memory, a descriptor rule), so a run can refuse before it builds anything."""
+    memory, a descriptor rule, a negative ``seed``), so a run can refuse before it builds
+    anything."""
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer (numpy's generators take no "
+                         f"other), not {seed!r}")
     out = []
     for idx, item in enumerate(text.split(",")):
         dims = item.strip().lower().split("x")

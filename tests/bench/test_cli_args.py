@@ -50,3 +50,44 @@ def test_bench_clis_check_arguments_before_any_run(module, args, message, tmp_pa
     with pytest.raises(SystemExit):
         main([a.format(tmp=tmp_path) for a in args])
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("bench.conv_tables", ["--repeat", "0"], "--repeat: must be >= 1, not 0"),
+    ("bench.conv_tables", ["--batch", "-2"], "--batch: must be >= 1, not -2"),
+    ("bench.tunedb_eval", ["--db", "x.db", "--count", "-5"], "--count: must be >= 1, not -5"),
+    ("bench.tunedb_eval", ["--db", "x.db", "--seed", "-1"], "--seed: must be >= 0, not -1"),
+    ("bench.tunedb_eval", ["--db", "x.db", "--workers", "0"], "--workers: must be >= 1, not 0"),
+    ("bench.tunedb_eval", ["--db", "x.db", "--batch", "abc"], "--batch: 'abc' is not int"),
+    ("bench.sta", ["x.sdf", "--top", "0"], "--top: must be >= 1, not 0"),
+    ("examples.run", ["cnn", "--seed", "-1"], "--seed: must be >= 0, not -1"),
+])
+def test_counts_and_seeds_are_range_checked(module, args, message, capsys):
+    """``--repeat 0`` ended in an UnboundLocalError, ``--count -5`` evaluated no shapes, a
+    negative seed ended in numpy's ValueError after the work had started."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--db", "{tmp}/none.db"], "none.db: no such tuning database"),
+    (["--db", "{tmp}/empty.db", "--scheduler", "bogus"], "scheduler must be 'serial'"),
+    (["--db", "{tmp}/none.db", "--out", "{tmp}"], "--out {tmp}: is a directory"),
+])
+def test_tunedb_eval_errors_are_usage_errors(args, message, tmp_path, capsys):
+    """They were tracebacks (TuneDBError, ValueError) or, for --out, came after the run."""
+    from bench.tunedb_eval import main
+    from planner.tunedb.store import TuneDB
+    from spec.config import PRESETS
+
+    with TuneDB.open(tmp_path / "empty.db", PRESETS["tiny"]):
+        pass
+    with pytest.raises(SystemExit) as info:
+        main([a.format(tmp=tmp_path) for a in args])
+    assert info.value.code == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err

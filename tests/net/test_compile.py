@@ -424,6 +424,18 @@ def test_compile_refuses_an_unknown_strategy_before_any_work(cnn, tmp_path, caps
     assert not (tmp_path / "m.tsr").exists()
 
 
+@pytest.mark.parametrize("main, args", [
+    (compile_main, ["{tmp}/missing.onnx", "-o", "{tmp}/m.tsr", "--seeded-weights", "-1"]),
+    (run_main, ["{tmp}/missing.tsr", "--seed", "-3"]),
+])
+def test_cli_seeds_must_be_non_negative(main, args, tmp_path, capsys):
+    """numpy's generators refuse negative seeds: the run ended in their ValueError."""
+    with pytest.raises(SystemExit) as info:
+        main([a.format(tmp=tmp_path) for a in args])
+    assert info.value.code == 2
+    assert "must be >= 0, not -" in capsys.readouterr().err
+
+
 def test_unknown_op_compiles_to_the_host_and_fails_naming_it_when_run():
     """A quantised model (QLinearConv) followed by an operator of an unknown domain."""
     rng = np.random.default_rng(3)

@@ -25,6 +25,14 @@ def test_demo_refuses_bad_shapes_before_building(shapes, message, monkeypatch, c
     assert re.search(message, err), err
 
 
+def test_demo_refuses_a_negative_seed_before_building(monkeypatch, capsys):
+    """``--seed -5`` used to build the model and then end in "FAIL: see <dir>": numpy's
+    generator refused the seed inside cocotb."""
+    monkeypatch.setattr(tb.demo, "emit", lambda *a: pytest.fail("built before checking"))
+    assert tb.demo.main(["--preset", "tiny", "--shapes", "8x8x8", "--seed", "-5"]) == 2
+    assert "seed must be a non-negative integer" in capsys.readouterr().err
+
+
 def test_demo_refuses_an_unknown_strategy(capsys):
     with pytest.raises(SystemExit):
         tb.demo.main(["--preset", "tiny", "--strategy", "db"])

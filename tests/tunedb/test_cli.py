@@ -91,6 +91,7 @@ def test_cli_shape_sources():
 @pytest.mark.parametrize("args, message", [
     (["build", "--random", "-5"], "argument --random: must be >= 0, not -5"),
     (["build", "--workers", "0"], "argument --workers: must be >= 1, not 0"),
+    (["build", "--seed", "-1"], "argument --seed: must be >= 0, not -1"),
     (["build", "--util-floor", "x"], "argument --util-floor: 'x' is not float"),
     (["query", "--gemm", "8,8,8", "--max-pad", "-1"], "argument --max-pad: must be >= 0"),
     (["query", "--gemm", "8,8,8", "--max-pad", "nan"], "argument --max-pad: must be >= 0"),
