@@ -32,6 +32,7 @@ Every layer is planned by :mod:`planner` (``strategy``), and every record passes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 
 import numpy as np
@@ -157,7 +158,7 @@ class ImageBuilder:
                                                       SectionKind.WEIGHTS)}
         # (name, desc fields, layer fields, predicted cycles)
         self._pending: list[tuple] = []
-        self._names: set[str] = set()
+        self._names: dict[str, None] = {}       # an ordered set: _restore truncates it
         self._shared: dict[tuple, tuple[SectionKind, int]] | None = {} if share_blobs else None
 
     # -- memory -----------------------------------------------------------------------------------
@@ -247,6 +248,38 @@ class ImageBuilder:
 
     # -- layers -----------------------------------------------------------------------------------
 
+    def _state(self) -> tuple:
+        """What a layer call may change (lengths, not copies: a layer only appends)."""
+        return (len(self._names), {k: len(v) for k, v in self._blobs.items()},
+                None if self._shared is None else len(self._shared), len(self.buffers),
+                self._data_top, self._local_top, len(self._pending))
+
+    def _restore(self, state: tuple) -> None:
+        names, blobs, shared, buffers, self._data_top, self._local_top, pending = state
+        self._names = dict(list(self._names.items())[:names])
+        for kind, size in blobs.items():
+            del self._blobs[kind][size:]
+        if shared is not None:
+            self._shared = dict(list(self._shared.items())[:shared])
+        self.buffers = dict(list(self.buffers.items())[:buffers])
+        del self._pending[pending:]
+
+    @staticmethod
+    def _all_or_nothing(method):
+        """A layer call that raises leaves the builder as it was: its name free again, no
+        orphan blobs, buffers or records (a caller may catch the error and add the layer
+        another way, as the compiler does when it sends a refused layer to the host)."""
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            state = self._state()
+            try:
+                return method(self, *args, **kwargs)
+            except BaseException:
+                self._restore(state)
+                raise
+        return call
+
+    @_all_or_nothing
     def gemm(self, name: str, *, weights: np.ndarray, n: int, b_addr: int, b_stride: int,
              out_addr: int, out_stride: int, bias=None, requant: Requant | None = None,
              op_kind: OpKind = OpKind.GEMM) -> None:
@@ -275,6 +308,7 @@ class ImageBuilder:
                                               b_local=self._is_local(b_addr),
                                               c_local=self._is_local(out_addr)), m * k * n)
 
+    @_all_or_nothing
     def conv(self, name: str, *, shape, weights: np.ndarray, x_addr: int, out_addr: int,
              out_chan_stride: int, out_row_stride: int | None = None, bias=None,
              requant: Requant | None = None, rows: tuple[int, int] | None = None,
@@ -370,6 +404,7 @@ class ImageBuilder:
             self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles,
                       gemm.m * taps * height * Q)
 
+    @_all_or_nothing
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
                   requant: Requant | None = None, stride: int = 1) -> None:
@@ -416,7 +451,7 @@ class ImageBuilder:
             raise ValueError(f"layer name must be a non-empty str, not {name!r}")
         if name in self._names:
             raise ValueError(f"layer name {name!r} is already used")
-        self._names.add(name)
+        self._names[name] = None
 
     def _add(self, name: str, desc: dict, fields: dict, predicted, macs: int) -> None:
         """``predicted``: the planner's :class:`~planner.cost.CycleBreakdown` of the record;

@@ -15,6 +15,7 @@ another function without this table following; line moves inside a function do n
 | firmware/__main__.py | build_parser | argparse add_subparsers | 1 | cli: test_firmware_subcommand |
 | firmware/__main__.py | _read | CliError | 4 | cli: test_firmware_unreadable_image, test_firmware_tsr_archive, test_firmware_not_an_image |
 | firmware/builder.py | ImageBuilder.__init__ | ValueError | 2 | image: test_builder_image_addr, test_builder_data_addr |
+| firmware/builder.py | ImageBuilder._all_or_nothing.call | <re-raise> | 1 | image: test_builder_refused_layer_leaves_nothing_behind (the layer method's own error passes through unchanged, after the builder is restored) |
 | firmware/builder.py | ImageBuilder._claim | ValueError | 2 | image: test_builder_layer_name, test_builder_layer_name_unique |
 | firmware/builder.py | ImageBuilder.buffer | ValueError | 3 | image: test_builder_buffer_name_unique, test_builder_buffer_nbytes, test_builder_buffer_fits |
 | firmware/builder.py | ImageBuilder.local | ValueError | 4 | image: test_builder_local_name_unique, test_builder_local_nbytes, test_builder_local_fits, test_builder_local_past_32_bit_addresses |

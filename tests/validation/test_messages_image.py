@@ -286,6 +286,44 @@ def test_builder_layer_name_unique():
                out_stride=4)
 
 
+@pytest.mark.parametrize("share_blobs", [False, True])
+@pytest.mark.parametrize("kind", ["gemm", "conv", "depthwise"])
+def test_builder_refused_layer_leaves_nothing_behind(kind, share_blobs):
+    """A layer call that raises after it has stored its weights (here: a bias that does not
+    fit int32) leaves the builder as it was: the name is free again and the image is byte for
+    byte the one built without the failed call. The name used to stay claimed and the
+    weights stayed in the image."""
+    from planner.shapes import ConvShape
+
+    cfg = dataclasses.replace(CFG, dw_mesh=1)
+    shape = ConvShape(batch=1, in_channels=2, height=6, width=6, out_channels=4, kernel_h=3,
+                      kernel_w=3)
+    calls = {
+        "gemm": lambda b, x, y, **kw: b.gemm("L", weights=np.full((8, 8), 3, np.int8), n=4,
+                                             b_addr=x, b_stride=4, out_addr=y, out_stride=16,
+                                             **kw),
+        "conv": lambda b, x, y, **kw: b.conv("L", shape=shape,
+                                             weights=np.full((4, 2, 3, 3), 3, np.int8),
+                                             x_addr=x, out_addr=y, out_chan_stride=64, **kw),
+        "depthwise": lambda b, x, y, **kw: b.depthwise("L", weights=np.full((8, 3, 3), 3,
+                                                                            np.int8),
+                                                       h=4, w=4, x_addr=x, out_addr=y, **kw),
+    }
+
+    def image(fail: bool) -> bytes:
+        b = ImageBuilder(cfg, share_blobs=share_blobs)
+        x, y, z = b.buffer("x", 512), b.buffer("y", 1024), b.buffer("z", 128)
+        b.gemm("first", weights=np.ones((8, 8), np.int8), n=4, b_addr=x, b_stride=4,
+               out_addr=z, out_stride=16)
+        if fail:
+            with refused(ValueError, "bias values must be in [-2147483648, 2147483647]"):
+                calls[kind](b, x, y, bias=np.full(8 if kind != "conv" else 4, 2**31))
+        calls[kind](b, x, y)                # the same name, accepted now
+        return b.build()[0]
+
+    assert image(fail=True) == image(fail=False)
+
+
 def _rq(mult=1 << 30, shift=5):
     return Requant(multiplier=np.full(8, mult, np.int64), shift=np.full(8, shift, np.int64))
 
