@@ -71,7 +71,15 @@ class ConvProgram:
 
     def predict(self, cfg: AccelConfig, tiling: dict | None = None) -> CycleBreakdown:
         """Predicted counters of the whole layer (every group; the groups run one after another).
-        Addresses do not change cycles, so none are needed."""
+        Addresses do not change cycles, so none are needed. Raises ``ValueError`` when the
+        tables do not fit ``cfg``'s table memories: one record cannot run the layer, so it gets
+        no cycle count here (:func:`planner.layer_cost` costs it in bands, :func:`row_bands`)."""
+        problems = _fits(self.tables, self.shape, cfg)
+        if problems:
+            raise ValueError(f"{self.shape}: its convolution tables do not fit this "
+                             f"configuration's table memories ({'; '.join(problems)}): one "
+                             f"record cannot run it (planner.layer_cost costs it in bands of "
+                             f"output rows)")
         d = self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
         one = predict_conv(d, self.tables, cfg).as_dict()
         return CycleBreakdown(**{name: value * self.groups for name, value in one.items()})

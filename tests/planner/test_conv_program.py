@@ -97,6 +97,16 @@ def test_row_bands_are_the_most_rows_whose_tables_fit():
     assert _fits(WIDE, TINY, rows) and not _fits(WIDE, TINY, rows + 1)
 
 
+def test_program_predict_refuses_tables_that_do_not_fit():
+    """One record cannot run a layer whose tables exceed the table memories: its program gets
+    no cycle count (it used to give one); layer_cost costs the bands."""
+    program = compile_conv(WIDE, "NCHW", TINY)
+    with pytest.raises(ValueError, match="tables do not fit this configuration's table "
+                                         "memories .*: one record cannot run it"):
+        program.predict(TINY)
+    assert compile_conv(WIDE, "NCHW", PRESETS["small"]).predict(PRESETS["small"]).total_cycles
+
+
 def test_row_bands_refuse_what_no_band_makes_fit():
     from planner.conv import row_bands
 
@@ -148,5 +158,7 @@ def test_layer_cost_of_a_batch_is_one_record_set_per_image():
     three = layer_cost(dataclasses.replace(GROUPED_ONE, batch=3), TINY)
     assert three.counters.as_dict() == {k: 3 * v for k, v in one.counters.as_dict().items()}
     assert three.macs == 3 * one.macs and three.groups == 2
+    # what it used to say: one record over the whole batch, whose tables do not even fit
     whole = compile_conv(dataclasses.replace(GROUPED_ONE, batch=3), "NCHW", TINY)
-    assert whole.predict(TINY).total_cycles != three.cycles      # what it used to say
+    with pytest.raises(ValueError, match="one record cannot run it"):
+        whole.predict(TINY)
