@@ -68,12 +68,21 @@ def layer_costs(results: list[LayerResult], strategy: str, cfg: AccelConfig,
     """Each layer's predicted counters with ``strategy``'s plan, from the one cost entry point
     (:func:`planner.layer_cost`: the convolution model for convolutions; a layer run in bands
     of rows plans its bands with ``strategy`` and ``db``)."""
-    costs = []
+    costs, refused = [], []
     for r in results:
         try:
             costs.append(layer_cost(r.layer.shape, cfg, strategy, db, plan=r.plans[strategy]))
         except ValueError as err:
-            raise ValueError(f"layer {r.layer.name}: {err}") from None
+            refused.append((r.layer.name, str(err)))
+    if len(refused) == 1:
+        raise ValueError(f"layer {refused[0][0]}: {refused[0][1]}")
+    if refused:
+        # every one named, each reason once (the first layer's in full): a network with
+        # several layers the configuration cannot run says so in one pass
+        lines = [f"{len(refused)} layers cannot run on this configuration:"]
+        for name, reason in refused:
+            lines.append(f"  layer {name}: {reason}")
+        raise ValueError("\n".join(lines))
     return costs
 
 

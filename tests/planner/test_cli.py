@@ -113,6 +113,25 @@ def test_cli_refuses_a_conv_whose_tables_cannot_fit_even_a_row(capsys):
                  "--preset", "tiny"]) == 0
 
 
+def test_cli_names_every_layer_of_a_workload_that_cannot_run(tmp_path, capsys):
+    """A workload with several layers the configuration cannot run names them all in one
+    error (it stopped at the first), and prints no cycles, table or JSON."""
+    conv = dict(kind="conv", N=1, C=512, H=7, W=7, K=512, R=3, S=3, pad_top=1, pad_left=1,
+                pad_bottom=1, pad_right=1)
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"network": "w", "layers": [
+        {"name": "ok", **conv, "C": 64},
+        {"name": "deep_a", **conv},
+        {"name": "deep_b", **conv, "stride_h": 2, "stride_w": 2, "H": 14, "W": 14}]}))
+    for extra in ([], ["--json"]):
+        assert main(["plan", "--workload", str(path), "--preset", "fpga", *extra]) == 2
+        out = capsys.readouterr()
+        assert out.out == ""
+        assert out.err.startswith("error: 2 layers cannot run on this configuration:\n")
+        assert "  layer deep_a: ConvShape(" in out.err and "  layer deep_b: ConvShape(" in out.err
+        assert "layer ok" not in out.err
+
+
 def test_cli_refuses_malformed_workloads_naming_the_file(tmp_path, capsys):
     layer = {"kind": "gemm", "M": 8, "K": 8, "N": 8}
     wl = tmp_path / "w.json"
