@@ -388,6 +388,20 @@ class Lowered:
         return [s for s in self.steps if isinstance(s, HostOp)]
 
 
+def _per_channel(bias: np.ndarray, m: int) -> np.ndarray:
+    """``bias`` as ``m`` per-output-channel values: a scalar, or ``(m,)`` / ``(1, m)``, the
+    shapes that broadcast along the output's channel axis only. A Gemm's ``C`` may also be
+    ``(rows, 1)`` or ``(rows, m)``, a bias per row (token); the accelerator's bias is per
+    channel, so such a layer is not matched (it runs on the host). Flattening such a ``C``
+    when ``rows == m`` used to apply it along the wrong axis."""
+    shape = bias.shape
+    if not (bias.ndim <= 1 and bias.size in (1, m)
+            or bias.ndim == 2 and shape[0] == 1 and shape[1] in (1, m)):
+        raise _NoMatch(f"bias of shape {shape} is not per output channel (a scalar, ({m},) "
+                       f"or (1, {m}))")
+    return np.broadcast_to(bias.reshape(-1), (m,))
+
+
 class _NoMatch(Exception):
     """The node does not match an accelerator pattern (it stays a host op); the message says
     why."""
@@ -665,18 +679,19 @@ class _Lowerer:
                 self.g.const(dq.input(2)) if dq.input(2) else None
             if bq is None or bs is None:
                 raise _NoMatch("bias is not a constant")
+            bq = _per_channel(bq, m)
             bs = np.broadcast_to(np.asarray(bs, np.float64).reshape(-1), (m,))
             if bq.dtype == np.int32 and (bz is None or not np.any(bz)) \
                     and np.allclose(bs, want, rtol=1e-6, atol=0):
-                return bq.astype(np.int64).reshape(m)
-            real = (bq.astype(np.float64).reshape(-1) - (0 if bz is None else np.asarray(
+                return bq.astype(np.int64)
+            real = (bq.astype(np.float64) - (0 if bz is None else np.asarray(
                 bz, np.float64).reshape(-1))) * bs
         else:
             real = self.g.const(name)
             if real is None:
                 raise _NoMatch("bias is not a constant")
-            real = np.asarray(real, np.float64).reshape(-1)
-        return np.round(np.broadcast_to(real, (m,)) / want).astype(np.int64)
+            real = _per_channel(np.asarray(real, np.float64), m)
+        return np.round(real / want).astype(np.int64)
 
     @staticmethod
     def requant(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
