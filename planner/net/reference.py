@@ -102,9 +102,29 @@ def _axis_param(p: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
     return p.reshape(shape)
 
 
-def _quantize(x, scale, zp, axis: int) -> np.ndarray:
+def _blocked(n: Node) -> None:
+    if n.attrs.get("block_size", 0):
+        raise HostOpError(f"{n}: blocked quantisation (block_size="
+                          f"{n.attrs['block_size']}) is not supported on the host")
+
+
+def _quantize(n: Node, x, scale, zp=None) -> np.ndarray:
+    """QuantizeLinear: the output type is the zero point's, else the ``output_dtype``
+    attribute's (opset 21), else uint8."""
+    _blocked(n)
+    axis = n.attrs.get("axis", 1)
     x = np.asarray(x, np.float32)
-    dtype = np.asarray(zp).dtype if zp is not None else np.dtype(np.uint8)
+    if zp is not None:
+        dtype = np.asarray(zp).dtype
+    elif n.attrs.get("output_dtype", 0):
+        from onnx import helper
+
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(n.attrs["output_dtype"]))
+    else:
+        dtype = np.dtype(np.uint8)
+    if dtype.kind not in "iu":
+        raise HostOpError(f"{n}: QuantizeLinear to {dtype} is not supported on the host "
+                          f"(integer outputs only)")
     info = np.iinfo(dtype)
     scale = _axis_param(np.asarray(scale, np.float32), x, axis)
     zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
@@ -112,17 +132,73 @@ def _quantize(x, scale, zp, axis: int) -> np.ndarray:
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
-def _dequantize(x, scale, zp, axis: int) -> np.ndarray:
+def _dequantize(n: Node, x, scale, zp=None) -> np.ndarray:
+    _blocked(n)
+    axis = n.attrs.get("axis", 1)
     x = np.asarray(x)
     scale = _axis_param(np.asarray(scale, np.float32), x, axis)
     zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
     return (x.astype(np.int32) - zp).astype(np.float32) * scale
 
 
-def _softmax(x, axis):
-    x = np.asarray(x, np.float32)
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+def _softmax_family(n: Node, opset: int, x) -> list[np.ndarray]:
+    """Softmax, LogSoftmax and Hardmax. From opset 13 along ``axis`` (default -1); before it,
+    over the input coerced to 2-D at ``axis`` (default 1): every dimension from ``axis`` on
+    is one row (onnx.reference applies the opset-13 rule to older models)."""
+    x = np.asarray(x)
+    shape = x.shape
+    if opset >= 13:
+        axis = n.attrs.get("axis", -1) % max(x.ndim, 1)
+    else:
+        a = n.attrs.get("axis", 1)
+        a = a + x.ndim if a < 0 else a
+        x, axis = x.reshape(int(np.prod(shape[:a])), -1), 1
+    if n.op_type == "Hardmax":
+        first = np.argmax(x, axis=axis)
+        y = (np.arange(x.shape[axis]).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+             == np.expand_dims(first, axis)).astype(x.dtype)
+    else:
+        z = x.astype(np.float32) - x.max(axis=axis, keepdims=True)
+        total = np.exp(z).sum(axis=axis, keepdims=True)
+        y = (z - np.log(total) if n.op_type == "LogSoftmax" else np.exp(z) / total)
+        y = y.astype(x.dtype)
+    return [y.reshape(shape)]
+
+
+def _divide(n: Node, a, b):
+    """Div: integer operands divide with truncation toward zero (C, onnxruntime), keeping
+    their type; numpy's ``/`` gave float64."""
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.result_type(a, b)
+    if dtype.kind not in "iu":
+        return a / b
+    if not np.all(b):
+        raise HostOpError(f"{n}: integer division by zero")
+    q = np.floor_divide(a, b)
+    q = q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
+    return q.astype(dtype)
+
+
+def _flatten(n: Node, x) -> np.ndarray:
+    """Flatten to ``(prod(shape[:axis]), prod(shape[axis:]))``, ``axis`` in [-rank, rank]."""
+    a = n.attrs.get("axis", 1)
+    a = a + x.ndim if a < 0 else a
+    return x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))
+
+
+def _batchnorm(n: Node, x, scale, bias, mean, var) -> list[np.ndarray]:
+    """BatchNormalization in inference mode, every opset: ``(x - mean) / sqrt(var + eps) *
+    scale + bias`` per channel (axis 1). onnx.reference's opset 9-13 kernel computes batch
+    statistics instead (training mode)."""
+    if n.attrs.get("training_mode", 0) or len([o for o in n.outputs if o]) > 1:
+        raise HostOpError(f"{n}: BatchNormalization in training mode (running statistics as "
+                          f"outputs) is not supported on the host")
+    x = np.asarray(x)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    p = [np.asarray(v, np.float32).reshape(shape) for v in (scale, bias, mean, var)]
+    eps = np.float32(n.attrs.get("epsilon", 1e-5))
+    y = (x.astype(np.float32) - p[2]) / np.sqrt(p[3] + eps) * p[0] + p[1]
+    return [y.astype(x.dtype)]
 
 
 def _layernorm(x, gamma, beta, axis, eps):
@@ -147,24 +223,26 @@ _NUMPY = {
     "Add": lambda n, a, b: [a + b],
     "Sub": lambda n, a, b: [a - b],
     "Mul": lambda n, a, b: [a * b],
-    "Div": lambda n, a, b: [a / b],
+    "Div": lambda n, a, b: [_divide(n, a, b)],
     "Sum": lambda n, *xs: [sum(xs[1:], xs[0])],
     "Identity": lambda n, x: [x],
     "Dropout": lambda n, x, *rest: [x],
     "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
-    "Flatten": lambda n, x: [x.reshape(int(np.prod(x.shape[:n.attrs.get("axis", 1) % max(
-        x.ndim, 1)])) if n.attrs.get("axis", 1) % max(x.ndim, 1) else 1, -1)],
+    "Flatten": lambda n, x: [_flatten(n, x)],
+    "BatchNormalization": _batchnorm,
     "Transpose": lambda n, x: [np.transpose(x, n.attrs.get("perm"))],
     "Concat": lambda n, *xs: [np.concatenate(xs, axis=n.attrs["axis"])],
-    "Softmax": lambda n, x: [_softmax(x, n.attrs.get("axis", -1))],
     "Erf": None,   # onnx.reference (scipy-free numpy erf)
     "GlobalAveragePool": lambda n, x: [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
                                        .astype(x.dtype)],
     "LayerNormalization": lambda n, x, g, b=None: [_layernorm(
         x, g, b, n.attrs.get("axis", -1), n.attrs.get("epsilon", 1e-5))],
-    "QuantizeLinear": lambda n, x, s, z=None: [_quantize(x, s, z, n.attrs.get("axis", 1))],
-    "DequantizeLinear": lambda n, x, s, z=None: [_dequantize(x, s, z, n.attrs.get("axis", 1))],
+    "QuantizeLinear": lambda n, *args: [_quantize(n, *args)],
+    "DequantizeLinear": lambda n, *args: [_dequantize(n, *args)],
 }
+
+#: Host operators whose semantics changed with the opset: ``fn(node, opset, *inputs)``.
+_NUMPY_OPSET = {name: _softmax_family for name in ("Softmax", "LogSoftmax", "Hardmax")}
 
 
 class HostExecutor:
@@ -178,10 +256,18 @@ class HostExecutor:
     def __call__(self, node: Node, env: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         args = [env[i] if i else None for i in node.inputs]
         fn = _NUMPY.get(node.op_type) if node.domain == "" else None
-        if fn is not None:
+        by_opset = _NUMPY_OPSET.get(node.op_type) if node.domain == "" else None
+        if fn is not None or by_opset is not None:
             while args and args[-1] is None:
                 args.pop()
-            return fn(node, *args)
+            try:
+                return fn(node, *args) if fn is not None else \
+                    by_opset(node, self._graph.opset, *args)
+            except HostOpError:
+                raise
+            except Exception as e:
+                raise HostOpError(f"{node}: host execution failed ({type(e).__name__}: {e})") \
+                    from None
         return self._reference(node, args)
 
     def _reference(self, node: Node, args) -> list[np.ndarray]:

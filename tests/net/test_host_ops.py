@@ -6,6 +6,8 @@ matches and what the host computes."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -82,3 +84,86 @@ def test_gemm_bias_along_the_output_features_only(bias_shape, on_accel):
     want = _ort(model, feeds)["y"]
     lsb = np.abs(out["y"] - want).max() / 0.04
     assert lsb <= (1.001 if on_accel else 1e-3), lsb
+
+
+def _one_op(op, inputs, attrs, opset, consts=None, outputs=1):
+    """A model of one ``op`` node on graph inputs ``inputs`` (name -> array) and constants."""
+    consts = consts or {}
+    names = list(inputs) + list(consts)
+    node = helper.make_node(op, names, [f"y{i}" for i in range(outputs)], name="op", **attrs)
+    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for k, v in inputs.items()]
+    outs = [helper.make_empty_tensor_value_info(f"y{i}") for i in range(outputs)]
+    model = _model([node], ins, outs, consts, opset)
+    typed = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    for out in model.graph.output:
+        if out.name in typed:
+            out.CopyFrom(typed[out.name])
+    return model
+
+
+RNG = np.random.default_rng(7)
+X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op, inputs, attrs, opset, consts", [
+    # integer Div truncates toward zero and keeps the type (it was float64 true division)
+    ("Div", {"a": np.array([7, -7, 7, -7, 100000, -3], np.int32),
+             "b": np.array([2, 2, -2, -2, 7, 5], np.int32)}, {}, 17, None),
+    ("Div", {"a": RNG.standard_normal(6).astype(np.float32),
+             "b": np.full(6, 3, np.float32)}, {}, 17, None),
+    # opset 21: no zero point, output_dtype INT8 (it was uint8)
+    ("QuantizeLinear", {"x": RNG.standard_normal((4, 6)).astype(np.float32) * 3},
+     {"output_dtype": TensorProto.INT8}, 21, {"s": np.float32(0.02)}),
+    # axis == rank: (N, 1) (it was (1, N))
+    ("Flatten", {"x": X3}, {"axis": 3}, 13, None),
+    ("Flatten", {"x": X3}, {"axis": -1}, 13, None),
+    ("Flatten", {"x": X3}, {"axis": 0}, 13, None),
+    # before opset 13 the input is coerced to 2-D at axis (default 1) (it was softmax over -1)
+    ("Softmax", {"x": X3}, {}, 12, None),
+    ("Softmax", {"x": X3}, {"axis": 2}, 11, None),
+    ("Softmax", {"x": X3}, {}, 13, None),
+    ("LogSoftmax", {"x": X3}, {}, 12, None),
+    ("LogSoftmax", {"x": X3}, {"axis": 1}, 13, None),
+    ("Hardmax", {"x": X3}, {}, 11, None),
+    ("Hardmax", {"x": X3}, {"axis": 1}, 13, None),
+    # inference mode with the running statistics (onnx.reference used batch statistics <= 13)
+    ("BatchNormalization", {"x": RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)},
+     {"epsilon": 1e-3}, 13,
+     {"scale": RNG.uniform(0.5, 1, 3).astype(np.float32),
+      "b": RNG.standard_normal(3).astype(np.float32),
+      "mean": RNG.standard_normal(3).astype(np.float32),
+      "var": RNG.uniform(0.5, 1.5, 3).astype(np.float32)}),
+    ("BatchNormalization", {"x": RNG.standard_normal((1, 3, 5)).astype(np.float32)}, {}, 15,
+     {"scale": np.float32([1, 2, 3]), "b": np.float32([0, 1, -1]),
+      "mean": np.float32([0.5, 0, -0.5]), "var": np.float32([1, 2, 0.25])}),
+])
+def test_host_operators_follow_their_opset_definition(op, inputs, attrs, opset, consts):
+    model = _one_op(op, inputs, attrs, opset, consts)
+    _, net, out = _run(model, inputs)
+    assert all(s.kind == "host" for s in net.steps)
+    want = _ort(model, inputs)["y0"]
+    assert out["y0"].dtype == want.dtype and out["y0"].shape == want.shape
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(out["y0"], want)
+    else:
+        np.testing.assert_allclose(out["y0"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, inputs, attrs, opset, consts, outputs, message", [
+    ("Div", {"a": np.array([1, 2], np.int32), "b": np.array([1, 0], np.int32)}, {}, 17, None,
+     1, "integer division by zero"),
+    ("QuantizeLinear", {"x": np.ones((2, 4), np.float32)}, {"axis": 1, "block_size": 2}, 21,
+     {"s": np.full((2, 2), 0.1, np.float32), "z": np.zeros((2, 2), np.int8)}, 1,
+     "blocked quantisation (block_size=2) is not supported on the host"),
+    ("BatchNormalization", {"x": np.ones((1, 2, 2, 2), np.float32)}, {"training_mode": 1}, 15,
+     {k: np.ones(2, np.float32) for k in ("s", "b", "m", "v")}, 3,
+     "BatchNormalization in training mode"),
+])
+def test_host_operators_refuse_what_they_do_not_implement(op, inputs, attrs, opset, consts,
+                                                          outputs, message):
+    from planner.net.reference import HostOpError
+
+    model = _one_op(op, inputs, attrs, opset, consts, outputs)
+    with pytest.raises(HostOpError, match=re.escape(message)):
+        _run(model, inputs)
