@@ -18,6 +18,7 @@ import json
 import math
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -260,14 +261,17 @@ def _feeds(path: str, net) -> dict:
     """The graph inputs in ``path`` (``--input``): every input the network has, no other
     array, each of its compiled shape and finite."""
     p = Path(path)
-    if p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as z:
-            feeds = {k: z[k] for k in z.files}
-    else:
-        names = list(net.inputs)
-        if len(names) != 1:
-            raise ValueError(f"--input {path}: the network has inputs {names}; give an .npz")
-        feeds = {names[0]: np.load(p, allow_pickle=False)}
+    try:
+        if p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
+        else:
+            names = list(net.inputs)
+            if len(names) != 1:
+                raise ValueError(f"the network has inputs {names}; give an .npz")
+            feeds = {names[0]: np.load(p, allow_pickle=False)}
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:   # pickled objects, not numpy
+        raise ValueError(f"--input {path}: {e}") from None
     extra = sorted(set(feeds) - set(net.inputs))
     if extra:
         raise ValueError(f"--input {path}: arrays {extra} are not graph inputs (the network's "
@@ -279,8 +283,7 @@ def _feeds(path: str, net) -> dict:
         if list(x.shape) != list(spec["shape"]):
             raise ValueError(f"--input {path}: {name!r} has shape {list(x.shape)}, the network "
                              f"was compiled for {spec['shape']}")
-        with np.errstate(over="ignore", invalid="ignore"):   # checked next: 1e300 -> inf
-            x = x.astype(spec["dtype"], copy=False)
+        x = _converted(x, np.dtype(spec["dtype"]), f"--input {path}: {name!r}")
         if x.dtype.kind in "fc" and not np.isfinite(x).all():
             bad = int(x.size - np.isfinite(x).sum())
             raise ValueError(f"--input {path}: {name!r} has {bad} non-finite values (NaN or "
@@ -288,6 +291,34 @@ def _feeds(path: str, net) -> dict:
                              f"finite inputs")
         feeds[name] = x
     return feeds
+
+
+def _converted(x: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """``x`` as the graph input's ``dtype`` when no value changes but by float rounding:
+    an integer input takes integers (or integral floats) in its range, a float input takes
+    real numbers. ``astype`` used to wrap 321 to 65 for a uint8 input, -7 to 249, and truncate
+    0.47 to 0, and the run reported success."""
+    if x.dtype.kind not in "iuf":
+        raise ValueError(f"{what} is {x.dtype}; the network's input is {dtype}")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if x.dtype.kind == "f" and not np.array_equal(x, np.round(x)):
+            raise ValueError(f"{what} is {x.dtype} with non-integral values; the network's "
+                             f"input is {dtype}")
+        if x.size and (x.min() < info.min or x.max() > info.max):
+            raise ValueError(f"{what} has values in [{x.min()}, {x.max()}], outside {dtype}'s "
+                             f"[{info.min}, {info.max}]")
+    with np.errstate(over="ignore", invalid="ignore"):   # checked by the caller: 1e300 -> inf
+        return x.astype(dtype, copy=False)
+
+
+def _generated(shape, dtype: np.dtype, rng) -> np.ndarray:
+    """A generated input: standard normal for a float input, uniform over the whole range
+    for an integer one (normal values cast to uint8 were only 0, 1, 2, 254 and 255)."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+    return rng.normal(0, 1, shape).astype(dtype)
 
 
 def _report_table(rows: list[dict], title: str, measured: bool) -> None:
@@ -345,10 +376,11 @@ def run_main(argv: list[str] | None = None) -> int:
         net = CompiledNetwork.load(args.network)
         if args.input is None:
             rng = np.random.default_rng(args.seed)
-            feeds = {name: rng.normal(0, 1, spec["shape"]).astype(spec["dtype"])
+            feeds = {name: _generated(spec["shape"], np.dtype(spec["dtype"]), rng)
                      for name, spec in net.inputs.items()}
-            print(f"input: generated, standard normal, seed {args.seed} "
-                  f"({', '.join(f'{n} {tuple(f.shape)}' for n, f in feeds.items())})")
+            print(f"input: generated (float: standard normal; integer: uniform over its "
+                  f"range), seed {args.seed} "
+                  f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
         else:
             feeds = _feeds(args.input, net)
     except (CompileError, ValueError, OSError) as e:

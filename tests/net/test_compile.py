@@ -352,8 +352,8 @@ def test_cli_run_generates_its_input_and_writes_an_html_report(tmp_path, capsys)
     page = tmp_path / "r.html"
     assert run_main([str(tmp_path / "cnn.tsr"), "--seed", "3", "--html", str(page),
                      "--output", str(tmp_path / "gen.npz")]) == 0
-    assert "input: generated, standard normal, seed 3 (x (1, 3, 8, 8))" in \
-        capsys.readouterr().out
+    assert ("input: generated (float: standard normal; integer: uniform over its range), "
+            "seed 3 (x float32 (1, 3, 8, 8))") in capsys.readouterr().out
     # the same values given explicitly: the same outputs
     np.save(tmp_path / "x.npy", np.random.default_rng(3).normal(0, 1, (1, 3, 8, 8))
             .astype(np.float32))
@@ -400,6 +400,68 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
     ]:
         assert run_main([tsr, *args]) == 2, args
         assert message in capsys.readouterr().err
+
+
+def _uint8_qlinear_conv(tmp_path):
+    """A compiled QLinearConv network whose input is uint8 (``.tsr`` path)."""
+    rng = np.random.default_rng(4)
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.INT8, [1, 4, 6, 6])
+    consts = {"xs": np.array(0.05, np.float32), "xz": np.array(130, np.uint8),
+              "w": rng.integers(-90, 90, (4, 2, 3, 3)).astype(np.int8),
+              "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
+              "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], name="conv", pads=[1, 1, 1, 1])
+    model = helper.make_model(
+        helper.make_graph([node], "g", [x], [y], [onnx.numpy_helper.from_array(v, k)
+                                                  for k, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "q.onnx")
+    assert compile_main([str(tmp_path / "q.onnx"), "-o", str(tmp_path / "q.tsr"),
+                         "--config", "tiny"]) == 0
+    return str(tmp_path / "q.tsr")
+
+
+def test_cli_run_refuses_inputs_its_dtype_cannot_hold(tmp_path, capsys, monkeypatch):
+    """An input array is converted to the graph input's type only when no value changes:
+    ``astype`` used to wrap 321 to 65 and -7 to 249 for a uint8 input, truncate 0.47 to 0,
+    and take complex and bool arrays, each run "succeeding" with wrong outputs."""
+    import flow.cli
+
+    tsr = _uint8_qlinear_conv(tmp_path)
+    capsys.readouterr()
+    shape = (1, 2, 6, 6)
+    cases = [
+        (np.full(shape, 321, np.int64), "has values in [321, 321], outside uint8's [0, 255]"),
+        (np.full(shape, -7, np.int8), "has values in [-7, -7], outside uint8's [0, 255]"),
+        (np.full(shape, 0.47, np.float32), "is float32 with non-integral values; the "
+                                           "network's input is uint8"),
+        (np.ones(shape, np.complex64), "is complex64; the network's input is uint8"),
+        (np.ones(shape, bool), "is bool; the network's input is uint8"),
+        (np.full(shape, "a"), "is <U1; the network's input is uint8"),
+    ]
+    real = flow.cli.run_network
+    monkeypatch.setattr(flow.cli, "run_network", lambda *a, **k: pytest.fail("ran"))
+    for i, (x, message) in enumerate(cases):
+        np.save(tmp_path / f"{i}.npy", x)
+        assert run_main([tsr, "--input", str(tmp_path / f"{i}.npy")]) == 2, message
+        assert message in capsys.readouterr().err
+    (tmp_path / "obj.npy").write_bytes(b"not numpy")
+    assert run_main([tsr, "--input", str(tmp_path / "obj.npy")]) == 2
+    assert f"--input {tmp_path}/obj.npy: " in capsys.readouterr().err
+    # what is accepted: integers in range of any integer type, integral floats
+    monkeypatch.setattr(flow.cli, "run_network", real)
+    for i, x in enumerate([np.full(shape, 200, np.int64), np.full(shape, 7.0)]):
+        np.save(tmp_path / f"ok{i}.npy", x)
+        assert run_main([tsr, "--input", str(tmp_path / f"ok{i}.npy"),
+                         "--output", str(tmp_path / f"ok{i}.npz")]) == 0
+    # a generated integer input covers the type's range (it was normal values cast: 0, 1, 2,
+    # 254, 255)
+    rng = np.random.default_rng(0)
+    x = flow.cli._generated((64, 64), np.dtype(np.uint8), rng)
+    assert x.dtype == np.uint8 and x.min() == 0 and x.max() == 255 and len(np.unique(x)) == 256
 
 
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
