@@ -901,6 +901,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     used = {i for s in steps if s.kind == "host" for i in s.node.inputs if i}
     used |= {i for s in steps if s.kind in ("host_layer", "gemm")
              for i in layers[s.layer].inputs}
+    used |= set(g.outputs)          # a graph output may be a constant (a folded Shape)
     constants = {n: t.value for n, t in g.tensors.items() if t.is_const and n in used}
     inputs = {n: {"shape": [int(d) for d in g.tensors[n].shape],
                   "dtype": np.dtype(g.tensors[n].dtype).name} for n in g.inputs}

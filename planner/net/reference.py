@@ -186,6 +186,13 @@ def _flatten(n: Node, x) -> np.ndarray:
     return x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))
 
 
+def _dropout(n: Node, x, ratio=None, training_mode=None) -> list[np.ndarray]:
+    """Dropout in inference: the identity, and a mask of ones."""
+    if training_mode is not None and bool(np.asarray(training_mode)):
+        raise HostOpError(f"{n}: Dropout in training mode (random) is not supported on the host")
+    return [x, np.ones(np.shape(x), bool)]
+
+
 def _batchnorm(n: Node, x, scale, bias, mean, var) -> list[np.ndarray]:
     """BatchNormalization in inference mode, every opset: ``(x - mean) / sqrt(var + eps) *
     scale + bias`` per channel (axis 1). onnx.reference's opset 9-13 kernel computes batch
@@ -201,14 +208,17 @@ def _batchnorm(n: Node, x, scale, bias, mean, var) -> list[np.ndarray]:
     return [y.astype(x.dtype)]
 
 
-def _layernorm(x, gamma, beta, axis, eps):
+def _layernorm(x, gamma, beta, axis, eps) -> list[np.ndarray]:
+    """LayerNormalization's three outputs: Y, Mean and InvStdDev (both of the input's rank,
+    1 along the normalised axes)."""
     x = np.asarray(x, np.float32)
     axes = tuple(range(axis % x.ndim, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + np.float32(eps))
+    inv = (1 / np.sqrt(var + np.float32(eps))).astype(np.float32)
+    y = (x - mean) * inv
     y = y * gamma
-    return (y + beta if beta is not None else y).astype(np.float32)
+    return [(y + beta if beta is not None else y).astype(np.float32), mean, inv]
 
 
 def _reshape(x, shape, allowzero):
@@ -226,7 +236,7 @@ _NUMPY = {
     "Div": lambda n, a, b: [_divide(n, a, b)],
     "Sum": lambda n, *xs: [sum(xs[1:], xs[0])],
     "Identity": lambda n, x: [x],
-    "Dropout": lambda n, x, *rest: [x],
+    "Dropout": lambda n, x, *rest: _dropout(n, x, *rest),
     "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
     "Flatten": lambda n, x: [_flatten(n, x)],
     "BatchNormalization": _batchnorm,
@@ -235,8 +245,8 @@ _NUMPY = {
     "Erf": None,   # onnx.reference (scipy-free numpy erf)
     "GlobalAveragePool": lambda n, x: [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
                                        .astype(x.dtype)],
-    "LayerNormalization": lambda n, x, g, b=None: [_layernorm(
-        x, g, b, n.attrs.get("axis", -1), n.attrs.get("epsilon", 1e-5))],
+    "LayerNormalization": lambda n, x, g, b=None: _layernorm(
+        x, g, b, n.attrs.get("axis", -1), n.attrs.get("epsilon", 1e-5)),
     "QuantizeLinear": lambda n, *args: [_quantize(n, *args)],
     "DequantizeLinear": lambda n, *args: [_dequantize(n, *args)],
 }
@@ -261,13 +271,17 @@ class HostExecutor:
             while args and args[-1] is None:
                 args.pop()
             try:
-                return fn(node, *args) if fn is not None else \
+                outs = fn(node, *args) if fn is not None else \
                     by_opset(node, self._graph.opset, *args)
             except HostOpError:
                 raise
             except Exception as e:
                 raise HostOpError(f"{node}: host execution failed ({type(e).__name__}: {e})") \
                     from None
+            missing = [o for o in node.outputs[len(outs):] if o]
+            if missing:
+                raise HostOpError(f"{node}: outputs {missing} are not computed on the host")
+            return outs
         return self._reference(node, args)
 
     def _reference(self, node: Node, args) -> list[np.ndarray]:

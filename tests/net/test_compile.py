@@ -464,6 +464,22 @@ def test_cli_run_refuses_inputs_its_dtype_cannot_hold(tmp_path, capsys, monkeypa
     assert x.dtype == np.uint8 and x.min() == 0 and x.max() == 255 and len(np.unique(x)) == 256
 
 
+def test_cli_run_compare_says_when_onnxruntime_cannot_run_the_model(tmp_path, capsys):
+    """onnxruntime has no QLinearConv kernel for uint8 input and int8 output (legal ONNX):
+    ``--compare`` ended in its traceback after the run. Now the run's outputs and report are
+    kept, the comparison is named as missing, and the exit status is 1."""
+    tsr = _uint8_qlinear_conv(tmp_path)
+    capsys.readouterr()
+    assert run_main([tsr, "--compare", "--json", str(tmp_path / "r.json"),
+                     "--output", str(tmp_path / "y.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "--compare: onnxruntime cannot run the stored model (" in err
+    assert "no comparison" in err
+    assert "error" in json.loads((tmp_path / "r.json").read_text())["vs_onnxruntime"]
+    with np.load(tmp_path / "y.npz") as y:
+        assert y["y"].shape == (1, 4, 6, 6)
+
+
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
     (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
     assert compile_main([str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "j.tsr")]) == 2

@@ -167,3 +167,38 @@ def test_host_operators_refuse_what_they_do_not_implement(op, inputs, attrs, ops
     model = _one_op(op, inputs, attrs, opset, consts, outputs)
     with pytest.raises(HostOpError, match=re.escape(message)):
         _run(model, inputs)
+
+
+def test_every_output_of_a_host_operator_is_computed():
+    """Dropout's mask and LayerNormalization's Mean and InvStdDev as graph outputs: the numpy
+    implementations returned the first output only, and the run ended in a KeyError."""
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    for op, consts, outputs in [
+            ("Dropout", {}, 2),
+            ("LayerNormalization", {"g": RNG.uniform(0.5, 1.5, 4).astype(np.float32),
+                                    "b": RNG.standard_normal(4).astype(np.float32)}, 3)]:
+        model = _one_op(op, {"x": x}, {}, 17, consts, outputs)
+        _, _, out = _run(model, {"x": x})
+        want = _ort(model, {"x": x})
+        assert out.keys() == want.keys() and len(want) == outputs
+        for k in want:
+            assert out[k].dtype == want[k].dtype and out[k].shape == want[k].shape, k
+            np.testing.assert_allclose(out[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_constant_graph_output_is_kept():
+    """An initializer (or a folded Shape) listed as a graph output: the compiled network kept
+    only the constants host steps read, and the run ended in a KeyError."""
+    x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"),
+             helper.make_node("Shape", ["x"], ["shp"], name="shape")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape),
+                    helper.make_tensor_value_info("shp", TensorProto.INT64, [4]),
+                    helper.make_tensor_value_info("cst", TensorProto.FLOAT, [3])],
+                   {"cst": np.float32([1, 2, 3])})
+    _, net, out = _run(model, {"x": x})
+    assert set(net.outputs) == {"y", "shp", "cst"}
+    np.testing.assert_array_equal(out["shp"], [1, 3, 4, 4])
+    np.testing.assert_array_equal(out["cst"], [1, 2, 3])
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
