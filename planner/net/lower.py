@@ -48,6 +48,9 @@ __all__ = ["fold_batchnorm", "seeded_weights", "generated_inputs", "CalibrationR
            "LayerKind"]
 
 LayerKind = Literal["conv", "fc", "gemm"]
+
+#: The opset :func:`quantize_qdq` quantises at (at least): per-channel DequantizeLinear's.
+PER_CHANNEL_OPSET = 13
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -243,13 +246,31 @@ def quantize_qdq(model, calibration: Sequence[Mapping[str, np.ndarray]] | None =
     class Reader(CalibrationReader, CalibrationDataReader):
         pass
 
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
+    if opset < PER_CHANNEL_OPSET:
+        # per-channel DequantizeLinear (its axis) needs opset 13: quantising an opset 11/12
+        # model wrote nodes the checker refused, naming tessera's own node
+        from onnx import version_converter
+        try:
+            model = version_converter.convert_version(model, PER_CHANNEL_OPSET)
+        except Exception as e:
+            raise ModelError(f"upgrading the float model from opset {opset} to "
+                             f"{PER_CHANNEL_OPSET} for quantisation failed: {e}") from None
     with tempfile.TemporaryDirectory(prefix="tessera-quant-") as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, src)
-        quantize_static(src, dst, Reader(feeds), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=CalibrationMethod.MinMax,
-                        extra_options={"WeightSymmetric": True, "ActivationSymmetric": False})
+        try:
+            quantize_static(src, dst, Reader(feeds), quant_format=QuantFormat.QDQ,
+                            per_channel=True, activation_type=QuantType.QInt8,
+                            weight_type=QuantType.QInt8,
+                            calibrate_method=CalibrationMethod.MinMax,
+                            extra_options={"WeightSymmetric": True,
+                                           "ActivationSymmetric": False})
+        except Exception as e:      # onnxruntime's quantiser: IndexError, ORT Fail, ...
+            why = " ".join(str(e).split())[:400]
+            raise ModelError(f"onnxruntime's quantiser failed on this float model "
+                             f"({type(e).__name__}: {why}); give a quantised (QDQ or "
+                             f"QLinear) model instead") from None
         return onnx.load(dst)
 
 

@@ -98,8 +98,16 @@ def _load_proto(src):
 
 
 def _default_opset(model) -> int:
+    """The default domain's opset; one newer than the installed ``onnx`` knows is refused
+    (onnxruntime refuses it too; the checker does not)."""
+    import onnx.defs
+
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
+            newest = onnx.defs.onnx_opset_version()
+            if imp.version > newest:
+                raise ModelError(f"opset {imp.version} is newer than the installed onnx "
+                                 f"{onnx.__version__} knows (at most {newest})")
             return imp.version
     raise ModelError("model has no opset_import for the default ONNX domain")
 

@@ -480,6 +480,59 @@ def test_cli_run_compare_says_when_onnxruntime_cannot_run_the_model(tmp_path, ca
         assert y["y"].shape == (1, 4, 6, 6)
 
 
+def _float_model(op, opset, tmp_path, bias_shape=(4,)):
+    """A float Conv (1, 2, 6, 6) -> (1, 4, 6, 6) or Gemm (3, 6) -> (3, 4) model file."""
+    rng = np.random.default_rng(2)
+    if op == "Conv":
+        x, y = [1, 2, 6, 6], [1, 4, 6, 6]
+        consts = {"w": rng.standard_normal((4, 2, 3, 3)).astype(np.float32),
+                  "b": rng.standard_normal(bias_shape).astype(np.float32)}
+        node = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    else:
+        x, y = [3, 6], [3, 4]
+        consts = {"w": rng.standard_normal((6, 4)).astype(np.float32),
+                  "b": rng.standard_normal(bias_shape).astype(np.float32)}
+        node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc")
+    model = helper.make_model(
+        helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+                          [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    path = tmp_path / f"{op}{opset}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("opset", [11, 12])
+def test_float_models_of_opset_11_and_12_are_quantised_at_opset_13(opset, tmp_path):
+    """Per-channel quantisation writes DequantizeLinear with an axis, which needs opset 13:
+    such models failed with "Unrecognized attribute: axis for operator DequantizeLinear", a
+    node of tessera's own."""
+    net = compile_model(_float_model("Conv", opset, tmp_path), {}, SMALL)
+    assert [s.layer_names for s in net.steps if s.kind == "segment"] == [["conv"]]
+    feeds = _x((1, 2, 6, 6))
+    ours = run_network(net, feeds).outputs["y"]
+    want = reference.onnxruntime_outputs(onnx.load_from_string(net.qmodel), feeds)["y"]
+    assert np.abs(ours - want).max() <= 1.001 * float(reference._output_scale(net.graph(), "y"))
+
+
+def test_cli_compile_names_quantiser_failures_and_unknown_opsets(tmp_path, capsys):
+    """onnxruntime's quantiser failing (here on a (1,) Gemm bias) was its traceback; an opset
+    newer than onnx knows (40) was compiled and run, though onnxruntime refuses it."""
+    path = _float_model("Gemm", 17, tmp_path, bias_shape=(1,))
+    assert compile_main([str(path), "-o", str(tmp_path / "g.tsr")]) == 2
+    err = capsys.readouterr().err
+    assert "tessera compile: onnxruntime's quantiser failed on this float model (" in err
+    model = onnx.load(_float_model("Conv", 17, tmp_path))
+    model.opset_import[0].version = 40
+    onnx.save(model, tmp_path / "new.onnx")
+    assert compile_main([str(tmp_path / "new.onnx"), "-o", str(tmp_path / "n.tsr")]) == 2
+    assert f"opset 40 is newer than the installed onnx {onnx.__version__} knows" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "g.tsr").exists() and not (tmp_path / "n.tsr").exists()
+
+
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
     (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
     assert compile_main([str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "j.tsr")]) == 2
