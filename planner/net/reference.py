@@ -186,6 +186,52 @@ def _flatten(n: Node, x) -> np.ndarray:
     return x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))
 
 
+def _maxpool_indices(n: Node, x, y) -> np.ndarray:
+    """MaxPool's Indices output, as onnxruntime computes it: the input's flat index of each
+    window's first maximum (kernel positions in row-major order), the batch and channel
+    included, the spatial position row-major (``storage_order`` 0) or column-major (1).
+    onnx.reference gets some wrong (a 2 x 2 window with the default strides: 28% equal).
+    ``y`` (its values, which are right) gives the output shape; they are checked against the
+    maxima found."""
+    import itertools
+
+    x = np.asarray(x)
+    y = np.asarray(y)
+    sp = x.ndim - 2
+    k = list(n.attrs["kernel_shape"])
+    st = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    out = y.shape[2:]
+    auto = n.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max((out[i] - 1) * st[i] + (k[i] - 1) * dil[i] + 1 - x.shape[2 + i], 0)
+                 for i in range(sp)]
+        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+    else:
+        begin = [0] * sp if auto == "VALID" else list(n.attrs.get("pads", [0] * 2 * sp))[:sp]
+    grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+    best = np.full(y.shape, -np.inf)
+    index = np.zeros(y.shape, np.int64)
+    order = "F" if n.attrs.get("storage_order", 0) else "C"
+    for off in itertools.product(*[range(kk) for kk in k]):
+        coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
+        valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
+                                       for i, c in enumerate(coords)])
+        clipped = [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]
+        vals = np.where(valid, x[(slice(None), slice(None), *clipped)].astype(np.float64),
+                        -np.inf)
+        flat = np.ravel_multi_index(clipped, x.shape[2:], order=order)
+        better = vals > best
+        best = np.where(better, vals, best)
+        index = np.where(better, flat, index)
+    if not np.array_equal(best.astype(y.dtype), y):
+        raise HostOpError(f"{n}: the maxima found for Indices differ from the pooled values")
+    plane = int(np.prod(x.shape[2:]))
+    return index + np.arange(x.shape[0] * x.shape[1]).reshape(
+        x.shape[0], x.shape[1], *[1] * sp) * plane
+
+
 def _dropout(n: Node, x, ratio=None, training_mode=None) -> list[np.ndarray]:
     """Dropout in inference: the identity, and a mask of ones."""
     if training_mode is not None and bool(np.asarray(training_mode)):
@@ -282,7 +328,27 @@ class HostExecutor:
             if missing:
                 raise HostOpError(f"{node}: outputs {missing} are not computed on the host")
             return outs
-        return self._reference(node, args)
+        if node.op_type == "QLinearConv" and node.domain == "" and np.ndim(args[0]) == 3:
+            return self._conv1d_as_2d(node, args)
+        outs = self._reference(node, args)
+        if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
+            outs = [outs[0], _maxpool_indices(node, args[0], outs[0])]
+        return outs
+
+    def _conv1d_as_2d(self, node: Node, args) -> list[np.ndarray]:
+        """A 1-D QLinearConv as the 2-D one over a height-1 map (onnx.reference broadcasts a
+        per-channel weight scale of a 1-D convolution wrongly: (1, 5, 5, 9) for (1, 5, 9))."""
+        args = list(args)
+        args[0] = np.asarray(args[0])[:, :, None, :]
+        args[3] = np.asarray(args[3])[:, :, None, :]
+        a = dict(node.attrs)
+        for key in ("kernel_shape", "strides", "dilations"):
+            if key in a:
+                a[key] = [1, *a[key]]
+        if "pads" in a:
+            a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
+        lifted = dataclasses.replace(node, name=f"{node.name}#2d", attrs=a)
+        return [np.asarray(y)[:, :, 0, :] for y in self._reference(lifted, args)]
 
     def _reference(self, node: Node, args) -> list[np.ndarray]:
         from onnx import helper
