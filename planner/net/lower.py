@@ -633,6 +633,9 @@ class _Lowerer:
                       source_nodes=(node.name,))
         if wq is None:
             raise _NoMatch("QLinear weight is not a constant")
+        if node.op_type == "QLinearMatMul" and wq.ndim != 2:
+            # checked before the zero point is subtracted, which broadcasts a 1-D weight to 2-D
+            raise _NoMatch(f"QLinearMatMul weight of rank {wq.ndim} is not accelerated")
         if wq.dtype == np.uint8:
             wd = wq.astype(np.int64) - np.asarray(wz, np.int64).reshape(
                 -1, *[1] * (wq.ndim - 1)) if node.op_type == "QLinearConv" else \

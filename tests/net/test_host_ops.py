@@ -239,3 +239,19 @@ def test_one_dimensional_qlinear_conv_on_the_host():
     want = _ort(model, {"x": x})["y0"]
     assert out["y0"].shape == want.shape == (1, 5, 5)
     assert np.abs(out["y0"].astype(int) - want).max() <= 1
+
+
+def test_qlinear_matmul_with_a_one_dimensional_weight_runs_on_the_host():
+    """B of shape (K,): the zero-point subtraction broadcast it to (1, K), the lowering took
+    it for a K = 1 layer, compile put that layer on the host, and the run failed with
+    "cannot reshape array of size 400 into shape (4,10)"."""
+    rng = np.random.default_rng(6)
+    a = rng.integers(0, 256, (4, 10)).astype(np.uint8)
+    consts = {"as": np.float32(0.05), "az": np.uint8(128), "b": rng.integers(0, 256, 10)
+              .astype(np.uint8), "bs": np.float32(0.02), "bz": np.uint8(100),
+              "ys": np.float32(0.3), "yz": np.uint8(128)}
+    model = _one_op("QLinearMatMul", {"a": a}, {}, 17, consts)     # inputs in ONNX order
+    low, net, out = _run(model, {"a": a})
+    assert all(s.kind == "host" for s in net.steps)
+    assert "rank 1 is not accelerated" in low.unmatched["op"]
+    np.testing.assert_array_equal(out["y0"], _ort(model, {"a": a})["y0"])
