@@ -232,6 +232,19 @@ def _maxpool_indices(n: Node, x, y) -> np.ndarray:
         x.shape[0], x.shape[1], *[1] * sp) * plane
 
 
+def _matmul_integer(n: Node, a, b, az=None, bz=None) -> list[np.ndarray]:
+    """MatMulInteger in int32: ``a``'s zero point a scalar or one per row of ``a``, ``b``'s a
+    scalar or one per column (onnx.reference refused the per-row form)."""
+    a, b = np.asarray(a).astype(np.int32), np.asarray(b).astype(np.int32)
+    if az is not None:
+        az = np.asarray(az, np.int32)
+        a = a - (az.reshape(-1, 1) if az.size > 1 else az.reshape(()))
+    if bz is not None:
+        bz = np.asarray(bz, np.int32)
+        b = b - (bz.reshape(-1) if bz.size > 1 else bz.reshape(()))
+    return [np.matmul(a, b).astype(np.int32)]
+
+
 def _dropout(n: Node, x, ratio=None, training_mode=None) -> list[np.ndarray]:
     """Dropout in inference: the identity, and a mask of ones."""
     if training_mode is not None and bool(np.asarray(training_mode)):
@@ -283,6 +296,7 @@ _NUMPY = {
     "Sum": lambda n, *xs: [sum(xs[1:], xs[0])],
     "Identity": lambda n, x: [x],
     "Dropout": lambda n, x, *rest: _dropout(n, x, *rest),
+    "MatMulInteger": _matmul_integer,
     "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
     "Flatten": lambda n, x: [_flatten(n, x)],
     "BatchNormalization": _batchnorm,

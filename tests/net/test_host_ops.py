@@ -255,3 +255,21 @@ def test_qlinear_matmul_with_a_one_dimensional_weight_runs_on_the_host():
     assert all(s.kind == "host" for s in net.steps)
     assert "rank 1 is not accelerated" in low.unmatched["op"]
     np.testing.assert_array_equal(out["y0"], _ort(model, {"a": a})["y0"])
+
+
+@pytest.mark.parametrize("az, bz", [
+    (np.uint8(3), np.int8(-2)),
+    (np.array([1, 50, 100, 200], np.uint8), np.int8(3)),
+    (np.uint8(7), np.array([1, -2, 3, 0, 5, -6, 7], np.int8)),
+])
+def test_matmul_integer_on_the_host_takes_per_row_and_per_column_zero_points(az, bz):
+    """A per-row ``a_zero_point`` (legal ONNX) ended in onnx.reference's broadcast error."""
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, (4, 10)).astype(np.uint8)
+    b = rng.integers(-128, 128, (10, 7)).astype(np.int8)
+    model = _one_op("MatMulInteger", {"a": a}, {}, 17, {"b": b, "az": az, "bz": bz})
+    _, net, out = _run(model, {"a": a})
+    rows = np.asarray(az, np.int64).reshape(-1, 1)          # a scalar broadcasts as (1, 1)
+    want = (a.astype(np.int64) - rows) @ (b.astype(np.int64) - np.asarray(bz, np.int64))
+    np.testing.assert_array_equal(out["y0"], want.astype(np.int32))
+    assert out["y0"].dtype == np.int32
