@@ -136,9 +136,11 @@ def _dequantize(n: Node, x, scale, zp=None) -> np.ndarray:
     _blocked(n)
     axis = n.attrs.get("axis", 1)
     x = np.asarray(x)
+    out = np.asarray(scale).dtype           # the output is of the scale's type (float16 too)
     scale = _axis_param(np.asarray(scale, np.float32), x, axis)
     zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
-    return (x.astype(np.int32) - zp).astype(np.float32) * scale
+    y = (x.astype(np.int32) - zp).astype(np.float32) * scale
+    return y.astype(out) if out.kind == "f" else y
 
 
 def _softmax_family(n: Node, opset: int, x) -> list[np.ndarray]:

@@ -273,3 +273,14 @@ def test_matmul_integer_on_the_host_takes_per_row_and_per_column_zero_points(az,
     want = (a.astype(np.int64) - rows) @ (b.astype(np.int64) - np.asarray(bz, np.int64))
     np.testing.assert_array_equal(out["y0"], want.astype(np.int32))
     assert out["y0"].dtype == np.int32
+
+
+def test_dequantize_linear_returns_the_scales_type():
+    """A float16 scale gives a float16 output (it was float32)."""
+    q = np.array([[-5, 0, 7, 127]], np.int8)
+    model = _one_op("DequantizeLinear", {"q": q}, {}, 19,
+                    {"s": np.float16(0.1), "z": np.int8(2)})
+    _, _, out = _run(model, {"q": q})
+    want = _ort(model, {"q": q})["y0"]
+    assert out["y0"].dtype == want.dtype == np.float16
+    np.testing.assert_array_equal(out["y0"], want)
