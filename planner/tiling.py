@@ -283,6 +283,10 @@ def legalise(decision: SeedDecision, shape: GemmShape, cfg: AccelConfig,
     * ``partition_m`` / ``partition_n``: block multiples (``block_m`` / ``block_n``, themselves
       array multiples); a value covering the dim becomes the dim rounded up, so the ragged last
       partition is covered exactly once by the sequencer's ``min(pm, m - m0)``.
+    * Operand halves: ``pm`` / ``pn`` at most the block multiples one k step of which fits
+      buffer A's / B's half (a block always fits: :class:`AccelConfig` requires it). Without
+      this a config with an operand half smaller than the rounded partition got ``pk = 0``,
+      hidden by ``max(1, ...)``: a descriptor the checker refuses.
     * Accumulator: while ``pm * pn * acc_bytes > acc_half_bytes`` shrink the streamed (inner
       loop) dimension first, then the resident one, one block at a time.
     * ``partition_k``: ``k`` without split-K if both operand blocks fit their halves, else the
@@ -293,6 +297,8 @@ def legalise(decision: SeedDecision, shape: GemmShape, cfg: AccelConfig,
     bm, bn = cfg.block_m, cfg.block_n
     pm = _round_dim(decision.partition_m, m, bm)
     pn = _round_dim(decision.partition_n, n, bn)
+    pm = min(pm, max(bm, cfg.buf_a_half_bytes // cfg.operand_bytes // bm * bm))
+    pn = min(pn, max(bn, cfg.buf_b_half_bytes // cfg.operand_bytes // bn * bn))
     acc_cap = cfg.acc_half_bytes // cfg.acc_bytes
     # The inner partition loop streams; shrink it first (outer_m=1: n inside).
     first, second = ("n", "m") if decision.outer_m else ("m", "n")

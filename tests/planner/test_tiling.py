@@ -3,11 +3,14 @@
 import dataclasses
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from spec.config import PRESETS
+from spec.config import PRESETS, AccelConfig
 from spec.desc import check
 from planner import GemmShape, seed_decision, seed_plan, to_descriptor
 from planner.tiling import _splitk_loads, acc_bytes_for, inner_tiles
+from tests.spec.test_config import configs
 
 # default: R = C = 16, buffer halves 64 KiB, accumulator half 32 KiB (8192 int32), ports 16 B/cycle,
 # hw_power 256 MACs/cycle, d_s = 1.
@@ -147,3 +150,42 @@ def test_tiling_fields_are_the_plans_and_the_descriptors():
                              "outer_m", "need_splitk", "acc_buffer_needed")
     plan_fields = {f.name for f in dataclasses.fields(TilingPlan)}
     assert set(TILING_FIELDS) <= plan_fields
+
+
+NARROW = [  # an operand half smaller than the partition the seed rounds to (config fuzz)
+    AccelConfig(array_rows=4, array_cols=16, buf_a_bytes=4096, buf_b_bytes=64,
+                acc_buf_bytes=8192, a_port_bytes_per_cycle=1, b_port_bytes_per_cycle=2,
+                block_m=4, block_n=16, dram_addr_bits=24, conv_offset_entries=1024,
+                conv_run_entries=1024, conv_group_entries=1024, quant_entries=256,
+                local_buf_bytes=4096),
+    AccelConfig(buf_a_bytes=64, block_m=32, a_port_bytes_per_cycle=8, b_port_bytes_per_cycle=12),
+]
+
+
+@pytest.mark.parametrize("cfg", NARROW)
+@pytest.mark.parametrize("strategy", ["seed", "best", "greedy", "search"])
+def test_tiling_partitions_fit_the_operand_halves(cfg, strategy):
+    """legalise shrank partitions to the accumulator only: here buffer B's 32-byte half
+    against a partition_n rounded to 64, so cap_k was 0, hidden by max(1, ...), and the
+    descriptor check refused the seed's and best's plans."""
+    from planner import plan_gemm
+
+    shape = GemmShape(37, 195, 55)
+    plan = plan_gemm(shape, cfg, strategy)
+    to_descriptor(plan, shape, cfg, 0, 1 << 16, 1 << 17)      # raises on a broken rule
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs(), m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300))
+def test_tiling_every_legal_config_gets_legal_plans(cfg, m, k, n):
+    """Any configuration AccelConfig accepts, any shape that fits its memory: the planner's
+    shape strategies give descriptors spec.desc.check accepts."""
+    from planner import plan_gemm
+
+    shape = GemmShape(m, k, n)
+    if m * k + k * n + 4 * m * n > cfg.dram_bytes // 2:
+        return
+    for strategy in ("seed", "best", "greedy"):
+        plan = plan_gemm(shape, cfg, strategy)
+        to_descriptor(plan, shape, cfg, 0, cfg.dram_bytes // 4,       # raises on a broken
+                      cfg.dram_bytes // 2)                          # rule
