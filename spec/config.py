@@ -51,8 +51,9 @@ class AccelConfig:
     three ports (A loads, B loads, C stores) moves one *beat* per accepted request. A beat is one
     buffer row: ``array_rows`` int8 for A, ``array_cols`` int8 for B and ``array_cols`` int32 for
     C. ``*_port_bytes_per_cycle`` is the sustained bandwidth the memory grants the port (at most
-    one beat per cycle), ``*_port_latency_cycles`` the cycles from an accepted read request to its
-    data.
+    one beat per cycle; the cycle model is exact when it divides the beat, and over-predicts by a
+    few cycles otherwise: docs/bench.md, "Ports slower than a beat"), ``*_port_latency_cycles``
+    the cycles from an accepted read request to its data.
 
     Raises
     ------

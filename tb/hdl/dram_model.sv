@@ -14,9 +14,12 @@
 //     costs the bandwidth of the whole beats its span covers (tessera_strided_cost).
 //   C write port: one beat of C_BYTES with a byte strobe per accepted request; written at once
 //     and acknowledged on `c_bvalid` C_LAT cycles after acceptance, in order.
-// Each port is rate-limited by a credit counter: every cycle it earns *_BPC bytes (capped at one
-// beat), and a request is accepted only when a whole beat of credit is available. So a port
-// sustains exactly *_BPC bytes per cycle, at most one beat per cycle.
+// Each port is rate-limited by a credit counter: every cycle it earns *_BPC bytes until the
+// presented request's cost is covered (then it holds: an idle port does not bank bandwidth), and
+// a request is accepted only when its whole cost is available. So a port sustains exactly *_BPC
+// bytes per cycle, at most one beat per cycle. When *_BPC does not divide the cost, the held
+// credit can exceed the cost by up to *_BPC - 1 bytes (docs/bench.md, "Ports slower than a
+// beat": the cycle model is exact only for rates that divide the beat).
 //
 // Stall injection (off unless asked for, so cycle counts stay exact by default): plusargs
 // +STALL_SEED=<n> and, per port P in A, B, C, +STALL_P=<0..255> (probability /256 that the port

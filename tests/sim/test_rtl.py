@@ -167,6 +167,32 @@ def test_rtl_conv_random_verilator(rtl_build, preset, cases, tmp_path, request):
                                                      r[name])
 
 
+#: ``tiny`` with every port slower than a beat per cycle at a rate that divides the beat (A 2
+#: of 4 bytes, B 1 of 4, C 4 of 16): the memory model's credit then never overshoots a
+#: request's cost, and the cycle model stays exact (every preset's ports run a beat per cycle;
+#: rates that do not divide the beat: docs/bench.md, "Ports slower than a beat").
+SLOW_PORTS = dataclasses.replace(PRESETS["tiny"], a_port_bytes_per_cycle=2,
+                                 b_port_bytes_per_cycle=1, c_port_bytes_per_cycle=4)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("module, cases", [("tb.gemm", 12), ("tb.conv", 12)])
+def test_rtl_slow_ports_whose_rate_divides_the_beat_are_exact(rtl_build, module, cases,
+                                                              tmp_path, request):
+    """Every counter equal to the model's (with B at 3 and C at 7 bytes a cycle, rates that
+    do not divide the beats, the same test fails: 164 predicted against 162 measured)."""
+    seed = seed_for(request)
+    out = run(rtl_build, "verilator", SLOW_PORTS, module, tmp_path, TESSERA_SEED=seed,
+              TESSERA_CASES=cases)
+    records = json.loads((out / f"{module[3:]}_results.json").read_text())
+    assert len(records) == cases
+    for r in records:
+        for name in COUNTERS:
+            assert r["predicted"][name] == r[name], (r.get("case", r.get("shape")), name,
+                                                     r["predicted"][name], r[name])
+    assert sum(r["stall_load_b_cycles"] for r in records) > 0     # the ports did throttle
+
+
 #: Icarus conv smoke: a padded stride-2 3x3 in NCHW and a dilated depthwise in NHWC.
 ICARUS_CONVS = json.dumps([
     dict(batch=1, in_channels=3, height=7, width=6, out_channels=5, kernel_h=3, kernel_w=3,
