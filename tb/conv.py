@@ -18,13 +18,14 @@ import time
 import cocotb
 import numpy as np
 
-from spec.desc import ErrorCode
+from spec.desc import ErrorCode, table_problems
 from spec.golden import conv2d_int8
 from spec.regmap import COUNTERS
 from spec.schedule import traffic
 from planner.conv import TILING_FIELDS, compile_conv
 from planner.convcost import predict_conv
 from planner.layout import to_padded, weights_k_major
+from planner.offsets import compile_tables
 from planner.shapes import ConvShape
 
 from .cases import register_budget_cycles
@@ -37,7 +38,18 @@ GUARD = 0xA5
 
 def random_conv(rng: np.random.Generator, cfg, i: int) -> tuple[ConvShape, str]:
     """Case ``i``: kernels 1, 3, 5, 7 and non-square, strides 1-2, dilation 1-2, asymmetric pads
-    0-3, groups 1, 2 and depthwise, batch 1-2, odd sizes, NCHW and NHWC in rotation."""
+    0-3, groups 1, 2 and depthwise, batch 1-2, odd sizes, NCHW and NHWC in rotation; drawn
+    again (at most 64 times) until its tables fit ``cfg``'s table memories, which every preset's
+    first draw does (a custom config with small tables got layers one record cannot run)."""
+    for _ in range(64):
+        shape, layout = _draw_conv(rng, cfg, i)
+        tables = compile_tables(shape, layout, cfg)
+        if not table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
+            break
+    return shape, layout
+
+
+def _draw_conv(rng: np.random.Generator, cfg, i: int) -> tuple[ConvShape, str]:
     kernels = [(1, 1), (3, 3), (5, 5), (7, 7), (1, 3), (3, 1), (3, 3), (2, 3)]
     kh, kw = kernels[i % len(kernels)]
     groups_kind = ("one", "two", "depthwise")[i % 3]

@@ -167,6 +167,26 @@ def test_rtl_conv_random_verilator(rtl_build, preset, cases, tmp_path, request):
                                                      r[name])
 
 
+def test_random_convs_fit_the_table_memories_of_small_configs():
+    """tb.conv's random cases are drawn again until their tables fit (a custom config with
+    1,024 offset entries got a 35-channel 7x7 case, 1,715 offsets, and the run stopped)."""
+    import numpy as np
+
+    from planner.offsets import compile_tables
+    from spec.desc import table_problems
+    from tb.conv import random_conv
+
+    cfg = dataclasses.replace(PRESETS["small"], array_cols=16, block_n=16,
+                              conv_offset_entries=1024, conv_run_entries=64,
+                              conv_group_entries=64)
+    rng = np.random.default_rng(5)
+    for i in range(100):
+        shape, layout = random_conv(rng, cfg, i)
+        tables = compile_tables(shape, layout, cfg)
+        assert not table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count,
+                                  n=tables.n), (i, shape)
+
+
 #: ``tiny`` with every port slower than a beat per cycle at a rate that divides the beat (A 2
 #: of 4 bytes, B 1 of 4, C 4 of 16): the memory model's credit then never overshoots a
 #: request's cost, and the cycle model stays exact (every preset's ports run a beat per cycle;
