@@ -21,6 +21,7 @@ expected (docs/networks.md states the measured ones).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 
 import numpy as np
@@ -195,8 +196,6 @@ def _maxpool_indices(n: Node, x, y) -> np.ndarray:
     onnx.reference gets some wrong (a 2 x 2 window with the default strides: 28% equal).
     ``y`` (its values, which are right) gives the output shape; they are checked against the
     maxima found."""
-    import itertools
-
     x = np.asarray(x)
     y = np.asarray(y)
     sp = x.ndim - 2
