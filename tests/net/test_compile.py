@@ -402,22 +402,31 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
         assert message in capsys.readouterr().err
 
 
-def _uint8_qlinear_conv(tmp_path):
-    """A compiled QLinearConv network whose input is uint8 (``.tsr`` path)."""
-    rng = np.random.default_rng(4)
-    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 6, 6])
-    y = helper.make_tensor_value_info("y", TensorProto.INT8, [1, 4, 6, 6])
-    consts = {"xs": np.array(0.05, np.float32), "xz": np.array(130, np.uint8),
-              "w": rng.integers(-90, 90, (4, 2, 3, 3)).astype(np.int8),
+def _qlinear_conv_model(rng, xz, c: int, k: int, hw: int, then=(), domains=()):
+    """A QLinearConv (3x3, pad 1; input int8 or uint8 by ``xz``'s type, output int8) from
+    graph input ``x`` to ``c`` (to ``y`` when ``then``, nodes reading ``c``, is empty)."""
+    x_type = TensorProto.UINT8 if np.asarray(xz).dtype == np.uint8 else TensorProto.INT8
+    x = helper.make_tensor_value_info("x", x_type, [1, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.INT8, [1, k, hw, hw])
+    consts = {"xs": np.array(0.05, np.float32), "xz": np.asarray(xz),
+              "w": rng.integers(-90, 90, (k, c, 3, 3)).astype(np.int8),
               "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
               "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
-                            ["y"], name="conv", pads=[1, 1, 1, 1])
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                              ["c" if then else "y"], name="conv", pads=[1, 1, 1, 1]),
+             *then]
     model = helper.make_model(
-        helper.make_graph([node], "g", [x], [y], [onnx.numpy_helper.from_array(v, k)
-                                                  for k, v in consts.items()]),
-        opset_imports=[helper.make_opsetid("", 17)])
+        helper.make_graph(nodes, "g", [x], [y], [onnx.numpy_helper.from_array(v, n)
+                                                 for n, v in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 17),
+                       *(helper.make_opsetid(d, 1) for d in domains)])
     model.ir_version = 8
+    return model
+
+
+def _uint8_qlinear_conv(tmp_path):
+    """A compiled QLinearConv network whose input is uint8 (``.tsr`` path)."""
+    model = _qlinear_conv_model(np.random.default_rng(4), np.uint8(130), 2, 4, 6)
     onnx.save(model, tmp_path / "q.onnx")
     assert compile_main([str(tmp_path / "q.onnx"), "-o", str(tmp_path / "q.tsr"),
                          "--config", "tiny"]) == 0
@@ -570,20 +579,9 @@ def test_cli_seeds_must_be_non_negative(main, args, tmp_path, capsys):
 def test_unknown_op_compiles_to_the_host_and_fails_naming_it_when_run():
     """A quantised model (QLinearConv) followed by an operator of an unknown domain."""
     rng = np.random.default_rng(3)
-    x = helper.make_tensor_value_info("x", TensorProto.INT8, [1, 4, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.INT8, [1, 8, 8, 8])
-    consts = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8),
-              "w": rng.integers(-90, 90, (8, 4, 3, 3)).astype(np.int8),
-              "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
-              "ys": np.array(0.1, np.float32), "yz": np.array(-2, np.int8)}
-    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
-                              ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Swizzle", ["c"], ["y"], name="swz", domain="com.example")]
-    model = helper.make_model(
-        helper.make_graph(nodes, "g", [x], [y], [onnx.numpy_helper.from_array(v, k)
-                                                 for k, v in consts.items()]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
-    model.ir_version = 8
+    model = _qlinear_conv_model(
+        rng, np.int8(3), 4, 8, 8, domains=["com.example"],
+        then=[helper.make_node("Swizzle", ["c"], ["y"], name="swz", domain="com.example")])
     net = compile_network(lower(import_onnx(model)), SMALL)
     assert [s.node.op_type for s in net.steps if s.kind == "host"] == ["Swizzle"]
     assert [s.layer_names for s in net.steps if s.kind == "segment"] == [["conv"]]
