@@ -3,13 +3,15 @@
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from spec.config import PRESETS, AccelConfig
 from spec.desc import check
 from planner import GemmShape, seed_decision, seed_plan, to_descriptor
 from planner.tiling import _splitk_loads, acc_bytes_for, inner_tiles
+from planner.tiling import TILING_FIELDS
+from tb.placement import descriptor, place
 from tests.spec.test_config import configs
 
 # default: R = C = 16, buffer halves 64 KiB, accumulator half 32 KiB (8192 int32), ports 16 B/cycle,
@@ -183,9 +185,8 @@ def test_tiling_every_legal_config_gets_legal_plans(cfg, m, k, n):
     from planner import plan_gemm
 
     shape = GemmShape(m, k, n)
-    if m * k + k * n + 4 * m * n > cfg.dram_bytes // 2:
-        return
+    where = place(m, k, n, cfg)             # A, B, C one after another, beat-aligned
+    assume(where.end <= cfg.dram_bytes)
     for strategy in ("seed", "best", "greedy"):
-        plan = plan_gemm(shape, cfg, strategy)
-        to_descriptor(plan, shape, cfg, 0, cfg.dram_bytes // 4,       # raises on a broken
-                      cfg.dram_bytes // 2)                          # rule
+        tiling = {f: getattr(plan_gemm(shape, cfg, strategy), f) for f in TILING_FIELDS}
+        descriptor(m, k, n, tiling, where, cfg)                     # raises on a broken rule
