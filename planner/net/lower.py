@@ -29,6 +29,7 @@ input's zero point is the padded layout's halo value and ``-x_zp * sum(w[m])`` j
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -259,6 +260,8 @@ def quantize_qdq(model, calibration: Sequence[Mapping[str, np.ndarray]] | None =
     with tempfile.TemporaryDirectory(prefix="tessera-quant-") as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, src)
+        root = logging.getLogger()
+        root.addFilter(_no_preprocess_advice)
         try:
             quantize_static(src, dst, Reader(feeds), quant_format=QuantFormat.QDQ,
                             per_channel=True, activation_type=QuantType.QInt8,
@@ -271,7 +274,16 @@ def quantize_qdq(model, calibration: Sequence[Mapping[str, np.ndarray]] | None =
             raise ModelError(f"onnxruntime's quantiser failed on this float model "
                              f"({type(e).__name__}: {why}); give a quantised (QDQ or "
                              f"QLinear) model instead") from None
+        finally:
+            root.removeFilter(_no_preprocess_advice)
         return onnx.load(dst)
+
+
+def _no_preprocess_advice(record: logging.LogRecord) -> bool:
+    """Drops onnxruntime's "Please consider pre-processing before quantization" warning, which
+    every ``tessera compile`` of a float model printed: the model it quantises is already
+    shape-inferred and folded (:mod:`planner.net.onnx_import`)."""
+    return "pre-processing before quantization" not in record.getMessage()
 
 
 # -- lowering --------------------------------------------------------------------------------------
