@@ -254,6 +254,8 @@ def compile_main(argv: list[str] | None = None) -> int:
     for seg in net.segments:
         for producer, consumer, tensor in seg.fused:
             print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")
+        for producer, consumer, why in seg.unfused:
+            print(f"  not fused: {producer} -> {consumer}: {why}")
     return 0
 
 

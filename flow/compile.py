@@ -206,6 +206,9 @@ class Segment:
     #: Fused pairs (producer, consumer, tensor): the tensor stays in the local buffer
     #: (compile_network(fuse=True), docs/fusion.md).
     fused: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    #: Fusible pairs left unfused because the segment is predicted faster without them
+    #: (producer, consumer, reason).
+    unfused: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
     @property
     def predicted_cycles(self) -> int:
@@ -319,15 +322,17 @@ class _Fit(Exception):
 
 def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
                    cfg: AccelConfig, strategy: str, data_fraction: float,
-                   fuse: bool = False) -> Segment:
+                   fuse: bool = False, skip: frozenset[str] = frozenset()) -> Segment:
     """One image for ``layers``; raises :class:`_Fit` when it does not fit, ``ValueError`` /
     ``ImageError`` naming the layer when the hardware refuses it. With ``fuse``, the
-    intermediates of :func:`fusible_pairs` stay in the local buffer."""
+    intermediates of :func:`fusible_pairs` stay in the local buffer, but for the pairs whose
+    producer is in ``skip``."""
 
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
 
-    pairs = fusible_pairs(layers, reads_after, cfg)[0] if fuse else []
+    pairs = [pc for pc in fusible_pairs(layers, reads_after, cfg)[0]
+             if pc[0].name not in skip] if fuse else []
     local_out = {p.name: (p.output, row) for p, _, row in pairs}
     local_in = {c.name: p.output for p, c, _ in pairs}
     local_at: dict[str, tuple[int, int]] = {}
@@ -552,9 +557,11 @@ def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
     last = None
     for fraction in (0.5, 0.625, 0.75, 0.875):
         try:
-            return [_build_segment(index, layers, reads_after, cfg, strategy, fraction, fuse)]
+            seg = _build_segment(index, layers, reads_after, cfg, strategy, fraction, fuse)
         except _Fit as e:
             last = e
+            continue
+        return [_paying(seg, layers, reads_after, cfg, strategy, fraction)]
     if len(layers) == 1:
         raise _Refused(layers[0].name, f"does not fit device memory ({last})")
     half = len(layers) // 2
@@ -562,6 +569,35 @@ def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
     needed = reads_after | {l.input for l in second} | {l.input_b for l in second if l.input_b}
     return (_build_fitting(index, first, needed, cfg, strategy, fuse)
             + _build_fitting(index, second, reads_after, cfg, strategy, fuse))
+
+
+def _paying(seg: Segment, layers: list[AccelLayer], reads_after: set[str], cfg: AccelConfig,
+            strategy: str, fraction: float) -> Segment:
+    """``seg`` without the fused pairs that do not pay: each pair whose segment is predicted
+    faster unfused (the builder's own predictions, the other pairs fused) is left unfused, as
+    seed 003's chain planner refuses a fusion that does not pay
+    (:func:`planner.fusion.plan_fusion`). A tie keeps the pair: it saves memory traffic."""
+    slower = {}
+    for producer, consumer, _ in seg.fused:
+        try:
+            alone = _build_segment(seg.index, layers, reads_after, cfg, strategy, fraction,
+                                   True, frozenset({producer}))
+        except (_Fit, _Refused):
+            continue
+        if alone.predicted_cycles < seg.predicted_cycles:
+            slower[producer] = (consumer, seg.predicted_cycles - alone.predicted_cycles)
+    if not slower:
+        return seg
+    try:
+        best = _build_segment(seg.index, layers, reads_after, cfg, strategy, fraction, True,
+                              frozenset(slower))
+    except (_Fit, _Refused):
+        return seg
+    if best.predicted_cycles >= seg.predicted_cycles:
+        return seg
+    best.unfused = [(p, c, f"does not pay: the segment is predicted {extra:,} cycles faster "
+                           f"unfused") for p, (c, extra) in slower.items()]
+    return best
 
 
 # -- activation x activation GEMMs (built at run time) ---------------------------------------------
@@ -715,7 +751,8 @@ class CompiledNetwork:
                                 "outputs": [b.as_dict() for b in seg.outputs],
                                 "records": [dataclasses.asdict(r) for r in seg.records],
                                 "overhead_cycles": seg.overhead_cycles,
-                                "fused": [list(f) for f in seg.fused]}
+                                "fused": [list(f) for f in seg.fused],
+                                "unfused": [list(f) for f in seg.unfused]}
             else:
                 d["layer"] = s.layer
                 d["reason"] = s.reason
@@ -813,7 +850,8 @@ class CompiledNetwork:
                                       overhead_cycles=int(sd["overhead_cycles"]) if
                                       "overhead_cycles" in sd else image_overhead(
                                           z.read(sd["image"]), cfg),
-                                      fused=[tuple(f) for f in sd.get("fused", [])])
+                                      fused=[tuple(f) for f in sd.get("fused", [])],
+                                      unfused=[tuple(f) for f in sd.get("unfused", [])])
                         steps.append(Step("segment", d["name"], segment=seg))
                     else:
                         steps.append(Step(d["kind"], d["name"], layer=d["layer"],
