@@ -246,7 +246,9 @@ def compile_main(argv: list[str] | None = None) -> int:
     s = net.summary()
     print(f"{args.output}: {s['segments']} image segments ({s['records']} layer records, "
           f"{s['image_bytes']} image bytes, {s['predicted_cycles']} predicted cycles), "
-          f"{s['gemm_steps']} run-time GEMMs, {s['host_ops']} host ops, "
+          f"{s['gemm_steps']} run-time GEMMs"
+          + (f" ({s['gemm_predicted_cycles']} predicted cycles)" if s["gemm_steps"] else "")
+          + f", {s['host_ops']} host ops, "
           f"{len(s['host_layers'])} layers on the host; config {args.config} "
           f"(config_id {cfg.config_id:#010x})")
     for layer, reason in s["host_layers"].items():

@@ -544,6 +544,26 @@ def test_cli_compile_names_quantiser_failures_and_unknown_opsets(tmp_path, capsy
     assert not (tmp_path / "g.tsr").exists() and not (tmp_path / "n.tsr").exists()
 
 
+def test_run_time_gemms_are_predicted_at_compile_time(capsys, tmp_path):
+    """Activation x activation GEMMs get their images at run time; the compiled network now
+    predicts them too (``summary()["gemm_predicted_cycles"]``, printed by compile), equal to
+    what the run predicts for those steps (it used to report the segments only)."""
+    from planner.net.models import encoder_block
+
+    q, low = _lowered(encoder_block(seq=8, hidden=64, heads=4, ffn=128))
+    net = compile_network(low, SMALL, qmodel=q)
+    s = net.summary()
+    assert s["gemm_steps"] == 2 and s["gemm_predicted_cycles"] > 0
+    feeds = {n: np.random.default_rng(0).standard_normal(v["shape"]).astype(np.float32)
+             for n, v in net.inputs.items()}
+    run = run_network(net, feeds)
+    gemm = [st for st in run.steps if st["kind"] == "gemm"]
+    assert len(gemm) == 2
+    assert sum(r["predicted_cycles"] for st in gemm for r in st["records"]) + \
+        sum(st["overhead_predicted"] for st in gemm) == s["gemm_predicted_cycles"]
+    assert run.predicted_cycles == s["predicted_cycles"] + s["gemm_predicted_cycles"]
+
+
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
     (tmp_path / "junk.onnx").write_bytes(b"\x00garbage")
     assert compile_main([str(tmp_path / "junk.onnx"), "-o", str(tmp_path / "j.tsr")]) == 2
