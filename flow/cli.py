@@ -299,30 +299,36 @@ def _feeds(path: str, net) -> dict:
 
 def _converted(x: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     """``x`` as the graph input's ``dtype`` when no value changes but by float rounding:
-    an integer input takes integers (or integral floats) in its range, a float input takes
-    real numbers. ``astype`` used to wrap 321 to 65 for a uint8 input, -7 to 249, and truncate
-    0.47 to 0, and the run reported success."""
-    if x.dtype.kind not in "iuf":
+    an integer input takes integers (or integral floats) in its range, a bool input bools (or
+    0 and 1), a float input real numbers. ``astype`` used to wrap 321 to 65 for a uint8 input,
+    -7 to 249, and truncate 0.47 to 0, and the run reported success."""
+    if x.dtype.kind not in "iuf" and not (x.dtype.kind == "b" and dtype.kind == "b"):
         raise ValueError(f"{what} is {x.dtype}; the network's input is {dtype}")
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
+    if dtype.kind in "iub" and x.dtype.kind in "iuf":
+        lo, hi = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
         if x.dtype.kind == "f" and not np.array_equal(x, np.round(x)):
             raise ValueError(f"{what} is {x.dtype} with non-integral values; the network's "
                              f"input is {dtype}")
-        if x.size and (x.min() < info.min or x.max() > info.max):
+        # Python scalars compare exactly: float32(2**31) is above int32's maximum
+        if x.size and (x.min().item() < lo or x.max().item() > hi):
             raise ValueError(f"{what} has values in [{x.min()}, {x.max()}], outside {dtype}'s "
-                             f"[{info.min}, {info.max}]")
+                             f"[{lo}, {hi}]")
     with np.errstate(over="ignore", invalid="ignore"):   # checked by the caller: 1e300 -> inf
         return x.astype(dtype, copy=False)
 
 
 def _generated(shape, dtype: np.dtype, rng) -> np.ndarray:
-    """A generated input: standard normal for a float input, uniform over the whole range
-    for an integer one (normal values cast to uint8 were only 0, 1, 2, 254 and 255)."""
-    if dtype.kind in "iu":
+    """A generated input: uniform over the whole range for an 8-bit integer input (a
+    quantised activation: normal values cast to uint8 were only 0, 1, 2, 254 and 255), else
+    standard normal, rounded for a wider integer input (indices, shapes: small values stay
+    valid ones) and compared with 0 for a bool one."""
+    if dtype.kind in "iu" and dtype.itemsize == 1:
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
-    return rng.normal(0, 1, shape).astype(dtype)
+    x = rng.normal(0, 1, shape)
+    if dtype.kind in "iu":
+        return np.rint(np.abs(x) if dtype.kind == "u" else x).astype(dtype)
+    return (x > 0) if dtype.kind == "b" else x.astype(dtype)
 
 
 def _report_table(rows: list[dict], title: str, measured: bool) -> None:
@@ -382,8 +388,8 @@ def run_main(argv: list[str] | None = None) -> int:
             rng = np.random.default_rng(args.seed)
             feeds = {name: _generated(spec["shape"], np.dtype(spec["dtype"]), rng)
                      for name, spec in net.inputs.items()}
-            print(f"input: generated (float: standard normal; integer: uniform over its "
-                  f"range), seed {args.seed} "
+            print(f"input: generated (8-bit integer: uniform over its range; else standard "
+                  f"normal), seed {args.seed} "
                   f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
         else:
             feeds = _feeds(args.input, net)

@@ -137,7 +137,12 @@ def _dequantize(n: Node, x, scale, zp=None) -> np.ndarray:
     _blocked(n)
     axis = n.attrs.get("axis", 1)
     x = np.asarray(x)
-    out = np.asarray(scale).dtype           # the output is of the scale's type (float16 too)
+    # the output is of the scale's type (float16 too), or output_dtype's (opset 23)
+    out = np.asarray(scale).dtype
+    if n.attrs.get("output_dtype", 0):
+        from onnx import helper
+
+        out = np.dtype(helper.tensor_dtype_to_np_dtype(n.attrs["output_dtype"]))
     scale = _axis_param(np.asarray(scale, np.float32), x, axis)
     zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
     y = (x.astype(np.int32) - zp).astype(np.float32) * scale
@@ -161,11 +166,16 @@ def _softmax_family(n: Node, opset: int, x) -> list[np.ndarray]:
         y = (np.arange(x.shape[axis]).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
              == np.expand_dims(first, axis)).astype(x.dtype)
     else:
-        z = x.astype(np.float32) - x.max(axis=axis, keepdims=True)
+        z = x.astype(_work_type(x)) - x.max(axis=axis, keepdims=True)
         total = np.exp(z).sum(axis=axis, keepdims=True)
         y = (z - np.log(total) if n.op_type == "LogSoftmax" else np.exp(z) / total)
         y = y.astype(x.dtype)
     return [y.reshape(shape)]
+
+
+def _work_type(x: np.ndarray) -> type:
+    """The float type a host operator computes ``x`` in: float64 for float64, else float32."""
+    return np.float64 if x.dtype == np.float64 else np.float32
 
 
 def _divide(n: Node, a, b):
@@ -189,68 +199,92 @@ def _flatten(n: Node, x) -> np.ndarray:
     return x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))
 
 
-def _maxpool_indices(n: Node, x, y) -> np.ndarray:
-    """MaxPool's Indices output, as onnxruntime computes it: the input's flat index of each
-    window's first maximum (kernel positions in row-major order), the batch and channel
-    included, the spatial position row-major (``storage_order`` 0) or column-major (1).
-    onnx.reference gets some wrong (a 2 x 2 window with the default strides: 28% equal).
-    ``y`` (its values, which are right) gives the output shape; they are checked against the
-    maxima found."""
-    x = np.asarray(x)
-    y = np.asarray(y)
-    sp = x.ndim - 2
+def _pool_geometry(n: Node, spatial: tuple[int, ...]):
+    """``(kernel, strides, dilations, pad_begin, out)`` of a pooling node over ``spatial``, as
+    onnxruntime computes them (``auto_pad``; ``ceil_mode``, whose last window must start
+    inside the input or its leading pad)."""
+    sp = len(spatial)
     k = list(n.attrs["kernel_shape"])
     st = list(n.attrs.get("strides", [1] * sp))
     dil = list(n.attrs.get("dilations", [1] * sp))
-    out = y.shape[2:]
+    pads = list(n.attrs.get("pads", [0] * 2 * sp))
     auto = n.attrs.get("auto_pad", "NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max((out[i] - 1) * st[i] + (k[i] - 1) * dil[i] + 1 - x.shape[2 + i], 0)
-                 for i in range(sp)]
-        begin = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
-    else:
-        begin = [0] * sp if auto == "VALID" else list(n.attrs.get("pads", [0] * 2 * sp))[:sp]
+    begin, out = [], []
+    for i, size in enumerate(spatial):
+        span = (k[i] - 1) * dil[i] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-size // st[i])
+            need = max((o - 1) * st[i] + span - size, 0)
+            begin.append(need // 2 if auto == "SAME_UPPER" else need - need // 2)
+        elif auto == "VALID":
+            o = (size - span) // st[i] + 1
+            begin.append(0)
+        else:
+            total = size + pads[i] + pads[sp + i] - span
+            if n.attrs.get("ceil_mode", 0):
+                o = -(-total // st[i]) + 1
+                if (o - 1) * st[i] >= size + pads[i]:
+                    o -= 1
+            else:
+                o = total // st[i] + 1
+            begin.append(pads[i])
+        out.append(o)
+    return k, st, dil, begin, out
+
+
+def _maxpool(n: Node, x) -> list[np.ndarray]:
+    """MaxPool and its Indices, as onnxruntime computes them: the maximum over each window's
+    positions inside the input, and the input's flat index of its first maximum (kernel
+    positions in row-major order), batch and channel included, the spatial position row-major
+    (``storage_order`` 0) or column-major (1). onnx.reference got the indices wrong (a 2 x 2
+    window with the default strides: 28% equal), the values and shape wrong with
+    ``ceil_mode`` and pads or ``SAME_LOWER``, and failed on int8 input."""
+    x = np.asarray(x)
+    sp = x.ndim - 2
+    k, st, dil, begin, out = _pool_geometry(n, x.shape[2:])
+    shape = (*x.shape[:2], *out)
+    lowest = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    best = np.full(shape, lowest, x.dtype)
+    index = np.zeros(shape, np.int64)
+    found = np.zeros(shape, bool)
     grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
-    best = np.full(y.shape, -np.inf)
-    index = np.zeros(y.shape, np.int64)
     order = "F" if n.attrs.get("storage_order", 0) else "C"
     for off in itertools.product(*[range(kk) for kk in k]):
         coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
         valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
                                        for i, c in enumerate(coords)])
         clipped = [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]
-        vals = np.where(valid, x[(slice(None), slice(None), *clipped)].astype(np.float64),
-                        -np.inf)
-        flat = np.ravel_multi_index(clipped, x.shape[2:], order=order)
-        better = vals > best
+        vals = x[(slice(None), slice(None), *clipped)]
+        better = valid & (~found | (vals > best))
         best = np.where(better, vals, best)
-        index = np.where(better, flat, index)
-    if not np.array_equal(best.astype(y.dtype), y):
-        raise HostOpError(f"{n}: the maxima found for Indices differ from the pooled values")
+        index = np.where(better, np.ravel_multi_index(clipped, x.shape[2:], order=order), index)
+        found |= valid
     plane = int(np.prod(x.shape[2:]))
-    return index + np.arange(x.shape[0] * x.shape[1]).reshape(
+    index = index + np.arange(x.shape[0] * x.shape[1]).reshape(
         x.shape[0], x.shape[1], *[1] * sp) * plane
+    return [best, index]
 
 
 def _matmul_integer(n: Node, a, b, az=None, bz=None) -> list[np.ndarray]:
-    """MatMulInteger in int32: ``a``'s zero point a scalar or one per row of ``a``, ``b``'s a
-    scalar or one per column (onnx.reference refused the per-row form)."""
+    """MatMulInteger in int32 with the operator's zero-point forms: ``a``'s a scalar, one per
+    row of a 2-D ``a`` (``(M,)``) or ``[..., M, 1]``; ``b``'s a scalar, one per column
+    (``(N,)``) or ``[..., 1, N]`` (onnx.reference refused the per-row ``(M,)`` form)."""
     a, b = np.asarray(a).astype(np.int32), np.asarray(b).astype(np.int32)
     if az is not None:
         az = np.asarray(az, np.int32)
-        a = a - (az.reshape(-1, 1) if az.size > 1 else az.reshape(()))
+        a = a - (az.reshape(-1, 1) if az.ndim == 1 and az.size > 1 else az)
     if bz is not None:
-        bz = np.asarray(bz, np.int32)
-        b = b - (bz.reshape(-1) if bz.size > 1 else bz.reshape(()))
+        b = b - np.asarray(bz, np.int32)
     return [np.matmul(a, b).astype(np.int32)]
 
 
-def _dropout(n: Node, x, ratio=None, training_mode=None) -> list[np.ndarray]:
-    """Dropout in inference: the identity, and a mask of ones."""
+def _dropout(n: Node, opset: int, x, ratio=None, training_mode=None) -> list[np.ndarray]:
+    """Dropout in inference: the identity, and a mask of ones from opset 12 (before it the
+    mask is not defined in inference, and onnxruntime gives zeros)."""
     if training_mode is not None and bool(np.asarray(training_mode)):
         raise HostOpError(f"{n}: Dropout in training mode (random) is not supported on the host")
-    return [x, np.ones(np.shape(x), bool)]
+    return [x, np.full(np.shape(x), opset >= 12, bool)]
 
 
 def _batchnorm(n: Node, x, scale, bias, mean, var) -> list[np.ndarray]:
@@ -262,15 +296,17 @@ def _batchnorm(n: Node, x, scale, bias, mean, var) -> list[np.ndarray]:
                           f"outputs) is not supported on the host")
     x = np.asarray(x)
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    p = [np.asarray(v, np.float32).reshape(shape) for v in (scale, bias, mean, var)]
-    eps = np.float32(n.attrs.get("epsilon", 1e-5))
-    y = (x.astype(np.float32) - p[2]) / np.sqrt(p[3] + eps) * p[0] + p[1]
+    work = _work_type(x)
+    p = [np.asarray(v, work).reshape(shape) for v in (scale, bias, mean, var)]
+    eps = work(n.attrs.get("epsilon", 1e-5))
+    y = (x.astype(work) - p[2]) / np.sqrt(p[3] + eps) * p[0] + p[1]
     return [y.astype(x.dtype)]
 
 
 def _layernorm(x, gamma, beta, axis, eps) -> list[np.ndarray]:
-    """LayerNormalization's three outputs: Y, Mean and InvStdDev (both of the input's rank,
-    1 along the normalised axes)."""
+    """LayerNormalization's three outputs: Y (of the input's type), Mean and InvStdDev (float32,
+    the default ``stash_type``; of the input's rank, 1 along the normalised axes)."""
+    dtype = np.asarray(x).dtype
     x = np.asarray(x, np.float32)
     axes = tuple(range(axis % x.ndim, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
@@ -278,7 +314,7 @@ def _layernorm(x, gamma, beta, axis, eps) -> list[np.ndarray]:
     inv = (1 / np.sqrt(var + np.float32(eps))).astype(np.float32)
     y = (x - mean) * inv
     y = y * gamma
-    return [(y + beta if beta is not None else y).astype(np.float32), mean, inv]
+    return [(y + beta if beta is not None else y).astype(dtype), mean, inv]
 
 
 def _reshape(x, shape, allowzero):
@@ -296,8 +332,8 @@ _NUMPY = {
     "Div": lambda n, a, b: [_divide(n, a, b)],
     "Sum": lambda n, *xs: [sum(xs[1:], xs[0])],
     "Identity": lambda n, x: [x],
-    "Dropout": lambda n, x, *rest: _dropout(n, x, *rest),
     "MatMulInteger": _matmul_integer,
+    "MaxPool": _maxpool,
     "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
     "Flatten": lambda n, x: [_flatten(n, x)],
     "BatchNormalization": _batchnorm,
@@ -313,7 +349,8 @@ _NUMPY = {
 }
 
 #: Host operators whose semantics changed with the opset: ``fn(node, opset, *inputs)``.
-_NUMPY_OPSET = {name: _softmax_family for name in ("Softmax", "LogSoftmax", "Hardmax")}
+_NUMPY_OPSET = {**{name: _softmax_family for name in ("Softmax", "LogSoftmax", "Hardmax")},
+                "Dropout": _dropout}
 
 
 class HostExecutor:
@@ -345,10 +382,7 @@ class HostExecutor:
             return outs
         if node.op_type == "QLinearConv" and node.domain == "" and np.ndim(args[0]) == 3:
             return self._conv1d_as_2d(node, args)
-        outs = self._reference(node, args)
-        if node.op_type == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
-            outs = [outs[0], _maxpool_indices(node, args[0], outs[0])]
-        return outs
+        return self._reference(node, args)
 
     def _conv1d_as_2d(self, node: Node, args) -> list[np.ndarray]:
         """A 1-D QLinearConv as the 2-D one over a height-1 map (onnx.reference broadcasts a

@@ -2,6 +2,7 @@
 (a numpy accelerator that executes the image records): bit-exact against the int8 reference."""
 
 import asyncio
+import re
 import dataclasses
 import json
 import zipfile
@@ -352,7 +353,7 @@ def test_cli_run_generates_its_input_and_writes_an_html_report(tmp_path, capsys)
     page = tmp_path / "r.html"
     assert run_main([str(tmp_path / "cnn.tsr"), "--seed", "3", "--html", str(page),
                      "--output", str(tmp_path / "gen.npz")]) == 0
-    assert ("input: generated (float: standard normal; integer: uniform over its range), "
+    assert ("input: generated (8-bit integer: uniform over its range; else standard normal), "
             "seed 3 (x float32 (1, 3, 8, 8))") in capsys.readouterr().out
     # the same values given explicitly: the same outputs
     np.save(tmp_path / "x.npy", np.random.default_rng(3).normal(0, 1, (1, 3, 8, 8))
@@ -466,11 +467,43 @@ def test_cli_run_refuses_inputs_its_dtype_cannot_hold(tmp_path, capsys, monkeypa
         np.save(tmp_path / f"ok{i}.npy", x)
         assert run_main([tsr, "--input", str(tmp_path / f"ok{i}.npy"),
                          "--output", str(tmp_path / f"ok{i}.npz")]) == 0
-    # a generated integer input covers the type's range (it was normal values cast: 0, 1, 2,
-    # 254, 255)
+    # a generated 8-bit input covers the type's range (it was normal values cast: 0, 1, 2,
+    # 254, 255); wider integers (indices, shapes) stay small, uint64 included
     rng = np.random.default_rng(0)
     x = flow.cli._generated((64, 64), np.dtype(np.uint8), rng)
     assert x.dtype == np.uint8 and x.min() == 0 and x.max() == 255 and len(np.unique(x)) == 256
+    for dtype in (np.int64, np.uint64, np.int32):
+        x = flow.cli._generated((64, 64), np.dtype(dtype), rng)
+        assert x.dtype == dtype and np.abs(x.astype(np.int64)).max() <= 6
+    assert flow.cli._generated((8,), np.dtype(bool), rng).dtype == bool
+
+
+@pytest.mark.parametrize("x, dtype, message", [
+    (np.float32([2**31]), np.int32, "has values in [2147483648.0, 2147483648.0], outside "
+                                    "int32's [-2147483648, 2147483647]"),
+    (np.float64([2**63]), np.int64, "outside int64's"),
+    (np.float32([2**32]), np.uint32, "outside uint32's"),
+    (np.int64([0, 2, 1]), np.bool_, "has values in [0, 2], outside bool's [0, 1]"),
+    (np.float32([0.5]), np.bool_, "non-integral values"),
+])
+def test_cli_input_conversion_compares_ranges_exactly(x, dtype, message):
+    """float32(2**31) compared with int32's maximum in float32 rounds it up to 2**31, and was
+    taken and wrapped to -2**31; an int64 2 went into a bool input as True."""
+    import flow.cli
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        flow.cli._converted(x, np.dtype(dtype), "x")
+
+
+@pytest.mark.parametrize("x, dtype", [
+    (np.array([True, False]), np.bool_), (np.int64([1, 0]), np.bool_),
+    (np.float32([2**31 - 128]), np.int32), (np.uint64([2**63 - 1]), np.int64)])
+def test_cli_input_conversion_takes_what_it_can_hold(x, dtype):
+    """A bool array for a bool input was refused (every bool input model was unusable)."""
+    import flow.cli
+
+    y = flow.cli._converted(x, np.dtype(dtype), "x")
+    assert y.dtype == dtype and np.array_equal(y.astype(x.dtype), x)
 
 
 def test_cli_run_compare_says_when_onnxruntime_cannot_run_the_model(tmp_path, capsys):

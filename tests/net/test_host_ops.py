@@ -211,12 +211,17 @@ def test_a_constant_graph_output_is_kept():
     ((1, 2, 8, 8), dict(kernel_shape=[2, 2], dilations=[2, 2], storage_order=1)),
     ((1, 2, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
     ((2, 3, 9), dict(kernel_shape=[3], strides=[2])),
+    ((2, 3, 7, 8), dict(kernel_shape=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)),
+    ((2, 3, 7, 8), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER")),
+    ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], storage_order=1, pads=[1, 0, 1, 0, 1, 1])),
 ])
-def test_maxpool_indices_are_onnxruntimes(shape, attrs):
-    """Indices: flat over the whole input (batch and channel included), the first maximum of
-    each window (ties from a few distinct values). onnx.reference got the first case wrong
-    (28% of the indices equal) and the run reported success."""
-    x = np.random.default_rng(3).integers(-3, 4, shape).astype(np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.uint8])
+def test_maxpool_is_onnxruntimes(shape, attrs, dtype):
+    """Values and Indices (flat over the whole input, batch and channel included, the first
+    maximum of each window; ties from a few distinct values), as onnxruntime computes them.
+    onnx.reference got the first case's indices wrong (28% equal), the values and shape of
+    ceil_mode with pads and of SAME_LOWER with stride 2 wrong, and failed on int8 input."""
+    x = np.random.default_rng(3).integers(-3, 4, shape).astype(dtype)
     model = _one_op("MaxPool", {"x": x}, attrs, 17, outputs=2)
     _, _, out = _run(model, {"x": x})
     want = _ort(model, {"x": x})
@@ -257,22 +262,29 @@ def test_qlinear_matmul_with_a_one_dimensional_weight_runs_on_the_host():
     np.testing.assert_array_equal(out["y0"], _ort(model, {"a": a})["y0"])
 
 
-@pytest.mark.parametrize("az, bz", [
-    (np.uint8(3), np.int8(-2)),
-    (np.array([1, 50, 100, 200], np.uint8), np.int8(3)),
-    (np.uint8(7), np.array([1, -2, 3, 0, 5, -6, 7], np.int8)),
+@pytest.mark.parametrize("a_shape, b_shape, az, bz", [
+    ((4, 10), (10, 7), np.uint8(3), np.int8(-2)),
+    ((4, 10), (10, 7), np.array([1, 50, 100, 200], np.uint8), np.int8(3)),
+    ((4, 10), (10, 7), np.uint8(7), np.array([1, -2, 3, 0, 5, -6, 7], np.int8)),
+    ((2, 1, 10), (10, 7), np.array([[[5]], [[250]]], np.uint8), np.int8(0)),
+    ((2, 4, 10), (2, 10, 7), np.arange(8, dtype=np.uint8).reshape(2, 4, 1) * 30,
+     np.arange(14, dtype=np.int8).reshape(2, 1, 7) - 7),
 ])
-def test_matmul_integer_on_the_host_takes_per_row_and_per_column_zero_points(az, bz):
-    """A per-row ``a_zero_point`` (legal ONNX) ended in onnx.reference's broadcast error."""
+def test_matmul_integer_on_the_host_takes_every_zero_point_form(a_shape, b_shape, az, bz):
+    """The operator's forms: ``a_zero_point`` a scalar, one per row of a 2-D ``a`` or
+    ``[..., M, 1]``; ``b_zero_point`` a scalar, one per column or ``[..., 1, N]``, against the
+    definition written out here (onnxruntime refuses the per-row forms). A per-row
+    ``a_zero_point`` ended in onnx.reference's broadcast error."""
     rng = np.random.default_rng(8)
-    a = rng.integers(0, 256, (4, 10)).astype(np.uint8)
-    b = rng.integers(-128, 128, (10, 7)).astype(np.int8)
+    a = rng.integers(0, 256, a_shape).astype(np.uint8)
+    b = rng.integers(-128, 128, b_shape).astype(np.int8)
     model = _one_op("MatMulInteger", {"a": a}, {}, 17, {"b": b, "az": az, "bz": bz})
     _, net, out = _run(model, {"a": a})
-    rows = np.asarray(az, np.int64).reshape(-1, 1)          # a scalar broadcasts as (1, 1)
-    want = (a.astype(np.int64) - rows) @ (b.astype(np.int64) - np.asarray(bz, np.int64))
+    za = np.asarray(az, np.int64)
+    za = za.reshape(-1, 1) if za.ndim == 1 else za         # (M,) is per row of a 2-D a
+    want = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - np.asarray(bz, np.int64))
+    assert out["y0"].dtype == np.int32 and out["y0"].shape == want.shape
     np.testing.assert_array_equal(out["y0"], want.astype(np.int32))
-    assert out["y0"].dtype == np.int32
 
 
 def test_dequantize_linear_returns_the_scales_type():
@@ -284,3 +296,33 @@ def test_dequantize_linear_returns_the_scales_type():
     want = _ort(model, {"q": q})["y0"]
     assert out["y0"].dtype == want.dtype == np.float16
     np.testing.assert_array_equal(out["y0"], want)
+
+
+def test_host_operators_keep_their_types_and_opset_rules():
+    """Dropout's mask is all False before opset 12 (not defined in inference; onnxruntime's
+    zeros) and all True from it; DequantizeLinear's opset-23 ``output_dtype``; a float16
+    LayerNormalization's Y is float16; float64 BatchNormalization computes in float64."""
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    for opset in (11, 12):      # (opset 10 models are imported as opset 13)
+        model = _one_op("Dropout", {"x": x}, {}, opset, outputs=2)
+        out, want = _run(model, {"x": x})[2], _ort(model, {"x": x})
+        np.testing.assert_array_equal(out["y1"], want["y1"])
+    q = np.array([[-5, 0, 7, 127]], np.int8)
+    model = _one_op("DequantizeLinear", {"q": q}, {"output_dtype": TensorProto.FLOAT16}, 23,
+                    {"s": np.float32(0.1), "z": np.int8(2)})
+    out, want = _run(model, {"q": q})[2], _ort(model, {"q": q})
+    assert out["y0"].dtype == want["y0"].dtype == np.float16
+    np.testing.assert_array_equal(out["y0"], want["y0"])
+    h = x.astype(np.float16)
+    model = _one_op("LayerNormalization", {"h": h}, {}, 17,
+                    {"g": np.ones(4, np.float16), "b": np.zeros(4, np.float16)})
+    out, want = _run(model, {"h": h})[2], _ort(model, {"h": h})
+    assert out["y0"].dtype == want["y0"].dtype == np.float16
+    np.testing.assert_allclose(out["y0"], want["y0"], atol=2e-3)
+    d = RNG.standard_normal((2, 3, 4, 5))
+    stats = {"sc": RNG.uniform(0.5, 1, 3), "bi": RNG.standard_normal(3),
+             "me": RNG.standard_normal(3), "va": RNG.uniform(0.5, 1.5, 3)}
+    model = _one_op("BatchNormalization", {"d": d}, {}, 15, stats)
+    out, want = _run(model, {"d": d})[2], _ort(model, {"d": d})
+    assert out["y0"].dtype == np.float64
+    np.testing.assert_allclose(out["y0"], want["y0"], rtol=1e-12, atol=1e-12)
