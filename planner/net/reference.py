@@ -266,6 +266,26 @@ def _maxpool(n: Node, x) -> list[np.ndarray]:
     return [best, index]
 
 
+def _lppool(n: Node, x) -> list[np.ndarray]:
+    """LpPool: ``(sum |x|^p) ** (1/p)`` over each window's positions inside the input (pads add
+    zeros), the windows as MaxPool's (onnx.reference got ``ceil_mode`` with pads wrong)."""
+    x = np.asarray(x)
+    sp = x.ndim - 2
+    k, st, dil, begin, out = _pool_geometry(n, x.shape[2:])
+    p = n.attrs.get("p", 2)
+    work = _work_type(x)
+    total = np.zeros((*x.shape[:2], *out), work)
+    grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+    for off in itertools.product(*[range(kk) for kk in k]):
+        coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
+        valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
+                                       for i, c in enumerate(coords)])
+        clipped = [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]
+        vals = np.abs(x[(slice(None), slice(None), *clipped)].astype(work)) ** p
+        total += np.where(valid, vals, 0)
+    return [(total ** (1.0 / p)).astype(x.dtype)]
+
+
 def _matmul_integer(n: Node, a, b, az=None, bz=None) -> list[np.ndarray]:
     """MatMulInteger in int32 with the operator's zero-point forms: ``a``'s a scalar, one per
     row of a 2-D ``a`` (``(M,)``) or ``[..., M, 1]``; ``b``'s a scalar, one per column
@@ -334,6 +354,10 @@ _NUMPY = {
     "Identity": lambda n, x: [x],
     "MatMulInteger": _matmul_integer,
     "MaxPool": _maxpool,
+    "LpPool": _lppool,
+    "GlobalLpPool": lambda n, x: [(np.sum(np.abs(x.astype(_work_type(x))) ** n.attrs.get("p", 2),
+                                          axis=tuple(range(2, x.ndim)), keepdims=True)
+                                   ** (1.0 / n.attrs.get("p", 2))).astype(x.dtype)],
     "Reshape": lambda n, x, s: [_reshape(x, s, n.attrs.get("allowzero", 0))],
     "Flatten": lambda n, x: [_flatten(n, x)],
     "BatchNormalization": _batchnorm,

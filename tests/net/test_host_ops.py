@@ -326,3 +326,23 @@ def test_host_operators_keep_their_types_and_opset_rules():
     out, want = _run(model, {"d": d})[2], _ort(model, {"d": d})
     assert out["y0"].dtype == np.float64
     np.testing.assert_allclose(out["y0"], want["y0"], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op, attrs, opset", [
+    ("LpPool", dict(kernel_shape=[3, 3], p=1, pads=[1, 1, 1, 1], strides=[2, 2], ceil_mode=1),
+     18),
+    ("LpPool", dict(kernel_shape=[3, 3], p=2, pads=[1, 1, 1, 1], strides=[2, 2], ceil_mode=1),
+     18),
+    ("LpPool", dict(kernel_shape=[3, 2], p=3, strides=[2, 2], auto_pad="SAME_LOWER"), 18),
+    ("LpPool", dict(kernel_shape=[2, 2], p=2, dilations=[2, 2]), 18),
+    ("GlobalLpPool", dict(p=3), 17),
+    ("GlobalLpPool", {}, 17),
+])
+def test_lp_pooling_is_onnxruntimes(op, attrs, opset):
+    """onnx.reference's LpPool was wrong with ceil_mode and pads (2.4 off), and it has no
+    GlobalLpPool at all."""
+    x = RNG.standard_normal((2, 3, 7, 8)).astype(np.float32)
+    model = _one_op(op, {"x": x}, attrs, opset)
+    out, want = _run(model, {"x": x})[2], _ort(model, {"x": x})
+    assert out["y0"].shape == want["y0"].shape and out["y0"].dtype == want["y0"].dtype
+    np.testing.assert_allclose(out["y0"], want["y0"], rtol=1e-5, atol=1e-5)
