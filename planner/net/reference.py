@@ -286,6 +286,39 @@ def _lppool(n: Node, x) -> list[np.ndarray]:
     return [(total ** (1.0 / p)).astype(x.dtype)]
 
 
+def _lrn(n: Node, x) -> list[np.ndarray]:
+    """LRN across channels: ``x / (bias + alpha / size * sum of squares) ** beta``, the sum
+    over channels ``c - floor((size-1)/2) .. c + ceil((size-1)/2)`` (onnx.reference was up to
+    1.0 off on unit-variance input)."""
+    x = np.asarray(x)
+    size = n.attrs["size"]
+    alpha, beta = n.attrs.get("alpha", 1e-4), n.attrs.get("beta", 0.75)
+    bias = n.attrs.get("bias", 1.0)
+    work = _work_type(x)
+    sq = np.square(x.astype(work))
+    total = np.zeros_like(sq)
+    channels = x.shape[1]
+    for c in range(channels):
+        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + size // 2)
+        total[:, c] = sq[:, lo:hi + 1].sum(axis=1)
+    return [(x.astype(work) / (bias + alpha / size * total) ** beta).astype(x.dtype)]
+
+
+def _one_hot(n: Node, indices, depth, values) -> list[np.ndarray]:
+    """OneHot: ``values[1]`` where the (possibly negative) index along the new ``axis``
+    equals the position, ``values[0]`` elsewhere (onnx.reference failed on a 1-element
+    ``depth`` tensor)."""
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    values = np.asarray(values).reshape(-1)
+    idx = np.asarray(indices).astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    axis = n.attrs.get("axis", -1)
+    axis = axis + idx.ndim + 1 if axis < 0 else axis
+    positions = np.arange(depth).reshape([-1 if d == axis else 1 for d in range(idx.ndim + 1)])
+    hot = np.expand_dims(idx, axis) == positions
+    return [np.where(hot, values[1], values[0]).astype(values.dtype)]
+
+
 def _matmul_integer(n: Node, a, b, az=None, bz=None) -> list[np.ndarray]:
     """MatMulInteger in int32 with the operator's zero-point forms: ``a``'s a scalar, one per
     row of a 2-D ``a`` (``(M,)``) or ``[..., M, 1]``; ``b``'s a scalar, one per column
@@ -354,6 +387,8 @@ _NUMPY = {
     "Identity": lambda n, x: [x],
     "MatMulInteger": _matmul_integer,
     "MaxPool": _maxpool,
+    "LRN": _lrn,
+    "OneHot": _one_hot,
     "LpPool": _lppool,
     "GlobalLpPool": lambda n, x: [(np.sum(np.abs(x.astype(_work_type(x))) ** n.attrs.get("p", 2),
                                           axis=tuple(range(2, x.ndim)), keepdims=True)

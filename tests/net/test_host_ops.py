@@ -346,3 +346,29 @@ def test_lp_pooling_is_onnxruntimes(op, attrs, opset):
     out, want = _run(model, {"x": x})[2], _ort(model, {"x": x})
     assert out["y0"].shape == want["y0"].shape and out["y0"].dtype == want["y0"].dtype
     np.testing.assert_allclose(out["y0"], want["y0"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, attrs, consts", [
+    ("LRN", dict(size=1, alpha=0.1, beta=0.75, bias=1.0), None),
+    ("LRN", dict(size=3, alpha=0.1, beta=0.75, bias=1.0), None),
+    ("LRN", dict(size=5), None),
+])
+def test_lrn_is_its_definition(op, attrs, consts):
+    """onnx.reference's LRN was up to 1.0 off (AlexNet and GoogLeNet use it)."""
+    x = RNG.standard_normal((2, 5, 6, 5)).astype(np.float32)
+    model = _one_op(op, {"x": x}, attrs, 17, consts)
+    out, want = _run(model, {"x": x})[2], _ort(model, {"x": x})
+    np.testing.assert_allclose(out["y0"], want["y0"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis, depth", [(-1, np.int64(4)), (0, np.array([4], np.int64)),
+                                         (1, np.array([5], np.int64))])
+def test_one_hot_takes_a_one_element_depth(axis, depth):
+    """``depth`` as a 1-element tensor made onnx.reference fail; negative indices count from
+    the end, out-of-range ones are all off."""
+    i = np.array([[0, 2, -1], [3, 7, -5]], np.int64)
+    model = _one_op("OneHot", {"i": i}, {"axis": axis}, 17,
+                    {"d": depth, "v": np.float32([-2, 3])})
+    out, want = _run(model, {"i": i})[2], _ort(model, {"i": i})
+    assert out["y0"].dtype == want["y0"].dtype
+    np.testing.assert_array_equal(out["y0"], want["y0"])
