@@ -442,6 +442,7 @@ def run_main(argv: list[str] | None = None) -> int:
             import onnx
 
 
+            plain = {}
             try:
                 ort = onnxruntime_outputs(onnx.load_from_string(net.qmodel), feeds)
             except Exception as e:      # a legal model onnxruntime has no kernel for
@@ -452,14 +453,28 @@ def run_main(argv: list[str] | None = None) -> int:
                 status, cmp = 1, {}
             else:
                 g = net.graph()
-                cmp = compare_outputs(run.outputs, {n: ort[n] for n in net.outputs},
-                                      {n: _output_scale(g, n) for n in net.outputs})
+                scales = {n: _output_scale(g, n) for n in net.outputs}
+                cmp = compare_outputs(run.outputs, {n: ort[n] for n in net.outputs}, scales)
                 report["vs_onnxruntime"] = cmp
+                if any((c.get("max_abs_diff_lsb") or 0) > 1 for c in cmp.values()):
+                    # onnxruntime's fused kernels are not always the operators' definitions:
+                    # say what it computes without them too
+                    ort = onnxruntime_outputs(onnx.load_from_string(net.qmodel), feeds,
+                                              optimise=False)
+                    plain = compare_outputs(run.outputs, {n: ort[n] for n in net.outputs},
+                                            scales)
+                    report["vs_onnxruntime_unoptimised"] = plain
             for name, c in cmp.items():
                 lsb = c.get("max_abs_diff_lsb")
                 print(f"  {name}: vs onnxruntime: max abs diff {c['max_abs_diff']:g}"
                       + ("" if lsb is None else f" ({lsb:g} LSB)")
                       + f", {c['pct_equal']:.1f}% exactly equal")
+                if name in plain:
+                    p, plsb = plain[name], plain[name].get("max_abs_diff_lsb")
+                    print(f"  {name}: vs onnxruntime with its graph optimisations off: max abs "
+                          f"diff {p['max_abs_diff']:g}" + ("" if plsb is None else
+                                                            f" ({plsb:g} LSB)")
+                          + f", {p['pct_equal']:.1f}% exactly equal")
     if args.output:
         np.savez(args.output, **run.outputs)
     if args.json:

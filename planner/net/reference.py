@@ -530,9 +530,12 @@ class Comparison:
         return dataclasses.asdict(self)
 
 
-def onnxruntime_outputs(qmodel, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def onnxruntime_outputs(qmodel, feeds: Mapping[str, np.ndarray], *,
+                        optimise: bool = True) -> dict[str, np.ndarray]:
     """Outputs of onnxruntime (CPU, default optimisations, exact integer kernels) on the
-    quantised model.
+    quantised model; ``optimise=False`` turns its graph optimisations off, so every node runs
+    as its operator defines it (its fused QDQ kernels are not always the same: a QGemm applies
+    a ``(rows, 1)`` bias along the features).
 
     ``session.x64quantprecision`` selects onnxruntime's exact uint8 x int8 kernels: on x86 CPUs
     without VNNI (AVX2 only) its default kernel adds neighbouring products in saturating int16
@@ -546,6 +549,8 @@ def onnxruntime_outputs(qmodel, feeds: Mapping[str, np.ndarray]) -> dict[str, np
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.x64quantprecision", "1")
+    if not optimise:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(qmodel.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]

@@ -46,18 +46,21 @@ def _run(model, feeds, cfg=SMALL):
     return low, net, run_network(net, feeds).outputs
 
 
-def _qdq_gemm(bias_shape, seed=0):
-    """x (7, 10) -> Q/DQ -> Gemm(W int8 (10, 7), C int32 ``bias_shape`` via DQ) -> Q/DQ."""
+def _qdq_gemm(bias_shape, seed=0, per_channel=False):
+    """x (7, 10) -> Q/DQ -> Gemm(W int8 (10, 7), C int32 ``bias_shape`` via DQ) -> Q/DQ;
+    ``per_channel``: W's scale per output feature (DequantizeLinear axis 1)."""
     rng = np.random.default_rng(seed)
     consts = {"sx": np.float32(0.05), "zx": np.int8(3),
               "wq": rng.integers(-100, 100, (10, 7)).astype(np.int8),
-              "ws": np.float32(0.02), "wz": np.int8(0),
+              "ws": rng.uniform(0.01, 0.03, 7).astype(np.float32) if per_channel
+              else np.float32(0.02), "wz": np.zeros(7, np.int8) if per_channel else np.int8(0),
               "bq": rng.integers(-2000, 2000, bias_shape).astype(np.int32),
               "bs": np.float32(0.001), "bz": np.int32(0),
               "sy": np.float32(0.04), "zy": np.int8(-1)}
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
              helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
-             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], name="dqw"),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], name="dqw",
+                              axis=1),
              helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"], name="dqb"),
              helper.make_node("Gemm", ["xd", "wd", "bd"], ["y0"], name="fc"),
              helper.make_node("QuantizeLinear", ["y0", "sy", "zy"], ["yq"], name="qy"),
@@ -372,3 +375,27 @@ def test_one_hot_takes_a_one_element_depth(axis, depth):
     out, want = _run(model, {"i": i})[2], _ort(model, {"i": i})
     assert out["y0"].dtype == want["y0"].dtype
     np.testing.assert_array_equal(out["y0"], want["y0"])
+
+
+def test_compare_also_reports_onnxruntime_without_its_fused_kernels(tmp_path, capsys):
+    """``tessera run --compare`` on a Gemm with a (7, 1) bias: onnxruntime's fused QGemm
+    applies the bias along the features, so the default comparison shows a large difference
+    although tessera is right; the comparison with the graph optimisations off says so."""
+    import json
+
+    from flow.cli import compile_main, run_main
+
+    onnx.save(_qdq_gemm((7, 1), per_channel=True), tmp_path / "g.onnx")
+    assert compile_main([str(tmp_path / "g.onnx"), "-o", str(tmp_path / "g.tsr"),
+                         "--config", "small"]) == 0
+    capsys.readouterr()
+    x = np.random.default_rng(1).standard_normal((7, 10)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert run_main([str(tmp_path / "g.tsr"), "--input", str(tmp_path / "x.npy"), "--compare",
+                     "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "y: vs onnxruntime with its graph optimisations off: max abs diff 0 (0 LSB), " \
+           "100.0% exactly equal" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["vs_onnxruntime"]["y"]["max_abs_diff_lsb"] > 1
+    assert report["vs_onnxruntime_unoptimised"]["y"]["max_abs_diff_lsb"] == 0
