@@ -85,8 +85,7 @@ def test_tunedb_eval_errors_are_usage_errors(args, message, tmp_path, capsys):
     from planner.tunedb.store import TuneDB
     from spec.config import PRESETS
 
-    with TuneDB.open(tmp_path / "empty.db", PRESETS["tiny"]):
-        pass
+    TuneDB.open(tmp_path / "empty.db", PRESETS["tiny"]).close()   # an empty database
     with pytest.raises(SystemExit) as info:
         main([a.format(tmp=tmp_path) for a in args])
     assert info.value.code == 2
