@@ -109,6 +109,13 @@ def _blocked(n: Node) -> None:
                           f"{n.attrs['block_size']}) is not supported on the host")
 
 
+def _output_dtype(n: Node) -> np.dtype:
+    """The numpy type of a Q/DQ node's ``output_dtype`` attribute (opsets 21 and 23)."""
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(n.attrs["output_dtype"]))
+
+
 def _quantize(n: Node, x, scale, zp=None) -> np.ndarray:
     """QuantizeLinear: the output type is the zero point's, else the ``output_dtype``
     attribute's (opset 21), else uint8."""
@@ -118,9 +125,7 @@ def _quantize(n: Node, x, scale, zp=None) -> np.ndarray:
     if zp is not None:
         dtype = np.asarray(zp).dtype
     elif n.attrs.get("output_dtype", 0):
-        from onnx import helper
-
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(n.attrs["output_dtype"]))
+        dtype = _output_dtype(n)
     else:
         dtype = np.dtype(np.uint8)
     if dtype.kind not in "iu":
@@ -140,9 +145,7 @@ def _dequantize(n: Node, x, scale, zp=None) -> np.ndarray:
     # the output is of the scale's type (float16 too), or output_dtype's (opset 23)
     out = np.asarray(scale).dtype
     if n.attrs.get("output_dtype", 0):
-        from onnx import helper
-
-        out = np.dtype(helper.tensor_dtype_to_np_dtype(n.attrs["output_dtype"]))
+        out = _output_dtype(n)
     scale = _axis_param(np.asarray(scale, np.float32), x, axis)
     zp = 0 if zp is None else _axis_param(np.asarray(zp, np.int32), x, axis)
     y = (x.astype(np.int32) - zp).astype(np.float32) * scale
@@ -233,6 +236,23 @@ def _pool_geometry(n: Node, spatial: tuple[int, ...]):
     return k, st, dil, begin, out
 
 
+def _windows(n: Node, x: np.ndarray):
+    """``(output shape, [(valid, clipped coordinates)] per kernel position)`` of a pooling
+    node over ``x``, kernel positions in row-major order: ``valid`` marks the output positions
+    whose window position lies inside the input, ``clipped`` the spatial coordinates (clipped
+    into the input) to read there."""
+    sp = x.ndim - 2
+    k, st, dil, begin, out = _pool_geometry(n, x.shape[2:])
+    grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+    taps = []
+    for off in itertools.product(*[range(kk) for kk in k]):
+        coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
+        valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
+                                       for i, c in enumerate(coords)])
+        taps.append((valid, [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]))
+    return (*x.shape[:2], *out), taps
+
+
 def _maxpool(n: Node, x) -> list[np.ndarray]:
     """MaxPool and its Indices, as onnxruntime computes them: the maximum over each window's
     positions inside the input, and the input's flat index of its first maximum (kernel
@@ -242,19 +262,13 @@ def _maxpool(n: Node, x) -> list[np.ndarray]:
     ``ceil_mode`` and pads or ``SAME_LOWER``, and failed on int8 input."""
     x = np.asarray(x)
     sp = x.ndim - 2
-    k, st, dil, begin, out = _pool_geometry(n, x.shape[2:])
-    shape = (*x.shape[:2], *out)
+    shape, taps = _windows(n, x)
     lowest = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     best = np.full(shape, lowest, x.dtype)
     index = np.zeros(shape, np.int64)
     found = np.zeros(shape, bool)
-    grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
     order = "F" if n.attrs.get("storage_order", 0) else "C"
-    for off in itertools.product(*[range(kk) for kk in k]):
-        coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
-        valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
-                                       for i, c in enumerate(coords)])
-        clipped = [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]
+    for valid, clipped in taps:
         vals = x[(slice(None), slice(None), *clipped)]
         better = valid & (~found | (vals > best))
         best = np.where(better, vals, best)
@@ -270,17 +284,11 @@ def _lppool(n: Node, x) -> list[np.ndarray]:
     """LpPool: ``(sum |x|^p) ** (1/p)`` over each window's positions inside the input (pads add
     zeros), the windows as MaxPool's (onnx.reference got ``ceil_mode`` with pads wrong)."""
     x = np.asarray(x)
-    sp = x.ndim - 2
-    k, st, dil, begin, out = _pool_geometry(n, x.shape[2:])
+    shape, taps = _windows(n, x)
     p = n.attrs.get("p", 2)
     work = _work_type(x)
-    total = np.zeros((*x.shape[:2], *out), work)
-    grid = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
-    for off in itertools.product(*[range(kk) for kk in k]):
-        coords = [grid[i] * st[i] - begin[i] + off[i] * dil[i] for i in range(sp)]
-        valid = np.logical_and.reduce([(c >= 0) & (c < x.shape[2 + i])
-                                       for i, c in enumerate(coords)])
-        clipped = [np.clip(c, 0, x.shape[2 + i] - 1) for i, c in enumerate(coords)]
+    total = np.zeros(shape, work)
+    for valid, clipped in taps:
         vals = np.abs(x[(slice(None), slice(None), *clipped)].astype(work)) ** p
         total += np.where(valid, vals, 0)
     return [(total ** (1.0 / p)).astype(x.dtype)]
