@@ -32,6 +32,7 @@ from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, che
 from flow.execute import compare_outputs, layer_rows, run_network
 from flow.outputs import check_writable
 from flow.report import html_report
+from planner.conv import k_parts
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
@@ -248,11 +249,20 @@ def compile_main(argv: list[str] | None = None) -> int:
           f"{s['image_bytes']} image bytes, {s['predicted_cycles']} predicted cycles), "
           f"{s['gemm_steps']} run-time GEMMs"
           + (f" ({s['gemm_predicted_cycles']} predicted cycles)" if s["gemm_steps"] else "")
+          + (f", {s['ksplit_steps']} convolutions in K parts ({s['ksplit_predicted_cycles']} "
+             f"predicted cycles)" if s["ksplit_steps"] else "")
           + f", {s['host_ops']} host ops, "
           f"{len(s['host_layers'])} layers on the host; config {args.config} "
           f"(config_id {cfg.config_id:#010x})")
     for layer, reason in s["host_layers"].items():
         print(f"  host: {layer}: {reason}")
+    for step in net.steps:
+        if step.kind == "ksplit":
+            layer = net.layers[step.layer]
+            print(f"  K parts: {step.layer}: K={layer.shape.gemm.k} taps > conv_offset_entries="
+                  f"{cfg.conv_offset_entries}: {len(k_parts(layer.shape, cfg))} convolutions of "
+                  f"slices of its input channels, int32 partial sums added and requantised on "
+                  f"the host")
     for seg in net.segments:
         for producer, consumer, tensor in seg.fused:
             print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")

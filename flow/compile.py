@@ -20,7 +20,13 @@ Steps, in execution order (:attr:`CompiledNetwork.steps`):
   (weights) operand and zero points fold exactly as ``tb/qlinear.py`` does (``-zb * rowsum(a) +
   K*za*zb`` into the bias, ``-za * colsum(b)`` by extending K with copies of ``b`` whose weights
   are the int8 parts of ``-za``), so the hardware requantises and no host arithmetic touches the
-  result.
+  result;
+* ``ksplit``: a convolution with more taps per group than the offset table holds
+  (``conv_offset_entries``; ResNet-50's 512-channel 3x3 layers on ``small`` and ``fpga``). Its
+  image, built at run time from its input (:func:`build_ksplit_image`), runs one convolution per
+  K part (:func:`planner.conv.k_parts`: slices of input channels) with int32 output; the host
+  adds the parts' partial sums and requantises them
+  (:func:`planner.net.reference.requantise_conv`), the same arithmetic as the post-processor's.
 
 A tensor that two layers of one segment need in different layouts (a conv output read by a
 fully connected layer, two convolutions with different padding) ends the segment: the next one
@@ -49,6 +55,7 @@ from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
+from planner.conv import k_part_shape, k_parts
 from planner.net.reference import _from_int8, _to_int8
 from planner.plan import SHAPE_STRATEGIES
 from planner.shapes import ConvShape, GemmShape
@@ -56,8 +63,8 @@ from spec.config import AccelConfig, require_config
 from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
-           "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "CompileError",
-           "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
+           "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
+           "k_split", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -222,12 +229,12 @@ class Segment:
 @dataclasses.dataclass
 class Step:
     """One step of a compiled network (module docstring): ``kind`` is ``host``,
-    ``host_layer``, ``segment`` or ``gemm``."""
+    ``host_layer``, ``segment``, ``gemm`` or ``ksplit``."""
 
     kind: str
     name: str
     node: Node | None = None            # host
-    layer: str | None = None            # host_layer, gemm
+    layer: str | None = None            # host_layer, gemm, ksplit
     segment: Segment | None = None      # segment
     reason: str = ""                    # host_layer
 
@@ -238,7 +245,8 @@ class Step:
         return [self.layer] if self.layer else []
 
 
-def _schedule(steps: Sequence, host_layers: Mapping[str, str]) -> list:
+def _schedule(steps: Sequence, host_layers: Mapping[str, str],
+              ksplit: frozenset[str] = frozenset()) -> list:
     """The steps in a topological order that keeps accelerator layers together: whenever a
     conv / fc layer is ready it goes first (lowest original position first), so host ops that
     no pending layer needs (e.g. the dequantisation of a residual branch) move past the run."""
@@ -253,7 +261,8 @@ def _schedule(steps: Sequence, host_layers: Mapping[str, str]) -> list:
 
     def key(i: int) -> tuple[int, int]:
         s = steps[i]
-        accel = isinstance(s, AccelLayer) and s.kind != "gemm" and s.name not in host_layers
+        accel = isinstance(s, AccelLayer) and s.kind != "gemm" and s.name not in host_layers \
+            and s.name not in ksplit
         return (0 if accel else 1, i)
 
     ready = [key(i) for i, w in enumerate(waiting) if w == 0]
@@ -271,9 +280,10 @@ def _schedule(steps: Sequence, host_layers: Mapping[str, str]) -> list:
     return order
 
 
-def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
-    """Group the lowered steps: HostOp, ('host_layer', layer), ('gemm', layer) and lists of
-    conv/fc layers that can share an image (module docstring)."""
+def _segment_runs(steps: Sequence, host_layers: Mapping[str, str],
+                  ksplit: frozenset[str] = frozenset()) -> list:
+    """Group the lowered steps: HostOp, ('host_layer', layer), ('gemm', layer), ('ksplit',
+    layer) and lists of conv/fc layers that can share an image (module docstring)."""
     out: list = []
     cur: list[AccelLayer] = []
     layouts: dict[str, tuple] = {}      # tensor produced in cur -> layout its consumers need
@@ -296,9 +306,9 @@ def _segment_runs(steps: Sequence, host_layers: Mapping[str, str]) -> list:
             close()
             out.append(("host_layer", step))
             continue
-        if step.kind == "gemm":
+        if step.kind == "gemm" or step.name in ksplit:
             close()
-            out.append(("gemm", step))
+            out.append(("gemm" if step.kind == "gemm" else "ksplit", step))
             continue
         want = step.in_layout
         src = producer.get(step.input)
@@ -654,6 +664,83 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     return seg, loads, tuple(layer.out_shape)
 
 
+# -- convolutions in K parts (built at run time) ----------------------------------------------------
+
+def k_split(layer: AccelLayer, cfg: AccelConfig) -> bool:
+    """``layer`` is a convolution the compiler runs in K parts (a ``ksplit`` step): one
+    group's taps exceed the offset table, and one input channel's fit
+    (:func:`planner.conv.k_parts`). Depthwise layers never are (their channel blocks have
+    ``array_rows`` channels' taps)."""
+    if layer.kind != "conv" or layer.mesh or is_depthwise(layer.shape):
+        return False
+    try:
+        return len(k_parts(layer.shape, cfg)) > 1
+    except ValueError:              # not even one channel's taps fit: the host runs it
+        return False
+
+
+def build_ksplit_image(layer: AccelLayer, x: np.ndarray, cfg: AccelConfig,
+                       strategy: str = "best") -> tuple[Segment, list[tuple[int, bytes]],
+                                                        list[tuple[int, int, int, int]]]:
+    """The image of convolution ``layer`` in K parts (:func:`k_split`) for its int8 NCHW
+    input ``x``: per image, group and K part (:func:`planner.conv.k_parts`) one convolution
+    over the part's input channels with int32 output (no bias, no requantisation) into a
+    buffer of its own. Returns ``(segment, loads, partials)``: the host writes ``loads`` (the
+    input in the padded layout, its halo the input zero point) before the run; after it, each
+    partial ``(image, group, addr, nbytes)`` holds the group's ``(K / groups, P, Q)``
+    little-endian int32 sums over the part's channels, which the host adds and requantises
+    (:func:`planner.net.reference.requantise_conv`)."""
+    s = layer.shape
+    x8 = np.asarray(x)
+    if x8.dtype != np.int8 or x8.shape != (s.batch, s.in_channels, s.height, s.width):
+        raise ValueError(f"{layer.name}: input must be int8 of shape "
+                         f"{(s.batch, s.in_channels, s.height, s.width)}, not {x8.dtype} "
+                         f"{x8.shape}")
+    parts = k_parts(s, cfg)
+    per_out, per_in = s.out_channels // s.groups, s.in_channels // s.groups
+    w = np.asarray(layer.weights, np.int8)
+    xp = np.pad(x8, ((0, 0), (0, 0), (s.pad_top, s.pad_bottom), (s.pad_left, s.pad_right)),
+                constant_values=layer.halo)
+    hp, wp = xp.shape[2:]
+    pq = s.out_h * s.out_w
+    builder = ImageBuilder(cfg, strategy=strategy)
+    x_addr = builder.buffer("x", xp.size)
+    partials = []
+    for n in range(s.batch):
+        for g in range(s.groups):
+            label = layer.name + (f"[n{n}]" if s.batch > 1 else "") + (f"[g{g}]" if s.groups > 1
+                                                                        else "")
+            for i, (c0, c1) in enumerate(parts):
+                y_addr = builder.buffer(f"part{n}.{g}.{i}", 4 * per_out * pq)
+                builder.conv(f"{label}[K {c0}:{c1}]", shape=k_part_shape(s, (c0, c1)),
+                             weights=np.ascontiguousarray(w[g * per_out:(g + 1) * per_out,
+                                                            c0:c1]),
+                             x_addr=x_addr + (n * s.in_channels + g * per_in + c0) * hp * wp,
+                             out_addr=y_addr, out_chan_stride=4 * pq)
+                partials.append((n, g, y_addr, 4 * per_out * pq))
+    blob, built = builder.build()
+    records = [LayerRecord(layer=layer.name, name=bl.name, m=bl.layer.desc.m,
+                           k=bl.layer.desc.k, n=bl.layer.desc.n,
+                           predicted_cycles=int(bl.predicted_cycles)) for bl in built]
+    seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[], outputs=[],
+                  records=records, overhead_cycles=image_overhead(blob, builder.cfg))
+    return seg, [(x_addr, np.ascontiguousarray(xp).tobytes())], partials
+
+
+def ksplit_accumulators(layer: AccelLayer, partials: Sequence[tuple[int, int, bytes]]
+                        ) -> np.ndarray:
+    """The int32 accumulators ``(N, K, P, Q)`` of a ``ksplit`` layer: the sum of its parts'
+    partials, each ``(image, group, raw bytes)`` as :func:`build_ksplit_image` places them,
+    wrapping as the hardware's int32 accumulator does."""
+    s = layer.shape
+    per_out = s.out_channels // s.groups
+    acc = np.zeros((s.batch, s.out_channels, s.out_h, s.out_w), np.int64)
+    for n, g, raw in partials:
+        acc[n, g * per_out:(g + 1) * per_out] += np.frombuffer(raw, "<i4").reshape(
+            per_out, s.out_h, s.out_w)
+    return ((acc + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
 # -- the compiled network --------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -872,12 +959,14 @@ class CompiledNetwork:
         segs = self.segments
         return {"steps": len(self.steps), "segments": len(segs),
                 "gemm_steps": sum(s.kind == "gemm" for s in self.steps),
+                "ksplit_steps": sum(s.kind == "ksplit" for s in self.steps),
                 "host_ops": sum(s.kind == "host" for s in self.steps),
                 "host_layers": {s.layer: s.reason for s in self.steps if s.kind == "host_layer"},
                 "records": sum(len(s.records) for s in segs),
                 "image_bytes": sum(len(s.image) for s in segs),
                 "predicted_cycles": sum(s.predicted_cycles for s in segs),
-                "gemm_predicted_cycles": self.gemm_predicted_cycles()}
+                "gemm_predicted_cycles": self.gemm_predicted_cycles(),
+                "ksplit_predicted_cycles": self.ksplit_predicted_cycles()}
 
     def gemm_predicted_cycles(self) -> int:
         """Predicted cycles of the run-time GEMM steps (activation x activation), whose images
@@ -893,6 +982,19 @@ class CompiledNetwork:
                 b = np.zeros((a.size // (s.m * s.k), s.k, s.n), np.int8)
                 total += build_gemm_image(layer, a, b, self.cfg, self.strategy)[0] \
                     .predicted_cycles
+        return total
+
+    def ksplit_predicted_cycles(self) -> int:
+        """Predicted cycles of the ``ksplit`` steps (convolutions in K parts), whose images
+        are built from their input at run time (:func:`build_ksplit_image`): the same images
+        built from a zero input, since their cycles depend on the shapes only."""
+        total = 0
+        for step in self.steps:
+            if step.kind == "ksplit":
+                s = self.layers[step.layer].shape
+                x = np.zeros((s.batch, s.in_channels, s.height, s.width), np.int8)
+                total += build_ksplit_image(self.layers[step.layer], x, self.cfg,
+                                            self.strategy)[0].predicted_cycles
         return total
 
 
@@ -927,7 +1029,9 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     and ``th``; the default thresholds put every layer the accelerator supports on it). A layer
     decided ``host`` (the configuration cannot run it, or the thresholds prefer the host) and a
     layer whose record the image builder refuses run on the host, with the reason recorded in
-    their ``host_layer`` step. With ``fuse``, every pair of
+    their ``host_layer`` step. A convolution with more taps per group than the offset table
+    holds runs in K parts (:func:`k_split`: a ``ksplit`` step, built at run time). With
+    ``fuse``, every pair of
     :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
     docs/fusion.md); each segment lists its fused pairs."""
     require_config(cfg)
@@ -941,8 +1045,9 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     layers = {l.name: l for l in lowered.layers}
     host_layers = {d.op.name: d.reason for d in decide(lowered, cfg, lib, th)
                    if d.op.name in layers and d.processor == "host"}
+    ksplit = frozenset(n for n, l in layers.items() if n not in host_layers and k_split(l, cfg))
     while True:
-        runs = _segment_runs(_schedule(lowered.steps, host_layers), host_layers)
+        runs = _segment_runs(_schedule(lowered.steps, host_layers, ksplit), host_layers, ksplit)
         try:
             steps = _compile_runs(runs, lowered, cfg, strategy, fuse)
             break
@@ -954,7 +1059,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
         if s.kind == "host_layer":
             s.reason = host_layers[s.layer]
     used = {i for s in steps if s.kind == "host" for i in s.node.inputs if i}
-    used |= {i for s in steps if s.kind in ("host_layer", "gemm")
+    used |= {i for s in steps if s.kind in ("host_layer", "gemm", "ksplit")
              for i in layers[s.layer].inputs}
     used |= set(g.outputs)          # a graph output may be a constant (a folded Shape)
     constants = {n: t.value for n, t in g.tensors.items() if t.is_const and n in used}

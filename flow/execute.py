@@ -32,9 +32,10 @@ import numpy as np
 
 from firmware.emulator import EmulatorDevice
 from firmware.runtime import DeviceError, Runtime
-from flow.compile import CompiledNetwork, Segment, build_gemm_image
+from flow.compile import (CompiledNetwork, Segment, build_gemm_image, build_ksplit_image,
+                          ksplit_accumulators)
 from hw.build import emit
-from planner.net.reference import HostExecutor, _to_int8, run_layer
+from planner.net.reference import HostExecutor, _to_int8, requantise_conv, run_layer
 from spec.config import AccelConfig
 from tb.tools import build, heartbeat, missing_tool
 
@@ -124,6 +125,15 @@ async def execute(net: CompiledNetwork, rt, feeds: Mapping[str, np.ndarray], *,
             outs = res.pop("outputs")
             y = np.stack([outs[f"{layer.output}[{t}]"] for t in range(len(seg.outputs))])
             env[layer.output] = y.reshape(out_shape)
+            rep.update(res)
+        elif step.kind == "ksplit":
+            # the parts' int32 partial sums, added and requantised here (flow.compile)
+            layer = net.layers[step.layer]
+            x = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
+            seg, loads, partials = build_ksplit_image(layer, x, net.cfg, net.strategy)
+            res = await _run_segment(rt, seg, env, loads)
+            raw = [(n, g, await rt.read(addr, nbytes)) for n, g, addr, nbytes in partials]
+            env[layer.output] = requantise_conv(layer, ksplit_accumulators(layer, raw))
             rep.update(res)
         else:
             raise ValueError(f"step {step.name!r}: unknown kind {step.kind!r}")
@@ -268,7 +278,7 @@ def layer_rows(run: NetworkRun, cfg: AccelConfig) -> list[dict]:
     rows = []
     peak = cfg.array_rows * cfg.array_cols
     for s in run.steps:
-        if s["kind"] in ("segment", "gemm"):
+        if s["kind"] in ("segment", "gemm", "ksplit"):
             by_layer: dict[str, dict] = {}
             for r in s["records"]:
                 row = by_layer.setdefault(r["layer"], {

@@ -19,7 +19,7 @@ import dataclasses
 
 from spec.config import AccelConfig, require_config
 
-from .conv import ConvProgram, block_plan, row_bands
+from .conv import ConvProgram, block_plan, k_part_shape, k_parts, row_bands
 from .convcost import predict_conv
 from .convplan import conv_descriptor
 from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
@@ -54,6 +54,9 @@ class LayerCost:
     table_entries: int = 0      # a convolution's offset + run + group table entries
     mesh: bool = False          # a depthwise layer on the mesh (``plan``: its per-group GEMM)
     bands: int = 0              # records of row bands an image (0: the whole layer, one record)
+    #: K parts an image and group (1: every record takes the whole K; more: slices of input
+    #: channels, :func:`planner.conv.k_parts`, whose int32 partial sums the host adds)
+    k_parts: int = 1
 
     @property
     def cycles(self) -> int:
@@ -92,13 +95,17 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     depthwise layer as the dense convolutions of its channel blocks
     (:func:`planner.dwcost.depthwise_blocks`), and a convolution whose tables do not fit the
     table memories in bands of output rows (:func:`planner.conv.row_bands`; ``plan`` does not
-    apply: each band is planned with ``strategy``). Like every convolution here, without post-
-    processing and for dense input: the compiler keeps a depthwise layer off the mesh when a
-    reader needs its output padded, which a shape alone does not say. A convolution of
-    ``batch > 1`` costs ``batch`` times its one-image cost (one record set per image, as the
-    compiler runs it; ``plan`` does not apply). Raises ``ValueError``
-    for a layer ``cfg`` cannot run (its operands exceed the device memory, or not even one
-    output row's tables fit): it gets no cycle count."""
+    apply: each band is planned with ``strategy``), and a convolution with more taps per group
+    than the offset table holds as its K parts (:func:`planner.conv.k_parts`: slices of input
+    channels, each a convolution of its own with int32 partial sums, which the host adds and
+    requantises; NCHW input only; ``plan`` does not apply). Like every convolution here,
+    without post-processing and for dense input: the compiler keeps a depthwise layer off the
+    mesh when a reader needs its output padded, which a shape alone does not say. A
+    convolution of ``batch > 1`` costs ``batch`` times its one-image cost (one record set per
+    image, as the compiler runs it; ``plan`` does not apply). Raises ``ValueError`` for a layer
+    ``cfg`` cannot run (its operands exceed the device memory, not even one input channel's
+    taps fit the offset table, or not even one output row's runs fit): it gets no cycle
+    count."""
     require_config(cfg)
     check_addressable(shape, cfg)
     if mesh_fits(shape, cfg):
@@ -132,7 +139,10 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
         one = layer_cost(dataclasses.replace(shape, batch=1), cfg, strategy, db, layout=layout)
         return LayerCost(shape, one.plan, shape.groups, CycleBreakdown(
             **{k: shape.batch * getattr(one.counters, k) for k in COUNTER_FIELDS}),
-            one.table_entries, bands=one.bands)
+            one.table_entries, bands=one.bands, k_parts=one.k_parts)
+    parts = k_parts(shape, cfg)             # raises when not even one channel's taps fit
+    if len(parts) > 1:
+        return _k_split_cost(shape, cfg, strategy, layout, db, parts)
     tables = compile_tables(shape, layout, cfg)
     bands = row_bands(shape, layout, cfg, whole=tables)     # raises when no band fits
     if len(bands) > 1:
@@ -142,6 +152,29 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
     program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan, tables=tables)
     return LayerCost(shape, plan, shape.groups, program.predict(cfg), _entries(tables))
+
+
+def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout: str, db,
+                  parts: list[tuple[int, int]]) -> LayerCost:
+    """A one-image convolution whose ``K`` exceeds the offset table, as the compiler runs it:
+    per group, one convolution per K part (:func:`planner.conv.k_parts`, each costed by
+    :func:`layer_cost`, in bands of rows if its tables need them), int32 partial sums that
+    the host adds and requantises."""
+    if Layout(layout) is not Layout.NCHW:
+        raise ValueError(f"{shape}: K={shape.gemm.k} offsets exceed conv_offset_entries="
+                         f"{cfg.conv_offset_entries}, and only an NCHW input is split into "
+                         f"K parts (its channels are contiguous), not {Layout(layout).value}")
+    costs: dict[ConvShape, LayerCost] = {}
+    for part in parts:
+        sub = k_part_shape(shape, part)
+        if sub not in costs:
+            costs[sub] = layer_cost(sub, cfg, strategy, db, layout=layout)
+    each = [costs[k_part_shape(shape, p)] for p in parts]
+    counters = CycleBreakdown(**{k: shape.groups * sum(getattr(c.counters, k) for c in each)
+                                 for k in COUNTER_FIELDS})
+    return LayerCost(shape, each[0].plan, shape.groups, counters,
+                     sum(c.table_entries for c in each), bands=max(c.bands for c in each),
+                     k_parts=len(parts))
 
 
 def _entries(tables) -> int:

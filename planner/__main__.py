@@ -94,6 +94,7 @@ def _cmd_plan(args) -> int:
             layers.append({"name": r.layer.name, "count": r.layer.count,
                            "instances": r.instances, "plan": dataclasses.asdict(p),
                            "counters": c.counters.as_dict(), "cycles": c.cycles,
+                           "mesh": c.mesh, "bands": c.bands, "k_parts": c.k_parts,
                            "oracle_cycles": o.predicted_cycles,
                            "gap": p.predicted_cycles / o.predicted_cycles - 1})
         cycles, util = cost_totals(results, costs, cfg)

@@ -23,7 +23,8 @@ from .plan import plan_conv, plan_gemm
 from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan
 
-__all__ = ["ConvProgram", "compile_conv", "row_bands", "block_plan", "TILING_FIELDS"]
+__all__ = ["ConvProgram", "compile_conv", "row_bands", "k_parts", "k_part_shape", "block_plan",
+           "TILING_FIELDS"]
 
 
 
@@ -131,6 +132,39 @@ def row_bands(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
         else:
             lo = mid
     return [(p0, min(p0 + lo, P)) for p0 in range(0, P, lo)]
+
+
+def k_parts(shape: ConvShape, cfg: AccelConfig) -> list[tuple[int, int]]:
+    """The input channels ``(c0, c1)`` (within a group) of each *K part* of a convolution:
+    ``[(0, in_channels / groups)]`` when one group's ``K = (C / groups) R S`` offsets fit the
+    offset table (``conv_offset_entries``); otherwise the fewest equal slices of whole input
+    channels whose taps fit, the last one possibly smaller. Each part is a convolution of its
+    own (its input channels are a contiguous slice of an NCHW input) whose int32 partial sums
+    the host adds before requantising (``flow.compile``'s ``ksplit`` steps): the offset
+    table holds one entry per tap, and no band of output rows changes ``K`` (ResNet-50's
+    512-channel 3x3 layers have 4,608 taps, against 4,096 entries on ``small`` and ``fpga``).
+
+    Raises ``ValueError`` when not even one input channel's ``R S`` taps fit."""
+    require_config(cfg)
+    per_in = shape.in_channels // shape.groups
+    taps = shape.kernel_h * shape.kernel_w
+    most = cfg.conv_offset_entries // taps          # input channels a part may have
+    if most == 0:
+        raise ValueError(f"{shape}: one input channel's {taps} taps exceed "
+                         f"conv_offset_entries={cfg.conv_offset_entries}: it cannot run on this "
+                         f"configuration")
+    count = -(-per_in // most)
+    size = -(-per_in // count)
+    return [(c0, min(c0 + size, per_in)) for c0 in range(0, per_in, size)]
+
+
+def k_part_shape(shape: ConvShape, part: tuple[int, int]) -> ConvShape:
+    """The one-image, one-group convolution of K part ``part`` (:func:`k_parts`) of one group
+    of ``shape``: ``c1 - c0`` input channels, every output channel of the group."""
+    c0, c1 = part
+    return dataclasses.replace(shape, in_channels=c1 - c0,
+                               out_channels=shape.out_channels // shape.groups, groups=1,
+                               batch=1)
 
 
 def block_plan(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, pixels: int,

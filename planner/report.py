@@ -94,14 +94,26 @@ def cost_totals(results: list[LayerResult], costs: list[LayerCost],
     return cycles, macs / (cfg.macs_per_cycle * cycles)
 
 
+def _by(c: LayerCost, p) -> str:
+    """The ``by`` column of :func:`plan_table`."""
+    if c.mesh:
+        return "mesh"
+    if c.k_parts > 1:
+        return f"{c.k_parts} K parts" + ("+b" if c.bands else "")
+    return f"{c.bands} bands" if c.bands else p.strategy
+
+
 def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
                oracle: str | None = "search", db=None) -> str:
     """A fixed-width text table of one strategy's plans: each layer's predicted cycles (all
     its groups; :func:`layer_costs`) and utilisation, and the plan's gap to ``oracle`` on the
     GEMM model (the tiling planner's quality). ``by`` names the plan's strategy, or ``mesh``
     for a depthwise layer the mesh runs (its cycles are the mesh's; the tiling columns are its
-    per-group GEMM's, which it does not use), or ``N bands`` for a convolution run in bands of
-    output rows (the tiling columns are the whole layer's GEMM plan)."""
+    per-group GEMM's, which it does not use), ``N bands`` for a convolution run in bands of
+    output rows, ``N K parts`` for one whose taps exceed the offset table (slices of input
+    channels whose int32 partial sums the host adds: :func:`planner.conv.k_parts`; with
+    ``+b`` when the parts also run in bands), the tiling columns then being the whole layer's
+    GEMM plan."""
     head = (f"{'layer':<20} {'M x K x N':>18} {'cnt':>4} {'pm':>5} {'pn':>5} {'pk':>5} "
             f"{'tm':>4} {'tn':>4} {'om':>2} {'sk':>2} {'acc':>6} {'ldA':>4} {'ldB':>4} "
             f"{'cycles':>10} {'util':>6} {'gap':>7} {'by':<10}")
@@ -116,7 +128,7 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
             f"{p.partition_n:>5} {p.partition_k:>5} {p.tile_m:>4} {p.tile_n:>4} "
             f"{p.outer_m:>2} {p.need_splitk:>2} {p.acc_buffer_needed:>6} {p.loads_a:>4} "
             f"{p.loads_b:>4} {c.cycles:>10} {util:>6.3f} {g} "
-            f"{'mesh' if c.mesh else f'{c.bands} bands' if c.bands else p.strategy:<10}")
+            f"{_by(c, p):<10}")
     cycles, util = cost_totals(results, costs, cfg)
     line = f"total (layers x count): {cycles} cycles, utilisation {util:.3f}"
     if oracle and all(oracle in r.plans for r in results):

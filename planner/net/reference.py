@@ -32,7 +32,7 @@ from planner.zero_points import finish, fold_matmul_integer
 from .graph import Graph, ModelError, Node
 from .lower import AccelLayer, Lowered
 
-__all__ = ["HostOpError", "run", "run_layer", "HostExecutor", "Comparison",
+__all__ = ["HostOpError", "run", "run_layer", "requantise_conv", "HostExecutor", "Comparison",
            "compare_with_onnxruntime", "onnxruntime_outputs"]
 
 
@@ -60,6 +60,16 @@ def _requant(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
                              act_min=layer.act_min, act_max=layer.act_max)
 
 
+def requantise_conv(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
+    """The output tensor of convolution ``layer`` from its int32 accumulators ``acc`` (N, K,
+    P, Q), without the bias: the bias, requantisation and clamp of the layer, as the
+    hardware's post-processor applies them."""
+    n, k, p, q = acc.shape
+    y = _requant(layer, np.ascontiguousarray(acc.transpose(1, 0, 2, 3)).reshape(k, n * p * q))
+    return _from_int8(np.ascontiguousarray(y.reshape(k, n, p, q).transpose(1, 0, 2, 3)),
+                      layer.out_offset)
+
+
 def run_layer(layer: AccelLayer, env: Mapping[str, np.ndarray]) -> np.ndarray:
     """The int8 (or uint8) output tensor of one accelerator layer."""
     x8 = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
@@ -69,9 +79,7 @@ def run_layer(layer: AccelLayer, env: Mapping[str, np.ndarray]) -> np.ndarray:
                     constant_values=layer.halo)
         acc = golden.conv2d_int8(xp, layer.weights, stride=(s.stride_h, s.stride_w),
                                  dilation=(s.dilation_h, s.dilation_w), groups=s.groups)
-        n, k, p, q = acc.shape
-        y = _requant(layer, acc.transpose(1, 0, 2, 3).reshape(k, n * p * q))
-        y = y.reshape(k, n, p, q).transpose(1, 0, 2, 3)
+        return requantise_conv(layer, acc)
     elif layer.kind == "fc":
         rows = x8.reshape(-1, layer.shape.k)
         acc = golden.gemm_int8(layer.weights, np.ascontiguousarray(rows.T))

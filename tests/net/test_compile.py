@@ -710,3 +710,53 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
     golden = run_network(net, feeds, sim="golden")
     want = reference.run(lowered, feeds)
     np.testing.assert_array_equal(golden.outputs["y"], want["y"])
+
+
+def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, capsys):
+    """A uint8 QLinearConv of 120 input channels (1,080 taps; tiny's offset table holds 1,024)
+    compiles to a ksplit step: two convolutions of 60 channels with int32 output, whose
+    partial sums the host adds and requantises. The halo is the input zero point (130 - 128
+    in the int8 domain), so padded taps are not zeros. Bit-exact with the int8 reference on
+    the golden device, through the .tsr and the CLI; the prediction at compile time is the
+    run's."""
+    from flow.compile import build_ksplit_image, k_split
+
+    model = _qlinear_conv_model(np.random.default_rng(8), np.uint8(130), 120, 6, 7)
+    onnx.save(model, tmp_path / "q.onnx")
+    assert compile_main([str(tmp_path / "q.onnx"), "-o", str(tmp_path / "q.tsr"),
+                         "--config", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "1 convolutions in K parts" in out
+    assert ("  K parts: conv: K=1080 taps > conv_offset_entries=1024: 2 convolutions of slices "
+            "of its input channels") in out
+    net = CompiledNetwork.load(tmp_path / "q.tsr")
+    (step,) = [s for s in net.steps if s.kind == "ksplit"]
+    layer = net.layers[step.layer]
+    assert k_split(layer, net.cfg) and layer.halo == 2
+    x = np.random.default_rng(3).integers(0, 256, (1, 120, 7, 7), dtype=np.uint8)
+    low = lower(import_onnx(model))
+    run = run_network(net, {"x": x})
+    assert np.array_equal(run.outputs["y"], reference.run(low, {"x": x})["y"])
+    (rep,) = [s for s in run.steps if s["kind"] == "ksplit"]
+    assert [r["record"] for r in rep["records"]] == ["conv[K 0:60]", "conv[K 60:120]"]
+    assert run.predicted_cycles == net.summary()["ksplit_predicted_cycles"]
+    with pytest.raises(ValueError, match=r"conv: input must be int8 of shape \(1, 120, 7, 7\)"):
+        build_ksplit_image(layer, x, net.cfg)
+    # the same layer on small (4,096 entries) is one convolution
+    assert not k_split(layer, SMALL)
+
+
+def test_a_kernel_larger_than_the_offset_table_stays_on_the_host():
+    """33 x 33 taps of one channel exceed tiny's 1,024 offset entries: no K part fits, so the
+    layer runs on the host, and says why."""
+    rng = np.random.default_rng(2)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="huge")],
+                   {"w": rng.normal(0, .1, (2, 1, 33, 33)).astype(np.float32)},
+                   (1, 1, 40, 40), (1, 2, 8, 8))
+    q, low = _lowered(model)
+    net = compile_network(low, PRESETS["tiny"])
+    assert net.summary()["ksplit_steps"] == 0
+    assert "one input channel's 1089 taps exceed conv_offset_entries=1024" in \
+        net.summary()["host_layers"]["huge"]
+    feeds = {"x": np.random.default_rng(5).standard_normal((1, 1, 40, 40)).astype(np.float32)}
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])

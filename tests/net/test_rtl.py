@@ -175,6 +175,59 @@ def test_conv_whose_tables_do_not_fit_runs_in_bands_on_rtl(tmp_path):
     assert vs_ort["y"]["max_abs_diff_lsb"] <= 2
 
 
+def _deep_conv_net(mid: int, groups: int = 1, batch: int = 1, stride: int = 1):
+    """A 3x3 convolution to ``mid`` channels, ReLU, then a 3x3 convolution of ``groups``
+    groups of ``mid / groups`` input channels to 8 each: on ``tiny`` (1,024 offset entries)
+    the second has more taps per group than the offset table holds from ``mid / groups`` of
+    114 channels on."""
+    rng = np.random.default_rng(mid)
+    inits = {"w0": rng.normal(0, .3, (mid, 4, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .1, (8 * groups, mid // groups, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="wide", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w1"], ["y"], name="deep", group=groups,
+                              pads=[1, 1, 1, 1], strides=[stride, stride])]
+    side = -(-8 // stride)
+    graph = helper.make_graph(
+        nodes, "deep",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8 * groups, side, side])],
+        [numpy_helper.from_array(v, n) for n, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("mid, groups, batch, stride", [(130, 1, 2, 2), (240, 2, 1, 1)],
+                         ids=["batch2-stride2", "two-groups"])
+def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts_on_rtl(mid, groups, batch,
+                                                                        stride, tmp_path):
+    """1,170 and 1,080 taps per group against tiny's 1,024 offset entries: the layer runs as
+    two convolutions of half its input channels each (per image and group), int32 partial
+    sums added and requantised on the host (flow.compile's ksplit step), bit-exact with the
+    golden device, every record's cycles as predicted, at compile time too. (It used to run
+    on the host.)"""
+    needs("verilator")
+    model = _deep_conv_net(mid, groups, batch, stride)
+    q = quantize_qdq(model, samples=2, seed=1)
+    feeds = generated_inputs(model, 1, seed=5)[0]
+    net, rtl, vs_ort = _run_both(q, "tiny", feeds, tmp_path)
+    assert [(s.kind, s.layer_names) for s in net.steps if s.kind != "host"] == [
+        ("segment", ["wide"]), ("ksplit", ["deep"])]
+    s = net.summary()
+    assert s["host_layers"] == {} and s["ksplit_steps"] == 1
+    (step,) = [st for st in rtl.steps if st["kind"] == "ksplit"]
+    assert len(step["records"]) == 2 * batch * groups
+    assert sum(r["predicted_cycles"] for r in step["records"]) + step["overhead_predicted"] \
+        == s["ksplit_predicted_cycles"]
+    for row in layer_rows(rtl, net.cfg):
+        if row["where"] != "host":
+            assert row["cycles"] == row["predicted_cycles"], row
+    assert rtl.total_cycles == rtl.predicted_cycles
+    assert vs_ort["y"]["max_abs_diff_lsb"] <= 2
+
+
 @pytest.mark.rtl
 def test_inverted_residual_net_on_rtl_bit_exact(tmp_path):
     """A MobileNet-V2-style network (stem, five inverted residual blocks with depthwise 3x3

@@ -100,15 +100,31 @@ def test_cli_refuses_a_layer_the_config_cannot_address(capsys):
     assert main(["plan", "--gemm", "4096,4096,1", "--preset", "default"]) == 0
 
 
-def test_cli_refuses_a_conv_whose_tables_cannot_fit_even_a_row(capsys):
+def test_cli_plans_a_conv_with_more_taps_than_the_offset_table_in_k_parts(capsys):
     """ResNet-50's 512-channel 3x3s have 4,608 taps, more than fpga's 4,096 offset entries:
-    no band of rows changes that, so the planner names the limit and prints no cycles (it used
-    to print 596,960). On tiny, a first layer whose runs do not fit is planned in bands."""
+    no band of rows changes that, so the planner costs it as the compiler runs it, two
+    convolutions of 256 input channels each (planner.conv.k_parts), and says so in the ``by``
+    column and the JSON. A kernel with more taps than the table holds cannot run at all: no
+    cycles. On tiny, a first layer whose runs do not fit is planned in bands."""
+    from planner import ConvShape, layer_cost
+    from planner.conv import k_part_shape
+    from spec.config import PRESETS
+
     spec = "N=1,C=512,H=14,W=14,K=512,R=3,S=3,stride=2,pad=1"
-    assert main(["plan", "--conv", spec, "--preset", "fpga"]) == 2
+    assert main(["plan", "--conv", spec, "--preset", "fpga"]) == 0
+    out = capsys.readouterr().out
+    assert "512x4608x49" in out and "2 K parts" in out
+    assert main(["plan", "--conv", spec, "--preset", "fpga", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["layers"]
+    shape = ConvShape(batch=1, in_channels=512, height=14, width=14, out_channels=512,
+                      kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_top=1, pad_left=1,
+                      pad_bottom=1, pad_right=1)
+    half = layer_cost(k_part_shape(shape, (0, 256)), PRESETS["fpga"])
+    assert row["k_parts"] == 2 and row["cycles"] == 2 * half.cycles
+    assert main(["plan", "--conv", "N=1,C=1,H=40,W=40,K=4,R=33,S=33", "--preset", "tiny"]) == 2
     out = capsys.readouterr()
     assert out.out == ""
-    assert "even for one output row (k=4608 offsets exceed conv_offset_entries=4096)" in out.err
+    assert "one input channel's 1089 taps exceed conv_offset_entries=1024" in out.err
     assert main(["plan", "--conv", "N=1,C=3,H=224,W=224,K=64,R=3,S=3,stride=2",
                  "--preset", "tiny"]) == 0
 
@@ -116,15 +132,14 @@ def test_cli_refuses_a_conv_whose_tables_cannot_fit_even_a_row(capsys):
 def test_cli_names_every_layer_of_a_workload_that_cannot_run(tmp_path, capsys):
     """A workload with several layers the configuration cannot run names them all in one
     error (it stopped at the first), and prints no cycles, table or JSON."""
-    conv = dict(kind="conv", N=1, C=512, H=7, W=7, K=512, R=3, S=3, pad_top=1, pad_left=1,
-                pad_bottom=1, pad_right=1)
+    conv = dict(kind="conv", N=1, C=1, H=40, W=40, K=4, R=33, S=33)
     path = tmp_path / "w.json"
     path.write_text(json.dumps({"network": "w", "layers": [
-        {"name": "ok", **conv, "C": 64},
+        {"name": "ok", **conv, "R": 3, "S": 3},
         {"name": "deep_a", **conv},
-        {"name": "deep_b", **conv, "stride_h": 2, "stride_w": 2, "H": 14, "W": 14}]}))
+        {"name": "deep_b", **conv, "stride_h": 2, "stride_w": 2}]}))
     for extra in ([], ["--json"]):
-        assert main(["plan", "--workload", str(path), "--preset", "fpga", *extra]) == 2
+        assert main(["plan", "--workload", str(path), "--preset", "tiny", *extra]) == 2
         out = capsys.readouterr()
         assert out.out == ""
         assert out.err.startswith("error: 2 layers cannot run on this configuration:\n")

@@ -136,11 +136,58 @@ def test_layer_cost_of_a_banded_layer_is_its_bands_and_refuses_what_cannot_run()
     assert layer_cost(WIDE, TINY).cycles == total
     batched = dataclasses.replace(WIDE, batch=3)
     assert layer_cost(batched, TINY).cycles == 3 * total
-    deep = ConvShape(batch=1, in_channels=512, height=14, width=14, out_channels=512,
-                     kernel_h=3, kernel_w=3, stride_h=2, stride_w=2, pad_top=1, pad_left=1,
-                     pad_bottom=1, pad_right=1)
-    with pytest.raises(ValueError, match="cannot run on this configuration"):
-        layer_cost(deep, PRESETS["fpga"])
+    huge = ConvShape(batch=1, in_channels=1, height=40, width=40, out_channels=4,
+                     kernel_h=33, kernel_w=33)
+    with pytest.raises(ValueError, match="one input channel's 1089 taps exceed "
+                                         "conv_offset_entries=1024: it cannot run on this "
+                                         "configuration"):
+        layer_cost(huge, TINY)
+
+
+#: ResNet-50's res5 3x3 (stride 2): 4,608 taps, more than fpga's and small's 4,096 offsets
+DEEP = ConvShape(batch=1, in_channels=512, height=14, width=14, out_channels=512, kernel_h=3,
+                 kernel_w=3, stride_h=2, stride_w=2, pad_top=1, pad_left=1, pad_bottom=1,
+                 pad_right=1)
+
+
+@pytest.mark.parametrize("shape, preset, parts", [
+    (DEEP, "fpga", [(0, 256), (256, 512)]),
+    (DEEP, "default", [(0, 512)]),                      # 8,192 entries: one part
+    (dataclasses.replace(DEEP, in_channels=1000, out_channels=10, groups=2), "fpga",
+     [(0, 250), (250, 500)]),                           # per group: 500 channels, 4,500 taps
+    (dataclasses.replace(DEEP, in_channels=1025, out_channels=4, kernel_h=2, kernel_w=1,
+                         pad_top=0, pad_bottom=0, pad_left=0, pad_right=0), "tiny",
+     [(0, 342), (342, 684), (684, 1025)]),              # 512 channels a part at most
+])
+def test_k_parts_are_the_fewest_equal_slices_of_channels_whose_taps_fit(shape, preset, parts):
+    from planner.conv import k_parts
+
+    cfg = PRESETS[preset]
+    assert k_parts(shape, cfg) == parts
+    taps = shape.kernel_h * shape.kernel_w
+    assert all((c1 - c0) * taps <= cfg.conv_offset_entries for c0, c1 in parts)
+
+
+def test_layer_cost_of_a_conv_in_k_parts_is_its_parts_per_group():
+    """The compiler runs a convolution whose taps exceed the offset table as one convolution
+    per K part and group (flow.compile's ksplit steps); the cost entry point costs the same
+    records: each part's own convolution, int32 out, times the groups and images."""
+    from planner import layer_cost
+    from planner.conv import k_part_shape
+
+    fpga = PRESETS["fpga"]
+    whole = layer_cost(DEEP, fpga)
+    halves = [layer_cost(k_part_shape(DEEP, p), fpga) for p in [(0, 256), (256, 512)]]
+    assert whole.k_parts == 2 and whole.macs == DEEP.macs
+    assert whole.counters.as_dict() == {k: sum(h.counters.as_dict()[k] for h in halves)
+                                        for k in whole.counters.as_dict()}
+    grouped = dataclasses.replace(DEEP, batch=2, in_channels=1024, out_channels=64, groups=2)
+    g = layer_cost(grouped, fpga)
+    part = layer_cost(k_part_shape(grouped, (0, 256)), fpga)
+    assert g.k_parts == 2 and g.cycles == 2 * 2 * 2 * part.cycles
+    with pytest.raises(ValueError, match="only an NCHW input is split into K parts"):
+        layer_cost(DEEP, fpga, layout="NHWC")
+    assert layer_cost(DEEP, PRESETS["default"]).k_parts == 1
 
 
 #: two groups on a 40 x 40 map, whose tables fit tiny's whole
