@@ -384,7 +384,8 @@ def predict(plan: "TilingPlan", cfg: AccelConfig,
     ``c_local``: the layer's B / C lies in the on-chip local buffer (:func:`on_chip`)."""
     require_config(cfg)
     port_cfg = on_chip(cfg, b_local=b_local, c_local=c_local)
-    if post is None:
+    if post is None or not post.active:
+        # no bias and int32 out: the store bypasses the requantiser (as predict_conv)
         return off_chip_bytes(predict_tiling(plan.m, plan.k, plan.n, plan.partition_m,
                                              plan.partition_n, plan.partition_k, plan.outer_m,
                                              port_cfg, consts), b_local=b_local, c_local=c_local)
