@@ -58,6 +58,7 @@ from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner.conv import k_part_shape, k_parts
 from planner.net.reference import _from_int8, _to_int8
 from planner.plan import SHAPE_STRATEGIES
+from planner.zero_points import int8_parts
 from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig, require_config
 from spec.layouts import OpKind, PostMode
@@ -612,16 +613,6 @@ def _paying(seg: Segment, layers: list[AccelLayer], reads_after: set[str], cfg: 
 
 # -- activation x activation GEMMs (built at run time) ---------------------------------------------
 
-def _int8_parts(value: int) -> list[int]:
-    """int8 values summing to ``value`` (``tb/qlinear.py``)."""
-    parts, left = [], int(value)
-    while left:
-        p = max(-128, min(127, left))
-        parts.append(p)
-        left -= p
-    return parts
-
-
 def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: AccelConfig,
                      strategy: str = "best") -> tuple[Segment, list[tuple[int, bytes]],
                                                       tuple[int, ...]]:
@@ -636,7 +627,7 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     if a3.shape[0] != b3.shape[0]:
         raise ValueError(f"{layer.name}: batch {a3.shape[0]} != {b3.shape[0]}")
     za, zb = layer.in_zero_point, layer.b_zero_point
-    parts = _int8_parts(-za)
+    parts = int8_parts(-za)
     builder = ImageBuilder(cfg, strategy=strategy)
     loads, outputs = [], []
     rq = _requant(layer)
@@ -655,9 +646,11 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
         outputs.append(TensorBuffer(tensor=f"{layer.output}[{t}]", addr=y_addr,
                                     nbytes=s.m * s.n, layout="rowmajor", shape=(s.m, s.n)))
     blob, built = builder.build()
+    # the extended K's copies of b fold a zero point: they are not the layer's MACs
     records = [LayerRecord(layer=layer.name, name=bl.name, m=bl.layer.desc.m,
                            k=bl.layer.desc.k, n=bl.layer.desc.n,
-                           predicted_cycles=int(bl.predicted_cycles)) for bl in built]
+                           predicted_cycles=int(bl.predicted_cycles),
+                           useful_macs=s.m * s.k * s.n) for bl in built]
     seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[],
                   outputs=outputs, records=records,
                   overhead_cycles=image_overhead(blob, builder.cfg))

@@ -45,7 +45,8 @@ import dataclasses
 import numpy as np
 
 __all__ = ["ConvFold", "GemmFold", "resolve_conv_pads", "exact_int8", "exact_int",
-           "fold_conv_float", "fold_conv_integer", "fold_matmul_integer", "finish"]
+           "fold_conv_float", "fold_conv_integer", "fold_matmul_integer", "finish",
+           "int8_parts", "activation_gemm_k"]
 
 
 def exact_int(name: str, arr, lo: int | None = None, hi: int | None = None) -> np.ndarray:
@@ -211,3 +212,21 @@ def finish(acc: np.ndarray, correction: np.ndarray) -> np.ndarray:
     """``acc + correction`` wrapped to int32, as the accumulators would (two's complement)."""
     total = np.asarray(acc).astype(np.int64) + correction
     return total.astype(np.uint64).astype(np.uint32).view(np.int32)
+
+
+def int8_parts(value: int) -> list[int]:
+    """int8 values summing to ``value`` (none for 0): the weights of the copies of ``b`` by
+    which an activation x activation GEMM's K is extended to fold ``-za * colsum(b)``
+    (``flow.compile.build_gemm_image``, as ``tb/qlinear.py`` does)."""
+    parts, left = [], int(value)
+    while left:
+        p = max(-128, min(127, left))
+        parts.append(p)
+        left -= p
+    return parts
+
+
+def activation_gemm_k(k: int, a_zero_point: int) -> int:
+    """The K an activation x activation GEMM of depth ``k`` runs with: ``k`` once more for
+    every int8 part of ``-a_zero_point`` (:func:`int8_parts`)."""
+    return k * (1 + len(int8_parts(-a_zero_point)))

@@ -70,6 +70,7 @@ from typing import Literal
 import numpy as np
 
 from planner import layer_cost
+from planner.zero_points import activation_gemm_k
 from spec.config import AccelConfig
 
 from .graph import Graph, ModelError, Node
@@ -375,8 +376,13 @@ def _layer_model(layer: AccelLayer, cfg: AccelConfig):
     why ``cfg`` cannot run the layer (then there are no cycles)."""
     reason = accel_reason(layer, cfg)
     if reason is None:
+        shape = layer.shape
+        if layer.kind == "gemm":
+            # run with K extended to fold the left operand's zero point (build_gemm_image)
+            shape = dataclasses.replace(shape, k=activation_gemm_k(shape.k,
+                                                                   layer.in_zero_point))
         try:
-            cost = layer_cost(layer.shape, cfg)
+            cost = layer_cost(shape, cfg)
         except ValueError as e:
             reason = one_line(str(e))
     if reason is not None:

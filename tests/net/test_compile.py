@@ -29,6 +29,7 @@ from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs,  # 
                                   lower, quantize_qdq)
 from planner.net.reference import HostOpError  # noqa: E402
 from planner.shapes import GemmShape  # noqa: E402
+from planner.zero_points import activation_gemm_k  # noqa: E402
 
 SMALL = PRESETS["small"]
 
@@ -595,6 +596,33 @@ def test_run_time_gemms_are_predicted_at_compile_time(capsys, tmp_path):
     assert sum(r["predicted_cycles"] for st in gemm for r in st["records"]) + \
         sum(st["overhead_predicted"] for st in gemm) == s["gemm_predicted_cycles"]
     assert run.predicted_cycles == s["predicted_cycles"] + s["gemm_predicted_cycles"]
+    # the copies of b that fold a zero point extend K; the MACs counted are the layer's
+    for st in gemm:
+        layer = net.layers[st["layers"][0]]
+        sh = layer.shape
+        assert len(st["records"]) == layer.batch        # one record per head
+        for rec in st["records"]:
+            assert rec["macs"] == sh.m * sh.k * sh.n
+            assert rec["k"] == activation_gemm_k(sh.k, layer.in_zero_point) > sh.k
+
+
+def test_seed_004_costs_an_activation_gemm_with_its_extended_k():
+    """The assignment's accelerator cost of an attention GEMM is the GEMM the image runs, K
+    extended by the copies of b that fold the left zero point (it costed the plain K: about
+    half the cycles)."""
+    from planner import GemmShape, layer_cost
+    from planner.net.assign import analyse
+    from planner.net.models import encoder_block
+
+    _, low = _lowered(encoder_block(seq=8, hidden=64, heads=4, ffn=128))
+    ops = {op.name: op for op in analyse(low, SMALL)}
+    for layer in low.layers:
+        if layer.kind == "gemm":
+            s = layer.shape
+            k = activation_gemm_k(s.k, layer.in_zero_point)
+            assert k > s.k
+            assert ops[layer.name].accel_cycles == \
+                layer_cost(GemmShape(s.m, k, s.n), SMALL).cycles * layer.batch
 
 
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
