@@ -494,10 +494,17 @@ def assign(ops: Sequence[Op], lib: FunctionLibrary, th: Thresholds = Thresholds(
         for proc in order:
             ev = evs[proc]
             if th.accepts(ev):
-                tried = [_why({q: evs[q]}, th) for q in order
-                         if q != proc and order.index(q) < order.index(proc)]
+                earlier = [q for q in order if order.index(q) < order.index(proc)]
+                # a processor that cannot run the op says why first: that is the cause
+                names = {"accel": "accelerator", "host": "host"}
+                cannot = [f"the {names[q]} cannot run it ({evs[q].refusal}); on the "
+                          f"{names[proc]} " for q in earlier
+                          if not evs[q].supported and evs[q].refusal]
+                tried = [_why({q: evs[q]}, th) for q in earlier
+                         if evs[q].supported or not evs[q].refusal]
                 limit = f"<= th2={th.th2:g}us" if math.isfinite(th.th2) else "(no limit)"
-                reason = (f"p={ev.p:.2f} >= th1={th.th1:g} and c={ev.c:.1f}us {limit}"
+                reason = ("".join(cannot)
+                          + f"p={ev.p:.2f} >= th1={th.th1:g} and c={ev.c:.1f}us {limit}"
                           + (f" (failed first: {'; '.join(tried)})" if tried else ""))
                 chosen = Decision(op, evs, proc, "threshold", reason)
                 break
