@@ -98,9 +98,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     apply: each band is planned with ``strategy``), and a convolution with more taps per group
     than the offset table holds as its K parts (:func:`planner.conv.k_parts`: slices of input
     channels, each a convolution of its own with int32 partial sums, which the host adds and
-    requantises; NCHW input only; ``plan`` does not apply). Like every convolution here,
-    without post-processing and for dense input: the compiler keeps a depthwise layer off the
-    mesh when a reader needs its output padded, which a shape alone does not say. A
+    requantises; NCHW input only; ``plan`` does not apply). Like every layer here, without
+    post-processing and with dense output, which a shape alone implies: in a compiled network
+    the records can differ (docs/planner.md, "What layer_cost does not see"). A
     convolution of ``batch > 1`` costs ``batch`` times its one-image cost (one record set per
     image, as the compiler runs it; ``plan`` does not apply). Raises ``ValueError`` for a layer
     ``cfg`` cannot run (its operands exceed the device memory, not even one input channel's
