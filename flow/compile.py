@@ -657,7 +657,7 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
     return seg, loads, tuple(layer.out_shape)
 
 
-# -- convolutions in K parts (built at run time) ----------------------------------------------------
+# -- convolutions in K parts (built at run time) ---------------------------------------------------
 
 def k_split(layer: AccelLayer, cfg: AccelConfig) -> bool:
     """``layer`` is a convolution the compiler runs in K parts (a ``ksplit`` step): one

@@ -788,3 +788,25 @@ def test_a_kernel_larger_than_the_offset_table_stays_on_the_host():
         net.summary()["host_layers"]["huge"]
     feeds = {"x": np.random.default_rng(5).standard_normal((1, 1, 40, 40)).astype(np.float32)}
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def test_cli_run_compare_falls_back_to_onnxruntime_without_its_optimisations(tmp_path,
+                                                                            capsys):
+    """onnxruntime's graph optimisations rewrite an int8 QLinearConv into
+    com.microsoft.QLinearConv, which has no int8 kernel, so ``--compare`` said "no comparison"
+    and exited 1 for every such model, while the same model runs with them off. Now it
+    compares with them off, says so, and exits 0."""
+    model = _qlinear_conv_model(np.random.default_rng(6), np.int8(5), 8, 8, 7)
+    onnx.save(model, tmp_path / "q.onnx")
+    assert compile_main([str(tmp_path / "q.onnx"), "-o", str(tmp_path / "q.tsr"),
+                         "--config", "tiny"]) == 0
+    capsys.readouterr()
+    assert run_main([str(tmp_path / "q.tsr"), "--compare", "--json",
+                     str(tmp_path / "r.json")]) == 0
+    captured = capsys.readouterr()
+    assert ("onnxruntime cannot run the stored model with its graph optimisations ("
+            in captured.err and "compared with them off" in captured.err)
+    assert "y: vs onnxruntime with its graph optimisations off: max abs diff" in captured.out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "error" in report["vs_onnxruntime"]
+    assert report["vs_onnxruntime_unoptimised"]["y"]["max_abs_diff"] <= 1      # int8 units
