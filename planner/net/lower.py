@@ -748,7 +748,19 @@ class _Lowerer:
         if len(xshape) != 4:
             raise _NoMatch(f"conv input rank {len(xshape)} is not 4")
         a = node.attrs
+        # what ONNX requires of the weights (onnx.checker does not check it; onnxruntime
+        # refuses such a node): a malformed model, not a pattern that does not match
+        what = f"{node.op_type} node {node.name!r}"
         kernel = [int(v) for v in a.get("kernel_shape", w.shape[2:])]
+        if w.ndim != 4 or kernel != [int(v) for v in w.shape[2:]]:
+            raise ModelError(f"{what}: kernel_shape {kernel} does not match its weights of "
+                             f"shape {tuple(w.shape)} (K, C/group, kH, kW)")
+        groups = int(a.get("group", 1))
+        if groups < 1 or w.shape[0] % groups or w.shape[1] * groups != xshape[1]:
+            raise ModelError(f"{what}: group={groups} with weights of shape {tuple(w.shape)} "
+                             f"does not fit its input's {xshape[1]} channels (ONNX requires "
+                             f"C = group x weights' dim 1 = {w.shape[1] * groups} and K a "
+                             f"multiple of group)")
         strides = [int(v) for v in a.get("strides", [1, 1])]
         dil = [int(v) for v in a.get("dilations", [1, 1])]
         pads = resolve_conv_pads(a.get("auto_pad", "NOTSET"), a.get("pads"), xshape[2:], kernel,
@@ -759,7 +771,7 @@ class _Lowerer:
                              kernel_w=kernel[1], stride_h=strides[0], stride_w=strides[1],
                              pad_top=pads[0], pad_left=pads[1], pad_bottom=pads[2],
                              pad_right=pads[3], dilation_h=dil[0], dilation_w=dil[1],
-                             groups=int(a.get("group", 1)))
+                             groups=groups)
         except ValueError as e:
             raise _NoMatch(str(e)) from None
 

@@ -810,3 +810,38 @@ def test_cli_run_compare_falls_back_to_onnxruntime_without_its_optimisations(tmp
     report = json.loads((tmp_path / "r.json").read_text())
     assert "error" in report["vs_onnxruntime"]
     assert report["vs_onnxruntime_unoptimised"]["y"]["max_abs_diff"] <= 1      # int8 units
+
+
+@pytest.mark.parametrize("w_shape, attrs, message", [
+    ((8, 1, 5, 5), dict(group=8, kernel_shape=[3, 3]),
+     "kernel_shape [3, 3] does not match its weights of shape (8, 1, 5, 5)"),
+    ((8, 2, 3, 3), dict(group=8),
+     "group=8 with weights of shape (8, 2, 3, 3) does not fit its input's 8 channels"),
+    ((9, 1, 3, 3), dict(group=8),
+     "group=8 with weights of shape (9, 1, 3, 3) does not fit its input's 8 channels"),
+], ids=["kernel-shape", "weight-channels", "out-channels"])
+def test_compile_refuses_a_conv_whose_weights_contradict_its_attributes(w_shape, attrs,
+                                                                       message, tmp_path,
+                                                                       capsys):
+    """ONNX requires kernel_shape to be the weights' and C = group x their dim 1;
+    onnx.checker does not check it and onnxruntime refuses such a node. Compiled, the layer
+    went to the host and the run wrote an output of another shape (1 x 8 x 5 x 5 for a
+    declared 1 x 8 x 7 x 7), exit 0, or failed at run time; now compile names the node."""
+    rng = np.random.default_rng(0)
+    consts = {"xs": np.array(0.05, np.float32), "xz": np.array(3, np.int8),
+              "w": rng.integers(-127, 128, w_shape).astype(np.int8),
+              "ws": np.full(w_shape[0], 0.01, np.float32), "wz": np.zeros(w_shape[0], np.int8),
+              "ys": np.array(0.1, np.float32), "yz": np.array(0, np.int8)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], name="bad", pads=[1, 1, 1, 1], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 8, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [1, w_shape[0], 7, 7])],
+        [onnx.numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "bad.onnx")
+    assert compile_main([str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "bad.tsr")]) == 2
+    err = capsys.readouterr().err
+    assert f"QLinearConv node 'bad': {message}" in err
+    assert not (tmp_path / "bad.tsr").exists()
