@@ -104,7 +104,8 @@ def _cmd_plan(args) -> int:
         print()
     else:
         table = plan_table(results, args.strategy, cfg, db=args.db)    # refuses what cannot run
-        print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}")
+        print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}; "
+              f"raw layers: int32 output, no post-processing (docs/planner.md)")
         print(table)
     return 0
 
