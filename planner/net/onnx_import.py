@@ -334,7 +334,16 @@ def load_model(src, input_shapes: InputShapes | None = None):
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        raise ModelError(f"onnx.checker: {str(e).strip().splitlines()[0]}") from None
+        first = str(e).strip().splitlines()[0]
+        # the checker names no tensor for a value without a shape: find them
+        bare = [f"{kind} {vi.name!r}" for kind, infos in (("graph input", model.graph.input),
+                                                          ("graph output", model.graph.output))
+                for vi in infos if vi.type.HasField("tensor_type")
+                and not vi.type.tensor_type.HasField("shape")]
+        if "shape" in first and bare:
+            first += (f" ({', '.join(bare)} without a shape: give each one, symbolic "
+                      f"dimensions allowed)")
+        raise ModelError(f"onnx.checker: {first}") from None
     symbols = _bind_inputs(model, input_shapes)
     model = _infer(model)
     for _ in range(16):

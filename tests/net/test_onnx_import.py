@@ -127,3 +127,16 @@ def test_parse_input_shapes_names_the_bad_spec():
     for bad in ("a", "a=", "a=1,x", "=1", "a=0,2"):
         with pytest.raises(ValueError, match="NAME=D0,D1"):
             parse_input_shapes([bad])
+
+
+def test_a_graph_output_without_a_shape_is_named():
+    """onnx.checker refuses a graph output whose type has no shape, without naming it; the
+    error names it (onnxruntime runs such a model, so users meet this)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelError, match=r"onnx.checker: .*shape.* \(graph output 'y' without "
+                                         r"a shape: give each one, symbolic dimensions "
+                                         r"allowed\)"):
+        load_model(model)
