@@ -258,11 +258,13 @@ def compile_main(argv: list[str] | None = None) -> int:
         print(f"  host: {layer}: {reason}")
     for step in net.steps:
         if step.kind == "ksplit":
-            layer = net.layers[step.layer]
-            print(f"  K parts: {step.layer}: K={layer.shape.gemm.k} taps > conv_offset_entries="
-                  f"{cfg.conv_offset_entries}: {len(k_parts(layer.shape, cfg))} convolutions of "
-                  f"slices of its input channels, int32 partial sums added and requantised on "
-                  f"the host")
+            sh = net.layers[step.layer].shape
+            parts = len(k_parts(sh, cfg))
+            print(f"  K parts: {step.layer}: K={sh.gemm.k} taps > conv_offset_entries="
+                  f"{cfg.conv_offset_entries}: {parts} parts (slices of its input channels) "
+                  f"per group and image, {parts * sh.groups * sh.batch} convolutions in "
+                  f"{sh.batch} image run{'s' if sh.batch > 1 else ''}, int32 partial sums "
+                  f"added and requantised on the host")
     for seg in net.segments:
         for producer, consumer, tensor in seg.fused:
             print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")

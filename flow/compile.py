@@ -65,7 +65,7 @@ from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
-           "k_split", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
+           "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
@@ -530,12 +530,16 @@ def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: Te
 def _add_depthwise_blocks(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq,
                           xb: TensorBuffer, yb: TensorBuffer, cfg: AccelConfig) -> None:
     """A depthwise layer off the mesh (:func:`planner.dwcost.depthwise_blocks`): per image,
-    blocks of ``array_rows`` channels, each a dense convolution with diagonal weights over its
-    slice of the padded input, into its slice of ``yb``."""
+    blocks of ``array_rows`` channels (fewer when their taps exceed the offset table), each a
+    dense convolution with diagonal weights over its slice of the padded input, into its slice
+    of ``yb``."""
     s = l.shape
     hpi, wpi = xb.padded_hw
     hp, wp = yb.padded_hw
-    block = block_channels(cfg)
+    block = block_channels(cfg, s.kernel_h * s.kernel_w)
+    if block == 0:          # (layer_cost refuses such a layer: seed 004 keeps it on the host)
+        raise ValueError(f"{l.name}: one channel's {s.kernel_h * s.kernel_w} taps exceed "
+                         f"conv_offset_entries={cfg.conv_offset_entries}")
     for n in range(s.batch):
         x_img = xb.addr + n * s.in_channels * hpi * wpi
         y_img = yb.addr + n * s.out_channels * hp * wp
@@ -673,22 +677,26 @@ def k_split(layer: AccelLayer, cfg: AccelConfig) -> bool:
 
 
 def build_ksplit_image(layer: AccelLayer, x: np.ndarray, cfg: AccelConfig,
-                       strategy: str = "best") -> tuple[Segment, list[tuple[int, bytes]],
-                                                        list[tuple[int, int, int, int]]]:
-    """The image of convolution ``layer`` in K parts (:func:`k_split`) for its int8 NCHW
-    input ``x``: per image, group and K part (:func:`planner.conv.k_parts`) one convolution
-    over the part's input channels with int32 output (no bias, no requantisation) into a
-    buffer of its own. Returns ``(segment, loads, partials)``: the host writes ``loads`` (the
-    input in the padded layout, its halo the input zero point) before the run; after it, each
-    partial ``(image, group, addr, nbytes)`` holds the group's ``(K / groups, P, Q)``
-    little-endian int32 sums over the part's channels, which the host adds and requantises
-    (:func:`planner.net.reference.requantise_conv`)."""
+                       strategy: str = "best", image: int = 0
+                       ) -> tuple[Segment, list[tuple[int, bytes]], list[tuple[int, int, int]]]:
+    """The image of convolution ``layer`` in K parts (:func:`k_split`) for image ``image`` of
+    its input, ``x`` (int8, ``1 x C x H x W``; one run per image keeps the device memory an
+    image needs): per group and K part (:func:`planner.conv.k_parts`) one convolution over the
+    part's input channels with int32 output (no bias, no requantisation) into a buffer of its
+    own. Returns ``(segment, loads, partials)``: the host writes ``loads`` (the input in the
+    padded layout, its halo the input zero point) before the run; after it, each partial
+    ``(group, addr, nbytes)`` holds the group's ``(K / groups, P, Q)`` little-endian int32
+    sums over the part's channels, which the host adds (:func:`ksplit_accumulators`) and
+    requantises (:func:`planner.net.reference.requantise_conv`). Raises ``ValueError`` when
+    the image does not fit the device memory."""
     s = layer.shape
     x8 = np.asarray(x)
-    if x8.dtype != np.int8 or x8.shape != (s.batch, s.in_channels, s.height, s.width):
-        raise ValueError(f"{layer.name}: input must be int8 of shape "
-                         f"{(s.batch, s.in_channels, s.height, s.width)}, not {x8.dtype} "
+    if x8.dtype != np.int8 or x8.shape != (1, s.in_channels, s.height, s.width):
+        raise ValueError(f"{layer.name}: input must be one int8 image of shape "
+                         f"{(1, s.in_channels, s.height, s.width)}, not {x8.dtype} "
                          f"{x8.shape}")
+    if not 0 <= image < s.batch:
+        raise ValueError(f"{layer.name}: image={image} must be in [0, batch={s.batch})")
     parts = k_parts(s, cfg)
     per_out, per_in = s.out_channels // s.groups, s.in_channels // s.groups
     w = np.asarray(layer.weights, np.int8)
@@ -697,27 +705,38 @@ def build_ksplit_image(layer: AccelLayer, x: np.ndarray, cfg: AccelConfig,
     hp, wp = xp.shape[2:]
     pq = s.out_h * s.out_w
     builder = ImageBuilder(cfg, strategy=strategy)
-    x_addr = builder.buffer("x", xp.size)
     partials = []
-    for n in range(s.batch):
+    try:
+        x_addr = builder.buffer("x", xp.size)
         for g in range(s.groups):
-            label = layer.name + (f"[n{n}]" if s.batch > 1 else "") + (f"[g{g}]" if s.groups > 1
-                                                                        else "")
+            label = layer.name + (f"[n{image}]" if s.batch > 1 else "") + (
+                f"[g{g}]" if s.groups > 1 else "")
             for i, (c0, c1) in enumerate(parts):
-                y_addr = builder.buffer(f"part{n}.{g}.{i}", 4 * per_out * pq)
+                y_addr = builder.buffer(f"part{g}.{i}", 4 * per_out * pq)
                 builder.conv(f"{label}[K {c0}:{c1}]", shape=k_part_shape(s, (c0, c1)),
                              weights=np.ascontiguousarray(w[g * per_out:(g + 1) * per_out,
                                                             c0:c1]),
-                             x_addr=x_addr + (n * s.in_channels + g * per_in + c0) * hp * wp,
+                             x_addr=x_addr + (g * per_in + c0) * hp * wp,
                              out_addr=y_addr, out_chan_stride=4 * pq)
-                partials.append((n, g, y_addr, 4 * per_out * pq))
-    blob, built = builder.build()
+                partials.append((g, y_addr, 4 * per_out * pq))
+        blob, built = builder.build()
+    except (ValueError, ImageError) as e:
+        raise ValueError(f"{layer.name}: its K parts' image: {e}") from None
     records = [LayerRecord(layer=layer.name, name=bl.name, m=bl.layer.desc.m,
                            k=bl.layer.desc.k, n=bl.layer.desc.n,
                            predicted_cycles=int(bl.predicted_cycles)) for bl in built]
     seg = Segment(index=-1, layers=[layer.name], image=blob, inputs=[], fills=[], outputs=[],
                   records=records, overhead_cycles=image_overhead(blob, builder.cfg))
     return seg, [(x_addr, np.ascontiguousarray(xp).tobytes())], partials
+
+
+def ksplit_predicted_cycles(layer: AccelLayer, cfg: AccelConfig, strategy: str = "best") -> int:
+    """Predicted cycles of a ``ksplit`` layer's image runs, one per image: those of its
+    image built from a zero input, whose cycles depend on the shapes only. Raises
+    ``ValueError`` when the image does not fit the device memory."""
+    s = layer.shape
+    x = np.zeros((1, s.in_channels, s.height, s.width), np.int8)
+    return s.batch * build_ksplit_image(layer, x, cfg, strategy)[0].predicted_cycles
 
 
 def ksplit_accumulators(layer: AccelLayer, partials: Sequence[tuple[int, int, bytes]]
@@ -979,16 +998,10 @@ class CompiledNetwork:
 
     def ksplit_predicted_cycles(self) -> int:
         """Predicted cycles of the ``ksplit`` steps (convolutions in K parts), whose images
-        are built from their input at run time (:func:`build_ksplit_image`): the same images
-        built from a zero input, since their cycles depend on the shapes only."""
-        total = 0
-        for step in self.steps:
-            if step.kind == "ksplit":
-                s = self.layers[step.layer].shape
-                x = np.zeros((s.batch, s.in_channels, s.height, s.width), np.int8)
-                total += build_ksplit_image(self.layers[step.layer], x, self.cfg,
-                                            self.strategy)[0].predicted_cycles
-        return total
+        are built from their input at run time (:func:`build_ksplit_image`):
+        :func:`ksplit_predicted_cycles`."""
+        return sum(ksplit_predicted_cycles(self.layers[step.layer], self.cfg, self.strategy)
+                   for step in self.steps if step.kind == "ksplit")
 
 
 #: the planner strategies :func:`compile_network` takes (every one but the tuning database's)
@@ -1038,7 +1051,15 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     layers = {l.name: l for l in lowered.layers}
     host_layers = {d.op.name: d.reason for d in decide(lowered, cfg, lib, th)
                    if d.op.name in layers and d.processor == "host"}
-    ksplit = frozenset(n for n, l in layers.items() if n not in host_layers and k_split(l, cfg))
+    ksplit = set()
+    for n, l in layers.items():
+        if n not in host_layers and k_split(l, cfg):
+            try:        # built once now: an image that does not fit runs on the host
+                ksplit_predicted_cycles(l, cfg, strategy)
+                ksplit.add(n)
+            except ValueError as e:
+                host_layers[n] = f"the image builder refused it: {one_line(str(e))}"
+    ksplit = frozenset(ksplit)
     while True:
         runs = _segment_runs(_schedule(lowered.steps, host_layers, ksplit), host_layers, ksplit)
         try:

@@ -164,6 +164,14 @@ def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout
         raise ValueError(f"{shape}: K={shape.gemm.k} offsets exceed conv_offset_entries="
                          f"{cfg.conv_offset_entries}, and only an NCHW input is split into "
                          f"K parts (its channels are contiguous), not {Layout(layout).value}")
+    # one image at a time: its input, the weights and every part's int32 partial sums
+    one = dataclasses.replace(shape, batch=1)
+    need = (one.gemm.m * one.gemm.k * shape.groups + one.b_tensor_bytes
+            + 4 * shape.out_channels * one.out_h * one.out_w * len(parts))
+    if need > cfg.dram_bytes:
+        raise ValueError(f"{shape}: in {len(parts)} K parts an image needs {need:,} bytes of "
+                         f"device memory (weights, input, int32 partial sums), more than "
+                         f"dram_bytes={cfg.dram_bytes:,}: it cannot run on this configuration")
     costs: dict[ConvShape, LayerCost] = {}
     for part in parts:
         sub = k_part_shape(shape, part)

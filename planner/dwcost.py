@@ -72,10 +72,13 @@ def mesh_fits(shape, cfg: AccelConfig) -> bool:
     return not check(placed, cfg, out_bytes=4)
 
 
-def block_channels(cfg: AccelConfig) -> int:
-    """Channels of one dense block of a depthwise layer off the mesh: an array's rows, at
-    most the parameter memories' ``quant_entries``."""
-    return min(cfg.array_rows, cfg.quant_entries)
+def block_channels(cfg: AccelConfig, taps: int = 1) -> int:
+    """Channels of one dense block of a depthwise layer of ``taps`` taps a channel off the
+    mesh: an array's rows, at most the parameter memories' ``quant_entries``, and at most as
+    many as the offset table holds the taps of (a block's ``K`` is its channels' taps: a
+    31 x 31 kernel's 961 taps allow 4 channels a block with 4,096 entries). 0 when one
+    channel's taps do not fit: the layer cannot run."""
+    return min(cfg.array_rows, cfg.quant_entries, cfg.conv_offset_entries // taps)
 
 
 def is_depthwise(shape) -> bool:
@@ -85,14 +88,18 @@ def is_depthwise(shape) -> bool:
 
 
 def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape, int]]:
-    """How a depthwise layer runs off the mesh: blocks of ``array_rows`` channels (the last
-    one smaller), each a dense one-image convolution whose weights are zero but for output
+    """How a depthwise layer runs off the mesh: blocks of ``array_rows`` channels (fewer when
+    their taps would exceed the offset table, :func:`block_channels`; the last one smaller), each a dense one-image convolution whose weights are zero but for output
     channel ``o``'s input channel ``o`` (the zeros cost array time, not results: about
     ``1 / array_rows`` of the array does useful work, against one column's worth per channel
     as separate groups). ``(block shape, count)`` pairs, ``count`` over every image."""
     if not is_depthwise(shape):
         raise ValueError(f"depthwise_blocks needs a depthwise convolution, not {shape}")
-    block, c = block_channels(cfg), shape.in_channels
+    taps = shape.kernel_h * shape.kernel_w
+    block, c = block_channels(cfg, taps), shape.in_channels
+    if block == 0:
+        raise ValueError(f"{shape}: one channel's {taps} taps exceed conv_offset_entries="
+                         f"{cfg.conv_offset_entries}: it cannot run on this configuration")
     out = []
     for size, count in ((block, c // block), (c % block, 1)):
         if size and count:

@@ -62,8 +62,8 @@ def _requant(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
 
 def requantise_conv(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
     """The output tensor of convolution ``layer`` from its int32 accumulators ``acc`` (N, K,
-    P, Q), without the bias: the bias, requantisation and clamp of the layer, as the
-    hardware's post-processor applies them."""
+    P, Q), the sums without the bias: this adds the bias and applies the requantisation and
+    clamp of the layer, as the hardware's post-processor does."""
     n, k, p, q = acc.shape
     y = _requant(layer, np.ascontiguousarray(acc.transpose(1, 0, 2, 3)).reshape(k, n * p * q))
     return _from_int8(np.ascontiguousarray(y.reshape(k, n, p, q).transpose(1, 0, 2, 3)),

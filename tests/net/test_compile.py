@@ -755,8 +755,9 @@ def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, cap
                          "--config", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "1 convolutions in K parts" in out
-    assert ("  K parts: conv: K=1080 taps > conv_offset_entries=1024: 2 convolutions of slices "
-            "of its input channels") in out
+    assert ("  K parts: conv: K=1080 taps > conv_offset_entries=1024: 2 parts (slices of its "
+            "input channels) per group and image, 2 convolutions in 1 image run, int32 partial "
+            "sums added and requantised on the host") in out
     net = CompiledNetwork.load(tmp_path / "q.tsr")
     (step,) = [s for s in net.steps if s.kind == "ksplit"]
     layer = net.layers[step.layer]
@@ -768,7 +769,8 @@ def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, cap
     (rep,) = [s for s in run.steps if s["kind"] == "ksplit"]
     assert [r["record"] for r in rep["records"]] == ["conv[K 0:60]", "conv[K 60:120]"]
     assert run.predicted_cycles == net.summary()["ksplit_predicted_cycles"]
-    with pytest.raises(ValueError, match=r"conv: input must be int8 of shape \(1, 120, 7, 7\)"):
+    with pytest.raises(ValueError, match=r"conv: input must be one int8 image of shape "
+                                         r"\(1, 120, 7, 7\)"):
         build_ksplit_image(layer, x, net.cfg)
     # the same layer on small (4,096 entries) is one convolution
     assert not k_split(layer, SMALL)
@@ -845,3 +847,91 @@ def test_compile_refuses_a_conv_whose_weights_contradict_its_attributes(w_shape,
     err = capsys.readouterr().err
     assert f"QLinearConv node 'bad': {message}" in err
     assert not (tmp_path / "bad.tsr").exists()
+
+
+def test_large_kernel_depthwise_runs_in_blocks_whose_taps_fit():
+    """A 31 x 31 depthwise layer (RepLKNet style) on fpga: 961 taps a channel, so blocks of 4
+    channels (16 would need 15,376 offsets); it used to run on the host, while layer_cost
+    gave it accelerator cycles. Bit-exact with the int8 reference."""
+    rng = np.random.default_rng(3)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="dw31", group=6,
+                                     pads=[15, 15, 15, 15])],
+                   {"w": rng.normal(0, .05, (6, 1, 31, 31)).astype(np.float32)},
+                   (1, 6, 20, 20), (1, 6, 20, 20))
+    q, low = _lowered(model)
+    net = compile_network(low, PRESETS["fpga"])
+    assert net.summary()["host_layers"] == {}
+    (seg,) = net.segments
+    assert sorted({r.name.split("[row")[0] for r in seg.records}) == ["dw31[ch 0:4]",
+                                                                      "dw31[ch 4:6]"]
+    feeds = _x((1, 6, 20, 20))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def _deep_conv(mid: int, groups: int, batch: int, stride: int, side: int = 8):
+    """A 3x3 convolution to ``mid`` channels, then a 3x3 ``groups``-group convolution of
+    them to 8 channels a group: K parts on tiny from ``mid / groups`` = 114 channels on."""
+    rng = np.random.default_rng(mid + groups + batch)
+    inits = {"w0": rng.normal(0, .3, (mid, 4, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .1, (8 * groups, mid // groups, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="wide", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w1"], ["y"], name="deep", group=groups,
+                              pads=[1, 1, 1, 1], strides=[stride, stride])]
+    out = -(-side // stride)
+    return _model(nodes, inits, (batch, 4, side, side), (batch, 8 * groups, out, out))
+
+
+@pytest.mark.parametrize("mid, groups, batch, stride", [
+    (130, 1, 1, 1), (240, 2, 2, 1), (390, 3, 3, 2)], ids=["one", "2-groups-batch-2",
+                                                          "3-groups-batch-3-stride-2"])
+def test_k_parts_of_every_group_and_image_read_their_own_channels(mid, groups, batch, stride):
+    """Each image's run and each group's parts read their own slice of the input (a record
+    reading group 0's or image 0's channels would agree with the golden device only through
+    an RTL run): bit-exact against the int8 reference, one image run per image, and the
+    records' predictions (raw: int32 out, no post-processing) add up to layer_cost's."""
+    from planner import layer_cost
+    from planner.conv import k_parts
+
+    q, low = _lowered(_deep_conv(mid, groups, batch, stride))
+    cfg = PRESETS["tiny"]
+    net = compile_network(low, cfg)
+    assert [(s.kind, s.layer_names) for s in net.steps if s.kind != "host"] == [
+        ("segment", ["wide"]), ("ksplit", ["deep"])]
+    feeds = _x((batch, 4, 8, 8))
+    run = run_network(net, feeds)
+    assert np.array_equal(run.outputs["y"], reference.run(low, feeds)["y"])
+    (step,) = [s for s in run.steps if s["kind"] == "ksplit"]
+    deep = net.layers["deep"]
+    parts = k_parts(deep.shape, cfg)
+    assert len(parts) == 2
+    label = [f"deep{f'[n{n}]' if batch > 1 else ''}{f'[g{g}]' if groups > 1 else ''}"
+             f"[K {c0}:{c1}]" for n in range(batch) for g in range(groups) for c0, c1 in parts]
+    assert [r["record"] for r in step["records"]] == label
+    assert sum(r["predicted_cycles"] for r in step["records"]) == \
+        layer_cost(deep.shape, cfg).cycles
+    assert run.predicted_cycles == sum(net.summary()[k] for k in ("predicted_cycles",
+                                                                 "ksplit_predicted_cycles"))
+
+
+@pytest.mark.parametrize("out, reason", [
+    (40, "the image builder refused it: deep: "),       # the data region (1/2) is too small
+    (64, "the accelerator cannot run it (ConvShape("),  # layer_cost: more than the DRAM
+], ids=["image-layout", "device-memory"])
+def test_k_parts_whose_image_does_not_fit_run_on_the_host(out, reason):
+    """On a 1 MiB tiny, the K parts' int32 partial sums of one 40 x 40 image do not fit: the
+    compiler checks when it compiles, and the layer runs on the host with the reason (it used
+    to fail when run). Beyond the whole DRAM, layer_cost refuses it already."""
+    w = np.random.default_rng(1).normal(0, .05, (out, 130, 3, 3)).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="deep", pads=[1, 1, 1, 1])],
+                   {"w": w}, (1, 130, 40, 40), (1, out, 40, 40))
+    q, low = _lowered(model)
+    cfg = dataclasses.replace(PRESETS["tiny"], dram_addr_bits=20)
+    net = compile_network(low, cfg)
+    s = net.summary()
+    assert s["ksplit_steps"] == 0
+    assert s["host_layers"]["deep"].startswith(reason)
+    assert "does not fit" in s["host_layers"]["deep"] or "in 2 K parts an image needs" in \
+        s["host_layers"]["deep"]
+    feeds = _x((1, 130, 40, 40))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])

@@ -132,3 +132,28 @@ def test_mesh_cost_is_one_record_per_chunk_of_quant_entries():
                                               a_port_bytes_per_cycle=16,
                                               b_port_bytes_per_cycle=16,
                                               acc_buf_bytes=128 << 10)) == 16
+
+
+def test_depthwise_blocks_hold_no_more_channels_than_the_offset_table_has_taps_for():
+    """A block's K is its channels' taps: a 31 x 31 depthwise kernel (961 taps) takes blocks
+    of 4 channels on fpga's 4,096 offsets (16 gave 15,376: layer_cost K-split the blocks,
+    which the compiler does not, so the layer got cycles and ran on the host); a kernel whose
+    own taps exceed the table cannot run."""
+    from planner.dwcost import block_channels, depthwise_blocks
+
+    fpga = PRESETS["fpga"]
+    assert block_channels(fpga) == 16 and block_channels(fpga, 961) == 4
+    big = ConvShape(batch=2, in_channels=18, height=20, width=20, out_channels=18, kernel_h=31,
+                    kernel_w=31, pad_top=15, pad_left=15, pad_bottom=15, pad_right=15,
+                    groups=18)
+    blocks = depthwise_blocks(big, fpga)
+    assert [(b.in_channels, n) for b, n in blocks] == [(4, 8), (2, 2)]
+    cost = layer_cost(big, fpga)
+    assert cost.k_parts == 1 and cost.cycles == sum(layer_cost(b, fpga).cycles * n
+                                                    for b, n in blocks)
+    tiny = PRESETS["tiny"]
+    huge = dataclasses.replace(big, kernel_h=33, kernel_w=33, pad_top=16, pad_left=16,
+                               pad_bottom=16, pad_right=16, height=40, width=40)
+    with pytest.raises(ValueError, match="one channel's 1089 taps exceed "
+                                         "conv_offset_entries=1024"):
+        layer_cost(huge, tiny)
