@@ -24,7 +24,7 @@ from .convcost import predict_conv
 from .convplan import conv_descriptor
 from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
                      mesh_fits, predict_depthwise)
-from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants,
+from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout
 from .offsets import compile_tables
@@ -36,6 +36,7 @@ from .tiling import (TILING_FIELDS, SeedDecision, TilingPlan, seed_decision, see
 from .workload import Layer, Workload, load_workload, parse_workload
 
 __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
+           "PostLoad",
            "layer_cost", "check_addressable",
            "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
@@ -85,7 +86,8 @@ def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig) -> None:
 
 
 def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
-               db=None, *, plan: TilingPlan | None = None, layout: str = "NCHW") -> LayerCost:
+               db=None, *, plan: TilingPlan | None = None, layout: str = "NCHW",
+               post: PostLoad | None = None) -> LayerCost:
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
@@ -98,9 +100,13 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     apply: each band is planned with ``strategy``), and a convolution with more taps per group
     than the offset table holds as its K parts (:func:`planner.conv.k_parts`: slices of input
     channels, each a convolution of its own with int32 partial sums, which the host adds and
-    requantises; NCHW input only; ``plan`` does not apply). Like every layer here, without
-    post-processing and with dense output, which a shape alone implies: in a compiled network
-    the records can differ (docs/planner.md, "What layer_cost does not see"). A
+    requantises; NCHW input only; ``plan`` does not apply). Every layer with dense output,
+    which a shape alone implies, and, by default, without post-processing (int32 output, no
+    bias); ``post`` (:class:`planner.cost.PostLoad`) costs the post-processed records the
+    compiler builds instead: their parameter loads, the requantiser on every store, and one
+    record per ``quant_entries`` output channels (``plan`` then does not apply to a layer of
+    more; K parts stay raw: the host requantises them). In a compiled network the records can
+    differ still (docs/planner.md, "What layer_cost does not see"). A
     convolution of ``batch > 1`` costs ``batch`` times its one-image cost (one record set per
     image, as the compiler runs it; ``plan`` does not apply). Raises ``ValueError`` for a layer
     ``cfg`` cannot run (its operands exceed the device memory, not even one input channel's
@@ -108,12 +114,14 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     count."""
     require_config(cfg)
     check_addressable(shape, cfg)
+    post = post if post is not None and post.active else None
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
+        out_bytes = 1 if post is not None and post.requant else 4
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
-                                                        cfg, out_bytes=4,
-                                                        stride=shape.stride_h), cfg)
+                                                        cfg, out_bytes=out_bytes,
+                                                        stride=shape.stride_h), cfg, post=post)
                  for c0, c1 in channel_chunks(shape.in_channels, cfg)]
         counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
                                      for k in COUNTER_FIELDS})
@@ -122,36 +130,60 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
         # off the mesh: blocks of array_rows channels, dense with diagonal weights (the
         # compiler's records, flow.compile), each planned with ``strategy`` (``plan``, a
         # per-group GEMM's tiling, does not apply)
-        parts = [(layer_cost(sub, cfg, strategy, db, layout=layout), count)
+        parts = [(layer_cost(sub, cfg, strategy, db, layout=layout, post=post), count)
                  for sub, count in depthwise_blocks(shape, cfg)]
         counters = CycleBreakdown(**{k: sum(getattr(c.counters, k) * n for c, n in parts)
                                      for k in COUNTER_FIELDS})
         return LayerCost(shape, parts[0][0].plan, sum(n for _, n in parts), counters,
                          sum(c.table_entries * n for c, n in parts))
     if isinstance(shape, GemmShape):
+        if post is not None and shape.m > cfg.quant_entries:
+            # one record per chunk of the parameter memories' channels (flow.compile)
+            return _chunked(shape, 1, [layer_cost(GemmShape(c1 - c0, shape.k, shape.n), cfg,
+                                                  strategy, db, post=post)
+                                       for c0, c1 in channel_chunks(shape.m, cfg)])
         plan = plan or plan_gemm(shape, cfg, strategy, None, db)
-        return LayerCost(shape, plan, 1, predict(plan, cfg))
+        return LayerCost(shape, plan, 1, predict(plan, cfg, post=post))
     if not isinstance(shape, ConvShape):
         raise ValueError(f"shape must be a GemmShape or a ConvShape, not "
                          f"{type(shape).__name__}")
     if shape.batch > 1:
         # one record set per image, as the compiler runs it (flow.compile)
-        one = layer_cost(dataclasses.replace(shape, batch=1), cfg, strategy, db, layout=layout)
+        one = layer_cost(dataclasses.replace(shape, batch=1), cfg, strategy, db, layout=layout,
+                         post=post)
         return LayerCost(shape, one.plan, shape.groups, CycleBreakdown(
             **{k: shape.batch * getattr(one.counters, k) for k in COUNTER_FIELDS}),
             one.table_entries, bands=one.bands, k_parts=one.k_parts)
     parts = k_parts(shape, cfg)             # raises when not even one channel's taps fit
     if len(parts) > 1:
         return _k_split_cost(shape, cfg, strategy, layout, db, parts)
+    per_out = shape.out_channels // shape.groups
+    if post is not None and per_out > cfg.quant_entries:
+        # each group in chunks of the parameter memories' channels (flow.compile)
+        chunks = [layer_cost(dataclasses.replace(shape, in_channels=shape.in_channels //
+                                                 shape.groups, out_channels=c1 - c0, groups=1),
+                             cfg, strategy, db, layout=layout, post=post)
+                  for c0, c1 in channel_chunks(per_out, cfg)]
+        return _chunked(shape, shape.groups, chunks)
     tables = compile_tables(shape, layout, cfg)
     bands = row_bands(shape, layout, cfg, whole=tables)     # raises when no band fits
     if len(bands) > 1:
-        return _banded_cost(shape, cfg, strategy, layout, db, bands)
+        return _banded_cost(shape, cfg, strategy, layout, db, bands, post)
     if plan is None:
         plan, _ = plan_conv(shape, cfg, strategy) if strategy != "db" else \
             (plan_gemm(shape.gemm, cfg, strategy, None, db), shape.groups)
     program = ConvProgram(shape=shape, layout=Layout(layout), plan=plan, tables=tables)
-    return LayerCost(shape, plan, shape.groups, program.predict(cfg), _entries(tables))
+    return LayerCost(shape, plan, shape.groups, program.predict(cfg, post=post),
+                     _entries(tables))
+
+
+def _chunked(shape: GemmShape | ConvShape, groups: int, chunks: list[LayerCost]) -> LayerCost:
+    """A layer as ``groups`` times its output-channel chunks' records (one group's each)."""
+    counters = CycleBreakdown(**{k: groups * sum(getattr(c.counters, k) for c in chunks)
+                                 for k in COUNTER_FIELDS})
+    return LayerCost(shape, chunks[0].plan, getattr(shape, "groups", 1), counters,
+                     groups * sum(c.table_entries for c in chunks),
+                     bands=max(c.bands for c in chunks))
 
 
 def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout: str, db,
@@ -190,7 +222,7 @@ def _entries(tables) -> int:
 
 
 def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout: str, db,
-                 bands: list[tuple[int, int]]) -> LayerCost:
+                 bands: list[tuple[int, int]], post: PostLoad | None = None) -> LayerCost:
     """A one-image convolution whose tables do not fit the table memories, as the compiler runs
     it: each group on its own, in ``bands`` of output rows (:func:`planner.conv.row_bands`),
     each band a record planned with ``strategy`` (:func:`planner.conv.block_plan`)."""
@@ -200,10 +232,10 @@ def _banded_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout:
         if rows not in done:
             pixels = rows * shape.out_w
             tables = compile_tables(shape, layout, cfg, pixels=pixels)
-            plan = block_plan(shape, layout, cfg, pixels, strategy, db=db)
+            plan = block_plan(shape, layout, cfg, pixels, strategy, db=db, post=post)
             d = conv_descriptor(shape, layout, tables,
                                 {name: getattr(plan, name) for name in TILING_FIELDS})
-            done[rows] = (predict_conv(d, tables, cfg), plan)
+            done[rows] = (predict_conv(d, tables, cfg, post=post), plan)
             entries += _entries(tables)
         counters, plan = done[rows]
         first = first or plan

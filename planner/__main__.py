@@ -18,7 +18,7 @@ from pathlib import Path
 
 from spec.config import PRESETS, AccelConfig
 
-from . import STRATEGIES
+from . import STRATEGIES, PostLoad
 from .report import (DEFAULT_WORKLOADS, cost_totals, evaluate, layer_costs, markdown_report,
                      plan_table)
 from .shapes import ConvShape, GemmShape
@@ -85,10 +85,11 @@ def _cmd_plan(args) -> int:
     else:
         workload = load_workload(args.workload)
     strategies = (args.strategy,) if args.strategy == "search" else (args.strategy, "search")
+    post = PostLoad(bias=True, requant=True) if args.post else None
     results = evaluate(workload, cfg, strategies, args.db)
     if args.json:
         layers = []
-        costs = layer_costs(results, args.strategy, cfg, args.db)
+        costs = layer_costs(results, args.strategy, cfg, args.db, post)
         for r, c in zip(results, costs):
             p, o = r.plans[args.strategy], r.plans["search"]
             layers.append({"name": r.layer.name, "count": r.layer.count,
@@ -98,14 +99,18 @@ def _cmd_plan(args) -> int:
                            "oracle_cycles": o.predicted_cycles,
                            "gap": p.predicted_cycles / o.predicted_cycles - 1})
         cycles, util = cost_totals(results, costs, cfg)
-        json.dump({"network": workload.network, "strategy": args.strategy,
+        json.dump({"network": workload.network, "strategy": args.strategy, "post": args.post,
                    "config_id": f"{cfg.config_id:08x}", "layers": layers,
                    "total_cycles": cycles, "utilisation": util}, sys.stdout, indent=1)
         print()
     else:
-        table = plan_table(results, args.strategy, cfg, db=args.db)    # refuses what cannot run
+        table = plan_table(results, args.strategy, cfg, db=args.db,     # refuses what
+                           post=post)                                   # cannot run
+        what = ("post-processed layers: bias, int8 requantisation (as tessera compile builds "
+                "them)" if post else "raw layers: int32 output, no post-processing (--post: "
+                "as tessera compile builds them; docs/planner.md)")
         print(f"{workload.network}: strategy {args.strategy}, config {cfg.config_id:08x}; "
-              f"raw layers: int32 output, no post-processing (docs/planner.md)")
+              f"{what}")
         print(table)
     return 0
 
@@ -146,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--strategy", default="best", choices=STRATEGIES)
             p.add_argument("--json", action="store_true", help="machine-readable output")
             p.add_argument("--db", metavar="PATH", help="tuning database (--strategy db)")
+            p.add_argument("--post", action="store_true",
+                           help="cost each layer post-processed (bias and int8 "
+                                "requantisation), as tessera compile builds it; default: the "
+                                "raw layer (int32 output), as bench measures it")
         else:
             p.add_argument("--workloads", nargs="*", metavar="FILE.json")
             p.add_argument("--out", help="write the markdown here instead of stdout")

@@ -70,8 +70,10 @@ class ConvProgram:
                                x_addr=x_addr, a_addr=a_addr, c_addr=c_addr, off_addr=off_addr,
                                run_addr=run_addr, grp_addr=grp_addr, c_stride=c_stride)
 
-    def predict(self, cfg: AccelConfig, tiling: dict | None = None) -> CycleBreakdown:
-        """Predicted counters of the whole layer (every group; the groups run one after another).
+    def predict(self, cfg: AccelConfig, tiling: dict | None = None, *,
+                post: PostLoad | None = None) -> CycleBreakdown:
+        """Predicted counters of the whole layer (every group; the groups run one after another;
+        ``post``: each group's post-processing, :func:`planner.convcost.predict_conv`).
         Addresses do not change cycles, so none are needed. Raises ``ValueError`` when the
         tables do not fit ``cfg``'s table memories: one record cannot run the layer, so it gets
         no cycle count here (:func:`planner.layer_cost` costs it in bands, :func:`row_bands`)."""
@@ -82,7 +84,7 @@ class ConvProgram:
                              f"record cannot run it (planner.layer_cost costs it in bands of "
                              f"output rows)")
         d = self._descriptor(0, 0, 0, 0, 0, 0, 0, tiling=tiling)
-        one = predict_conv(d, self.tables, cfg).as_dict()
+        one = predict_conv(d, self.tables, cfg, post=post).as_dict()
         return CycleBreakdown(**{name: value * self.groups for name, value in one.items()})
 
 

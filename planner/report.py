@@ -11,7 +11,7 @@ from pathlib import Path
 
 from spec.config import AccelConfig
 
-from . import LayerCost, layer_cost, plan_conv, plan_gemm
+from . import LayerCost, PostLoad, layer_cost, plan_conv, plan_gemm
 from .shapes import ConvShape, GemmShape
 from .tiling import TilingPlan
 from .workload import Layer, Workload, layer_gemm, load_workload
@@ -64,14 +64,15 @@ def totals(results: list[LayerResult], strategy: str, cfg: AccelConfig) -> tuple
 
 
 def layer_costs(results: list[LayerResult], strategy: str, cfg: AccelConfig,
-                db=None) -> list[LayerCost]:
+                db=None, post: PostLoad | None = None) -> list[LayerCost]:
     """Each layer's predicted counters with ``strategy``'s plan, from the one cost entry point
     (:func:`planner.layer_cost`: the convolution model for convolutions; a layer run in bands
     of rows plans its bands with ``strategy`` and ``db``)."""
     costs, refused = [], []
     for r in results:
         try:
-            costs.append(layer_cost(r.layer.shape, cfg, strategy, db, plan=r.plans[strategy]))
+            plan = r.plans[strategy] if post is None else None   # post may chunk a layer
+            costs.append(layer_cost(r.layer.shape, cfg, strategy, db, plan=plan, post=post))
         except ValueError as err:
             refused.append((r.layer.name, str(err)))
     if len(refused) == 1:
@@ -104,7 +105,7 @@ def _by(c: LayerCost, p) -> str:
 
 
 def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
-               oracle: str | None = "search", db=None) -> str:
+               oracle: str | None = "search", db=None, post: PostLoad | None = None) -> str:
     """A fixed-width text table of one strategy's plans: each layer's predicted cycles (all
     its groups; :func:`layer_costs`) and utilisation, and the plan's gap to ``oracle`` on the
     GEMM model (the tiling planner's quality). ``by`` names the plan's strategy, or ``mesh``
@@ -118,7 +119,7 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
             f"{'tm':>4} {'tn':>4} {'om':>2} {'sk':>2} {'acc':>6} {'ldA':>4} {'ldB':>4} "
             f"{'cycles':>10} {'util':>6} {'gap':>7} {'by':<10}")
     lines = [head, "-" * len(head)]
-    costs = layer_costs(results, strategy, cfg, db)
+    costs = layer_costs(results, strategy, cfg, db, post)
     for r, c in zip(results, costs):
         p = r.plans[strategy]
         g = f"{gap(p, r.plans[oracle]) * 100:6.2f}%" if oracle in r.plans else "      -"

@@ -69,7 +69,7 @@ from typing import Literal
 
 import numpy as np
 
-from planner import layer_cost
+from planner import PostLoad, layer_cost
 from planner.zero_points import activation_gemm_k
 from spec.config import AccelConfig
 
@@ -372,8 +372,9 @@ def one_line(text: str) -> str:
 
 def _layer_model(layer: AccelLayer, cfg: AccelConfig):
     """``(accel cycles, tiling scalars, refusal)`` of one accelerator layer: the cycles and
-    scalars come from the one cost entry point (:func:`planner.layer_cost`); ``refusal`` says
-    why ``cfg`` cannot run the layer (then there are no cycles)."""
+    scalars come from the one cost entry point (:func:`planner.layer_cost`, post-processed as
+    the compiler builds the layer); ``refusal`` says why ``cfg`` cannot run the layer (then
+    there are no cycles)."""
     reason = accel_reason(layer, cfg)
     if reason is None:
         shape = layer.shape
@@ -382,7 +383,8 @@ def _layer_model(layer: AccelLayer, cfg: AccelConfig):
             shape = dataclasses.replace(shape, k=activation_gemm_k(shape.k,
                                                                    layer.in_zero_point))
         try:
-            cost = layer_cost(shape, cfg)
+            # as the compiler builds it: a bias and int8 requantisation on every record
+            cost = layer_cost(shape, cfg, post=PostLoad(bias=True, requant=True))
         except ValueError as e:
             reason = one_line(str(e))
     if reason is not None:

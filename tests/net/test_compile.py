@@ -582,6 +582,7 @@ def test_run_time_gemms_are_predicted_at_compile_time(capsys, tmp_path):
     """Activation x activation GEMMs get their images at run time; the compiled network now
     predicts them too (``summary()["gemm_predicted_cycles"]``, printed by compile), equal to
     what the run predicts for those steps (it used to report the segments only)."""
+    from planner import PostLoad, layer_cost
     from planner.net.models import encoder_block
 
     q, low = _lowered(encoder_block(seq=8, hidden=64, heads=4, ffn=128))
@@ -601,16 +602,20 @@ def test_run_time_gemms_are_predicted_at_compile_time(capsys, tmp_path):
         layer = net.layers[st["layers"][0]]
         sh = layer.shape
         assert len(st["records"]) == layer.batch        # one record per head
+        k = activation_gemm_k(sh.k, layer.in_zero_point)
         for rec in st["records"]:
             assert rec["macs"] == sh.m * sh.k * sh.n
-            assert rec["k"] == activation_gemm_k(sh.k, layer.in_zero_point) > sh.k
+            assert rec["k"] == k > sh.k
+            # the cost entry point, post-processed, is the record's prediction
+            assert rec["predicted_cycles"] == layer_cost(
+                GemmShape(sh.m, k, sh.n), SMALL, post=PostLoad(True, True)).cycles
 
 
 def test_seed_004_costs_an_activation_gemm_with_its_extended_k():
     """The assignment's accelerator cost of an attention GEMM is the GEMM the image runs, K
     extended by the copies of b that fold the left zero point (it costed the plain K: about
     half the cycles)."""
-    from planner import GemmShape, layer_cost
+    from planner import GemmShape, PostLoad, layer_cost
     from planner.net.assign import analyse
     from planner.net.models import encoder_block
 
@@ -621,8 +626,8 @@ def test_seed_004_costs_an_activation_gemm_with_its_extended_k():
             s = layer.shape
             k = activation_gemm_k(s.k, layer.in_zero_point)
             assert k > s.k
-            assert ops[layer.name].accel_cycles == \
-                layer_cost(GemmShape(s.m, k, s.n), SMALL).cycles * layer.batch
+            assert ops[layer.name].accel_cycles == layer_cost(
+                GemmShape(s.m, k, s.n), SMALL, post=PostLoad(True, True)).cycles * layer.batch
 
 
 def test_cli_compile_refuses_malformed_models(tmp_path, capsys):
@@ -935,3 +940,54 @@ def test_k_parts_whose_image_does_not_fit_run_on_the_host(out, reason):
         s["host_layers"]["deep"]
     feeds = _x((1, 130, 40, 40))
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def _one_layer(kind: str, c: int, k: int, side: int = 0, kernel: int = 3, stride: int = 1,
+               groups: int = 1, rows: int = 2):
+    """A one-layer float model: a Conv (``c`` -> ``k`` channels, ``side`` x ``side``, pad
+    ``kernel // 2``) or a Gemm (``rows`` x ``c`` -> ``k`` features)."""
+    rng = np.random.default_rng(c + k + side)
+    if kind == "fc":
+        node = helper.make_node("Gemm", ["x", "w"], ["y"], name="layer", transB=1)
+        return _model([node], {"w": rng.normal(0, .1, (k, c)).astype(np.float32)},
+                      (rows, c), (rows, k))
+    p = kernel // 2
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="layer", group=groups,
+                            pads=[p] * 4, strides=[stride, stride])
+    out = (side + 2 * p - kernel) // stride + 1
+    return _model([node], {"w": rng.normal(0, .1, (k, c // groups, kernel, kernel))
+                           .astype(np.float32)}, (1, c, side, side), (1, k, out, out))
+
+
+@pytest.mark.parametrize("preset, kind, args", [
+    ("tiny", "fc", dict(c=147, k=513)),                         # 3 chunks of quant_entries
+    ("fpga", "conv", dict(c=64, k=2048, side=7, kernel=1)),     # 2 chunks
+    ("default", "conv", dict(c=8, k=16, side=10, groups=8)),    # many small records
+    ("default", "conv", dict(c=17, k=17, side=13, stride=2, groups=17)),     # the mesh
+    ("default", "conv", dict(c=960, k=960, side=7, groups=960)),             # quadrants
+    ("default", "conv", dict(c=17, k=17, side=14, kernel=5, groups=17)),     # channel blocks
+    ("tiny", "conv", dict(c=3, k=4, side=68)),                  # bands of rows
+    ("tiny", "conv", dict(c=130, k=8, side=8)),                 # K parts: raw records
+], ids=["fc-chunks", "conv-chunks", "grouped", "mesh-s2", "mesh-quad", "dw-blocks", "bands",
+        "k-parts"])
+def test_layer_cost_with_post_processing_is_the_compiled_layer(preset, kind, args):
+    """layer_cost(..., post=PostLoad(bias, requant)) costs the records the compiler builds for
+    the layer on its own (the compiled layer's predictions: the cost entry point and
+    tessera compile agree; without ``post`` layer_cost is the raw layer's, up to 21% less on
+    layers of many small records)."""
+    from flow.compile import ksplit_predicted_cycles
+    from planner import PostLoad, layer_cost
+
+    cfg = PRESETS[preset]
+    q, low = _lowered(_one_layer(kind, **args))
+    (layer,) = low.layers
+    net = compile_network(low, cfg)
+    assert net.summary()["host_layers"] == {}
+    post = layer_cost(layer.shape, cfg, post=PostLoad(bias=True, requant=True))
+    if net.summary()["ksplit_steps"]:
+        # K parts are raw records (the host requantises): post does not apply
+        assert post.cycles == layer_cost(layer.shape, cfg).cycles
+        assert ksplit_predicted_cycles(layer, cfg) > post.cycles      # + the image's own
+        return
+    records = [r.predicted_cycles for seg in net.segments for r in seg.records]
+    assert post.cycles == sum(records)

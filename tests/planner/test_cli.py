@@ -164,3 +164,22 @@ def test_cli_refuses_malformed_workloads_naming_the_file(tmp_path, capsys):
     assert f"{wl}: Expecting" in capsys.readouterr().err
     wl.write_bytes(b"\xef\xbb\xbf" + json.dumps({"layers": [layer]}).encode())   # BOM: fine
     assert main(["plan", "--workload", str(wl), "--preset", "tiny"]) == 0
+
+
+def test_cli_post_costs_the_layer_as_the_compiler_builds_it(capsys):
+    """``--post``: bias and int8 requantisation on every record, and one record per
+    quant_entries output channels (layer_cost(..., post=...)); the default is the raw layer,
+    and the header says which."""
+    from planner import GemmShape, PostLoad, layer_cost
+    from spec.config import PRESETS
+
+    for extra, want in (([], layer_cost(GemmShape(513, 147, 2), PRESETS["tiny"])),
+                        (["--post"], layer_cost(GemmShape(513, 147, 2), PRESETS["tiny"],
+                                                post=PostLoad(True, True)))):
+        assert main(["plan", "--gemm", "513,147,2", "--preset", "tiny", *extra]) == 0
+        out = capsys.readouterr().out
+        assert ("post-processed layers: bias, int8 requantisation" in out) == bool(extra)
+        assert ("raw layers: int32 output, no post-processing" in out) != bool(extra)
+        assert main(["plan", "--gemm", "513,147,2", "--preset", "tiny", "--json", *extra]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["post"] == bool(extra) and doc["total_cycles"] == want.cycles
