@@ -26,7 +26,7 @@ from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, chann
                      mesh_fits, predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad,
                    lower_bound_cycles, predict, predict_reference, utilisation)
-from .layout import Layout
+from .layout import Layout, padded_dims
 from .offsets import compile_tables
 from .plan import STRATEGIES, Strategy, plan_conv, plan_gemm
 from .search import best_plan, greedy_plan, search
@@ -68,21 +68,25 @@ class LayerCost:
         return self.shape.macs
 
 
-def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig) -> None:
+def check_addressable(shape: GemmShape | ConvShape, cfg: AccelConfig,
+                      out_bytes: int = 4) -> None:
     """Raise ValueError when the layer's operands cannot all lie in the device memory
-    ``cfg`` addresses: int8 weights (A), the input (B: ``k x n``, or a convolution's input
-    tensor), the int32 output (C). A layer that cannot be placed cannot run, so it gets no
-    cycle count."""
+    ``cfg`` addresses: int8 weights (A), the input (B: ``k x n``, or a convolution's whole
+    input tensor), the output (C: ``out_bytes`` an element, 4 for int32, 1 for a requantised
+    layer). A layer that cannot be placed cannot run, so it gets no cycle count."""
     if isinstance(shape, ConvShape):
         g = shape.gemm
-        a, b, c = g.m * g.k * shape.groups, shape.b_tensor_bytes, 4 * g.m * g.n * shape.groups
+        a = g.m * g.k * shape.groups
+        b = shape.b_tensor_bytes * shape.groups
+        c = out_bytes * g.m * g.n * shape.groups
     else:
-        a, b, c = shape.m * shape.k, shape.k * shape.n, 4 * shape.m * shape.n
+        a, b, c = shape.m * shape.k, shape.k * shape.n, out_bytes * shape.m * shape.n
     if a + b + c > cfg.dram_bytes:
         raise ValueError(
             f"{shape}: its operands need {a + b + c:,} bytes of device memory (A {a:,}, B {b:,}, "
-            f"C {c:,} as int32), more than dram_bytes={cfg.dram_bytes:,} "
-            f"(dram_addr_bits={cfg.dram_addr_bits}): it cannot run on this configuration")
+            f"C {c:,} as {'int32' if out_bytes == 4 else 'int8'}), more than dram_bytes="
+            f"{cfg.dram_bytes:,} (dram_addr_bits={cfg.dram_addr_bits}): it cannot run on this "
+            f"configuration")
 
 
 def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strategy = "best",
@@ -113,8 +117,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     taps fit the offset table, or not even one output row's runs fit): it gets no cycle
     count."""
     require_config(cfg)
-    check_addressable(shape, cfg)
     post = post if post is not None and post.active else None
+    if not _in_k_parts(shape, cfg):     # (K parts run an image at a time: _k_split_cost)
+        check_addressable(shape, cfg, 1 if post is not None and post.requant else 4)
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
@@ -186,6 +191,16 @@ def _chunked(shape: GemmShape | ConvShape, groups: int, chunks: list[LayerCost])
                      bands=max(c.bands for c in chunks))
 
 
+def _in_k_parts(shape: GemmShape | ConvShape, cfg: AccelConfig) -> bool:
+    """``shape`` is a convolution :func:`layer_cost` costs in K parts."""
+    if not isinstance(shape, ConvShape) or is_depthwise(shape) or mesh_fits(shape, cfg):
+        return False
+    try:
+        return len(k_parts(shape, cfg)) > 1
+    except ValueError:
+        return False
+
+
 def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout: str, db,
                   parts: list[tuple[int, int]]) -> LayerCost:
     """A one-image convolution whose ``K`` exceeds the offset table, as the compiler runs it:
@@ -196,14 +211,19 @@ def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout
         raise ValueError(f"{shape}: K={shape.gemm.k} offsets exceed conv_offset_entries="
                          f"{cfg.conv_offset_entries}, and only an NCHW input is split into "
                          f"K parts (its channels are contiguous), not {Layout(layout).value}")
-    # one image at a time: its input, the weights and every part's int32 partial sums
-    one = dataclasses.replace(shape, batch=1)
-    need = (one.gemm.m * one.gemm.k * shape.groups + one.b_tensor_bytes
-            + 4 * shape.out_channels * one.out_h * one.out_w * len(parts))
-    if need > cfg.dram_bytes:
-        raise ValueError(f"{shape}: in {len(parts)} K parts an image needs {need:,} bytes of "
-                         f"device memory (weights, input, int32 partial sums), more than "
-                         f"dram_bytes={cfg.dram_bytes:,}: it cannot run on this configuration")
+    # one image a run (flow.compile): the weights below the middle of the DRAM, the padded
+    # input and every part's int32 partial sums above it, as the run-time image lays them out
+    hp, wp = padded_dims(shape)
+    weights = shape.gemm.m * shape.gemm.k * shape.groups
+    data = shape.in_channels * hp * wp + 4 * shape.out_channels * shape.out_h * shape.out_w * \
+        len(parts)
+    half = cfg.dram_bytes // 2
+    if weights > half or data > cfg.dram_bytes - half:
+        raise ValueError(f"{shape}: in {len(parts)} K parts an image run needs {weights:,} "
+                         f"bytes of weights and {data:,} bytes of padded input and int32 "
+                         f"partial sums, more than the {half:,} and {cfg.dram_bytes - half:,} "
+                         f"bytes of a run-time image's two halves of dram_bytes="
+                         f"{cfg.dram_bytes:,}: it cannot run on this configuration")
     costs: dict[ConvShape, LayerCost] = {}
     for part in parts:
         sub = k_part_shape(shape, part)

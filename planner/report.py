@@ -114,7 +114,8 @@ def plan_table(results: list[LayerResult], strategy: str, cfg: AccelConfig,
     output rows, ``N K parts`` for one whose taps exceed the offset table (slices of input
     channels whose int32 partial sums the host adds: :func:`planner.conv.k_parts`; with
     ``+b`` when the parts also run in bands); the tiling columns are then the whole layer's
-    GEMM plan (the first band's or part's plan for ``by`` itself)."""
+    GEMM plan, as for a layer ``post`` splits into chunks of ``quant_entries`` output
+    channels (each chunk is costed with its own plan)."""
     head = (f"{'layer':<20} {'M x K x N':>18} {'cnt':>4} {'pm':>5} {'pn':>5} {'pk':>5} "
             f"{'tm':>4} {'tn':>4} {'om':>2} {'sk':>2} {'acc':>6} {'ldA':>4} {'ldB':>4} "
             f"{'cycles':>10} {'util':>6} {'gap':>7} {'by':<10}")

@@ -919,26 +919,28 @@ def test_k_parts_of_every_group_and_image_read_their_own_channels(mid, groups, b
                                                                  "ksplit_predicted_cycles"))
 
 
-@pytest.mark.parametrize("out, reason", [
-    (40, "the image builder refused it: deep: "),       # the data region (1/2) is too small
-    (64, "the accelerator cannot run it (ConvShape("),  # layer_cost: more than the DRAM
+@pytest.mark.parametrize("c, side, out, reason", [
+    # layer_cost's estimate fits by 8 bytes; the builder's alignment and statistics do not
+    (120, 45, 16, "the image builder refused it: deep: its K parts' image: buffer 'part0.1'"),
+    # beyond a run-time image's halves: layer_cost refuses it already
+    (130, 40, 64, "the accelerator cannot run it (ConvShape("),
 ], ids=["image-layout", "device-memory"])
-def test_k_parts_whose_image_does_not_fit_run_on_the_host(out, reason):
-    """On a 1 MiB tiny, the K parts' int32 partial sums of one 40 x 40 image do not fit: the
-    compiler checks when it compiles, and the layer runs on the host with the reason (it used
-    to fail when run). Beyond the whole DRAM, layer_cost refuses it already."""
-    w = np.random.default_rng(1).normal(0, .05, (out, 130, 3, 3)).astype(np.float32)
+def test_k_parts_whose_image_does_not_fit_run_on_the_host(c, side, out, reason):
+    """On a 1 MiB tiny, the K parts' int32 partial sums of one image do not fit the data
+    region of a run-time image (the upper half of the DRAM): the compiler checks when it
+    compiles, and the layer runs on the host with the reason (it used to fail when run)."""
+    w = np.random.default_rng(1).normal(0, .05, (out, c, 3, 3)).astype(np.float32)
     model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="deep", pads=[1, 1, 1, 1])],
-                   {"w": w}, (1, 130, 40, 40), (1, out, 40, 40))
+                   {"w": w}, (1, c, side, side), (1, out, side, side))
     q, low = _lowered(model)
     cfg = dataclasses.replace(PRESETS["tiny"], dram_addr_bits=20)
     net = compile_network(low, cfg)
     s = net.summary()
     assert s["ksplit_steps"] == 0
     assert s["host_layers"]["deep"].startswith(reason)
-    assert "does not fit" in s["host_layers"]["deep"] or "in 2 K parts an image needs" in \
+    assert "does not fit" in s["host_layers"]["deep"] or "an image run needs" in \
         s["host_layers"]["deep"]
-    feeds = _x((1, 130, 40, 40))
+    feeds = _x((1, c, side, side))
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
 
 

@@ -209,3 +209,25 @@ def test_layer_cost_of_a_batch_is_one_record_set_per_image():
     whole = compile_conv(dataclasses.replace(GROUPED_ONE, batch=3), "NCHW", TINY)
     with pytest.raises(ValueError, match="one record cannot run it"):
         whole.predict(TINY)
+
+
+def test_device_memory_checks_count_what_the_compiler_places():
+    """A requantised layer's output is int8, not int32 (a 1024x256x1024 FC fits tiny's 4 MiB
+    post-processed); a layer in K parts runs an image at a time, so its batch does not add up
+    (four 65 x 65 images of 130 channels were refused on the memory of all four); and a
+    grouped convolution's whole input counts, not one group's."""
+    from planner import GemmShape, PostLoad, check_addressable, layer_cost
+
+    fc = GemmShape(1024, 256, 1024)
+    with pytest.raises(ValueError, match=r"C 4,194,304 as int32\), more than dram_bytes"):
+        layer_cost(fc, TINY)
+    assert layer_cost(fc, TINY, post=PostLoad(True, True)).cycles > 0
+    one = ConvShape(batch=1, in_channels=130, height=65, width=65, out_channels=32, kernel_h=3,
+                    kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+    four = dataclasses.replace(one, batch=4)
+    assert layer_cost(four, TINY).k_parts == 2
+    assert layer_cost(four, TINY).cycles == 4 * layer_cost(one, TINY).cycles
+    grouped = ConvShape(batch=1, in_channels=64, height=128, width=128, out_channels=8,
+                        kernel_h=1, kernel_w=1, groups=8)
+    with pytest.raises(ValueError, match=r"B 1,048,576"):
+        check_addressable(grouped, dataclasses.replace(TINY, dram_addr_bits=20))
