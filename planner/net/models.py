@@ -1,7 +1,8 @@
 """Float ONNX models built with ``onnx.helper`` for tests and demos: a small 5-layer CNN, a
 BERT-base-shaped transformer encoder block, a ResNet bottleneck block, a ReLU MLP (the last
 two have fusible producer/consumer pairs, docs/fusion.md) and a MobileNet-V2-style network of
-inverted residual blocks (depthwise convolutions). Weights are seeded random values.
+inverted residual blocks (depthwise convolutions), and a two-convolution net whose second layer
+has as many taps as asked (K parts, docs/networks.md). Weights are seeded random values.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import numpy as np
 
 __all__ = ["small_cnn", "encoder_block", "bottleneck", "mlp", "inverted_residual_net",
-           "BERT_BASE", "MOBILENET_BLOCKS"]
+           "deep_conv", "BERT_BASE", "MOBILENET_BLOCKS"]
 
 #: BERT-base encoder dimensions.
 BERT_BASE = {"hidden": 768, "heads": 12, "ffn": 3072}
@@ -239,6 +240,34 @@ def mlp(*, tokens: int = 16, features: tuple[int, ...] = (64, 256, 64), seed: in
                                                        [tokens, features[0]])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT,
                                                 [tokens, features[-1]])], inits, "mlp")
+
+
+def deep_conv(mid: int, *, groups: int = 1, batch: int = 1, stride: int = 1, side: int = 8,
+              seed: int | None = None):
+    """A 3x3 convolution ``x`` (``batch x 4 x side x side``) to ``mid`` channels, ReLU, then a
+    3x3 convolution (``stride``, pad 1) of ``groups`` groups of ``mid / groups`` channels to 8
+    channels a group, ``y``: its ``9 mid / groups`` taps a group exceed ``tiny``'s 1,024
+    offset entries from ``mid / groups`` = 114 on (K parts). ``seed`` defaults to ``mid``."""
+    from onnx import TensorProto, helper
+
+    _check("mid", mid, 1, 65536)
+    _check("groups", groups, 1, mid)
+    if mid % groups:
+        raise ValueError(f"mid={mid} must be a multiple of groups={groups}")
+    for name, value, hi in (("batch", batch, 64), ("stride", stride, 8), ("side", side, 4096)):
+        _check(name, value, 1, hi)
+    rng = np.random.default_rng(mid if seed is None else seed)
+    inits = {"w0": rng.normal(0, .3, (mid, 4, 3, 3)).astype(np.float32),
+             "w1": rng.normal(0, .1, (8 * groups, mid // groups, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="wide", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w1"], ["y"], name="deep", group=groups,
+                              pads=[1, 1, 1, 1], strides=[stride, stride])]
+    out = -(-side // stride)
+    return _make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                       [batch, 4, side, side])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                [batch, 8 * groups, out, out])], inits, "deep")
 
 
 #: ``(out channels, expansion, stride)`` of each inverted residual block of

@@ -873,20 +873,6 @@ def test_large_kernel_depthwise_runs_in_blocks_whose_taps_fit():
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
 
 
-def _deep_conv(mid: int, groups: int, batch: int, stride: int, side: int = 8):
-    """A 3x3 convolution to ``mid`` channels, then a 3x3 ``groups``-group convolution of
-    them to 8 channels a group: K parts on tiny from ``mid / groups`` = 114 channels on."""
-    rng = np.random.default_rng(mid + groups + batch)
-    inits = {"w0": rng.normal(0, .3, (mid, 4, 3, 3)).astype(np.float32),
-             "w1": rng.normal(0, .1, (8 * groups, mid // groups, 3, 3)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="wide", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["a"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w1"], ["y"], name="deep", group=groups,
-                              pads=[1, 1, 1, 1], strides=[stride, stride])]
-    out = -(-side // stride)
-    return _model(nodes, inits, (batch, 4, side, side), (batch, 8 * groups, out, out))
-
-
 @pytest.mark.parametrize("mid, groups, batch, stride", [
     (130, 1, 1, 1), (240, 2, 2, 1), (390, 3, 3, 2)], ids=["one", "2-groups-batch-2",
                                                           "3-groups-batch-3-stride-2"])
@@ -898,7 +884,10 @@ def test_k_parts_of_every_group_and_image_read_their_own_channels(mid, groups, b
     from planner import layer_cost
     from planner.conv import k_parts
 
-    q, low = _lowered(_deep_conv(mid, groups, batch, stride))
+    from planner.net.models import deep_conv
+
+    q, low = _lowered(deep_conv(mid, groups=groups, batch=batch, stride=stride,
+                                seed=mid + groups + batch))
     cfg = PRESETS["tiny"]
     net = compile_network(low, cfg)
     assert [(s.kind, s.layer_names) for s in net.steps if s.kind != "host"] == [

@@ -140,3 +140,17 @@ def test_a_graph_output_without_a_shape_is_named():
                                          r"a shape: give each one, symbolic dimensions "
                                          r"allowed\)"):
         load_model(model)
+
+
+def test_deep_conv_model_checks_its_arguments():
+    """planner.net.models.deep_conv: a valid model (the onnx checker passes), and its
+    arguments named when they are out of range."""
+    from planner.net.models import deep_conv
+
+    model = deep_conv(130, groups=2, batch=2, stride=2)
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [2, 16, 4, 4]
+    with pytest.raises(ValueError, match="mid=130 must be a multiple of groups=3"):
+        deep_conv(130, groups=3)
+    with pytest.raises(ValueError, match=r"stride must be an int in \[1, 8\], not 0"):
+        deep_conv(130, stride=0)

@@ -17,7 +17,8 @@ from flow import tessera  # noqa: E402
 from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner import layer_cost  # noqa: E402
-from planner.net.models import encoder_block, inverted_residual_net, small_cnn  # noqa: E402
+from planner.net.models import (deep_conv, encoder_block, inverted_residual_net,  # noqa: E402
+                                small_cnn)
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
@@ -175,29 +176,6 @@ def test_conv_whose_tables_do_not_fit_runs_in_bands_on_rtl(tmp_path):
     assert vs_ort["y"]["max_abs_diff_lsb"] <= 2
 
 
-def _deep_conv_net(mid: int, groups: int = 1, batch: int = 1, stride: int = 1):
-    """A 3x3 convolution to ``mid`` channels, ReLU, then a 3x3 convolution of ``groups``
-    groups of ``mid / groups`` input channels to 8 each: on ``tiny`` (1,024 offset entries)
-    the second has more taps per group than the offset table holds from ``mid / groups`` of
-    114 channels on."""
-    rng = np.random.default_rng(mid)
-    inits = {"w0": rng.normal(0, .3, (mid, 4, 3, 3)).astype(np.float32),
-             "w1": rng.normal(0, .1, (8 * groups, mid // groups, 3, 3)).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="wide", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["a"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w1"], ["y"], name="deep", group=groups,
-                              pads=[1, 1, 1, 1], strides=[stride, stride])]
-    side = -(-8 // stride)
-    graph = helper.make_graph(
-        nodes, "deep",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8 * groups, side, side])],
-        [numpy_helper.from_array(v, n) for n, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
 @pytest.mark.rtl
 @pytest.mark.parametrize("mid, groups, batch, stride", [(130, 1, 2, 2), (240, 2, 1, 1)],
                          ids=["batch2-stride2", "two-groups"])
@@ -209,7 +187,7 @@ def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts_on_rtl(mid, g
     golden device, every record's cycles as predicted, at compile time too. (It used to run
     on the host.)"""
     needs("verilator")
-    model = _deep_conv_net(mid, groups, batch, stride)
+    model = deep_conv(mid, groups=groups, batch=batch, stride=stride)
     q = quantize_qdq(model, samples=2, seed=1)
     feeds = generated_inputs(model, 1, seed=5)[0]
     net, rtl, vs_ort = _run_both(q, "tiny", feeds, tmp_path)
@@ -347,14 +325,19 @@ def test_bert_base_encoder_seq128_on_rtl_bit_exact(tmp_path):
     assert vs_ort["y"]["max_abs_diff_lsb"] <= 6
 
 
+def _light_resnet50():
+    """light_resnet50 (seeded weights, BN folded), quantised, and its seeded input."""
+    shapes = {"gpu_0/data_0": (1, 3, 224, 224)}
+    model = fold_batchnorm(seeded_weights(load_model(LIGHT / "light_resnet50.onnx", shapes), 0))
+    q = quantize_qdq(model, samples=2, seed=0)
+    return q, generated_inputs(q, 1, seed=9)[0]
+
+
 @pytest.mark.rtl
 @pytest.mark.slow
 def test_light_resnet50_on_rtl_bit_exact(tmp_path):
     needs("verilator")
-    shapes = {"gpu_0/data_0": (1, 3, 224, 224)}
-    model = fold_batchnorm(seeded_weights(load_model(LIGHT / "light_resnet50.onnx", shapes), 0))
-    q = quantize_qdq(model, samples=2, seed=0)
-    feeds = generated_inputs(q, 1, seed=9)[0]
+    q, feeds = _light_resnet50()
     net, rtl, vs_ort = _run_both(q, "default", feeds, tmp_path)
     assert sum(len(s.layers) for s in net.segments) == 54        # 53 convs + the FC head
     assert rtl.total_cycles == rtl.predicted_cycles               # docs/networks.md
@@ -380,10 +363,7 @@ def test_light_resnet50_on_fpga_runs_every_conv_on_the_accelerator(tmp_path):
     (4,608 taps) run in K parts (ksplit steps) instead of on the host; the weights need 21
     images. Bit-exact, every cycle as predicted."""
     needs("verilator")
-    shapes = {"gpu_0/data_0": (1, 3, 224, 224)}
-    model = fold_batchnorm(seeded_weights(load_model(LIGHT / "light_resnet50.onnx", shapes), 0))
-    q = quantize_qdq(model, samples=2, seed=0)
-    feeds = generated_inputs(q, 1, seed=9)[0]
+    q, feeds = _light_resnet50()
     net, rtl, vs_ort = _run_both(q, "fpga", feeds, tmp_path)
     s = net.summary()
     assert s["host_layers"] == {} and s["ksplit_steps"] == 3
