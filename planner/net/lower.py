@@ -127,6 +127,13 @@ def fold_batchnorm(model):
     return model
 
 
+#: operators whose float constant inputs seeded_weights replaces as data: element-wise
+#: arithmetic, and the weights of the layers it gives a role above (any other input position)
+_SEEDED_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Sum"})
+_SEEDED_WEIGHTS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization",
+                             "InstanceNormalization", "LayerNormalization"})
+
+
 def seeded_weights(model, seed: int):
     """A copy of ``model`` whose float initialisers (weights, biases, BatchNormalization
     parameters, constant-folded weights such as the ``light_*`` models' ConstantOfShape ones)
@@ -136,9 +143,13 @@ def seeded_weights(model, seed: int):
       ``sqrt(1 / fan_in)``; biases: normal, std 0.05;
     * BatchNormalization scale uniform [0.5, 1], bias and mean normal std 0.1, var uniform
       [0.5, 1.5];
-    * any other float constant: uniform [0.5, 1.5] for Mul/Div operands, normal std 0.1 else.
+    * a float constant of element-wise arithmetic (Add, Sub, Mul, Div, PRelu, Sum):
+      uniform [0.5, 1.5] for Mul/Div operands, normal std 0.1 else.
 
-    Integer initialisers (shapes, axes, quantised weights) are kept."""
+    Other float initialisers are operator parameters, not weights, and are kept: Dropout's
+    ratio (randomised, it left [0, 1) and onnxruntime's quantiser failed on AlexNet and
+    VGG-19), Clip's bounds, Resize's scales, Pad's value. So are integer initialisers (shapes,
+    axes, quantised weights)."""
     from onnx import numpy_helper
 
     if type(seed) is not int or seed < 0:
@@ -173,8 +184,10 @@ def seeded_weights(model, seed: int):
                    4: lambda: rng.uniform(0.5, 1.5, shape)}[pos]()
         elif op in ("Mul", "Div"):
             new = rng.uniform(0.5, 1.5, shape)
-        else:
+        elif op in _SEEDED_ARITHMETIC or (op in _SEEDED_WEIGHTS and pos > 0):
             new = rng.normal(0, 0.1, shape)
+        else:                   # an operator's parameter (Dropout ratio, Clip bounds, ...)
+            continue
         g.initializer[k].CopyFrom(numpy_helper.from_array(new.astype(arr.dtype), t.name))
     return model
 

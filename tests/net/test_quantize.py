@@ -280,3 +280,30 @@ def test_light_resnet50_seeded_quantised_reference_tracks_onnxruntime():
     assert not low.unmatched
     (cmp,) = compare_with_onnxruntime(q, low, generated_inputs(q, 1, seed=9)[0])
     assert math.isfinite(cmp.max_abs_diff_lsb) and cmp.max_abs_diff_lsb <= 8
+
+
+def test_seeded_weights_keep_operator_parameters():
+    """Dropout's ratio, Clip's bounds and Resize's scales are float initialisers too, but
+    parameters, not weights: randomised, AlexNet's dropout ratio became -0.103 and
+    onnxruntime's quantiser refused the model. They are kept; the Conv weight and the Add
+    operand are replaced."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32),
+             "ratio": np.array(0.5, np.float32), "lo": np.array(0.0, np.float32),
+             "hi": np.array(6.0, np.float32), "offset": np.ones((1, 4, 1, 1), np.float32),
+             "scales": np.array([1, 1, 2, 2], np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "offset"], ["a"]),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["r"]),
+             helper.make_node("Dropout", ["r", "ratio"], ["d"]),
+             helper.make_node("Resize", ["d", "", "scales"], ["y"], mode="nearest")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(v, n) for n, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    seeded = {t.name: numpy_helper.to_array(t) for t in seeded_weights(model, 3).graph.initializer}
+    for name in ("ratio", "lo", "hi", "scales"):
+        assert np.array_equal(seeded[name], inits[name]), name
+    for name in ("w", "offset"):
+        assert not np.array_equal(seeded[name], inits[name]), name
