@@ -55,6 +55,7 @@ from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
+from planner import DATA_FRACTIONS
 from planner.conv import k_part_shape, k_parts
 from planner.net.reference import _from_int8, _to_int8
 from planner.plan import SHAPE_STRATEGIES
@@ -570,7 +571,7 @@ def _build_fitting(index: int, layers: list[AccelLayer], reads_after: set[str],
     """Build ``layers`` as one image, moving the data region up when the image is large; split
     the run in two when it does not fit at all."""
     last = None
-    for fraction in (0.5, 0.625, 0.75, 0.875):
+    for fraction in DATA_FRACTIONS:
         try:
             seg = _build_segment(index, layers, reads_after, cfg, strategy, fraction, fuse)
         except _Fit as e:
@@ -698,30 +699,40 @@ def build_ksplit_image(layer: AccelLayer, x: np.ndarray, cfg: AccelConfig,
     if not 0 <= image < s.batch:
         raise ValueError(f"{layer.name}: image={image} must be in [0, batch={s.batch})")
     parts = k_parts(s, cfg)
-    per_out, per_in = s.out_channels // s.groups, s.in_channels // s.groups
-    w = np.asarray(layer.weights, np.int8)
     xp = np.pad(x8, ((0, 0), (0, 0), (s.pad_top, s.pad_bottom), (s.pad_left, s.pad_right)),
                 constant_values=layer.halo)
+    last = None
+    for fraction in DATA_FRACTIONS:
+        try:
+            return _ksplit_image(layer, xp, parts, cfg, strategy, image, fraction)
+        except (ValueError, ImageError) as e:
+            last = e
+    raise ValueError(f"{layer.name}: its K parts' image: {last}") from None
+
+
+def _ksplit_image(layer: AccelLayer, xp: np.ndarray, parts: list[tuple[int, int]],
+                  cfg: AccelConfig, strategy: str, image: int, fraction: float):
+    """:func:`build_ksplit_image` with the data region from ``fraction`` of the DRAM."""
+    s = layer.shape
+    per_out, per_in = s.out_channels // s.groups, s.in_channels // s.groups
+    w = np.asarray(layer.weights, np.int8)
     hp, wp = xp.shape[2:]
     pq = s.out_h * s.out_w
-    builder = ImageBuilder(cfg, strategy=strategy)
+    builder = ImageBuilder(cfg, strategy=strategy,
+                           data_addr=int(cfg.dram_bytes * fraction) // 64 * 64)
     partials = []
-    try:
-        x_addr = builder.buffer("x", xp.size)
-        for g in range(s.groups):
-            label = layer.name + (f"[n{image}]" if s.batch > 1 else "") + (
-                f"[g{g}]" if s.groups > 1 else "")
-            for i, (c0, c1) in enumerate(parts):
-                y_addr = builder.buffer(f"part{g}.{i}", 4 * per_out * pq)
-                builder.conv(f"{label}[K {c0}:{c1}]", shape=k_part_shape(s, (c0, c1)),
-                             weights=np.ascontiguousarray(w[g * per_out:(g + 1) * per_out,
-                                                            c0:c1]),
-                             x_addr=x_addr + (g * per_in + c0) * hp * wp,
-                             out_addr=y_addr, out_chan_stride=4 * pq)
-                partials.append((g, y_addr, 4 * per_out * pq))
-        blob, built = builder.build()
-    except (ValueError, ImageError) as e:
-        raise ValueError(f"{layer.name}: its K parts' image: {e}") from None
+    x_addr = builder.buffer("x", xp.size)
+    for g in range(s.groups):
+        label = layer.name + (f"[n{image}]" if s.batch > 1 else "") + (
+            f"[g{g}]" if s.groups > 1 else "")
+        for i, (c0, c1) in enumerate(parts):
+            y_addr = builder.buffer(f"part{g}.{i}", 4 * per_out * pq)
+            builder.conv(f"{label}[K {c0}:{c1}]", shape=k_part_shape(s, (c0, c1)),
+                         weights=np.ascontiguousarray(w[g * per_out:(g + 1) * per_out, c0:c1]),
+                         x_addr=x_addr + (g * per_in + c0) * hp * wp,
+                         out_addr=y_addr, out_chan_stride=4 * pq)
+            partials.append((g, y_addr, 4 * per_out * pq))
+    blob, built = builder.build()
     records = [LayerRecord(layer=layer.name, name=bl.name, m=bl.layer.desc.m,
                            k=bl.layer.desc.k, n=bl.layer.desc.n,
                            predicted_cycles=int(bl.predicted_cycles)) for bl in built]

@@ -36,7 +36,7 @@ from .tiling import (TILING_FIELDS, SeedDecision, TilingPlan, seed_decision, see
 from .workload import Layer, Workload, load_workload, parse_workload
 
 __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
-           "PostLoad",
+           "PostLoad", "DATA_FRACTIONS",
            "layer_cost", "check_addressable",
            "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
@@ -191,6 +191,12 @@ def _chunked(shape: GemmShape | ConvShape, groups: int, chunks: list[LayerCost])
                      bands=max(c.bands for c in chunks))
 
 
+#: Where an image's data region may start, as fractions of the DRAM, in the order the compiler
+#: tries them (flow.compile): the middle first, then up for a large image, then down for large
+#: tensors (a VGG-19 layer on tiny needs 3.4 of its 4 MiB for its tensors).
+DATA_FRACTIONS = (0.5, 0.625, 0.75, 0.875, 0.25, 0.125, 0.0625)
+
+
 def _in_k_parts(shape: GemmShape | ConvShape, cfg: AccelConfig) -> bool:
     """``shape`` is a convolution :func:`layer_cost` costs in K parts."""
     if not isinstance(shape, ConvShape) or is_depthwise(shape) or mesh_fits(shape, cfg):
@@ -211,19 +217,20 @@ def _k_split_cost(shape: ConvShape, cfg: AccelConfig, strategy: Strategy, layout
         raise ValueError(f"{shape}: K={shape.gemm.k} offsets exceed conv_offset_entries="
                          f"{cfg.conv_offset_entries}, and only an NCHW input is split into "
                          f"K parts (its channels are contiguous), not {Layout(layout).value}")
-    # one image a run (flow.compile): the weights below the middle of the DRAM, the padded
-    # input and every part's int32 partial sums above it, as the run-time image lays them out
+    # one image a run (flow.compile): the weights below the data region, the padded input
+    # and every part's int32 partial sums in it; the region starts at one of the fractions
+    # of the DRAM the compiler tries (DATA_FRACTIONS)
     hp, wp = padded_dims(shape)
     weights = shape.gemm.m * shape.gemm.k * shape.groups
     data = shape.in_channels * hp * wp + 4 * shape.out_channels * shape.out_h * shape.out_w * \
         len(parts)
-    half = cfg.dram_bytes // 2
-    if weights > half or data > cfg.dram_bytes - half:
+    dram = cfg.dram_bytes
+    if not any(weights <= dram * f and data <= dram * (1 - f) for f in DATA_FRACTIONS):
         raise ValueError(f"{shape}: in {len(parts)} K parts an image run needs {weights:,} "
                          f"bytes of weights and {data:,} bytes of padded input and int32 "
-                         f"partial sums, more than the {half:,} and {cfg.dram_bytes - half:,} "
-                         f"bytes of a run-time image's two halves of dram_bytes="
-                         f"{cfg.dram_bytes:,}: it cannot run on this configuration")
+                         f"partial sums, which no split of dram_bytes={dram:,} between an "
+                         f"image and its data region holds: it cannot run on this "
+                         f"configuration")
     costs: dict[ConvShape, LayerCost] = {}
     for part in parts:
         sub = k_part_shape(shape, part)

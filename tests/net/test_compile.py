@@ -909,15 +909,16 @@ def test_k_parts_of_every_group_and_image_read_their_own_channels(mid, groups, b
 
 
 @pytest.mark.parametrize("c, side, out, reason", [
-    # layer_cost's estimate fits by 8 bytes; the builder's alignment and statistics do not
-    (120, 45, 16, "the image builder refused it: deep: its K parts' image: buffer 'part0.1'"),
+    # layer_cost's estimate fits; the builder's tables, alignment and statistics do not
+    (120, 54, 26, "the image builder refused it: deep: its K parts' image: buffer 'part0.1'"),
     # beyond a run-time image's halves: layer_cost refuses it already
     (130, 40, 64, "the accelerator cannot run it (ConvShape("),
 ], ids=["image-layout", "device-memory"])
 def test_k_parts_whose_image_does_not_fit_run_on_the_host(c, side, out, reason):
     """On a 1 MiB tiny, the K parts' int32 partial sums of one image do not fit the data
-    region of a run-time image (the upper half of the DRAM): the compiler checks when it
-    compiles, and the layer runs on the host with the reason (it used to fail when run)."""
+    region of a run-time image wherever it starts (planner.DATA_FRACTIONS): the compiler
+    checks when it compiles, and the layer runs on the host with the reason (it used to fail
+    when run)."""
     w = np.random.default_rng(1).normal(0, .05, (out, c, 3, 3)).astype(np.float32)
     model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="deep", pads=[1, 1, 1, 1])],
                    {"w": w}, (1, c, side, side), (1, out, side, side))
@@ -982,3 +983,18 @@ def test_layer_cost_with_post_processing_is_the_compiled_layer(preset, kind, arg
         return
     records = [r.predicted_cycles for seg in net.segments for r in seg.records]
     assert post.cycles == sum(records)
+
+
+def test_a_segment_with_large_tensors_moves_its_data_region_down():
+    """A 3 -> 96 channel convolution on a 160 x 160 map has 2.5 MB of tensors, more than the
+    upper half of tiny's 4 MiB: the data region may now start below the middle of the DRAM
+    (planner.DATA_FRACTIONS), so it runs on the accelerator (it ran on the host: "does not
+    fit device memory"). Bit-exact."""
+    w = np.random.default_rng(2).normal(0, .3, (96, 3, 3, 3)).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="big", pads=[1, 1, 1, 1])],
+                   {"w": w}, (1, 3, 160, 160), (1, 96, 160, 160))
+    q, low = _lowered(model)
+    net = compile_network(low, PRESETS["tiny"])
+    assert net.summary()["host_layers"] == {}
+    feeds = _x((1, 3, 160, 160))
+    assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
