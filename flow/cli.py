@@ -3,6 +3,7 @@
 ::
 
     tessera explain MODEL.onnx [--input-shape NAME=1,3,224,224 ...] [--config PRESET|FILE.json]
+                    [--seeded-weights SEED]
                     [--th1 1.5] [--th2 50000] [--host-timings FILE.json] [--json]
 
 Prints one row per operation: its cost ``c`` (microseconds) and benefit ``p`` on the host and
@@ -98,6 +99,13 @@ def _assignment_options(parser: argparse.ArgumentParser) -> None:
                              "this machine's, cached)")
 
 
+def _seeded_weights_option(parser) -> None:
+    """``--seeded-weights``, the same for ``tessera explain`` and ``tessera compile``."""
+    parser.add_argument("--seeded-weights", type=SEED, default=None, metavar="SEED",
+                        help="replace every float weight by seeded random values first (e.g. "
+                             "the onnx wheel's light_* models, whose weights are constant)")
+
+
 def _assignment(args) -> tuple[FunctionLibrary, Thresholds]:
     defaults = Thresholds()
     th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
@@ -112,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="shape of a graph input (resolves symbolic dims); repeatable")
     parser.add_argument("--config", default="default",
                         help=f"accelerator preset ({', '.join(PRESETS)}) or AccelConfig JSON")
+    _seeded_weights_option(parser)
     _assignment_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON rows")
     args = parser.parse_args(argv)
@@ -120,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
         lib, th = _assignment(args)
-        _, lowered = prepare_model(args.model, shapes)
+        _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights)
         rows = explain(lowered, cfg, lib, th)
     except (ModelError, ValueError, OSError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
@@ -222,9 +231,7 @@ def compile_main(argv: list[str] | None = None) -> int:
                              "single-input model); default: seeded generated inputs")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                         help="shape of a graph input (resolves symbolic dims); repeatable")
-    parser.add_argument("--seeded-weights", type=SEED, default=None, metavar="SEED",
-                        help="replace every float weight by seeded random values first (e.g. "
-                             "the onnx wheel's light_* models, whose weights are constant)")
+    _seeded_weights_option(parser)
     parser.add_argument("--strategy", default="best", choices=COMPILE_STRATEGIES,
                         help="planner strategy of every layer (default: %(default)s)")
     parser.add_argument("--fuse", action="store_true",

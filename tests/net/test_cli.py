@@ -208,3 +208,21 @@ def test_tessera_stops_quietly_when_its_reader_goes_away(tmp_path):
         err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0
     assert b"Traceback" not in err and b"BrokenPipe" not in err, err
+
+
+def test_explain_takes_seeded_weights_as_compile_does(tmp_path, timings_file, capsys):
+    """``--seeded-weights`` is part of the front end both commands share: explain's rows
+    for the seeded model equal those of the model seeded by hand (an invalid seed is refused
+    as compile refuses it)."""
+    from planner.net.lower import seeded_weights
+
+    path, seeded = tmp_path / "cnn.onnx", tmp_path / "seeded.onnx"
+    onnx.save(small_cnn(), path)
+    onnx.save(seeded_weights(small_cnn(), 4), seeded)
+    opts = ["--host-timings", str(timings_file), "--json"]
+    assert tessera.main(["explain", str(path), "--seeded-weights", "4"] + opts) == 0
+    rows = json.loads(capsys.readouterr().out)["ops"]
+    assert tessera.main(["explain", str(seeded)] + opts) == 0
+    assert rows == json.loads(capsys.readouterr().out)["ops"]
+    with pytest.raises(SystemExit):
+        tessera.main(["explain", str(path), "--seeded-weights", "-1"])
