@@ -55,7 +55,7 @@ from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
 from planner.net.lower import AccelLayer, HostOp, Lowered
-from planner import DATA_FRACTIONS
+from planner import DATA_FRACTIONS, runs_in_k_parts
 from planner.conv import k_part_shape, k_parts
 from planner.net.reference import _from_int8, _to_int8
 from planner.plan import SHAPE_STRATEGIES
@@ -665,16 +665,9 @@ def build_gemm_image(layer: AccelLayer, a: np.ndarray, b: np.ndarray, cfg: Accel
 # -- convolutions in K parts (built at run time) ---------------------------------------------------
 
 def k_split(layer: AccelLayer, cfg: AccelConfig) -> bool:
-    """``layer`` is a convolution the compiler runs in K parts (a ``ksplit`` step): one
-    group's taps exceed the offset table, and one input channel's fit
-    (:func:`planner.conv.k_parts`). Depthwise layers never are (their channel blocks have
-    ``array_rows`` channels' taps)."""
-    if layer.kind != "conv" or layer.mesh or is_depthwise(layer.shape):
-        return False
-    try:
-        return len(k_parts(layer.shape, cfg)) > 1
-    except ValueError:              # not even one channel's taps fit: the host runs it
-        return False
+    """``layer`` is a convolution the compiler runs in K parts (a ``ksplit`` step:
+    :func:`planner.runs_in_k_parts`)."""
+    return layer.kind == "conv" and not layer.mesh and runs_in_k_parts(layer.shape, cfg)
 
 
 def build_ksplit_image(layer: AccelLayer, x: np.ndarray, cfg: AccelConfig,

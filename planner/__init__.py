@@ -37,7 +37,7 @@ from .workload import Layer, Workload, load_workload, parse_workload
 
 __all__ = ["GemmShape", "ConvShape", "TilingPlan", "SeedDecision", "CycleBreakdown", "LayerCost",
            "PostLoad", "DATA_FRACTIONS",
-           "layer_cost", "check_addressable",
+           "layer_cost", "check_addressable", "runs_in_k_parts",
            "ModelConstants", "DEFAULT_CONSTANTS", "COUNTER_FIELDS", "STRATEGIES", "Strategy",
            "plan_gemm", "plan_conv", "predict", "predict_reference", "lower_bound_cycles",
            "utilisation", "to_descriptor", "seed_decision", "seed_plan", "greedy_plan",
@@ -118,12 +118,12 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     count."""
     require_config(cfg)
     post = post if post is not None and post.active else None
-    if not _in_k_parts(shape, cfg):     # (K parts run an image at a time: _k_split_cost)
-        check_addressable(shape, cfg, 1 if post is not None and post.requant else 4)
+    out_bytes = 1 if post is not None and post.requant else 4
+    if not runs_in_k_parts(shape, cfg):     # (K parts run an image at a time: _k_split_cost)
+        check_addressable(shape, cfg, out_bytes)
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
-        out_bytes = 1 if post is not None and post.requant else 4
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
                                                         cfg, out_bytes=out_bytes,
                                                         stride=shape.stride_h), cfg, post=post)
@@ -197,8 +197,11 @@ def _chunked(shape: GemmShape | ConvShape, groups: int, chunks: list[LayerCost])
 DATA_FRACTIONS = (0.5, 0.625, 0.75, 0.875, 0.25, 0.125, 0.0625)
 
 
-def _in_k_parts(shape: GemmShape | ConvShape, cfg: AccelConfig) -> bool:
-    """``shape`` is a convolution :func:`layer_cost` costs in K parts."""
+def runs_in_k_parts(shape: GemmShape | ConvShape, cfg: AccelConfig) -> bool:
+    """``shape`` is a convolution that runs in K parts on ``cfg`` (the compiler's ``ksplit``
+    steps, :func:`layer_cost`): one group's taps exceed the offset table and one input
+    channel's fit (:func:`planner.conv.k_parts`). Depthwise layers never do (their channel
+    blocks have as few channels as the table takes)."""
     if not isinstance(shape, ConvShape) or is_depthwise(shape) or mesh_fits(shape, cfg):
         return False
     try:
