@@ -66,7 +66,8 @@ from spec.layouts import OpKind, PostMode
 
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
-           "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError", "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
+           "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError",
+           "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
 TSR_VERSION = 1
