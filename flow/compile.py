@@ -216,8 +216,9 @@ class Segment:
     #: Fused pairs (producer, consumer, tensor): the tensor stays in the local buffer
     #: (compile_network(fuse=True), docs/fusion.md).
     fused: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
-    #: Fusible pairs left unfused because the segment is predicted faster without them
-    #: (producer, consumer, reason).
+    #: Candidate pairs left unfused (producer, consumer, reason): those the hardware or the
+    #: local buffer cannot serve (:func:`planner.fusion.fusible_pairs`' refusals), then those
+    #: whose segment is predicted faster without them (compile_network(fuse=True) only).
     unfused: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
     @property
@@ -344,8 +345,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     data_addr = int(cfg.dram_bytes * data_fraction) // 64 * 64
     b = ImageBuilder(cfg, data_addr=data_addr, strategy=strategy)
 
-    pairs = [pc for pc in fusible_pairs(layers, reads_after, cfg)[0]
-             if pc[0].name not in skip] if fuse else []
+    candidates, refused = fusible_pairs(layers, reads_after, cfg) if fuse else ([], [])
+    pairs = [pc for pc in candidates if pc[0].name not in skip]
     local_out = {p.name: (p.output, row) for p, _, row in pairs}
     local_in = {c.name: p.output for p, c, _ in pairs}
     local_at: dict[str, tuple[int, int]] = {}
@@ -426,7 +427,8 @@ def _build_segment(index: int, layers: list[AccelLayer], reads_after: set[str],
     return Segment(index=index, layers=[l.name for l in layers], image=blob, inputs=inputs,
                    fills=fills, outputs=outputs, records=records,
                    overhead_cycles=image_overhead(blob, b.cfg),
-                   fused=[(p.name, c.name, p.output) for p, c, _ in pairs])
+                   fused=[(p.name, c.name, p.output) for p, c, _ in pairs],
+                   unfused=list(refused))
 
 
 def _add_layer(b, l: AccelLayer, xb: TensorBuffer | None, yb: TensorBuffer | None,
@@ -612,8 +614,8 @@ def _paying(seg: Segment, layers: list[AccelLayer], reads_after: set[str], cfg: 
         return seg
     if best.predicted_cycles >= seg.predicted_cycles:
         return seg
-    best.unfused = [(p, c, f"does not pay: the segment is predicted {extra:,} cycles faster "
-                           f"unfused") for p, (c, extra) in slower.items()]
+    best.unfused += [(p, c, f"does not pay: the segment is predicted {extra:,} cycles faster "
+                            f"unfused") for p, (c, extra) in slower.items()]
     return best
 
 

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 
 import numpy as np
+import onnx
 import pytest
 
 pytest.importorskip("onnxruntime")
@@ -109,13 +110,35 @@ def test_tsr_keeps_the_fused_pairs(block, tmp_path):
 
 def test_cli_compile_fuse_lists_the_pairs(tmp_path, capsys):
     path = tmp_path / "mlp.onnx"
-    import onnx
 
     onnx.save(mlp(tokens=16, features=(64, 256, 64)), path)
     assert compile_main([str(path), "-o", str(tmp_path / "mlp.tsr"), "--config", "small",
                          "--fuse"]) == 0
     out = capsys.readouterr().out
     assert "fused: l0 -> l1 (" in out and "stays on chip)" in out
+
+
+def test_compile_fuse_says_why_a_candidate_pair_is_not_fused(block, tmp_path, capsys):
+    """Every candidate pair the hardware or the local buffer cannot serve is listed with
+    fusible_pairs' reason (the bottleneck's 1x1 -> 3x3: the 3x3 gathers its B from memory),
+    in the compiled network, its .tsr and the CLI output; the fused pair is not."""
+    q, low = block
+    net = compile_network(low, SMALL, qmodel=q, fuse=True)
+    (seg,) = net.segments
+    assert [f[:2] for f in seg.fused] == [("c1", "c2")]
+    assert [u[:2] for u in seg.unfused] == [("c0", "c1")]
+    assert seg.unfused[0][2].startswith("c1 is a 3x3 convolution (stride 1, padding 1): it "
+                                        "gathers its B through tables from memory")
+    assert CompiledNetwork.load(net.save(tmp_path / "b.tsr")).segments[0].unfused == \
+        seg.unfused
+    assert all(not s.unfused for s in compile_network(low, SMALL, qmodel=q).segments)
+    path = tmp_path / "b.onnx"
+    onnx.save(bottleneck(channels=64, height=14, width=14), path)
+    assert compile_main([str(path), "-o", str(tmp_path / "c.tsr"), "--config", "small",
+                         "--fuse"]) == 0
+    out = capsys.readouterr().out
+    assert "  not fused: c0 -> c1: c1 is a 3x3 convolution" in out
+    assert "  fused: c1 -> c2 (" in out and "not fused: c1" not in out
 
 
 @pytest.mark.rtl
@@ -157,7 +180,6 @@ def test_fused_intermediates_fill_the_local_buffer_exactly_with_alignment():
 
 def _qlinear_chain(rows: int, dims: tuple[int, ...], seed: int = 0):
     """QLinearMatMul layers ``dims[0] -> dims[1] -> ...`` over ``rows`` int8 rows."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
