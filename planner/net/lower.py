@@ -6,6 +6,7 @@ Float model -> quantised model (all on ``onnx.ModelProto``)::
     model = load_model(path, shapes)                 # planner.net.onnx_import
     model = seeded_weights(model, seed=0)            # optional: meaningful random weights
     model = fold_batchnorm(model)                    # Conv + BatchNormalization -> Conv
+    model = normalise_gemm(model)                    # Gemm's alpha, beta, transA, 2-D bias
     qmodel = quantize_qdq(model, calibration)        # onnxruntime.quantization, QDQ format
     lowered = lower(import_onnx(qmodel))             # AccelLayer / HostOp steps
 
@@ -44,9 +45,9 @@ from planner.shapes import ConvShape, GemmShape
 
 from .graph import Graph, ModelError, Node
 
-__all__ = ["fold_batchnorm", "seeded_weights", "generated_inputs", "CalibrationReader",
-           "quantize_qdq", "AccelLayer", "HostOp", "Lowered", "lower", "check_lowered",
-           "LayerKind"]
+__all__ = ["fold_batchnorm", "normalise_gemm", "seeded_weights", "generated_inputs",
+           "CalibrationReader", "quantize_qdq", "AccelLayer", "HostOp", "Lowered", "lower",
+           "check_lowered", "LayerKind"]
 
 LayerKind = Literal["conv", "fc", "gemm"]
 
@@ -126,6 +127,82 @@ def fold_batchnorm(model):
     del g.value_info[:]
     return model
 
+
+
+def normalise_gemm(model):
+    """A copy of ``model`` whose float Gemm nodes say ``Y = A @ B' + C`` with a per-output
+    bias, the form the lowering accelerates (``transB`` stays as it is), where the model allows:
+
+    * ``alpha != 1`` with a constant ``B``: ``alpha`` goes into ``B``;
+    * ``beta != 1`` with a constant ``C``: ``beta`` goes into ``C``;
+    * a constant ``C`` of shape ``()``, ``(1,)``, ``(1, 1)`` or ``(1, N)`` becomes ``(N,)``
+      (onnxruntime's quantiser fails on a 2-D bias); a ``(M, N)`` or ``(M, 1)`` one, which is not
+      per output feature, leaves the Gemm for an ``Add`` after it;
+    * ``transA = 1``: a ``Transpose`` before the Gemm feeds it ``A``.
+
+    A Gemm with ``alpha != 1`` and a computed ``B``, or ``beta != 1`` and a computed ``C``, is
+    left as it is (it runs on the host). The float function is unchanged up to float32
+    rounding of the scaled constants."""
+    from onnx import helper, numpy_helper
+
+    model = _copy(model)
+    g = model.graph
+    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    nodes, changed = [], False
+    for node in g.node:
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+        trans_a, trans_b = int(_attr(node, "transA", 0)), int(_attr(node, "transB", 0))
+        a, b = node.input[0], node.input[1]
+        c = node.input[2] if len(node.input) > 2 else ""
+        if (alpha != 1.0 and b not in arrays) or (c and beta != 1.0 and c not in arrays) \
+                or (b in arrays and arrays[b].ndim != 2):
+            nodes.append(node)
+            continue
+        cb = arrays.get(c) if c else None
+        n = arrays[b].shape[0 if trans_b else 1] if b in arrays else None
+        bias_1d = cb is not None and n is not None and cb.size in (1, n) and \
+            cb.ndim <= 2 and (cb.ndim < 2 or cb.shape[0] == 1)
+        add_after = cb is not None and not bias_1d
+        if not (alpha != 1.0 or (cb is not None and (beta != 1.0 or cb.shape != (n,)))
+                or trans_a):
+            nodes.append(node)
+            continue
+        changed = True
+        tag = node.name or node.output[0]
+        if alpha != 1.0:
+            b = f"{tag}_alpha_b"
+            g.initializer.append(numpy_helper.from_array(
+                (arrays[node.input[1]].astype(np.float64) * alpha).astype(np.float32), b))
+        if cb is not None:
+            scaled = cb.astype(np.float64) * beta
+            if bias_1d:
+                scaled = np.broadcast_to(scaled.reshape(-1), (n,))
+            c = f"{tag}_beta_c"
+            g.initializer.append(numpy_helper.from_array(
+                np.ascontiguousarray(scaled, dtype=np.float32), c))
+        if trans_a:
+            at = f"{tag}_transA"
+            nodes.append(helper.make_node("Transpose", [a], [at], name=at, perm=[1, 0]))
+            a = at
+        y = node.output[0]
+        inputs = [a, b] + ([c] if c and not add_after else [])
+        out = f"{tag}_no_bias" if add_after else y
+        nodes.append(helper.make_node("Gemm", inputs, [out], name=node.name, transB=trans_b))
+        if add_after:
+            nodes.append(helper.make_node("Add", [out, c], [y], name=f"{tag}_bias"))
+    if not changed:
+        return model
+    del g.node[:]
+    g.node.extend(nodes)
+    used = {i for nd in g.node for i in nd.input} | {o.name for o in g.output}
+    inits = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    del g.value_info[:]
+    return model
 
 #: operators whose float constant inputs seeded_weights replaces as data: element-wise
 #: arithmetic, and the weights of the layers it gives a role above (any other input position)

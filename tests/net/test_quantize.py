@@ -12,7 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs, lower,  # noqa: E402
-                                  quantize_qdq, seeded_weights)
+                                  normalise_gemm, quantize_qdq, seeded_weights)
 from planner.net.reference import (HostOpError, compare_with_onnxruntime, run,  # noqa: E402
                                    run_layer)
 from planner.shapes import ConvShape, GemmShape  # noqa: E402
@@ -58,6 +58,69 @@ def test_fold_batchnorm_preserves_the_float_function():
     np.testing.assert_allclose(_ort(folded, feeds)[0], _ort(model, feeds)[0], rtol=1e-4,
                                atol=1e-5)
 
+
+
+def _gemm_model(*, trans_a=0, trans_b=0, alpha=1.0, beta=1.0, bias=(8,), const_b=True):
+    """x (4 x 16, or 16 x 4 with trans_a) -> Gemm with 8 output features -> y (4 x 8)."""
+    rng = np.random.default_rng(3)
+    wshape = (8, 16) if trans_b else (16, 8)
+    inits = [numpy_helper.from_array(rng.standard_normal(wshape).astype(np.float32), "W")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (16, 4) if trans_a
+                                            else (4, 16))]
+    if not const_b:
+        inputs.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, wshape))
+        inits = []
+    names = ["x", "W"]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(rng.standard_normal(bias).astype(np.float32), "C"))
+        names.append("C")
+    node = helper.make_node("Gemm", names, ["y"], name="fc", transA=trans_a, transB=trans_b,
+                            alpha=alpha, beta=beta)
+    graph = helper.make_graph([node], "gemm", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 8))],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("kw, ops", [
+    (dict(trans_a=1), ["Transpose", "Gemm"]),
+    (dict(alpha=0.5), ["Gemm"]),
+    (dict(beta=2.0, trans_b=1), ["Gemm"]),
+    (dict(alpha=3.0, beta=0.25, trans_a=1, trans_b=1), ["Transpose", "Gemm"]),
+    (dict(bias=(1, 8)), ["Gemm"]),
+    (dict(bias=(), beta=-1.5), ["Gemm"]),
+    (dict(bias=(1, 1)), ["Gemm"]),
+    (dict(bias=(1,)), ["Gemm"]),
+    (dict(bias=(4, 8)), ["Gemm", "Add"]),
+    (dict(bias=(4, 1), alpha=2.0), ["Gemm", "Add"]),
+    (dict(bias=None, alpha=2.0), ["Gemm"]),
+])
+def test_normalise_gemm_keeps_the_float_function_and_the_gemm_accelerates(kw, ops):
+    """Gemm's alpha, beta and transA and a bias that is not a vector of the output features
+    (onnxruntime's quantiser failed on a 2-D one; the lowering refused the others) are
+    rewritten into a plain Gemm, with a Transpose before it and an Add after it where needed;
+    the quantised Gemm is then an accelerator layer."""
+    model = _gemm_model(**kw)
+    norm = normalise_gemm(model)
+    onnx.checker.check_model(norm)
+    assert [n.op_type for n in norm.graph.node] == ops
+    gemm = next(n for n in norm.graph.node if n.op_type == "Gemm")
+    assert {a.name for a in gemm.attribute} <= {"transB"}
+    feeds = generated_inputs(model, 1, seed=4)[0]
+    np.testing.assert_allclose(_ort(norm, feeds)[0], _ort(model, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+    low = lower(import_onnx(quantize_qdq(norm, samples=2, seed=1)))
+    assert [(l.kind, l.shape.m, l.shape.k) for l in low.layers] == [("fc", 8, 16)]
+
+
+def test_normalise_gemm_leaves_what_it_cannot_fold():
+    """alpha with a computed B stays a Gemm with alpha (it runs on the host); a plain Gemm and
+    a model without Gemm are returned unchanged."""
+    model = _gemm_model(alpha=2.0, const_b=False)
+    assert normalise_gemm(model) == model
+    assert normalise_gemm(_gemm_model()) == _gemm_model()
+    cnn = load_model(small_cnn())
+    assert normalise_gemm(cnn) == cnn
 
 def test_seeded_weights_are_deterministic_and_replace_constant_weights():
     model = load_model(LIGHT / "light_squeezenet.onnx")
