@@ -31,6 +31,10 @@ are microseconds. Tensors are counted at 1 byte per element (int8 after quantisa
   (plus outputs that are graph outputs, which must end on the host; a scalar op placed on the
   accelerator adds ``control_roundtrip_us``, the kernel stop / host compute / resume round trip
   of seed 004); ``a`` = the op's execution time on ``j`` (accumulated over all its tiles).
+  An accelerator run that leaves host work (:attr:`Op.host_elements`: K parts' partial sums,
+  an activation x activation GEMM's zero-point correction; each requantised on the host) adds
+  it to ``a`` at the host's quantise rate, and its int32 read-back
+  (:attr:`Op.host_readback_bytes`) to ``t``.
 * benefit ``p = s + o``: ``s`` = speed-up over the host (``host time / time on j``; 1 on the
   host), ``o`` = complexity reduction looked up by op class and processor
   (:data:`DEFAULT_COMPLEXITY`): e.g. float MACs become int8 MACs on the accelerator, transcendental
@@ -145,6 +149,14 @@ class Op:
     tiling: TilingScalars | None = None
     graph_output: bool = False
     refusal: str | None = None          # why the accelerator cannot run it (accel_cycles None)
+    #: Host work an accelerator run of the op still needs, in output-sized element passes:
+    #: a layer in K parts adds its ``parts`` int32 partial sums and requantises (``parts + 1``
+    #: per output); an activation x activation GEMM corrects for the zero points and
+    #: requantises (2 per output). 0 for a layer the accelerator finishes.
+    host_elements: int = 0
+    #: Bytes such a run reads back to the host besides its output: the int32 partial sums of
+    #: K parts, the int32 output of an activation x activation GEMM.
+    host_readback_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +215,9 @@ class FunctionLibrary:
             return self.host.op_ns(op) / 1e3
         if op.accel_cycles is None:
             return math.inf
-        return op.accel_cycles / self.accel_clock_hz * 1e6
+        host = op.host_elements * self.host.ns_per_element.get(
+            "quant", self.host.ns_per_element.get("other", 1.0)) / 1e3
+        return op.accel_cycles / self.accel_clock_hz * 1e6 + host
 
     def transfer_us(self, nbytes: int) -> float:
         return 0.0 if nbytes <= 0 else self.link_latency_us + nbytes / self.link_bytes_per_s * 1e6
@@ -371,10 +385,10 @@ def one_line(text: str) -> str:
 
 
 def _layer_model(layer: AccelLayer, cfg: AccelConfig):
-    """``(accel cycles, tiling scalars, refusal)`` of one accelerator layer: the cycles and
-    scalars come from the one cost entry point (:func:`planner.layer_cost`, post-processed as
-    the compiler builds the layer); ``refusal`` says why ``cfg`` cannot run the layer (then
-    there are no cycles)."""
+    """``(accel cycles, tiling scalars, refusal, host share)`` of one accelerator layer: the
+    cycles and scalars come from the one cost entry point (:func:`planner.layer_cost`,
+    post-processed as the compiler builds the layer); ``refusal`` says why ``cfg`` cannot run
+    the layer (then there are no cycles); the host share is :func:`_host_share`'s."""
     reason = accel_reason(layer, cfg)
     if reason is None:
         shape = layer.shape
@@ -388,13 +402,24 @@ def _layer_model(layer: AccelLayer, cfg: AccelConfig):
         except ValueError as e:
             reason = one_line(str(e))
     if reason is not None:
-        return None, None, reason
+        return None, None, reason, (0, 0)
     plan, groups = cost.plan, cost.groups * layer.batch
     tiles = math.ceil(plan.m / plan.partition_m) * math.ceil(plan.n / plan.partition_n) * \
         math.ceil(plan.k / plan.partition_k)
     scalars = TilingScalars(loop_counts=3 * groups, address_exprs=3 * tiles * groups,
                             table_entries=cost.table_entries, runtime_exprs=0)
-    return cost.cycles * layer.batch, scalars, None
+    return cost.cycles * layer.batch, scalars, None, _host_share(layer, cost.k_parts)
+
+
+def _host_share(layer: AccelLayer, parts: int) -> tuple[int, int]:
+    """``(host elements, read-back bytes)`` of an accelerator run of ``layer``
+    (:attr:`Op.host_elements`, :attr:`Op.host_readback_bytes`); ``parts``: its K parts."""
+    outputs = math.prod(layer.out_shape)
+    if parts > 1:
+        return (parts + 1) * outputs, 4 * parts * outputs
+    if layer.host_correction:
+        return 2 * outputs, 4 * outputs
+    return 0, 0
 
 
 def _node_category(g: Graph, node: Node, outs: tuple[str, ...]) -> tuple[str, str]:
@@ -432,10 +457,11 @@ def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
                       output_bytes=out_bytes, elements=out_bytes,
                       graph_output=any(o in g.outputs for o in outs))
         if isinstance(step, AccelLayer):
-            cycles, scalars, refusal = _layer_model(step, cfg)
+            cycles, scalars, refusal, (elements, readback) = _layer_model(step, cfg)
             ops.append(Op(op_class="conv" if step.kind == "conv" else "gemm",
                           category="tensor", macs=step.macs, accel_cycles=cycles,
-                          tiling=scalars, refusal=refusal, **common))
+                          tiling=scalars, refusal=refusal, host_elements=elements,
+                          host_readback_bytes=readback, **common))
             continue
         cls, category = _node_category(g, step.node, outs)
         refusal = lowered.unmatched.get(step.name)
@@ -456,6 +482,8 @@ def _evaluate(op: Op, proc: str, lib: FunctionLibrary, where: Mapping[str, str])
     if proc == "accel" and op.graph_output:
         moved += op.output_bytes
     t = lib.transfer_us(moved)
+    if proc == "accel" and op.host_readback_bytes and math.isfinite(a):
+        t += lib.transfer_us(op.host_readback_bytes)
     if proc == "accel" and op.category == "scalar":
         t += lib.control_roundtrip_us
     host_us = lib.exec_us(op, "host")

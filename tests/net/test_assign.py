@@ -150,6 +150,32 @@ def test_tiling_scalar_work_is_reported_and_folded_at_compile_time(cnn_ops):
     assert gap.tiling is None
 
 
+
+def test_host_work_of_k_parts_and_attention_gemms_is_in_the_accelerator_cost(cnn_ops, lib):
+    """A layer in K parts leaves the host its int32 partial sums to read back, add and
+    requantise; an activation x activation GEMM its int32 output to correct for the zero
+    points and requantise. Seed 004's accelerator cost includes that work (a = cycles at the
+    clock + host passes at the quant rate, t + the read-back); a layer the accelerator
+    finishes has none."""
+    from planner.net.models import deep_conv
+
+    small = PRESETS["small"]
+    ops = {op.name: op for op in analyse(_lowered(deep_conv(512)), small)}
+    wide, deep = ops["wide"], ops["deep"]               # 4 -> 512 -> 8 channels, 3x3, 8 x 8
+    outputs = 8 * 8 * 8
+    assert (wide.host_elements, wide.host_readback_bytes) == (0, 0)
+    assert (deep.host_elements, deep.host_readback_bytes) == (3 * outputs, 2 * 4 * outputs)
+    quant_ns = lib.host.ns_per_element["quant"]
+    assert lib.exec_us(deep, "accel") == pytest.approx(
+        deep.accel_cycles / lib.accel_clock_hz * 1e6 + 3 * outputs * quant_ns / 1e3)
+    ev = {d.op.name: d for d in assign([wide, deep], lib)}["deep"].evaluations["accel"]
+    assert ev.t == pytest.approx(lib.transfer_us(2 * 4 * outputs))   # its input is on chip
+    ops = analyse(_lowered(encoder_block(seq=8, hidden=64, heads=4, ffn=128)), small)
+    scores = next(op for op in ops if op.name == "scores")
+    assert (scores.host_elements, scores.host_readback_bytes) == (2 * scores.elements,
+                                                                   4 * scores.elements)
+    assert all(op.host_elements == 0 for op in cnn_ops)
+
 def test_scalar_ops_prefer_the_host_and_pay_a_control_round_trip_on_the_accelerator(lib):
     n = helper.make_tensor_value_info("n", TensorProto.INT64, [2])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
