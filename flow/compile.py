@@ -822,7 +822,7 @@ class CompiledNetwork:
         arrays: list[np.ndarray] = []
 
         def ref(a) -> dict:
-            arrays.append(np.ascontiguousarray(np.asarray(a)))
+            arrays.append(np.asarray(a, order="C"))      # keeps 0-D (ascontiguousarray: 1-D)
             return {"array": len(arrays) - 1}
 
         def enc(v):

@@ -104,6 +104,30 @@ def test_golden_device_executes_the_image_not_the_layer_description(cnn):
     assert not np.array_equal(good, worse)
 
 
+
+def test_tsr_keeps_scalar_constants_scalar(tmp_path):
+    """A 0-D constant (a Gather's scalar index: PyTorch's ``x[:, 0]``, ViT's class token)
+    came back from the .tsr as shape (1,): the Gather then gave (1, 1, 48) instead of (1, 48),
+    and the run failed at the accelerator layer after it ("shape (1, 1, 48) != (1, 48)")."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["cls"], axis=1, name="cls"),
+             helper.make_node("MatMul", ["cls", "w"], ["y"], name="head")]
+    inits = [onnx.numpy_helper.from_array(np.array(0, np.int64), "idx"),
+             onnx.numpy_helper.from_array(rng.standard_normal((48, 10)).astype(np.float32),
+                                          "w")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 17, 48))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 10))], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "cls.onnx")
+    net = compile_model(tmp_path / "cls.onnx", {}, SMALL)
+    assert [l.name for l in net.layers.values()] == ["head"]
+    back = CompiledNetwork.load(net.save(tmp_path / "cls.tsr"))
+    feeds = _x((1, 17, 48))
+    want = run_network(net, feeds).outputs["y"]
+    got = run_network(back, feeds).outputs["y"]
+    assert want.shape == got.shape == (1, 10) and np.array_equal(got, want)
+
 def test_tsr_round_trip_and_bad_files(cnn, tmp_path):
     q, low, net = cnn
     path = net.save(tmp_path / "cnn.tsr")
