@@ -161,9 +161,9 @@ _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMu
               "ConvInteger", "MatMulInteger"}
 
 
-def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
-    """Feeds from ``--calib DIR``: each ``*.npz`` (arrays by input name) or ``*.npy`` (the one
-    input of a single-input model) file is one sample."""
+def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
+    """Feeds from ``--calib DIR`` by file (``--calib DIR/FILE``): each ``*.npz`` (arrays by
+    input name) or ``*.npy`` (the one input of a single-input model) file is one sample."""
 
     if path is None:
         return None
@@ -171,13 +171,13 @@ def _calibration(path: str | None, names: list[str]) -> list[dict] | None:
         if Path(path).is_dir() else []
     if not files:
         raise ValueError(f"--calib {path}: not a directory with .npy / .npz samples")
-    feeds = []
+    feeds = {}
     for f in files:
         if f.suffix == ".npz":
             with np.load(f, allow_pickle=False) as z:
-                feeds.append({k: z[k] for k in z.files})
+                feeds[f"--calib {f}"] = {k: z[k] for k in z.files}
         elif len(names) == 1:
-            feeds.append({names[0]: np.load(f, allow_pickle=False)})
+            feeds[f"--calib {f}"] = {names[0]: np.load(f, allow_pickle=False)}
         else:
             raise ValueError(f"--calib {f}: a .npy sample needs a single-input model; the model "
                              f"has inputs {names} (use .npz)")
@@ -198,7 +198,9 @@ def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
         model = normalise_gemm(fold_batchnorm(model))
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
-        model = quantize_qdq(model, _calibration(calib_dir, names), samples=samples)
+        calib = _calibration(calib_dir, names)
+        model = quantize_qdq(model, None if calib is None else list(calib.values()),
+                             samples=samples, labels=None if calib is None else list(calib))
         graph = import_onnx(model)
     else:
         graph = graph_from_model(model)

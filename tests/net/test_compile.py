@@ -343,6 +343,31 @@ def test_activation_gemm_image_folds_zero_points_exactly(za, zb):
         [p for p in ([-za] if -za <= 127 else [127, -za - 127]) if p]))
 
 
+
+def test_cli_compile_names_a_calibration_sample_of_the_wrong_shape(tmp_path, capsys):
+    """A --calib sample of the wrong rank or size was blamed on the model ("onnxruntime's
+    quantiser failed on this float model (... Invalid rank for input ...); give a quantised
+    model"); the file, the input and the shape wanted are named, and nothing is written."""
+    onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
+    for i, (bad, got) in enumerate([((3, 8, 8), "(3, 8, 8)"), ((1, 3, 8, 9), "(1, 3, 8, 9)")]):
+        calib = tmp_path / f"calib{i}"
+        calib.mkdir()
+        np.save(calib / "0.npy", _x((1, 3, 8, 8))["x"])
+        np.save(calib / "1.npy", _x(bad)["x"])
+        assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "c.tsr"),
+                             "--config", "tiny", "--calib", str(calib)]) == 2
+        err = capsys.readouterr().err
+        assert f"--calib {calib / '1.npy'}: input 'x' has shape {got}, the model needs " \
+               f"(1, 3, 8, 8)" in err
+    calib = tmp_path / "calib_npz"
+    calib.mkdir()
+    np.savez(calib / "a.npz", image=_x((1, 3, 8, 8))["x"])
+    assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "c.tsr"),
+                         "--config", "tiny", "--calib", str(calib)]) == 2
+    assert f"--calib {calib / 'a.npz'} has inputs ['image'], the model needs ['x']" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "c.tsr").exists()
+
 def test_cli_compile_and_golden_run(tmp_path, capsys):
     onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
     np.save(tmp_path / "x.npy", _x((1, 3, 8, 8))["x"])

@@ -122,6 +122,20 @@ def test_normalise_gemm_leaves_what_it_cannot_fold():
     cnn = load_model(small_cnn())
     assert normalise_gemm(cnn) == cnn
 
+
+def test_quantising_a_layernorm_prints_no_onnxruntime_axis_warning(caplog):
+    """onnxruntime's quantiser warned "Axis 1 is out-of-range for weight 'ln1_g' with rank 1"
+    for every LayerNormalization scale of a float model: an axis the user never set (its
+    per-tensor fallback is right for a 1-D weight). tessera drops it, and only while it
+    quantises."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        quantize_qdq(encoder_block(seq=8, hidden=32, heads=2, ffn=64), samples=1)
+    assert not [r for r in caplog.records if "out-of-range for weight" in r.getMessage()]
+    logging.getLogger().warning("Axis 1 is out-of-range for weight 'w' with rank 1")
+    assert [r for r in caplog.records if "out-of-range for weight" in r.getMessage()]
+
 def test_seeded_weights_are_deterministic_and_replace_constant_weights():
     model = load_model(LIGHT / "light_squeezenet.onnx")
     a, b, c = seeded_weights(model, 7), seeded_weights(model, 7), seeded_weights(model, 8)
