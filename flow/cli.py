@@ -276,6 +276,16 @@ def compile_main(argv: list[str] | None = None) -> int:
                   f"per group and image, {parts * sh.groups * sh.batch} convolutions in "
                   f"{sh.batch} image run{'s' if sh.batch > 1 else ''}, int32 partial sums "
                   f"added and requantised on the host")
+    placed = net.depthwise_placement()
+    if placed and not cfg.dw_mesh:
+        print(f"  depthwise: {len(placed)} layer{'s' if len(placed) > 1 else ''} as dense "
+              f"channel blocks (the config has no depthwise mesh, dw_mesh=0)")
+    elif placed:
+        mesh = sum(why is None for _, why in placed)
+        print(f"  depthwise: {mesh} of {len(placed)} layers on the mesh")
+        for layer, why in placed:
+            if why is not None:
+                print(f"  depthwise: {layer}: dense channel blocks: {why}")
     for seg in net.segments:
         for producer, consumer, tensor in seg.fused:
             print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")

@@ -53,7 +53,8 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.dwcost import block_channels, channel_chunks, is_depthwise, mesh_fits
+from planner.dwcost import (block_channels, channel_chunks, is_depthwise, mesh_fits,
+                             mesh_refusal)
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner import DATA_FRACTIONS, runs_in_k_parts
 from planner.conv import k_part_shape, k_parts
@@ -986,6 +987,22 @@ class CompiledNetwork:
                 "predicted_cycles": sum(s.predicted_cycles for s in segs),
                 "gemm_predicted_cycles": self.gemm_predicted_cycles(),
                 "ksplit_predicted_cycles": self.ksplit_predicted_cycles()}
+
+    def depthwise_placement(self) -> list[tuple[str, str | None]]:
+        """Where each depthwise convolution run on the accelerator runs, in network order:
+        ``(layer, None)`` on the depthwise mesh, ``(layer, reason)`` as dense channel blocks
+        (:func:`planner.dwcost.mesh_refusal`'s reason, or its output read padded, which the
+        mesh cannot write: :func:`on_mesh`). ``tessera compile`` prints it."""
+        on_host = {s.layer for s in self.steps if s.kind == "host_layer"}
+        out = []
+        for name, l in self.layers.items():
+            if l.kind != "conv" or not is_depthwise(l.shape) or name in on_host:
+                continue
+            why = None if l.mesh else mesh_refusal(l.shape, self.cfg) or (
+                "a convolution off the mesh reads its output padded, and the mesh writes "
+                "dense NCHW only")
+            out.append((name, why))
+        return out
 
     def gemm_predicted_cycles(self) -> int:
         """Predicted cycles of the run-time GEMM steps (activation x activation), whose images

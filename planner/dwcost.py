@@ -35,7 +35,8 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
                    param_load_cycles, post_consts)
 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
-           "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "channel_chunks"]
+           "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
+           "channel_chunks"]
 
 
 def mesh_shape(shape) -> bool:
@@ -61,15 +62,40 @@ def mesh_fits(shape, cfg: AccelConfig) -> bool:
     """The mesh can run ``shape`` (a :func:`mesh_shape` on a ``dw_mesh`` config): one
     channel's strips fit a buffer half and an accumulator half (a map too tall for them runs
     as channel blocks instead, :func:`depthwise_blocks`)."""
-    if not (cfg.dw_mesh and mesh_shape(shape)):
-        return False
+    return mesh_refusal(shape, cfg) is None
+
+
+def mesh_refusal(shape, cfg: AccelConfig) -> str | None:
+    """Why the depthwise mesh cannot run depthwise convolution ``shape`` on ``cfg`` (None
+    when it can, :func:`mesh_fits`); such a layer runs as dense channel blocks. The first
+    reason found: the config, the kernel, the stride, the dilation, the padding, the map's
+    size."""
+    if not is_depthwise(shape):
+        return "not a depthwise convolution"
+    if not cfg.dw_mesh:
+        return "the config has no depthwise mesh (dw_mesh=0)"
+    if (shape.kernel_h, shape.kernel_w) != (3, 3):
+        return f"{shape.kernel_h}x{shape.kernel_w} kernel; the mesh walks 3x3"
+    if not shape.stride_h == shape.stride_w in (1, 2):
+        return (f"stride ({shape.stride_h}, {shape.stride_w}); the mesh runs 1 or 2, the same "
+                f"on both axes")
+    if (shape.dilation_h, shape.dilation_w) != (1, 1):
+        return f"dilation ({shape.dilation_h}, {shape.dilation_w}); the mesh runs 1"
+    pads = (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right)
+    if pads != (1, 1, 1, 1):
+        return f"padding {pads} (top, left, bottom, right); the mesh pads 1 on every side"
     c = min(shape.in_channels, cfg.quant_entries)
     d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1,
                              stride=shape.stride_h)
     w_bytes = -(-12 * c // 64) * 64
     x_bytes = c * shape.height * shape.width
     placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
-    return not check(placed, cfg, out_bytes=4)
+    errs = check(placed, cfg, out_bytes=4)
+    if errs:
+        code, msg = errs[0]
+        return (f"one channel's {shape.height} x {shape.width} map does not fit the mesh's "
+                f"buffers ({code.name}: {msg})")
+    return None
 
 
 def block_channels(cfg: AccelConfig, taps: int = 1) -> int:

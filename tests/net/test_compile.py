@@ -795,6 +795,30 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
     golden = run_network(net, feeds, sim="golden")
     want = reference.run(lowered, feeds)
     np.testing.assert_array_equal(golden.outputs["y"], want["y"])
+    assert net.depthwise_placement() == [("dw", None if on_mesh else (
+        "a convolution off the mesh reads its output padded, and the mesh writes dense NCHW "
+        "only"))]
+    assert compile_network(lowered, SMALL, qmodel=q).depthwise_placement() == [
+        ("dw", "the config has no depthwise mesh (dw_mesh=0)")]
+
+
+def test_compile_says_where_each_depthwise_layer_runs(tmp_path, capsys):
+    """tessera compile prints how many depthwise layers run on the mesh and why each other one
+    runs as dense channel blocks; on a config without the mesh, one line says so."""
+    path = tmp_path / "dw.onnx"
+    onnx.save(_dw_chain(3, 1), path)
+    assert compile_main([str(path), "-o", str(tmp_path / "a.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "  depthwise: 0 of 1 layers on the mesh\n" in out
+    assert "  depthwise: dw: dense channel blocks: a convolution off the mesh reads its " \
+           "output padded" in out
+    onnx.save(_dw_chain(1, 2), path)
+    assert compile_main([str(path), "-o", str(tmp_path / "b.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "  depthwise: 1 of 1 layers on the mesh\n" in out and "dense channel" not in out
+    assert compile_main([str(path), "-o", str(tmp_path / "c.tsr"), "--config", "small"]) == 0
+    assert "  depthwise: 1 layer as dense channel blocks (the config has no depthwise mesh, " \
+           "dw_mesh=0)" in capsys.readouterr().out
 
 
 def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, capsys):

@@ -117,6 +117,27 @@ def test_mesh_fits_only_maps_its_halves_hold():
     assert not layer_cost(dw(2, 497), MESH).mesh
 
 
+
+def test_mesh_refusal_names_the_first_reason():
+    """Why a depthwise layer runs off the mesh, as tessera compile prints it."""
+    from planner.dwcost import mesh_refusal
+
+    assert mesh_refusal(dw(32, 112), MESH) is None
+    assert mesh_refusal(dw(32, 112), PLAIN) == "the config has no depthwise mesh (dw_mesh=0)"
+    assert mesh_refusal(dw(32, 112, kernel=5, pad=2), MESH) == \
+        "5x5 kernel; the mesh walks 3x3"
+    assert mesh_refusal(dw(32, 112, stride=3), MESH) == \
+        "stride (3, 3); the mesh runs 1 or 2, the same on both axes"
+    assert mesh_refusal(dw(32, 112, pad=0), MESH) == \
+        "padding (0, 0, 0, 0) (top, left, bottom, right); the mesh pads 1 on every side"
+    assert mesh_refusal(dataclasses.replace(dw(32, 112), dilation_h=2, dilation_w=2,
+                                            pad_top=2, pad_left=2, pad_bottom=2,
+                                            pad_right=2), MESH) == \
+        "dilation (2, 2); the mesh runs 1"
+    assert mesh_refusal(dw(2, 497), MESH).startswith(
+        "one channel's 497 x 497 map does not fit the mesh's buffers (ACC_OVERFLOW: ")
+    assert mesh_refusal(dw(32, 112, groups=8), MESH) == "not a depthwise convolution"
+
 def test_mesh_cost_is_one_record_per_chunk_of_quant_entries():
     from planner.dwcost import block_channels, channel_chunks
 
