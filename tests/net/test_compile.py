@@ -368,6 +368,27 @@ def test_cli_compile_names_a_calibration_sample_of_the_wrong_shape(tmp_path, cap
         capsys.readouterr().err
     assert not (tmp_path / "c.tsr").exists()
 
+
+def test_run_compare_says_why_a_float_output_has_no_lsb_figure(tmp_path, capsys):
+    """A graph output onnxruntime's quantiser leaves in float (here after a PRelu) is compared
+    in absolute terms only; the line says why there is no LSB figure (it had none, unsaid)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("PRelu", ["c", "slope"], ["y"], name="prelu")]
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32),
+                                          "w"),
+             onnx.numpy_helper.from_array(np.full((4, 1, 1), 0.25, np.float32), "slope")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 6, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 6, 6))], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "p.onnx")
+    assert compile_main([str(tmp_path / "p.onnx"), "-o", str(tmp_path / "p.tsr")]) == 0
+    assert run_main([str(tmp_path / "p.tsr"), "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"y: vs onnxruntime: max abs diff \S+ \(no LSB figure: the output does "
+                     r"not come from a per-tensor DequantizeLinear", out), out
+
 def test_cli_compile_and_golden_run(tmp_path, capsys):
     onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
     np.save(tmp_path / "x.npy", _x((1, 3, 8, 8))["x"])
