@@ -18,9 +18,11 @@ Tensor layouts (what the layers read and write):
   ``out_row_stride = out_w`` the output is plain CHW: one record, or, when the layer's tables
   do not fit the table memories, one record per band of output rows
   (:func:`planner.conv.row_bands`); a larger ``out_row_stride`` writes into the interior of
-  the next convolution's padded input, one record per output row (the tables of row 0, with
-  ``b_addr`` moved down ``stride_h`` input rows per row), so convolution chains need no host
-  re-layout either.
+  the next convolution's padded input, so convolution chains need no host re-layout either:
+  on a config with the row store in one record whose output rows are row lanes
+  (:func:`spec.desc.row_store`, :func:`planner.convplan.row_store_plan`), else (or when its
+  tables do not fit) one record per output row (the tables of row 0, with ``b_addr`` moved
+  down ``stride_h`` input rows per row).
 * a depthwise 3x3 layer on the mesh (pad 1, stride 1 or 2; configs with ``dw_mesh``) reads its
   input as dense NCHW (no halo: the record's ``pad_value`` is the padding) and writes dense
   NCHW.
@@ -38,6 +40,7 @@ import hashlib
 import numpy as np
 
 from planner.conv import block_plan, compile_conv, row_bands
+from planner.convplan import row_store_plan
 from planner.convcost import predict_conv
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
 from planner.dwcost import depthwise_descriptor, depthwise_macs, predict_depthwise
@@ -47,7 +50,8 @@ from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig, require_config
-from spec.desc import DEPTHWISE_STRIDES, GemmDescriptor, depthwise_weight_words
+from spec.desc import (DEPTHWISE_STRIDES, GemmDescriptor, depthwise_weight_words,
+                       table_problems)
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
@@ -55,6 +59,19 @@ from .image import (Image, ImageError, Layer, decode, encode, image_bytes, secti
                     with_a_crcs)
 
 __all__ = ["Requant", "ImageBuilder", "BuiltLayer", "image_overhead", "predicted_image_cycles"]
+
+
+def _row_store(shape, cfg: AccelConfig, post: PostLoad):
+    """``(tables, plan)`` of one row store record of ``shape`` (batch 1, one group), or None
+    when the config has no row store, no tiling takes a row a partition, or the row lanes'
+    tables do not fit the table memories (the caller then writes a record a row)."""
+    plan = row_store_plan(shape, cfg, post=post)
+    if plan is None:
+        return None
+    tables = compile_tables(shape, "NCHW", cfg, row_width=plan.partition_n)
+    if table_problems(cfg, k=shape.gemm.k, run_count=tables.run_count, n=tables.n):
+        return None
+    return tables, plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,6 +380,26 @@ class ImageBuilder:
         elem = 1 if requant is not None else 4          # output element bytes: int8 or int32
         hp, wp = padded_dims(shape)
         x_bytes = shape.in_channels * hp * wp
+        taps = gemm.k // (shape.in_channels if diagonal else 1)
+        # into a padded buffer on a config with the row store: one record, its output rows
+        # at the buffer's row pitch (spec.desc.row_store)
+        if rows is None and row_stride != Q and not c_local:
+            stored = _row_store(shape, self.cfg, post)
+            if stored is not None:
+                tables, plan = stored
+                refs = {key: self._blob(SectionKind.TABLES, blob, self.cfg.b_beat_bytes)
+                        for key, blob in tables.to_bytes().items()}
+                desc = dict(m=gemm.m, k=gemm.k, n=tables.n, **_tiling(plan), a_addr=a_ref,
+                            a_stride=gemm.m, b_addr=x_addr, b_stride=x_bytes, c_addr=out_addr,
+                            c_stride=out_chan_stride, b_mode=1, off_addr=refs["off"],
+                            run_addr=refs["run"], grp_addr=refs["grp"],
+                            run_count=tables.run_count, c_rows=P, c_row_elems=Q,
+                            c_row_pitch=row_stride * elem)
+                probe = GemmDescriptor(**{key: (0 if isinstance(v, tuple) else v)
+                                          for key, v in desc.items()})
+                self._add(name, desc, {"op_kind": OpKind.CONV, **quant},
+                          predict_conv(probe, tables, self.cfg, post=post), gemm.m * taps * P * Q)
+                return
         # records (first output row, rows): the whole layer; a band of rows (the caller's, or
         # the planner's when the whole layer's tables do not fit: planner.conv.row_bands); or,
         # into a padded buffer, one record per output row
@@ -400,7 +437,6 @@ class ImageBuilder:
             cycles = predict_conv(probe, tables, self.cfg, post=post, c_local=c_local)
             label = {None: name, "row": f"{name}[row {p0}]",
                      "rows": f"{name}[rows {p0}:{p0 + height}]"}[tag]
-            taps = gemm.k // (shape.in_channels if diagonal else 1)
             self._add(label, desc, {"op_kind": OpKind.CONV, **quant}, cycles,
                       gemm.m * taps * height * Q)
 

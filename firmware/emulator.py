@@ -30,7 +30,8 @@ import numpy as np
 
 from planner.offsets import ConvTables, gather_b
 from spec.config import AccelConfig
-from spec.desc import DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_out, ErrorCode, GemmDescriptor, groups_n
+from spec.desc import (DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_out, ErrorCode, GemmDescriptor,
+                       groups_n, row_store)
 from spec.golden import conv2d_int8, gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
                           OutFormat)
@@ -291,13 +292,18 @@ def _post_and_store(m: DeviceMemory, rec: dict, d: GemmDescriptor, acc: np.ndarr
     else:
         wide = acc.astype(np.int64) + (0 if bias is None else bias[:, None])
         out = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
-    row_bytes = out_bytes(rec) * d.n
-    raw = np.ascontiguousarray(out).view(np.uint8).reshape(d.m, row_bytes)
+    e = out_bytes(rec)
+    raw = np.ascontiguousarray(out).view(np.uint8).reshape(d.m, e * d.n)
+    # C row i at c_addr + i c_stride: n elements, or with the row store (spec.desc.row_store)
+    # c_rows rows of pixels, row r the first c_row_elems of partition r, at r c_row_pitch
+    pieces = ([(r * d.c_row_pitch, e * r * d.partition_n, e * d.c_row_elems)
+               for r in range(d.c_rows)] if row_store(d) else [(0, 0, e * d.n)])
     for i in range(d.m):
-        lo = d.c_addr + i * d.c_stride
-        m.write(lo, raw[i].tobytes())
-        if track and lo < m.size:            # local writes stay on chip
-            result.writes.append((lo, row_bytes))
+        for at, src, size in pieces:
+            lo = d.c_addr + i * d.c_stride + at
+            m.write(lo, raw[i, src:src + size].tobytes())
+            if track and lo < m.size:            # local writes stay on chip
+                result.writes.append((lo, size))
     return True
 
 
@@ -319,7 +325,8 @@ def _gather_conv(m: DeviceMemory, d: GemmDescriptor, cfg: AccelConfig) -> np.nda
     run = bytes(m.gather(d.run_addr + np.arange(8 * d.run_count)).view(np.uint8))
     grp = bytes(m.gather(d.grp_addr + np.arange(4 * grp_words)).view(np.uint8))
     tables = dataclasses.replace(
-        ConvTables.from_bytes(None, "NCHW", cfg.array_cols, off, run, grp), pixels=d.n)
+        ConvTables.from_bytes(None, "NCHW", cfg.array_cols, off, run, grp), pixels=d.n,
+        row_lanes=(d.partition_n, d.c_row_elems) if row_store(d) else None)
     tensor = m.gather(d.b_addr + np.arange(d.b_stride, dtype=np.int64))
     try:
         return gather_b(tables, tensor)

@@ -5,7 +5,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS,
+                       MAX_DIM, ROW_FIELDS, ErrorCode)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
@@ -185,6 +186,12 @@ class RecordChecker(wiring.Component):
             p_dpq = product((K + 1) >> 1, (N + 1) >> 1, "p_dpq", dim=True)
             p_dmb = product(M, d["b_stride"], "p_dmb")
             p_dmc = product(M, d["c_stride"], "p_dmc")
+        rows_built = bool(cfg.row_store)        # the row store's rules (spec.desc.check)
+        if rows_built:
+            p_rpn = product(d["c_rows"], pn, "p_rpn", dim=True)     # c_rows partitions of n
+            # (c_rows - 1) * c_row_pitch: the last row's offset in a C row (c_rows >= 1 when
+            # it is used)
+            p_cr = product(d["c_rows"] - 1, d["c_row_pitch"], "p_cr")
         ab = cfg.dram_addr_bits
         m.d.comb += [self.a_kstep.eq(p_ak[:ab]), self.b_kstep.eq(p_bk[:ab]),
                      self.c_mstep.eq(p_cm[:ab])]
@@ -211,6 +218,15 @@ class RecordChecker(wiring.Component):
         b_conv_hi = reg(d["b_addr"] + d["b_stride"])
         c_base = reg(d["c_addr"] + c_row)
         w_base = reg(d["c_addr"] + n_bytes)
+        if rows_built:
+            # the row store: a C row's last row of pixels, its c_row_elems elements (whole
+            # beats for the extent, the elements for the written range)
+            row_on = reg(d["c_rows"] != 0, 1, name="row_on")
+            elems = d["c_row_elems"]
+            q_bytes = reg(Mux(int8_out, elems, elems << 2), 34, name="row_q_bytes")
+            q_beats = reg(((elems + C - 1) >> lc) << lc, 32, name="row_q_lanes")
+            c_base_r = reg(d["c_addr"] + Mux(int8_out, q_beats, q_beats << 2), name="row_c_base")
+            w_base_r = reg(d["c_addr"] + q_bytes, name="row_w_base")
         beat_b = cfg.b_beat_bytes
         # a table's end: its address plus its bytes, the bytes' sum registered first (one carry
         # chain a cycle: `off_addr + ((K - 1) << 2) + beat_b` in one cycle was a 9.8 ns path
@@ -248,9 +264,16 @@ class RecordChecker(wiring.Component):
         extents = stage(DIGITS + 1, DIGITS + 1, "extents")
         a_hi, b_hi, c_hi, w_hi = (Signal(64, name=n) for n in ("a_hi", "b_hi", "c_hi", "w_hi"))
         acc_need = Signal(64)
+        if rows_built:
+            row_span = Signal(64, name="row_span")      # (c_rows - 1) * pitch + the last row
         with m.If(extents):
-            m.d.sync += [a_hi.eq(a_base + p_a), b_hi.eq(Mux(is_conv, b_conv_hi, b_base + p_b)),
-                         c_hi.eq(c_base + p_c), w_hi.eq(w_base + p_c)]
+            m.d.sync += [a_hi.eq(a_base + p_a), b_hi.eq(Mux(is_conv, b_conv_hi, b_base + p_b))]
+            if rows_built:
+                m.d.sync += [c_hi.eq(Mux(row_on, c_base_r + p_cr, c_base) + p_c),
+                             w_hi.eq(Mux(row_on, w_base_r + p_cr, w_base) + p_c),
+                             row_span.eq(p_cr + q_bytes)]
+            else:
+                m.d.sync += [c_hi.eq(c_base + p_c), w_hi.eq(w_base + p_c)]
             if cfg.acc_bytes & (cfg.acc_bytes - 1) == 0:
                 m.d.sync += acc_need.eq(p_mn << log2(cfg.acc_bytes))
             else:
@@ -308,6 +331,12 @@ class RecordChecker(wiring.Component):
                                                early(pm[:lr] == 0, "pm_whole"))))
         rule(ErrorCode.BAD_PARTITION_N, gemm(~(dim_ok["partition_n"] &
                                                early(pn[:lc] == 0, "pn_whole"))))
+        if rows_built:
+            # each n partition is one row of pixels: n = c_rows * partition_n, and
+            # c_row_elems in [1, partition_n]
+            rule(ErrorCode.BAD_PARTITION_N, gemm(row_on & (
+                (p_rpn != N) | early((d["c_row_elems"] == 0) | (d["c_row_elems"] > pn) |
+                                     (d["c_rows"] > MAX_DIM), "row_elems"))))
         rule(ErrorCode.BAD_PARTITION_K, gemm(~dim_ok["partition_k"] |
                                              (early(d["need_splitk"] == 0, "no_splitk") &
                                               early(pk < K, "pk_short"))))
@@ -328,6 +357,12 @@ class RecordChecker(wiring.Component):
         rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
                                        early(d["need_splitk"] > 1, "need_splitk")) |
              early(d["b_mode"] > (B_MODE_DEPTHWISE_S2 if dw else 1), "b_mode"))
+        row_any = early(Cat(*(d[name] != 0 for name in ROW_FIELDS)).any(), "row_any")
+        if rows_built:
+            # (a depthwise record's are in its unused fields)
+            rule(ErrorCode.BAD_FLAGS, gemm(~row_on & row_any))
+        else:
+            rule(ErrorCode.BAD_FLAGS, row_any)
         if dw:
             # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
             rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(dim_ok["partition_m"] &
@@ -354,7 +389,15 @@ class RecordChecker(wiring.Component):
             b_local & (b_hi <= loc_end) & ~is_conv)))
         rule(ErrorCode.BAD_ADDRESS, gemm((c_hi > dram) & ~(
             c_local & (c_hi <= loc_end) & int8_out)))
-        rule(ErrorCode.BAD_ADDRESS, gemm(early(d["c_stride"] < n_bytes, "c_stride")))
+        if rows_built:
+            rule(ErrorCode.BAD_ADDRESS, gemm(~row_on & early(d["c_stride"] < n_bytes,
+                                                             "c_stride")))
+            # the row store: memory only, rows and C rows apart
+            rule(ErrorCode.BAD_ADDRESS, gemm(row_on & (
+                (c_hi > dram) | (d["c_stride"] < row_span) |
+                early(d["c_row_pitch"] < q_bytes, "row_pitch"))))
+        else:
+            rule(ErrorCode.BAD_ADDRESS, gemm(early(d["c_stride"] < n_bytes, "c_stride")))
         rule(ErrorCode.BAD_ADDRESS, gemm((d["a_addr"] < c_hi) & (d["c_addr"] < a_hi)))
         rule(ErrorCode.BAD_ADDRESS, gemm((d["b_addr"] < c_hi) & (d["c_addr"] < b_hi)))
         if dw:

@@ -446,6 +446,17 @@ class Sequencer(wiring.Component):
                      walk.b_addr.eq(d["b_addr"]), walk.c_addr.eq(d["c_addr"]),
                      walk.a_kstep.eq(a_kstep), walk.b_kstep.eq(b_kstep),
                      walk.c_mstep.eq(c_mstep)]
+        # the row store (spec.desc.row_store): a step's C offset advances by c_row_pitch per n
+        # partition (a row of pixels each), else by the partition's bytes (n0 * element size);
+        # the store writes a row's c_row_elems elements
+        rows = bool(cfg.row_store)
+        if rows:
+            row_on = Signal(name="row_on")
+            c_nstep = Signal(ab, name="c_nstep")
+            m.d.sync += [row_on.eq(d["c_rows"] != 0),
+                         c_nstep.eq(Mux(d["c_rows"] != 0, d["c_row_pitch"],
+                                        Mux(is_int8, pn, pn << 2)))]
+            m.d.comb += walk.c_nstep.eq(c_nstep)
 
         # -- a depthwise layer's strips (hw/dwwalk.py): the strip loaded in this phase, the one
         # computed, the one stored; their values, and the layer's, registered
@@ -556,7 +567,8 @@ class Sequencer(wiring.Component):
                                        Mux(dww.quad, dw_row_bytes << 1, dw_row_bytes))),
                 se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
                 se.p_groups.eq(by_mode(st["gne"], 1)),
-                se.p_elems.eq(by_mode(st["ne"], dw_st["st_elems"])),
+                se.p_elems.eq(by_mode(Mux(row_on, d["c_row_elems"], st["ne"]) if rows else
+                                      st["ne"], dw_st["st_elems"])),
                 se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
                 # stride 2: every other accumulator row (every row in row phases), its even
                 # lanes
@@ -567,7 +579,8 @@ class Sequencer(wiring.Component):
         else:
             m.d.comb += [
                 se.p_addr.eq(st["c_addr"]), se.p_ch0.eq(st["m0"]), se.p_stride.eq(d["c_stride"]),
-                se.p_rows.eq(st["me"]), se.p_groups.eq(st["gne"]), se.p_elems.eq(st["ne"]),
+                se.p_rows.eq(st["me"]), se.p_groups.eq(st["gne"]),
+                se.p_elems.eq(Mux(row_on, d["c_row_elems"], st["ne"]) if rows else st["ne"]),
                 se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)), se.p_acc_rstride.eq(gn_max),
             ]
 
@@ -699,8 +712,8 @@ class Sequencer(wiring.Component):
                          st["me"].eq(cur["me"]), st["ne"].eq(cur["ne"]),
                          st["gne"].eq(cur["gne"]),
                          # the store's first address, summed here
-                         st["c_addr"].eq(cur["c_mptr"] + Mux(int8_out, cur["n0"],
-                                                             cur["n0"] << 2)),
+                         st["c_addr"].eq(cur["c_mptr"] + (cur["c_nptr"] if rows else Mux(
+                             int8_out, cur["n0"], cur["n0"] << 2))),
                          st["slot"].eq(~acc_slot)]      # (acc_slot moved with st_valid)
 
         m.d.comb += self.busy_next.eq(Mux(self.busy, ~at_finish, self.start))

@@ -29,6 +29,9 @@ def step_layout(cfg: AccelConfig) -> data.StructLayout:
         "a_kptr": ab,                                        # a_addr + k0 * a_stride
         "b_kptr": ab,                                        # b_addr + k0 * b_stride
         "c_mptr": ab,                                        # c_addr + m0 * c_stride
+        # (the row store, configs with row_store: n0 / pn * c_nstep, the step's offset in a
+        # C row: n0 * the element size, or its row of pixels times c_row_pitch)
+        **({"c_nptr": ab} if cfg.row_store else {}),
         "a_same": 1, "b_same": 1,                            # A / B block as the step before
     })
 
@@ -74,6 +77,8 @@ class StepWalker(wiring.Component):
     restart : ``In(1)``: ``next`` takes ``first`` instead (the sequencer's walk before its first
     step)
     a_kstep, b_kstep, c_mstep : ``In(dram_addr_bits)``: pointer steps per partition
+    c_nstep : ``In(dram_addr_bits)`` (only with ``row_store``): the step of ``c_nptr`` per n
+    partition
     """
 
     #: Clock edges from a change of ``step`` until its ``next`` and ``last`` are valid (the
@@ -93,6 +98,7 @@ class StepWalker(wiring.Component):
             **{name: In(DIM_BITS) for name in ("pmg", "png", "gm_all", "gn_all")},
             "outer_m": In(1), "restart": In(1),
             **{name: In(ab) for name in ("a_kstep", "b_kstep", "c_mstep")},
+            **({"c_nstep": In(ab)} if cfg.row_store else {}),
         })
 
     def elaborate(self, platform):
@@ -140,6 +146,9 @@ class StepWalker(wiring.Component):
             "a_kptr": registered("adv_a_kptr", s.a_kptr + self.a_kstep),
             "b_kptr": registered("adv_b_kptr", s.b_kptr + self.b_kstep),
         }
+        rows = bool(self._cfg.row_store)
+        if rows:
+            adds["c_nptr"] = registered("adv_c_nptr", s.c_nptr + self.c_nstep)
 
         def short(dim, fresh):
             """Whether the partition is cut by the matrix's edge: ``whole < part`` at a fresh
@@ -163,8 +172,10 @@ class StepWalker(wiring.Component):
             cut = short("n", fresh)
             if fresh:
                 nl, gnl, out = sz["n"], self.gn_all, [t.n0.eq(0)]
+                out += [t.c_nptr.eq(0)] if rows else []
             else:
                 nl, gnl, out = adds["nl"], adds["gnl"], [t.n0.eq(adds["n0"])]
+                out += [t.c_nptr.eq(adds["c_nptr"])] if rows else []
             return out + [t.nl.eq(nl), t.gnl.eq(gnl),
                           t.ne.eq(Mux(cut, nl, sz["pn"])), t.gne.eq(Mux(cut, gnl, self.png))]
 

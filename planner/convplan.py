@@ -26,7 +26,7 @@ from .search import Candidate, best_plan, greedy_plan, refine, search
 from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
 
-__all__ = ["conv_descriptor", "conv_best_plan", "MAX_ROUNDS"]
+__all__ = ["conv_descriptor", "conv_best_plan", "row_store_plan", "row_width", "MAX_ROUNDS"]
 
 #: Rounds of steepest descent at most, per starting plan.
 MAX_ROUNDS = 32
@@ -35,23 +35,32 @@ MAX_ROUNDS = 32
 def conv_descriptor(shape: ConvShape, layout: Layout | str, tables: ConvTables,
                     tiling: dict, group: int = 0, *, x_addr: int = 0, a_addr: int = 0,
                     c_addr: int = 0, off_addr: int = 0, run_addr: int = 0, grp_addr: int = 0,
-                    c_stride: int | None = None) -> GemmDescriptor:
+                    c_stride: int | None = None, c_row_pitch: int = 0) -> GemmDescriptor:
     """The descriptor of group ``group`` of a convolution with ``tiling`` (the plan's
     :data:`~planner.tiling.TILING_FIELDS`) over the output pixels ``tables`` cover (all of
-    them, or the first ``tables.n``: a block of rows). Addresses default to 0: they do not
-    change cycles. Not checked against :func:`spec.desc.check`
-    (:meth:`planner.conv.ConvProgram.descriptor` checks)."""
+    them, or the first ``tables.n``: a block of rows). Tables over row lanes
+    (:attr:`~planner.offsets.ConvTables.row_lanes`) make a row store descriptor: one n
+    partition a row, ``c_row_pitch`` bytes apart (default: the row lanes' own width in int32
+    elements). Addresses default to 0: they do not change cycles. Not checked against
+    :func:`spec.desc.check` (:meth:`planner.conv.ConvProgram.descriptor` checks)."""
     layout = Layout(layout)
     gemm = shape.gemm
     n = tables.n
     b_addr = x_addr + group_base_bytes(shape, layout, group)
+    rows = {}
+    if tables.row_lanes is not None:
+        width, valid = tables.row_lanes
+        if tiling["partition_n"] != width:
+            raise ValueError(f"a row store descriptor needs partition_n = the row lanes' "
+                             f"width {width}, not {tiling['partition_n']}")
+        rows = dict(c_rows=n // width, c_row_elems=valid, c_row_pitch=c_row_pitch or 4 * width)
     return GemmDescriptor(
         m=gemm.m, k=gemm.k, n=n, **tiling,
         a_addr=a_addr, a_stride=gemm.m,
         b_addr=b_addr, b_stride=padded_bytes(shape, layout) - (b_addr - x_addr),
         c_addr=c_addr, c_stride=4 * n if c_stride is None else c_stride,
         b_mode=1, off_addr=off_addr, run_addr=run_addr, grp_addr=grp_addr,
-        run_count=tables.run_count)
+        run_count=tables.run_count, **rows)
 
 
 def _tiling(plan: TilingPlan) -> dict:
@@ -116,3 +125,53 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
         return gemm_best
     return make_plan(gemm, gcfg, best.partition_m, best.partition_n, best.partition_k,
                      best.outer_m, f"{gemm_best.strategy}+conv")
+
+
+def row_width(shape: ConvShape, cfg: AccelConfig) -> int:
+    """The row lanes of ``shape``'s output rows on ``cfg``: ``out_w`` rounded up to whole lane
+    groups (:func:`planner.offsets.compile_tables` ``row_width``)."""
+    return -(-shape.out_w // cfg.array_cols) * cfg.array_cols
+
+
+@functools.lru_cache(maxsize=1024)
+def row_store_plan(shape: ConvShape, cfg: AccelConfig, *,
+                   post: PostLoad | None = None) -> TilingPlan | None:
+    """The tiling of one record that computes every output row of ``shape`` (batch 1, one
+    group) into a buffer of its own row pitch through the row store
+    (:func:`spec.desc.row_store`, configs with ``row_store``): the output rows as row lanes
+    (:func:`row_width` lanes a row, the lanes past ``out_w`` computed and never written),
+    ``partition_n`` one row, the rest ranked with the convolution model of those tables as
+    :func:`conv_best_plan` ranks (steepest descent from the GEMM planner's plans of one row
+    of lanes). None when the config has no row store, or no legal tiling takes a whole row a
+    partition. This is how the firmware builder writes the interior of the next
+    convolution's padded input in one record rather than one record a row."""
+    if not cfg.row_store or shape.batch != 1 or shape.groups != 1:
+        return None
+    width = row_width(shape, cfg)
+    rows = shape.out_h
+    one_row = GemmShape(shape.gemm.m, shape.gemm.k, width)
+    record = GemmShape(shape.gemm.m, shape.gemm.k, rows * width)
+    tables = compile_tables(shape, "NCHW", cfg, row_width=width)
+
+    @functools.cache
+    def key(c: Candidate) -> tuple:
+        if c.partition_n != width:
+            return (float("inf"),)
+        plan = make_plan(record, cfg, c.partition_m, width, c.partition_k, c.outer_m, "row")
+        d = conv_descriptor(shape, "NCHW", tables, _tiling(plan))
+        bd: CycleBreakdown = predict_conv(d, tables, cfg, post=post)
+        return (bd.total_cycles, acc_bytes_for(c.partition_m, width, cfg),
+                bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
+                c.partition_m, -c.outer_m)
+
+    best, best_key = None, (float("inf"),)
+    for origin in (best_plan(one_row, cfg), greedy_plan(one_row, cfg), search(one_row, cfg)):
+        if origin.partition_n != width:
+            continue
+        found = refine(one_row, cfg, origin, MAX_ROUNDS, key=key)
+        if key(found) < best_key:
+            best, best_key = found, key(found)
+    if best is None:
+        return None
+    return make_plan(record, cfg, best.partition_m, width, best.partition_k, best.outer_m,
+                     "row-store")

@@ -84,6 +84,11 @@ class ConvTables:
     #: (:func:`compile_tables` ``pixels=``: one output row, run once per row with ``b_addr``
     #: moved down by the row's input offset).
     pixels: int | None = None
+    #: ``(width, valid)`` of tables over *row lanes* (:func:`compile_tables` ``row_width=``, a
+    #: record with a row store, docs/conv_tables.md): output row ``p`` is lanes ``p * width ..
+    #: p * width + width - 1``, of which the first ``valid`` (the row's pixels) have runs and the
+    #: others none (their outputs are never stored). ``None``: lane ``n`` is pixel ``n``.
+    row_lanes: tuple[int, int] | None = None
 
     # -- sizes -----------------------------------------------------------------------------------
 
@@ -94,6 +99,12 @@ class ConvTables:
     @property
     def n(self) -> int:
         return self.shape.gemm.n if self.pixels is None else self.pixels
+
+    def valid_lanes(self) -> np.ndarray:
+        """Lanes with runs in each lane group (int64, length ``ceil(n / lanes)``): a prefix of
+        the group, all of it but in the last group, or with :attr:`row_lanes` the part of the
+        group inside its row's ``valid`` pixels."""
+        return _valid_lanes(self.n, self.lanes, self.row_lanes)
 
     @property
     def run_count(self) -> int:
@@ -161,6 +172,14 @@ class ConvTables:
                    groups=np.frombuffer(grp, "<u4").astype(np.uint32))
 
 
+def _valid_lanes(n: int, cols: int, row_lanes: tuple[int, int] | None) -> np.ndarray:
+    g = np.arange(-(-n // cols), dtype=np.int64)
+    if row_lanes is None:
+        return np.minimum(cols, n - g * cols)
+    width, valid = row_lanes
+    return np.clip(valid - (g % (width // cols)) * cols, 0, cols)
+
+
 def _check_range(field: str, values: np.ndarray, hi: int, where=None) -> None:
     """Raise ValueError naming ``field`` and the first value >= ``hi``."""
     bad = np.flatnonzero(values >= hi)
@@ -171,12 +190,18 @@ def _check_range(field: str, values: np.ndarray, hi: int, where=None) -> None:
 
 
 def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
-                   pixels: int | None = None) -> ConvTables:
+                   pixels: int | None = None, row_width: int | None = None) -> ConvTables:
     """Build the offset, segment and group tables of ``shape`` in ``layout`` for ``cfg``.
 
     ``pixels`` limits the tables to the first ``pixels`` output pixels (e.g. ``out_w``: one
     output row; row ``p`` then runs the same tables with ``b_addr`` advanced by
     ``p * stride_h`` padded input rows).
+
+    ``row_width`` (``out_w`` rounded up to a multiple of ``array_cols``; batch 1) lays the
+    output rows out as *row lanes* for a record with a row store: row ``p`` is lanes ``p *
+    row_width`` on, its ``out_w`` pixels first; the lanes past them have no runs (the B
+    buffer keeps whatever it held there, and the store never writes their outputs).
+    ``pixels`` is then a whole number of rows of lanes (default: every row).
 
     Lane group ``G`` holds output pixels ``G*cols .. min(G*cols + cols, N) - 1``. Its lanes are
     cut greedily from lane 0: a run starting at lane ``lo`` has stride
@@ -197,20 +222,39 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
     cols = cfg.array_cols
     gemm = shape.gemm
     n = gemm.n
+    row_lanes = None
+    if row_width is not None:
+        q = shape.out_w
+        if type(row_width) is not int or row_width != -(-q // cols) * cols:
+            raise ValueError(f"row_width must be out_w={q} rounded up to a multiple of "
+                             f"array_cols={cols} ({-(-q // cols) * cols}), not {row_width!r}")
+        if shape.batch != 1:
+            raise ValueError(f"row_width: row lanes need batch 1, not batch={shape.batch}")
+        row_lanes, n = (row_width, q), shape.out_h * row_width
     if pixels is not None:
-        if type(pixels) is not int or not 1 <= pixels <= n:
-            raise ValueError(f"pixels must be an int in [1, {n}], not {pixels!r}")
+        if type(pixels) is not int or not 1 <= pixels <= n or (
+                row_width is not None and pixels % row_width):
+            raise ValueError(f"pixels must be an int in [1, {n}]"
+                             + ("" if row_width is None else
+                                f", a multiple of row_width={row_width}")
+                             + f", not {pixels!r}")
         n = pixels
     off = tap_offsets(shape, layout)
     _check_range("off", off, 1 << 32, lambda i: f"tap k={i}")
-    base = base_offsets(shape, layout)[:n]
+    if row_width is None:
+        base = base_offsets(shape, layout)[:n]
+    else:                       # row lanes: a row's pixels, then lanes with no run
+        rows = base_offsets(shape, layout).reshape(shape.out_h, shape.out_w)[:n // row_width]
+        base = np.full((rows.shape[0], row_width), -1, np.int64)
+        base[:, :shape.out_w] = rows
+        base = base.reshape(-1)
     _check_range("base", base, 1 << RUN_BASE_BITS, lambda i: f"output pixel n={i}")
 
     ngroups = -(-n // cols)
     padded = np.full(ngroups * cols, -1, dtype=np.int64)
     padded[:n] = base
     bases = padded.reshape(ngroups, cols)
-    valid = np.minimum(cols, n - np.arange(ngroups, dtype=np.int64) * cols)   # lanes per group
+    valid = _valid_lanes(n, cols, row_lanes)                  # lanes with runs, per group
     lane = np.arange(cols, dtype=np.int64)
     # diff[G, j] = base[j+1] - base[j]; only meaningful while lane j+1 is valid
     diff = np.empty_like(bases)
@@ -256,7 +300,8 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
     np.cumsum(starts.sum(axis=1), out=first[1:])
     _check_range("run_count", first[-1:], 1 << 32)
     return ConvTables(shape=shape, layout=layout, lanes=cols, offsets=off.astype(np.uint32),
-                      segments=seg, groups=first.astype(np.uint32), pixels=pixels)
+                      segments=seg, groups=first.astype(np.uint32),
+                      pixels=n if row_width is not None else pixels, row_lanes=row_lanes)
 
 
 def _as_range(name: str, value, size: int) -> range:
@@ -277,8 +322,10 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
     ``lane_lo .. lane_lo + lane_cnt - 1`` from ``base + off[k] + i*stride``.
 
     ``tensor_bytes`` is memory from ``b_addr`` on (a group's base already applied), as bytes or
-    an int8/uint8 array. Raises ValueError when the tables are malformed: a lane filled twice or
-    never, a ``last`` flag out of place, or an address outside ``tensor_bytes``.
+    an int8/uint8 array. Row lanes with no run (:attr:`ConvTables.row_lanes`) read 0 here
+    (the hardware leaves whatever the buffer held; their outputs are never stored). Raises
+    ValueError when the tables are malformed: a valid lane filled twice or never, a ``last``
+    flag out of place, or an address outside ``tensor_bytes``.
     """
     mem = np.frombuffer(bytes(tensor_bytes), dtype=np.int8) if isinstance(
         tensor_bytes, (bytes, bytearray, memoryview)) else np.asarray(tensor_bytes).view(np.int8)
@@ -299,9 +346,10 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
     g_lo, g_hi = ns.start // cols, -(-ns.stop // cols)
     lane_addr = np.full((g_hi - g_lo) * cols, -1, dtype=np.int64)
     filled = np.zeros_like(lane_addr)
+    valid_lanes = tables.valid_lanes()
     for g in range(g_lo, g_hi):
         first, stop = int(grp[g]), int(grp[g + 1])
-        valid = min(cols, n_total - g * cols)
+        valid = int(valid_lanes[g])
         for i in range(first, stop):
             lo, cnt = int(f["lane_lo"][i]), int(f["lane_cnt"][i])
             if bool(f["last"][i]) != (i == stop - 1):
@@ -318,9 +366,13 @@ def gather_b(tables: ConvTables, tensor_bytes, k_range=None, n_range=None) -> np
             raise ValueError(f"gather_b: lane group {g} does not fill each lane exactly once")
     want = lane_addr[ns.start - g_lo * cols: ns.stop - g_lo * cols]
     off = tables.offsets.astype(np.int64)[ks.start:ks.stop]
+    live = filled[ns.start - g_lo * cols: ns.stop - g_lo * cols] > 0
     addr = off[:, None] + want[None, :]
-    if addr.size and (addr.min() < 0 or addr.max() >= mem.size):
-        bad = int(addr.min()) if addr.min() < 0 else int(addr.max())
+    got = addr[:, live]
+    if got.size and (got.min() < 0 or got.max() >= mem.size):
+        bad = int(got.min()) if got.min() < 0 else int(got.max())
         raise ValueError(f"gather_b: address {bad} outside the {mem.size}-byte tensor: "
                          f"addresses must be in [0, {mem.size})")
-    return mem[addr]
+    out = np.zeros(addr.shape, np.int8)      # row lanes with no run: 0 here (stale on chip)
+    out[:, live] = mem[got]
+    return out

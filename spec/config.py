@@ -16,7 +16,7 @@ __all__ = ["FORMAT_VERSION", "AccelConfig", "PRESETS", "ConfigError", "loads_uni
            "require_config"]
 
 #: Bumped whenever RTL or image semantics change; it is hashed into :attr:`AccelConfig.config_id`.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 class ConfigError(ValueError):
@@ -107,6 +107,11 @@ class AccelConfig:
     #: convolution, pad 1, stride 1 or 2) are legal; 0: it is not, and such records fail
     #: ``BAD_FLAGS``. The mesh needs a square array of at least 4 x 4.
     dw_mesh: int = 0
+    #: 1: the sequencer is built with the *row store* (docs/architecture.md "Row store"): a
+    #: record may lay its output out as rows of pixels at a pitch of its own (``c_rows``,
+    #: ``c_row_elems``, ``c_row_pitch``), so a convolution writes the interior of the next
+    #: convolution's padded input in one record; 0: those fields must be 0 (``BAD_FLAGS``).
+    row_store: int = 0
 
     #: Fields the hardware supports a single value of (the datapath is int8 x int8 -> int32).
     _FIXED: ClassVar[dict[str, int]] = {"operand_bits": 8, "acc_bits": 32}
@@ -132,6 +137,7 @@ class AccelConfig:
             self._check_pow2(name, 64, 1 << 24)
         self._check_range("dram_addr_bits", 16, 32)
         self._check_range("dw_mesh", 0, 1)
+        self._check_range("row_store", 0, 1)
         if self.requant_lanes != 0 and not (_is_pow2(self.requant_lanes)
                                             and self.requant_lanes <= self.array_cols):
             raise ConfigError(f"AccelConfig.requant_lanes must be 0 (one lane per column) or a "
@@ -360,8 +366,8 @@ PRESETS: dict[str, AccelConfig] = {
         conv_offset_entries=4096, conv_run_entries=2048, conv_group_entries=2048,
         quant_entries=1024, local_buf_bytes=64 << 10),
     # 16x16 array; 256 KiB scratchpad (A + B) and a 64 KiB accumulator, as Gemmini's default;
-    # the depthwise mesh (docs/architecture.md "Depthwise convolution").
-    "default": AccelConfig(dw_mesh=1),
+    # the depthwise mesh (docs/architecture.md "Depthwise convolution") and the row store.
+    "default": AccelConfig(dw_mesh=1, row_store=1),
     # default's array and ports with on-chip memories an ECP5-85k's 208 block RAMs can hold
     # (default's 832 KiB cannot; docs/bench.md "FPGA"): 128 KiB scratchpad, 32 KiB accumulator,
     # 64 KiB local buffer, small's table and parameter capacities, and a requantiser of 4

@@ -27,6 +27,13 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   strip step takes (``G``); ``acc_buffer_needed`` the accumulator bytes of a step, at least
   ``(G k + array_rows)`` rows. Every field a depthwise layer does not use
   (:data:`DEPTHWISE_UNUSED`) is 0.
+* With ``c_rows`` nonzero (the *row store*, configs with ``row_store = 1``; ``b_mode`` 0 or
+  1) C is laid out as rows of pixels: ``n = c_rows * partition_n``, each n partition is one
+  output row of which the first ``c_row_elems`` elements are stored, and ``C[i, r *
+  partition_n + q]`` (``q < c_row_elems``) is at ``c_addr + i * c_stride + r * c_row_pitch
+  + q * out_bytes``; the others are computed and never written (:func:`row_store`). A
+  convolution so writes the interior of a padded buffer in one record. With ``c_rows = 0``
+  ``c_row_elems`` and ``c_row_pitch`` are 0 too.
 * ``b_mode = 3`` is the same layer with stride 2 (:data:`B_MODE_DEPTHWISE_S2`): every field as
   with ``b_mode = 2`` but the output, ``ceil(k / 2)`` x ``ceil(n / 2)`` maps, so ``c_stride``
   is ``ceil(k / 2) * ceil(n / 2) * out_bytes`` (:func:`depthwise_out`). The mesh computes the
@@ -47,7 +54,8 @@ from .config import AccelConfig
 __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "check",
            "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem", "table_problems",
            "B_MODE_DEPTHWISE", "B_MODE_DEPTHWISE_S2", "DEPTHWISE_STRIDES", "DEPTHWISE_UNUSED",
-           "depthwise_out", "depthwise_words", "depthwise_weight_words"]
+           "depthwise_out", "depthwise_words", "depthwise_weight_words", "ROW_FIELDS",
+           "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
 #: registers, and MAX_DIM the largest value the 32-bit descriptor fields may carry.
@@ -131,6 +139,10 @@ class GemmDescriptor(Operands, Tiling):
     run_addr: int = 0
     grp_addr: int = 0
     run_count: int = 0
+    # the row store (module docstring; configs with row_store = 1): 0 = C dense row-major
+    c_rows: int = 0
+    c_row_elems: int = 0
+    c_row_pitch: int = 0
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -156,7 +168,25 @@ DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
-                                     "grp_addr", "run_count")
+                                     "grp_addr", "run_count", "c_rows", "c_row_elems",
+                                     "c_row_pitch")
+#: The row store's descriptor fields (:func:`row_store`).
+ROW_FIELDS: tuple[str, ...] = ("c_rows", "c_row_elems", "c_row_pitch")
+
+
+def row_store(d: GemmDescriptor) -> bool:
+    """``d`` lays C out as rows of pixels (``c_rows`` nonzero: module docstring)."""
+    return d.c_rows != 0
+
+
+def c_span(d: GemmDescriptor, out_bytes: int, *, lanes: int = 1) -> int:
+    """Bytes from a C row's start (``c_addr + i * c_stride``) to one past its last element
+    (rounded up to ``lanes`` elements a beat, as the store's beats cover them): ``n`` elements,
+    or with the row store ``(c_rows - 1) * c_row_pitch`` plus the last row's
+    ``c_row_elems``."""
+    if row_store(d):
+        return (d.c_rows - 1) * d.c_row_pitch + out_bytes * (-(-d.c_row_elems // lanes) * lanes)
+    return out_bytes * (-(-d.n // lanes) * lanes)
 
 
 def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
@@ -206,7 +236,8 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     each row rounded up to whole lane groups. Reads past a row's end are masked; C elements past
     ``n`` carry cleared strobes, so the bytes *written* are exactly
     ``c_addr + i * c_stride + [0, out_bytes * n)``. A table word read fetches a whole B beat.
-    ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output).
+    ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output). With the
+    row store C's rows are ``c_rows`` rows of pixels each (:func:`c_span`).
 
     A depthwise layer (``b_mode`` 2 or 3) has ``a``: its three weight arrays, ``b``: the input's
     ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
@@ -219,7 +250,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     out = {
         "a": _extent(d.a_addr, d.k, d.a_stride, a_row),
         "b": _extent(d.b_addr, d.k, d.b_stride, b_row),
-        "c": _extent(d.c_addr, d.m, d.c_stride, out_bytes * b_row),
+        "c": _extent(d.c_addr, d.m, d.c_stride, c_span(d, out_bytes, lanes=c)),
     }
     if d.b_mode in DEPTHWISE_STRIDES:
         return {"a": (d.a_addr, d.a_addr + 2 * d.a_stride + 4 * d.m),
@@ -305,6 +336,12 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     if not (1 <= d.partition_n <= MAX_DIM and d.partition_n % c == 0):
         bad(ErrorCode.BAD_PARTITION_N,
             f"partition_n={d.partition_n} must be a positive multiple of array_cols={c}")
+    elif cfg.row_store and row_store(d) and (d.n != d.c_rows * d.partition_n or
+                                             not 1 <= d.c_row_elems <= d.partition_n):
+        bad(ErrorCode.BAD_PARTITION_N,
+            f"the row store needs n = c_rows*partition_n ({d.n} != {d.c_rows}*"
+            f"{d.partition_n}) and c_row_elems={d.c_row_elems} in [1, partition_n]: each n "
+            "partition is one row of pixels")
     if not 1 <= d.partition_k <= MAX_DIM:
         bad(ErrorCode.BAD_PARTITION_K, f"partition_k={d.partition_k} must be in [1, {MAX_DIM}]")
     elif not d.need_splitk and d.partition_k < d.k:
@@ -334,6 +371,14 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
             bad(ErrorCode.BAD_FLAGS, f"{name}={getattr(d, name)} must be 0 or 1")
     if d.b_mode not in (0, 1):
         bad(ErrorCode.BAD_FLAGS, _b_mode_text(d.b_mode, cfg))
+    rows = [name for name in ROW_FIELDS if getattr(d, name)]
+    if rows and not cfg.row_store:
+        bad(ErrorCode.BAD_FLAGS, f"{', '.join(f'{n}={getattr(d, n)}' for n in rows)}: the row "
+                                 "store needs a config with row_store=1; this one has none "
+                                 "(the fields must be 0)")
+    elif rows and not d.c_rows:
+        bad(ErrorCode.BAD_FLAGS, f"c_row_elems={d.c_row_elems}, c_row_pitch={d.c_row_pitch} "
+                                 "must be 0 when c_rows=0 (no row store)")
     if d.b_mode == 1 and not errs:
         for problem in table_problems(cfg, k=d.k, run_count=d.run_count, n=d.n):
             bad(ErrorCode.BAD_TABLE, problem)
@@ -350,7 +395,19 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
             bad(ErrorCode.BAD_ADDRESS, f"{name.upper()} spans [{lo:#x}, {hi:#x}) beyond "
                                        f"dram_bytes={cfg.dram_bytes:#x} and is not inside the "
                                        f"local buffer {_local_text(cfg)} (only B and C may be)")
-        if d.c_stride < out_bytes * d.n:
+        if row_store(d):
+            if ext["c"][1] > cfg.dram_bytes:
+                bad(ErrorCode.BAD_ADDRESS, f"C [{ext['c'][0]:#x}, {ext['c'][1]:#x}) is not in "
+                                           f"memory: the row store writes memory only")
+            if d.c_row_pitch < out_bytes * d.c_row_elems:
+                bad(ErrorCode.BAD_ADDRESS, f"c_row_pitch={d.c_row_pitch} < {out_bytes}*"
+                                           f"c_row_elems={out_bytes * d.c_row_elems}: C's rows of "
+                                           "pixels overlap")
+            if d.c_stride < c_span(d, out_bytes):
+                bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < (c_rows-1)*c_row_pitch + "
+                                           f"{out_bytes}*c_row_elems={c_span(d, out_bytes)}: C "
+                                           "rows overlap")
+        elif d.c_stride < out_bytes * d.n:
             bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} < {out_bytes}*n="
                                        f"{out_bytes * d.n}: C rows overlap")
         for name in [key for key in ext if key != "c"]:

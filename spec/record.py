@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .config import FORMAT_VERSION, AccelConfig
-from .desc import (DEPTHWISE_STRIDES, DESC_FIELDS, ErrorCode, GemmDescriptor, check,
+from .desc import (DEPTHWISE_STRIDES, DESC_FIELDS, ErrorCode, GemmDescriptor, c_span, check,
                    tensor_extents)
 from .layouts import (IMAGE_HEADER_WORDS, IMAGE_MAGIC, LAYER_RECORD_WORDS, LAYER_USED_WORDS,
                       LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind)
@@ -64,13 +64,14 @@ def _desc(rec: Mapping[str, int]) -> GemmDescriptor:
 
 
 def written_range(rec: Mapping[str, int]) -> tuple[int, int]:
-    """[first, last+1) bytes the layer writes: m rows of n elements at ``c_stride`` (a
+    """[first, last+1) bytes the layer writes: m rows of n elements at ``c_stride`` (with the
+    row store: of ``c_rows`` rows of ``c_row_elems`` pixels, :func:`spec.desc.c_span`; a
     depthwise layer: its ``m`` output channels at ``c_stride``, their channel pitch)."""
-    m, n = rec["desc_m"], rec["desc_n"]
+    m = rec["desc_m"]
     if rec["desc_b_mode"] in DEPTHWISE_STRIDES:
         return rec["desc_c_addr"], rec["desc_c_addr"] + m * rec["desc_c_stride"]
     return rec["desc_c_addr"], rec["desc_c_addr"] + (m - 1) * rec["desc_c_stride"] + \
-        out_bytes(rec) * n
+        c_span(_desc(rec), out_bytes(rec))
 
 
 def layer_record(desc: GemmDescriptor, **fields: int) -> dict[str, int]:
@@ -175,8 +176,10 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
     if not (lo <= w_lo and w_hi <= hi):
         bad(ErrorCode.BAD_WINDOW,
             f"written C range [{w_lo:#x}, {w_hi:#x}) (desc_c_addr={rec['desc_c_addr']:#x}, "
-            f"m={rec['desc_m']}, n={rec['desc_n']}, desc_c_stride={rec['desc_c_stride']}) is not "
-            f"inside the output window [out_window_lo={lo:#x}, out_window_hi={hi:#x})")
+            f"m={rec['desc_m']}, n={rec['desc_n']}, desc_c_stride={rec['desc_c_stride']}"
+            + (f", c_rows={rec['desc_c_rows']}, c_row_elems={rec['desc_c_row_elems']}, "
+               f"c_row_pitch={rec['desc_c_row_pitch']}" if rec["desc_c_rows"] else "")
+            + f") is not inside the output window [out_window_lo={lo:#x}, out_window_hi={hi:#x})")
     if image is not None:
         i_lo, i_hi = image
         w_at = i_hi if weights_at is None else weights_at

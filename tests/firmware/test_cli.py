@@ -52,11 +52,11 @@ def test_cli_validate_config_file(image_file, tmp_path, capsys):
 
 
 def test_cli_validate_prints_every_problem(image_file, capsys):
-    blob = patch_layer(patch_header(image_file.read_bytes(), "format_version", 3), "act_max", 999)
+    blob = patch_layer(patch_header(image_file.read_bytes(), "format_version", 4), "act_max", 999)
     image_file.write_bytes(blob)
     assert main(["validate", str(image_file), "--preset", "tiny"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert any("format_version=3" in line for line in out)
+    assert any("format_version=4" in line for line in out)
     assert any("layer 0: BAD_LAYER: act_max=999" in line for line in out)
 
 

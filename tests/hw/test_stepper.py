@@ -1,6 +1,8 @@
 """StepWalker (Amaranth simulator) walks the same steps as spec.schedule.steps, with the same
 pointers, for random legal tilings of ragged shapes in both loop orders."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
@@ -11,9 +13,18 @@ from spec.schedule import steps
 from tb.placement import descriptor, place, random_tiling
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small"])
+def c_nstep(d):
+    """Any step of the C pointer per n partition (a row pitch with the row store)."""
+    return 3 * d.partition_n + 7
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small", "tiny+row_store"])
 def test_walker_follows_the_schedule(preset):
-    cfg = PRESETS[preset]
+    """The walk, its extents and pointers; with the row store also ``c_nptr``, the step's n
+    partition times ``c_nstep``."""
+    cfg = PRESETS[preset.split("+")[0]]
+    if preset.endswith("+row_store"):
+        cfg = dataclasses.replace(cfg, row_store=1)
     R, C, ab = cfg.array_rows, cfg.array_cols, cfg.dram_addr_bits
     rng = np.random.default_rng(3)
     cases = []
@@ -39,6 +50,8 @@ def test_walker_follows_the_schedule(preset):
                             (dut.a_kstep, a_kstep % (1 << ab)), (dut.b_kstep, b_kstep % (1 << ab)),
                             (dut.c_mstep, c_mstep % (1 << ab))):
                 ctx.set(port, v)
+            if cfg.row_store:
+                ctx.set(dut.c_nstep, c_nstep(d))
             ctx.set(dut.restart, 1)         # next: the first step, a cycle later
             await ctx.tick().repeat(StepWalker.first_latency + 1)
             step = ctx.get(dut.first)
@@ -51,7 +64,7 @@ def test_walker_follows_the_schedule(preset):
                 walk.append({name: int(getattr(step, name)) for name in
                              ("m0", "n0", "k0", "ml", "nl", "kl", "gml", "gnl", "me", "ne",
                               "ke", "gme", "gne", "a_kptr", "b_kptr", "c_mptr", "a_same",
-                              "b_same")})
+                              "b_same", *(["c_nptr"] if cfg.row_store else []))})
                 if ctx.get(dut.last):
                     break
                 step = ctx.get(dut.next)
@@ -83,3 +96,5 @@ def test_walker_follows_the_schedule(preset):
             assert w["a_kptr"] == (d.a_addr + w["k0"] * d.a_stride) % (1 << ab)
             assert w["b_kptr"] == (d.b_addr + w["k0"] * d.b_stride) % (1 << ab)
             assert w["c_mptr"] == (d.c_addr + w["m0"] * d.c_stride) % (1 << ab)
+            if cfg.row_store:
+                assert w["c_nptr"] == (w["n0"] // pn * c_nstep(d)) % (1 << ab)

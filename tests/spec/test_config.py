@@ -97,6 +97,8 @@ RANGE_CASES = [
     ("local_buf_bytes", 3 << 10, "a power of two in [32, 2147483648]"),
     ("dw_mesh", 2, "in [0, 1]"),
     ("dw_mesh", -1, "in [0, 1]"),
+    ("row_store", 2, "in [0, 1]"),
+    ("row_store", -1, "in [0, 1]"),
     ("local_buf_bytes", 1 << 32, "a power of two in [32, 2147483648]"),
     ("sync_bytes", (1 << 24) + 1, "in [1, 16777216]"),
 ]
@@ -323,9 +325,11 @@ def test_config_presets_sizes():
     dims = {k: (PRESETS[k].array_rows, PRESETS[k].array_cols) for k in ("tiny", "small", "default")}
     assert dims == {"tiny": (4, 4), "small": (8, 8), "default": (16, 16)}
     d = PRESETS["default"]
-    assert d == AccelConfig(dw_mesh=1)
+    assert d == AccelConfig(dw_mesh=1, row_store=1)
     assert {k: c.dw_mesh for k, c in PRESETS.items()} == {"tiny": 0, "small": 0, "default": 1,
                                                          "fpga": 0}
+    assert {k: c.row_store for k, c in PRESETS.items()} == {"tiny": 0, "small": 0,
+                                                           "default": 1, "fpga": 0}
     assert (d.buf_a_bytes, d.buf_b_bytes, d.acc_buf_bytes) == (128 << 10, 128 << 10, 64 << 10)
     for cfg in PRESETS.values():
         assert isinstance(cfg, AccelConfig)
@@ -336,13 +340,14 @@ def test_config_fpga_preset_is_default_with_smaller_memories():
     """`fpga` keeps default's array, ports and latencies and shrinks the on-chip memories, to a
     total an ECP5-85k's block RAM can hold; its requantiser shares 4 lanes (12 MULT18X18D), and
     it keeps a 16 MiB device memory (24-bit addresses) where default has 2 GiB, and it has no
-    depthwise mesh (an ECP5-85k cannot take its area, docs/architecture.md)."""
+    depthwise mesh (an ECP5-85k cannot take its area, docs/architecture.md) and no row store
+    (not yet placed on the ECP5)."""
     d, f = PRESETS["default"], PRESETS["fpga"]
     memories = ("buf_a_bytes", "buf_b_bytes", "acc_buf_bytes", "local_buf_bytes",
                 "conv_offset_entries", "conv_run_entries", "conv_group_entries", "quant_entries")
-    assert (d.dw_mesh, f.dw_mesh) == (1, 0)
+    assert (d.dw_mesh, f.dw_mesh, d.row_store, f.row_store) == (1, 0, 1, 0)
     for field in FIELDS:
-        if field not in (*memories, "requant_lanes", "dram_addr_bits", "dw_mesh"):
+        if field not in (*memories, "requant_lanes", "dram_addr_bits", "dw_mesh", "row_store"):
             assert getattr(f, field) == getattr(d, field), field
     assert (d.post_lanes, f.post_lanes, f.post_row_cycles) == (16, 4, 4)
     assert (d.dram_addr_bits, f.dram_addr_bits) == (31, 24)

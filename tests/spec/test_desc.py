@@ -47,7 +47,8 @@ def test_desc_fields_order_matches_dataclass_and_abi():
         "m", "k", "n", "partition_m", "partition_n", "partition_k", "tile_m", "tile_n",
         "outer_m", "need_splitk", "acc_buffer_needed",
         "a_addr", "a_stride", "b_addr", "b_stride", "c_addr", "c_stride",
-        "b_mode", "off_addr", "run_addr", "grp_addr", "run_count")
+        "b_mode", "off_addr", "run_addr", "grp_addr", "run_count",
+        "c_rows", "c_row_elems", "c_row_pitch")
 
 
 def test_desc_words_follow_desc_fields():
@@ -272,3 +273,45 @@ def test_desc_tensor_extents_exact_multiples_not_padded():
     # the same descriptor on the 8x8 preset reads whole 8-wide beats
     ext = tensor_extents(d, PRESETS["small"])
     assert ext["a"] == (0, 16) and ext["b"] == (0x1000, 0x1008)
+
+
+# -- the row store (row_store=1 configs) ---------------------------------------------------------
+
+ROWS_CFG = dataclasses.replace(CFG, row_store=1)
+#: BASE with C as 2 rows of 3 pixels (n = 2 partitions of 4), rows 16 bytes apart, channels 32
+ROWS = dataclasses.replace(BASE, partition_n=4, tile_n=4, acc_buffer_needed=8 * 4 * 4,
+                           c_rows=2, c_row_elems=3, c_row_pitch=16)
+
+
+def test_desc_row_store_is_legal_and_its_extent_is_its_rows():
+    assert check(ROWS, ROWS_CFG) == []
+    # 7 channels at 32, then the last row (16 on) of 3 elements rounded to a 4-lane beat
+    assert tensor_extents(ROWS, ROWS_CFG)["c"] == (0x2000, 0x2000 + 7 * 32 + 16 + 4 * 4)
+    assert tensor_extents(ROWS, ROWS_CFG, out_bytes=1)["c"] == (0x2000, 0x2000 + 7 * 32 + 16 + 4)
+    # exactly at the bounds: rows of 12 bytes back to back, channels right after the last row
+    tight = dataclasses.replace(ROWS, c_row_pitch=12, c_stride=24)
+    assert check(tight, ROWS_CFG) == []
+    assert check(dataclasses.replace(ROWS, c_row_elems=4), ROWS_CFG) == []
+
+
+@pytest.mark.parametrize("over, cfg, code, text", [
+    (dict(), CFG, ErrorCode.BAD_FLAGS, "the row store needs a config with row_store=1"),
+    (dict(c_rows=0), ROWS_CFG, ErrorCode.BAD_FLAGS, "must be 0 when c_rows=0"),
+    (dict(c_rows=3), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "n = c_rows*partition_n (8 != 3*4)"),
+    (dict(c_row_elems=0), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=0 in [1, "),
+    (dict(c_row_elems=5), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=5 in [1, "),
+    (dict(c_row_pitch=11), ROWS_CFG, ErrorCode.BAD_ADDRESS, "c_row_pitch=11 < 4*c_row_elems=12"),
+    (dict(c_stride=27), ROWS_CFG, ErrorCode.BAD_ADDRESS,
+     "c_stride=27 < (c_rows-1)*c_row_pitch + 4*c_row_elems=28"),
+    (dict(c_addr=ROWS_CFG.dram_bytes), ROWS_CFG, ErrorCode.BAD_ADDRESS,
+     "the row store writes memory only"),
+])
+def test_desc_row_store_rules(over, cfg, code, text):
+    errs = check(dataclasses.replace(ROWS, **over), cfg)
+    assert errs and errs[0][0] == code and any(text in msg for _, msg in errs), errs
+
+
+def test_desc_depthwise_descriptors_use_no_row_store_field():
+    errs = check(dataclasses.replace(ROWS, b_mode=2), dataclasses.replace(ROWS_CFG, dw_mesh=1))
+    assert any(code == ErrorCode.BAD_FLAGS and "c_rows=2, c_row_elems=3, c_row_pitch=16" in msg
+               for code, msg in errs), errs

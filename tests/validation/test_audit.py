@@ -70,7 +70,7 @@ another function without this table following; line moves inside a function do n
 | planner/offsets.py | ConvTables.from_bytes | ValueError | 1 | shapes: test_tables_from_bytes_lengths |
 | planner/offsets.py | _as_range | ValueError | 1 | shapes: test_gather_b_ranges |
 | planner/offsets.py | _check_range | ValueError | 1 | shapes: test_tables_base_past_32_bits, test_tables_field_ranges |
-| planner/offsets.py | compile_tables | ValueError | 2 | shapes: test_tables_shape_type, test_tables_pixels |
+| planner/offsets.py | compile_tables | ValueError | 4 | shapes: test_tables_shape_type, test_tables_pixels, test_tables_row_width, test_tables_row_width_needs_batch_1_and_whole_rows |
 | planner/offsets.py | gather_b | ValueError | 5 | shapes: test_gather_b_group_table, test_gather_b_last_flag, test_gather_b_lane_count, test_gather_b_fill_each_lane_once, test_gather_b_address |
 | planner/zero_points.py | _shift | ValueError | 1 | quant: test_conv_integer_x_dtype, test_matmul_integer_dtype |
 | planner/zero_points.py | _zero_point | ValueError | 2 | quant: test_conv_integer_zero_point_dtype, test_conv_integer_zero_point_shape, test_matmul_integer_zero_point_shape |

@@ -309,6 +309,21 @@ def test_tables_pixels(pixels):
         compile_tables(conv(), "NCHW", TINY, pixels=pixels)
 
 
+@pytest.mark.parametrize("width", [3, 8, 2.0, 0])
+def test_tables_row_width(width):
+    with refused(ValueError, f"row_width must be out_w=4 rounded up to a multiple of "
+                             f"array_cols=4 (4), not {width!r}"):
+        compile_tables(conv(), "NCHW", TINY, row_width=width)
+
+
+def test_tables_row_width_needs_batch_1_and_whole_rows():
+    with refused(ValueError, "row_width: row lanes need batch 1, not batch=2"):
+        compile_tables(conv(batch=2), "NCHW", TINY, row_width=4)
+    with refused(ValueError, "pixels must be an int in [1, 16], a multiple of row_width=4, "
+                             "not 6"):
+        compile_tables(conv(), "NCHW", TINY, row_width=4, pixels=6)
+
+
 def _tables():
     shape = ConvShape(batch=1, in_channels=1, height=3, width=3, out_channels=1, kernel_h=1,
                       kernel_w=3, pad_left=1, pad_right=1)
