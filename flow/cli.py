@@ -341,10 +341,11 @@ def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict) -> int:
             if name in table:
                 c = table[name]
                 lsb = c.get("max_abs_diff_lsb")
+                step = (" (no LSB figure: the output does not come from a per-tensor "
+                        "DequantizeLinear, so it has no quantisation step)" if lsb is None
+                        else f" ({lsb:g} LSB)")
                 print(f"  {name}: vs onnxruntime{label}: max abs diff {c['max_abs_diff']:g}"
-                      + (" (no LSB figure: the output does not come from a per-tensor "
-                         "DequantizeLinear, so it has no quantisation step)" if lsb is None else f" ({lsb:g} LSB)")
-                      + f", {c['pct_equal']:.1f}% exactly equal")
+                      + step + f", {c['pct_equal']:.1f}% exactly equal")
     return 0
 
 

@@ -309,6 +309,53 @@ def test_builder_conv_per_row_mode():
                        for p in range(P) for q in range(Q)}
 
 
+
+@pytest.mark.parametrize("shape", [conv_shape(), conv_shape(width=9, stride_w=2, height=10),
+                                   conv_shape(height=5, width=5, stride_h=1)])
+def test_builder_conv_into_a_padded_buffer_through_the_row_store(shape):
+    """On a config with the row store the same layer is one record (its output rows as row
+    lanes: out_w rounded up to a lane group), and the golden device writes exactly what the
+    record-a-row image writes: the interior, every other byte of the buffer left as it was."""
+    from firmware.emulator import run_image
+    from spec.desc import ErrorCode
+
+    rng = np.random.default_rng(3)
+    P, Q = shape.out_h, shape.out_w
+    row_stride, chan_stride = Q + 3, P * (Q + 3) + 5
+    w = rand_int8(rng, (shape.out_channels, shape.in_channels, 3, 3))
+    q = requant(rng, shape.out_channels)
+    rows_cfg = dataclasses.replace(CFG, row_store=1)
+    out = {}
+    for cfg in (CFG, rows_cfg):
+        b = ImageBuilder(cfg, data_addr=1 << 20)
+        x = b.buffer("x", padded_bytes(shape, "NCHW"))
+        y = b.buffer("y", shape.out_channels * chan_stride)
+        b.conv("c", shape=shape, weights=w, x_addr=x, out_addr=y, out_chan_stride=chan_stride,
+               out_row_stride=row_stride, requant=q)
+        blob, built = b.build()
+        assert validate(blob, cfg) == []
+        mem = bytearray(np.random.default_rng(9).integers(0, 256, cfg.dram_bytes,
+                                                          np.uint8).tobytes())
+        mem[:len(blob)] = blob
+        before = bytes(mem[y:y + shape.out_channels * chan_stride])
+        assert run_image(mem, 0, cfg).error == ErrorCode.NONE
+        out[cfg.row_store] = (before, bytes(mem[y:y + shape.out_channels * chan_stride]),
+                              decode(blob), built)
+    (before, per_row, _, rows_built), (before1, stored, image, built) = out[0], out[1]
+    assert before == before1 and stored == per_row
+    assert len(rows_built) == P and [x.name for x in built] == ["c"]
+    (layer,) = image.layers
+    d = layer.desc
+    width = -(-Q // CFG.array_cols) * CFG.array_cols
+    assert (d.n, d.partition_n, d.c_rows, d.c_row_elems, d.c_row_pitch) == (
+        P * width, width, P, Q, row_stride)
+    assert (layer.out_window_lo, layer.out_window_hi) == (
+        d.c_addr, d.c_addr + (d.m - 1) * chan_stride + (P - 1) * row_stride + Q)
+    interior = {c * chan_stride + p * row_stride + j for c in range(shape.out_channels)
+                for p in range(P) for j in range(Q)}
+    assert all(stored[i] == before[i] for i in range(len(stored)) if i not in interior)
+    assert built[0].predicted_cycles < sum(r.predicted_cycles for r in rows_built)
+
 def test_builder_conv_row_stride_equal_out_w_is_one_record():
     rng = np.random.default_rng(4)
     shape = conv_shape()

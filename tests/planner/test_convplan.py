@@ -131,3 +131,37 @@ def test_conv_model_grouped_walk_equals_the_step_walk(shape, preset):
         assert predict_conv(d, tables, cfg) == predict_conv_reference(d, tables, cfg), c
         seen += 1
     assert seen >= 10
+
+
+@pytest.mark.parametrize("name", ["res2_0_branch2a", "res3_1_branch2a", "res4_1_branch2a",
+                                  "res5_0_branch2b"])
+def test_row_store_plan_takes_a_row_a_partition_and_beats_a_record_a_row(name):
+    """The row store's tiling (one record, a row of lanes a partition) is legal and predicted
+    faster than the record a row the builder ran before it; a config without the row store
+    has none."""
+    from dataclasses import replace
+
+    from planner.convcost import predict_conv
+    from planner.convplan import _tiling, conv_descriptor, row_store_plan, row_width
+    from planner.cost import PostLoad
+    from spec.desc import check
+
+    shape, post = RESNET50[name], PostLoad(bias=True, requant=True)
+    assert row_store_plan(shape, replace(CFG, row_store=0), post=post) is None
+    plan = row_store_plan(shape, CFG, post=post)
+    width = row_width(shape, CFG)
+    assert width % CFG.array_cols == 0 and 0 <= width - shape.out_w < CFG.array_cols
+    assert (plan.partition_n, plan.n) == (width, shape.out_h * width)
+    tables = compile_tables(shape, "NCHW", CFG, row_width=width)
+    d = conv_descriptor(shape, "NCHW", tables, _tiling(plan), x_addr=1 << 24, c_addr=2 << 24,
+                        off_addr=3 << 24, run_addr=(3 << 24) + (1 << 20),
+                        grp_addr=(3 << 24) + (2 << 20), c_stride=shape.out_h * (shape.out_w + 2),
+                        c_row_pitch=shape.out_w + 2)
+    assert (d.c_rows, d.c_row_elems, d.c_row_pitch) == (shape.out_h, shape.out_w,
+                                                        shape.out_w + 2)
+    assert check(d, CFG, out_bytes=1) == []
+    rows = predict_conv(d, tables, CFG, post=post).total_cycles
+    one = compile_tables(shape, "NCHW", CFG, pixels=shape.out_w)
+    per_row = conv_best_plan(shape, CFG, pixels=shape.out_w, post=post)
+    record = conv_descriptor(shape, "NCHW", one, _tiling(per_row))
+    assert rows < shape.out_h * predict_conv(record, one, CFG, post=post).total_cycles

@@ -273,3 +273,33 @@ def test_offsets_resnet50_res5_downsample_matches_direct_conv(layout):
     want = conv2d_int8(x, wt, stride=(2, 2), pads=(1, 1, 1, 1)).reshape(64, 49)
     assert np.array_equal(got, want)
     assert t.runs_per_group().tolist() == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize("cfg", [TINY, DEFAULT], ids=["tiny", "default"])
+@pytest.mark.parametrize("index", [0, 1, 4, 5, 6, 7])
+def test_offsets_row_lanes_gather_each_row_at_a_lane_group(index, cfg):
+    """Tables over row lanes (the row store): lane p*W + q is pixel (p, q) for q < out_w, the
+    lanes past it have no run (0 in gather_b); the valid lanes hold the dense layout's B, a
+    lane group never crosses a row, and a row starts a group."""
+    case = CASES[index]
+    if case[0] != 1:
+        case = (1, *case[1:])
+    n, c, h, w, k, r, s, stride, pads, dil, groups = case
+    shape = conv(n, c, h, w, k, r, s, stride, pads, dil, groups)
+    dense, mem = check_against_golden(case, "NCHW", cfg, seed=index)
+    width = -(-shape.out_w // cfg.array_cols) * cfg.array_cols
+    rows = compile_tables(shape, "NCHW", cfg, row_width=width)
+    assert rows.row_lanes == (width, shape.out_w) and rows.n == shape.out_h * width
+    valid = rows.valid_lanes()
+    assert valid.tolist() == [min(cfg.array_cols, shape.out_w - g * cfg.array_cols)
+                              for _ in range(shape.out_h)
+                              for g in range(width // cfg.array_cols)]
+    assert rows.run_count <= dense.run_count + shape.out_h
+    for g in range(groups):
+        region = mem[group_base_bytes(shape, "NCHW", g):]
+        got = gather_b(rows, region).reshape(shape.gemm.k, shape.out_h, width)
+        want = gather_b(dense, region).reshape(shape.gemm.k, shape.out_h, shape.out_w)
+        assert np.array_equal(got[:, :, :shape.out_w], want)
+        assert not got[:, :, shape.out_w:].any()
+    half = compile_tables(shape, "NCHW", cfg, row_width=width, pixels=width)
+    assert half.n == width and half.lane_groups == width // cfg.array_cols
