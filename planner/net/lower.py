@@ -6,6 +6,7 @@ Float model -> quantised model (all on ``onnx.ModelProto``)::
     model = load_model(path, shapes)                 # planner.net.onnx_import
     model = seeded_weights(model, seed=0)            # optional: meaningful random weights
     model = fold_batchnorm(model)                    # Conv + BatchNormalization -> Conv
+    model = fold_pad(model)                          # zero Pad -> Conv's own padding
     model = normalise_gemm(model)                    # Gemm's alpha, beta, transA, 2-D bias
     qmodel = quantize_qdq(model, calibration)        # onnxruntime.quantization, QDQ format
     lowered = lower(import_onnx(qmodel))             # AccelLayer / HostOp steps
@@ -45,7 +46,7 @@ from planner.shapes import ConvShape, GemmShape
 
 from .graph import Graph, ModelError, Node
 
-__all__ = ["fold_batchnorm", "normalise_gemm", "seeded_weights", "generated_inputs",
+__all__ = ["fold_batchnorm", "fold_pad", "normalise_gemm", "seeded_weights", "generated_inputs",
            "CalibrationReader", "quantize_qdq", "AccelLayer", "HostOp", "Lowered", "lower",
            "check_lowered", "LayerKind"]
 
@@ -128,6 +129,78 @@ def fold_batchnorm(model):
     return model
 
 
+
+
+def _text(value) -> str:
+    """A string attribute's value (onnx gives bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def fold_pad(model):
+    """A copy of ``model`` in which every zero ``Pad`` feeding a 2-D ``Conv`` (constant mode,
+    value 0 or none, constant pads, nothing added to the batch and channel axes; the
+    ``ZeroPadding2D`` of Keras models before a stride-2 convolution) is the convolution's own
+    padding: the Conv reads the Pad's input with its ``pads`` increased by the Pad's. A Pad
+    whose output other nodes read too stays for them. The float function is unchanged: a
+    convolution pads with zeros. (On the accelerator the padding is the padded input layout's
+    halo, so the Pad costs nothing; as a host op it split the segment and made the Conv an
+    unpadded one.)"""
+    from onnx import helper, numpy_helper
+
+    model = _copy(model)
+    g = model.graph
+    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
+    producers = {o: n for n in g.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    outputs = {o.name for o in g.output}
+    folded = set()
+    for conv in g.node:
+        if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or not conv.input:
+            continue
+        pad = producers.get(conv.input[0])
+        if pad is None or pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx"):
+            continue
+        if _text(_attr(pad, "mode", "constant")) != "constant":
+            continue
+        if opset < 11:
+            pads, value = list(_attr(pad, "pads", [])), float(_attr(pad, "value", 0.0))
+        else:
+            ins = list(pad.input) + [""] * 3
+            if ins[1] not in arrays or (ins[2] and ins[2] not in arrays) or ins[3]:
+                continue                    # computed pads or value, or an axes input
+            pads = [int(v) for v in arrays[ins[1]].reshape(-1)]
+            value = float(arrays[ins[2]].reshape(-1)[0]) if ins[2] else 0.0
+        kernel = _attr(conv, "kernel_shape", None)
+        rank = len(pads) // 2
+        if value != 0.0 or rank != 4 or any(pads[i] or pads[i + rank] for i in (0, 1)) or \
+                any(p < 0 for p in pads) or _text(_attr(conv, "auto_pad", "NOTSET")) != "NOTSET" \
+                or (kernel is not None and len(kernel) != 2):
+            continue
+        own = list(_attr(conv, "pads", [0, 0, 0, 0]))
+        new = [own[0] + pads[2], own[1] + pads[3], own[2] + pads[6], own[3] + pads[7]]
+        attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute
+                 if a.name != "pads"}
+        replacement = helper.make_node("Conv", [pad.input[0], *conv.input[1:]],
+                                       list(conv.output), name=conv.name, pads=new, **attrs)
+        conv.CopyFrom(replacement)
+        folded.add(pad.output[0])
+    if not folded:
+        return model
+    used = {i for n in g.node for i in n.input} | outputs
+    keep = [n for n in g.node if not (n.op_type == "Pad" and n.output[0] in folded
+                                      and n.output[0] not in used)]
+    del g.node[:]
+    g.node.extend(keep)
+    used = {i for n in g.node for i in n.input} | outputs
+    inits = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    del g.value_info[:]
+    return model
 
 def normalise_gemm(model):
     """A copy of ``model`` whose float Gemm nodes say ``Y = A @ B' + C`` with a per-output

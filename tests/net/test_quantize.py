@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
-from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs, lower,  # noqa: E402
+from planner.net.lower import (AccelLayer, fold_batchnorm, fold_pad, generated_inputs, lower,  # noqa: E402
                                   normalise_gemm, quantize_qdq, seeded_weights)
 from planner.net.reference import (HostOpError, compare_with_onnxruntime, run,  # noqa: E402
                                    run_layer)
@@ -384,3 +384,72 @@ def test_seeded_weights_keep_operator_parameters():
         assert np.array_equal(seeded[name], inits[name]), name
     for name in ("w", "offset"):
         assert not np.array_equal(seeded[name], inits[name]), name
+
+
+def _pad_conv_model(*, pads=(0, 0, 0, 0, 0, 0, 1, 1), value=None, mode="constant",
+                    conv_pads=(0, 0, 0, 0), extra_reader=False, opset=13):
+    """x (1, 4, 8, 8) -> Pad -> Conv 3x3 stride 2 (-> y), optionally also Pad -> Relu (-> z)."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    pad_in = ["x", "pads"]
+    if value is not None:
+        inits.append(numpy_helper.from_array(np.array(value, np.float32), "value"))
+        pad_in.append("value")
+    nodes = [helper.make_node("Pad", pad_in, ["p"], name="pad", mode=mode),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[2, 2],
+                              pads=list(conv_pads))]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ("n", "c", "h", "w"))]
+    if extra_reader:
+        nodes.append(helper.make_node("Relu", ["p"], ["z"], name="relu"))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, ("n", "c", "h", "w")))
+    graph = helper.make_graph(nodes, "pad_conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 8, 8))],
+                              outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("kw, folded, conv_pads", [
+    (dict(), True, [0, 0, 1, 1]),                                   # Keras' correct_pad
+    (dict(pads=(0, 0, 1, 1, 0, 0, 1, 1), conv_pads=(1, 0, 0, 1)), True, [2, 1, 1, 2]),
+    (dict(value=0.0), True, [0, 0, 1, 1]),
+    (dict(extra_reader=True), True, [0, 0, 1, 1]),                  # the Pad stays for Relu
+    (dict(value=1.5), False, None),
+    (dict(mode="reflect"), False, None),
+    (dict(pads=(1, 0, 0, 0, 0, 0, 0, 0)), False, None),             # pads the batch
+])
+def test_fold_pad_makes_a_zero_pad_the_convolutions_padding(kw, folded, conv_pads):
+    """A zero Pad before a Conv (Keras' ZeroPadding2D) becomes the Conv's own padding, so the
+    convolution is one accelerator layer with that padding instead of a host Pad and an
+    unpadded Conv; the float function is unchanged. Other Pads are left alone."""
+    model = _pad_conv_model(**kw)
+    out = fold_pad(model)
+    onnx.checker.check_model(out)
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    feeds = generated_inputs(model, 1, seed=2)[0]
+    for got, want in zip(_ort(out, feeds), _ort(model, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if not folded:
+        assert out == model
+        return
+    assert conv.input[0] == "x"
+    assert [a.ints for a in conv.attribute if a.name == "pads"] == [conv_pads]
+    assert ("Pad" in [n.op_type for n in out.graph.node]) == kw.get("extra_reader", False)
+    low = lower(import_onnx(quantize_qdq(out, samples=2, seed=1)))
+    (layer,) = low.layers
+    s = layer.shape
+    assert (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right) == tuple(conv_pads)
+
+
+def test_fold_pad_reads_an_opset_2_pad_attribute():
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("Pad", ["x"], ["p"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1]),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 5, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ("n", "c", "h", "w"))],
+        [numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    out = fold_pad(model)
+    assert [n.op_type for n in out.graph.node] == ["Conv"]
+    assert [a.ints for a in out.graph.node[0].attribute if a.name == "pads"] == [[1, 1, 1, 1]]
