@@ -118,9 +118,15 @@ def fold_batchnorm(model):
         conv.input.extend([x, wname, bname])
         conv.output[0] = bn.output[0]
         removed.append(bn.name)
-    keep = [n for n in g.node if n.name not in removed]
+    return _with_nodes(model, [n for n in g.node if n.name not in removed])
+
+
+def _with_nodes(model, nodes):
+    """``model`` (a copy the caller owns) with graph nodes ``nodes``, the initialisers no node
+    or output reads any more dropped, and the inferred shapes cleared (they are redone)."""
+    g = model.graph
     del g.node[:]
-    g.node.extend(keep)
+    g.node.extend(nodes)
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     inits = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
@@ -152,10 +158,6 @@ def fold_pad(model):
     arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
     producers = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
     outputs = {o.name for o in g.output}
     folded = set()
     for conv in g.node:
@@ -191,16 +193,8 @@ def fold_pad(model):
     if not folded:
         return model
     used = {i for n in g.node for i in n.input} | outputs
-    keep = [n for n in g.node if not (n.op_type == "Pad" and n.output[0] in folded
-                                      and n.output[0] not in used)]
-    del g.node[:]
-    g.node.extend(keep)
-    used = {i for n in g.node for i in n.input} | outputs
-    inits = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(inits)
-    del g.value_info[:]
-    return model
+    return _with_nodes(model, [n for n in g.node if not (
+        n.op_type == "Pad" and n.output[0] in folded and n.output[0] not in used)])
 
 def normalise_gemm(model):
     """A copy of ``model`` whose float Gemm nodes say ``Y = A @ B' + C`` with a per-output
@@ -266,16 +260,7 @@ def normalise_gemm(model):
         nodes.append(helper.make_node("Gemm", inputs, [out], name=node.name, transB=trans_b))
         if add_after:
             nodes.append(helper.make_node("Add", [out, c], [y], name=f"{tag}_bias"))
-    if not changed:
-        return model
-    del g.node[:]
-    g.node.extend(nodes)
-    used = {i for nd in g.node for i in nd.input} | {o.name for o in g.output}
-    inits = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(inits)
-    del g.value_info[:]
-    return model
+    return _with_nodes(model, nodes) if changed else model
 
 #: operators whose float constant inputs seeded_weights replaces as data: element-wise
 #: arithmetic, and the weights of the layers it gives a role above (any other input position)

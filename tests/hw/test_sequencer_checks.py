@@ -103,12 +103,10 @@ def image_rule_records(cfg):
     return out
 
 
-def test_sequencer_checks_match_python_rules():
-    cfg = PRESETS["tiny"]
-    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
-    print(f"TESSERA_SEED={seed}")
-    rng = random.Random(seed)
-    records = list(adversarial_descriptors(cfg, rng, 600)) + image_rule_records(cfg)
+def check_on_rtl(cfg, records):
+    """Run each ``(record, image, weights_at)`` through the Sequencer's checks (a dry run,
+    reset between records): ``(mismatches with check_record, records that used a memory port
+    though refused, codes seen)``."""
     rst = Signal()
     seq = Sequencer(cfg)
     dut = ResetInserter(rst)(seq)
@@ -136,7 +134,7 @@ def test_sequencer_checks_match_python_rules():
                 await ctx.tick()
             # `failed` is the code's `!= 0`, as a flip-flop of its own (the image runner's branch)
             if ctx.get(seq.error) != want or ctx.get(seq.failed) != (want != 0):
-                mismatches.append((d, ctx.get(seq.error), ctx.get(seq.failed), want))
+                mismatches.append((d, ctx.get(seq.error), ctx.get(seq.failed), want, errs[:2]))
             if want:
                 assert ctx.get(seq.done) and not ctx.get(seq.busy), d
 
@@ -144,6 +142,16 @@ def test_sequencer_checks_match_python_rules():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
+    return mismatches, port_activity, seen
+
+
+def test_sequencer_checks_match_python_rules():
+    cfg = PRESETS["tiny"]
+    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
+    print(f"TESSERA_SEED={seed}")
+    rng = random.Random(seed)
+    records = list(adversarial_descriptors(cfg, rng, 600)) + image_rule_records(cfg)
+    mismatches, port_activity, seen = check_on_rtl(cfg, records)
     assert not mismatches, f"seed {seed}: RTL vs check(): {mismatches[:3]}"
     assert not port_activity, f"seed {seed}: refused records used a memory port"
     # the generator reaches most codes; the full set is covered by tests/spec/test_desc.py and
@@ -195,33 +203,8 @@ def test_sequencer_row_store_checks_match_python_rules():
     rng = random.Random(seed)
     records = list(row_store_descriptors(cfg, rng, 300)) + \
         list(adversarial_descriptors(cfg, rng, 100))
-    rst = Signal()
-    seq = Sequencer(cfg)
-    dut = ResetInserter(rst)(seq)
-    mismatches, seen = [], set()
-
-    async def bench(ctx):
-        for d, image, weights_at in records:
-            ctx.set(rst, 1)
-            await ctx.tick()
-            ctx.set(rst, 0)
-            drive_record(ctx, seq, d, image, weights_at)
-            ctx.set(seq.dry, 1)
-            ctx.set(seq.start, 1)
-            await ctx.tick()
-            ctx.set(seq.start, 0)
-            errs = check_record(d, cfg, image=image, weights_at=weights_at)
-            want = int(errs[0][0]) if errs else 0
-            seen.add(want)
-            for _ in range(RecordChecker.latency + 3):
-                await ctx.tick()
-            if ctx.get(seq.error) != want:
-                mismatches.append((d, ctx.get(seq.error), want, errs[:2]))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    mismatches, port_activity, seen = check_on_rtl(cfg, records)
     assert not mismatches, f"seed {seed}: RTL vs check(): {mismatches[:2]}"
+    assert not port_activity, f"seed {seed}: refused records used a memory port"
     assert {0, ErrorCode.BAD_PARTITION_N, ErrorCode.BAD_FLAGS, ErrorCode.BAD_ADDRESS,
             ErrorCode.BAD_WINDOW} <= seen, sorted(seen)
