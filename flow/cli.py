@@ -37,8 +37,8 @@ from planner.conv import k_parts
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
-from planner.net.lower import (fold_batchnorm, fold_pad, lower, normalise_gemm, quantize_qdq,
-                               seeded_weights)
+from planner.net.lower import (conv_transpose_as_conv, fold_batchnorm, fold_pad, lower,
+                               normalise_gemm, quantize_qdq, seeded_weights)
 from planner.net.reference import _output_scale, onnxruntime_outputs
 from spec.config import PRESETS, AccelConfig
 
@@ -189,13 +189,14 @@ def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
     """ONNX file -> ``(quantised model, lowered network)``, the front end of ``tessera
     explain`` and ``tessera compile``: load and fold, optionally replace the weights by seeded
     values; for a float model fold BatchNormalization and zero Pads into the Conv after them,
-    normalise its Gemms (alpha, beta, transA, the bias's shape) and quantise (onnxruntime QDQ;
+    make non-overlapping ConvTransposes Convs, normalise its Gemms (alpha, beta, transA, the
+    bias's shape) and quantise (onnxruntime QDQ;
     calibration from ``calib_dir`` or generated); lower."""
     model = load_model(model_path, shapes)
     if seed is not None:
         model = seeded_weights(model, seed)
     if not {n.op_type for n in model.graph.node} & _QUANT_OPS:
-        model = normalise_gemm(fold_pad(fold_batchnorm(model)))
+        model = normalise_gemm(conv_transpose_as_conv(fold_pad(fold_batchnorm(model))))
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
         calib = _calibration(calib_dir, names)

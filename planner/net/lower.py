@@ -7,6 +7,7 @@ Float model -> quantised model (all on ``onnx.ModelProto``)::
     model = seeded_weights(model, seed=0)            # optional: meaningful random weights
     model = fold_batchnorm(model)                    # Conv + BatchNormalization -> Conv
     model = fold_pad(model)                          # zero Pad -> Conv's own padding
+    model = conv_transpose_as_conv(model)            # k x k stride-k ConvTranspose -> Conv
     model = normalise_gemm(model)                    # Gemm's alpha, beta, transA, 2-D bias
     qmodel = quantize_qdq(model, calibration)        # onnxruntime.quantization, QDQ format
     lowered = lower(import_onnx(qmodel))             # AccelLayer / HostOp steps
@@ -46,9 +47,9 @@ from planner.shapes import ConvShape, GemmShape
 
 from .graph import Graph, ModelError, Node
 
-__all__ = ["fold_batchnorm", "fold_pad", "normalise_gemm", "seeded_weights", "generated_inputs",
-           "CalibrationReader", "quantize_qdq", "AccelLayer", "HostOp", "Lowered", "lower",
-           "check_lowered", "LayerKind"]
+__all__ = ["fold_batchnorm", "fold_pad", "conv_transpose_as_conv", "normalise_gemm",
+           "seeded_weights", "generated_inputs", "CalibrationReader", "quantize_qdq",
+           "AccelLayer", "HostOp", "Lowered", "lower", "check_lowered", "LayerKind"]
 
 LayerKind = Literal["conv", "fc", "gemm"]
 
@@ -195,6 +196,56 @@ def fold_pad(model):
     used = {i for n in g.node for i in n.input} | outputs
     return _with_nodes(model, [n for n in g.node if not (
         n.op_type == "Pad" and n.output[0] in folded and n.output[0] not in used)])
+
+
+def conv_transpose_as_conv(model):
+    """A copy of ``model`` in which every float ``ConvTranspose`` whose square kernel equals its
+    stride (no overlap: a UNet decoder's 2 x 2 stride-2 upsampling), with no padding, output
+    padding, dilation, groups or ``output_shape`` and constant weights, is a 1x1 ``Conv`` to
+    ``C_out * k * k`` channels (``W'[c k k + a k + b, i] = W[i, c, a, b]``, the bias repeated)
+    followed by ``DepthToSpace`` (CRD, block ``k``). The convolution runs on the accelerator;
+    the rearrangement is a host layout op. (ONNX's ConvTranspose ran whole on the host.) The
+    float function is unchanged."""
+    from onnx import helper, numpy_helper
+
+    model = _copy(model)
+    g = model.graph
+    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    nodes, changed = [], False
+    for node in g.node:
+        w = arrays.get(node.input[1]) if len(node.input) > 1 else None
+        b_name = node.input[2] if len(node.input) > 2 else ""
+        kernel = list(_attr(node, "kernel_shape", [] if w is None else list(w.shape[2:])))
+        strides = list(_attr(node, "strides", [1] * len(kernel)))
+        plain = (node.op_type == "ConvTranspose" and node.domain in ("", "ai.onnx")
+                 and w is not None and w.ndim == 4 and (not b_name or b_name in arrays)
+                 and len(kernel) == 2 and kernel[0] == kernel[1] == strides[0] == strides[1]
+                 and kernel == list(w.shape[2:])
+                 and not any(_attr(node, "pads", [0] * 4))
+                 and not any(_attr(node, "output_padding", [0, 0]))
+                 and list(_attr(node, "dilations", [1, 1])) == [1, 1]
+                 and int(_attr(node, "group", 1)) == 1
+                 and _attr(node, "output_shape", None) is None
+                 and _text(_attr(node, "auto_pad", "NOTSET")) == "NOTSET")
+        if not plain:
+            nodes.append(node)
+            continue
+        changed = True
+        k = kernel[0]
+        c_in, c_out = w.shape[0], w.shape[1]
+        tag = node.name or node.output[0]
+        wc = np.ascontiguousarray(w.transpose(1, 2, 3, 0).reshape(c_out * k * k, c_in, 1, 1))
+        g.initializer.append(numpy_helper.from_array(wc.astype(np.float32), f"{tag}_as_conv_w"))
+        ins = [node.input[0], f"{tag}_as_conv_w"]
+        if b_name:
+            g.initializer.append(numpy_helper.from_array(
+                np.repeat(arrays[b_name].astype(np.float32), k * k), f"{tag}_as_conv_b"))
+            ins.append(f"{tag}_as_conv_b")
+        mid = f"{tag}_as_conv"
+        nodes += [helper.make_node("Conv", ins, [mid], name=mid, kernel_shape=[1, 1]),
+                  helper.make_node("DepthToSpace", [mid], list(node.output), name=tag,
+                                   blocksize=k, mode="CRD")]
+    return _with_nodes(model, nodes) if changed else model
 
 def normalise_gemm(model):
     """A copy of ``model`` whose float Gemm nodes say ``Y = A @ B' + C`` with a per-output

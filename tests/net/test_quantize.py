@@ -11,8 +11,9 @@ ort = pytest.importorskip("onnxruntime")
 
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
-from planner.net.lower import (AccelLayer, fold_batchnorm, fold_pad, generated_inputs, lower,  # noqa: E402
-                                  normalise_gemm, quantize_qdq, seeded_weights)
+from planner.net.lower import (AccelLayer, conv_transpose_as_conv, fold_batchnorm,  # noqa: E402
+                                  fold_pad, generated_inputs, lower, normalise_gemm,
+                                  quantize_qdq, seeded_weights)
 from planner.net.reference import (HostOpError, compare_with_onnxruntime, run,  # noqa: E402
                                    run_layer)
 from planner.shapes import ConvShape, GemmShape  # noqa: E402
@@ -453,3 +454,44 @@ def test_fold_pad_reads_an_opset_2_pad_attribute():
     out = fold_pad(model)
     assert [n.op_type for n in out.graph.node] == ["Conv"]
     assert [a.ints for a in out.graph.node[0].attribute if a.name == "pads"] == [[1, 1, 1, 1]]
+
+
+def _conv_transpose_model(*, k=2, stride=2, bias=True, **attrs):
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, k, k)).astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b"))
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], name="up", strides=[stride, stride],
+                            **attrs)
+    graph = helper.make_graph(
+        [node], "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 5, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ("n", "c", "h", "w"))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("kw, rewritten", [
+    (dict(), True), (dict(bias=False), True), (dict(k=3, stride=3), True),
+    (dict(k=3, stride=2), False),                       # overlapping windows
+    (dict(pads=[1, 1, 1, 1], k=3, stride=3), False), (dict(group=1, dilations=[1, 1]), True),
+    (dict(output_padding=[1, 1]), False),
+])
+def test_conv_transpose_without_overlap_becomes_a_conv_and_a_depth_to_space(kw, rewritten):
+    """A ConvTranspose whose kernel equals its stride (UNet's 2 x 2 stride-2 upsampling) is a
+    1x1 Conv to C_out*k*k channels and a DepthToSpace, so its MACs run on the accelerator
+    (ConvTranspose ran whole on the host); the float function is unchanged; others stay."""
+    model = _conv_transpose_model(**kw)
+    out = conv_transpose_as_conv(model)
+    onnx.checker.check_model(out)
+    feeds = generated_inputs(model, 1, seed=3)[0]
+    np.testing.assert_allclose(_ort(out, feeds)[0], _ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    if not rewritten:
+        assert out == model
+        return
+    assert [n.op_type for n in out.graph.node] == ["Conv", "DepthToSpace"]
+    low = lower(import_onnx(quantize_qdq(out, samples=2, seed=1)))
+    (layer,) = low.layers
+    k = kw.get("k", 2)
+    assert (layer.kind, layer.shape.out_channels, layer.shape.in_channels,
+            layer.shape.kernel_h) == ("conv", 3 * k * k, 4, 1)
