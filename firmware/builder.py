@@ -382,8 +382,10 @@ class ImageBuilder:
         x_bytes = shape.in_channels * hp * wp
         taps = gemm.k // (shape.in_channels if diagonal else 1)
         # into a padded buffer on a config with the row store: one record, its output rows
-        # at the buffer's row pitch (spec.desc.row_store)
-        if rows is None and row_stride != Q and not c_local:
+        # at the buffer's row pitch (spec.desc.row_store), when a channel's rows end before
+        # the next channel's start (not with channels interleaved by row, e.g. HCW)
+        if rows is None and row_stride != Q and not c_local and \
+                out_chan_stride >= ((P - 1) * row_stride + Q) * elem:
             stored = _row_store(shape, self.cfg, post)
             if stored is not None:
                 tables, plan = stored

@@ -334,8 +334,11 @@ class RecordChecker(wiring.Component):
         if rows_built:
             # each n partition is one row of pixels: n = c_rows * partition_n, and
             # c_row_elems in [1, partition_n]
+            # c_row_elems in [max(1, pn - C + 1), pn]: the row ends in the partition's last
+            # lane group (the store writes every lane group of a partition)
             rule(ErrorCode.BAD_PARTITION_N, gemm(row_on & (
                 (p_rpn != N) | early((d["c_row_elems"] == 0) | (d["c_row_elems"] > pn) |
+                                     (d["c_row_elems"] + C <= pn) |
                                      (d["c_rows"] > MAX_DIM), "row_elems"))))
         rule(ErrorCode.BAD_PARTITION_K, gemm(~dim_ok["partition_k"] |
                                              (early(d["need_splitk"] == 0, "no_splitk") &

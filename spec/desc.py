@@ -29,7 +29,8 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   (:data:`DEPTHWISE_UNUSED`) is 0.
 * With ``c_rows`` nonzero (the *row store*, configs with ``row_store = 1``; ``b_mode`` 0 or
   1) C is laid out as rows of pixels: ``n = c_rows * partition_n``, each n partition is one
-  output row of which the first ``c_row_elems`` elements are stored, and ``C[i, r *
+  output row of which the first ``c_row_elems`` elements are stored (more than
+  ``partition_n - array_cols``: the row ends in the partition's last lane group), and ``C[i, r *
   partition_n + q]`` (``q < c_row_elems``) is at ``c_addr + i * c_stride + r * c_row_pitch
   + q * out_bytes``; the others are computed and never written (:func:`row_store`). A
   convolution so writes the interior of a padded buffer in one record. With ``c_rows = 0``
@@ -336,12 +337,14 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
     if not (1 <= d.partition_n <= MAX_DIM and d.partition_n % c == 0):
         bad(ErrorCode.BAD_PARTITION_N,
             f"partition_n={d.partition_n} must be a positive multiple of array_cols={c}")
-    elif cfg.row_store and row_store(d) and (d.n != d.c_rows * d.partition_n or
-                                             not 1 <= d.c_row_elems <= d.partition_n):
+    elif cfg.row_store and row_store(d) and (
+            d.n != d.c_rows * d.partition_n or
+            not max(1, d.partition_n - c + 1) <= d.c_row_elems <= d.partition_n):
         bad(ErrorCode.BAD_PARTITION_N,
             f"the row store needs n = c_rows*partition_n ({d.n} != {d.c_rows}*"
-            f"{d.partition_n}) and c_row_elems={d.c_row_elems} in [1, partition_n]: each n "
-            "partition is one row of pixels")
+            f"{d.partition_n}) and c_row_elems={d.c_row_elems} in [max(1, partition_n - "
+            f"array_cols + 1), partition_n]: each n partition is one row of pixels, in its "
+            "last lane group (the store writes every lane group of a partition)")
     if not 1 <= d.partition_k <= MAX_DIM:
         bad(ErrorCode.BAD_PARTITION_K, f"partition_k={d.partition_k} must be in [1, {MAX_DIM}]")
     elif not d.need_splitk and d.partition_k < d.k:

@@ -356,6 +356,29 @@ def test_builder_conv_into_a_padded_buffer_through_the_row_store(shape):
     assert all(stored[i] == before[i] for i in range(len(stored)) if i not in interior)
     assert built[0].predicted_cycles < sum(r.predicted_cycles for r in rows_built)
 
+
+def test_builder_conv_with_channels_interleaved_by_row_runs_a_record_a_row():
+    """The row store needs a channel's rows to end before the next channel starts; an output
+    whose channels interleave by row (HCW: out_chan_stride = out_w, out_row_stride = C *
+    out_w) still builds on a row store config, a record a row (it raised BAD_ADDRESS)."""
+    from firmware.emulator import run_image
+    from spec.desc import ErrorCode
+
+    rng = np.random.default_rng(0)
+    shape = conv_shape(height=6, width=8, stride_h=1)
+    P, Q, C = shape.out_h, shape.out_w, shape.out_channels
+    cfg = dataclasses.replace(CFG, row_store=1)
+    b = ImageBuilder(cfg, data_addr=1 << 20)
+    x = b.buffer("x", padded_bytes(shape, "NCHW"))
+    y = b.buffer("y", P * C * Q)
+    b.conv("c", shape=shape, weights=rand_int8(rng, (C, 3, 3, 3)), x_addr=x, out_addr=y,
+           out_chan_stride=Q, out_row_stride=C * Q, requant=requant(rng, C))
+    blob, built = b.build()
+    assert validate(blob, cfg) == [] and len(built) == P
+    mem = bytearray(cfg.dram_bytes)
+    mem[:len(blob)] = blob
+    assert run_image(mem, 0, cfg).error == ErrorCode.NONE
+
 def test_builder_conv_row_stride_equal_out_w_is_one_record():
     rng = np.random.default_rng(4)
     shape = conv_shape()

@@ -208,3 +208,40 @@ def test_sequencer_row_store_checks_match_python_rules():
     assert not port_activity, f"seed {seed}: refused records used a memory port"
     assert {0, ErrorCode.BAD_PARTITION_N, ErrorCode.BAD_FLAGS, ErrorCode.BAD_ADDRESS,
             ErrorCode.BAD_WINDOW} <= seen, sorted(seen)
+
+
+def test_sequencer_row_store_checks_on_default_with_conv_and_depthwise_records():
+    """On ``default`` (the depthwise mesh and the row store built together): row store
+    records as convolutions (b_mode 1, tables apart from C or not) and depthwise records
+    (b_mode 2, 3) with row fields set, which must fail BAD_FLAGS there; the RTL agrees with
+    check_record on each."""
+    from planner.dwcost import depthwise_descriptor
+    from spec.layouts import OpKind
+
+    cfg = PRESETS["default"]
+    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
+    print(f"TESSERA_SEED={seed}")
+    rng = random.Random(seed)
+    D = cfg.dram_bytes
+    records = []
+    for rec, image, weights_at in row_store_descriptors(cfg, rng, 60):
+        if rng.random() < 0.5:
+            rec = {**rec, "desc_b_mode": 1, "desc_off_addr": D // 16,
+                   "desc_run_addr": D // 16 + 65536, "desc_grp_addr": D // 16 + 2 * 65536,
+                   "desc_run_count": rng.randrange(1, 40), "op_kind": int(OpKind.CONV),
+                   "desc_b_stride": rng.randrange(1, 4096)}
+        records.append((rec, image, weights_at))
+    for _ in range(30):
+        d = depthwise_descriptor(rng.randrange(1, 20), rng.randrange(3, 20),
+                                 rng.randrange(3, 20), cfg, a_addr=D // 8, b_addr=D // 4,
+                                 c_addr=D // 2, out_bytes=1, stride=rng.choice([1, 2]))
+        values = dataclasses.asdict(d)
+        for name in rng.sample(["c_rows", "c_row_elems", "c_row_pitch"], rng.randrange(0, 4)):
+            values[name] = rng.choice([1, 2, 16, 1 << 31, MAX_DIM + 1])
+        records.append((layer_record(GemmDescriptor(**values), op_kind=int(OpKind.DEPTHWISE),
+                                     out_format=1, mult_addr=D // 8 + 8192,
+                                     shift_addr=D // 8 + 16384), None, None))
+    mismatches, port_activity, seen = check_on_rtl(cfg, records)
+    assert not mismatches, f"seed {seed}: RTL vs check(): {mismatches[:2]}"
+    assert not port_activity, f"seed {seed}: refused records used a memory port"
+    assert {ErrorCode.BAD_FLAGS, ErrorCode.BAD_PARTITION_N} <= seen, sorted(seen)

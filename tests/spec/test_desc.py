@@ -292,14 +292,20 @@ def test_desc_row_store_is_legal_and_its_extent_is_its_rows():
     tight = dataclasses.replace(ROWS, c_row_pitch=12, c_stride=24)
     assert check(tight, ROWS_CFG) == []
     assert check(dataclasses.replace(ROWS, c_row_elems=4), ROWS_CFG) == []
+    assert check(dataclasses.replace(ROWS, partition_n=8, tile_n=8, n=16, acc_buffer_needed=256,
+                                     c_row_elems=5, c_row_pitch=20, c_stride=64), ROWS_CFG) == []
 
 
 @pytest.mark.parametrize("over, cfg, code, text", [
     (dict(), CFG, ErrorCode.BAD_FLAGS, "the row store needs a config with row_store=1"),
     (dict(c_rows=0), ROWS_CFG, ErrorCode.BAD_FLAGS, "must be 0 when c_rows=0"),
     (dict(c_rows=3), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "n = c_rows*partition_n (8 != 3*4)"),
-    (dict(c_row_elems=0), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=0 in [1, "),
-    (dict(c_row_elems=5), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=5 in [1, "),
+    (dict(c_row_elems=0), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=0 in [max(1, "),
+    (dict(c_row_elems=5), ROWS_CFG, ErrorCode.BAD_PARTITION_N, "c_row_elems=5 in [max(1, "),
+    # a row must end in its partition's last lane group: 4 pixels in 8 lanes leave a group
+    # the store would still write (with no strobe)
+    (dict(partition_n=8, tile_n=8, n=16, acc_buffer_needed=256, c_row_elems=4, c_stride=64),
+     ROWS_CFG, ErrorCode.BAD_PARTITION_N, "in its last lane group"),
     (dict(c_row_pitch=11), ROWS_CFG, ErrorCode.BAD_ADDRESS, "c_row_pitch=11 < 4*c_row_elems=12"),
     (dict(c_stride=27), ROWS_CFG, ErrorCode.BAD_ADDRESS,
      "c_stride=27 < (c_rows-1)*c_row_pitch + 4*c_row_elems=28"),
