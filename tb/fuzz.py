@@ -84,11 +84,41 @@ def _conv_seed(cfg: AccelConfig, rng) -> Seed:
     return Seed("conv", blob, [(x, xin)], (b.data_addr, b._data_top))
 
 
+def _row_store_seed(cfg: AccelConfig, rng) -> Seed:
+    """A convolution writing the interior of the next one's padded input through the row store
+    (one record; configs with ``row_store``), the next one's output dense."""
+    b = ImageBuilder(cfg)
+    first = ConvShape(batch=1, in_channels=3, height=5, width=7, out_channels=4, kernel_h=3,
+                      kernel_w=3, stride_h=1, stride_w=1, pad_top=1, pad_left=1, pad_bottom=1,
+                      pad_right=1)
+    second = dataclasses.replace(first, in_channels=4, out_channels=3, stride_w=2)
+    hp, wp = first.height + 2, first.width + 2
+    x = b.buffer("x", padded_bytes(first, "NCHW"))
+    y = b.buffer("y", padded_bytes(second, "NCHW"))
+    z = b.buffer("z", 3 * second.out_h * second.out_w)
+    rq = Requant(multiplier=np.full(4, 1 << 30, np.int32), shift=np.full(4, 7, np.int32),
+                 zero_point=-2, act_min=-2, act_max=127)
+    b.conv("conv0", shape=first, weights=rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8),
+           x_addr=x, out_addr=y + wp + 1, out_chan_stride=hp * wp, out_row_stride=wp,
+           bias=rng.integers(-500, 500, 4).astype(np.int32), requant=rq)
+    b.conv("conv1", shape=second, weights=rng.integers(-128, 128, (3, 4, 3, 3)).astype(np.int8),
+           x_addr=y, out_addr=z, out_chan_stride=second.out_h * second.out_w,
+           requant=dataclasses.replace(rq, multiplier=np.full(3, 1 << 30, np.int32),
+                                       shift=np.full(3, 8, np.int32)))
+    blob, _ = b.build()
+    xin = rng.integers(-128, 128, padded_bytes(first, "NCHW")).astype(np.int8).tobytes()
+    halo = np.full(padded_bytes(second, "NCHW"), -2, np.int8).tobytes()
+    return Seed("row_store", blob, [(x, xin), (y, halo)], (b.data_addr, b._data_top))
+
+
 def seeds(cfg: AccelConfig, rng) -> list[Seed]:
     mlp = build_mlp(cfg, seed=int(rng.integers(1 << 30)))
     builder_top = max(addr + size for _, addr, size in mlp.read) + 4096
-    return [Seed("mlp", mlp.blob, mlp.load, (cfg.dram_bytes // 2, builder_top)),
-            _conv_seed(cfg, rng)]
+    out = [Seed("mlp", mlp.blob, mlp.load, (cfg.dram_bytes // 2, builder_top)),
+           _conv_seed(cfg, rng)]
+    if cfg.row_store:
+        out.append(_row_store_seed(cfg, rng))
+    return out
 
 
 # -- mutations ------------------------------------------------------------------------------------

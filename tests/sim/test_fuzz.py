@@ -21,14 +21,13 @@ from .test_rtl import seed_for
 FUZZ_CASES, FUZZ_CASES_FULL = 300, 10_000
 
 
-def _run(count, tmp_path, request):
+def _run(count, tmp_path, request, cfg=PRESETS["tiny"]):
     from tb.fuzz import fuzz_cases, run_fuzz
     from tb.tools import missing_tool
 
     reason = missing_tool("verilator")
     if reason:
         pytest.skip(reason)
-    cfg = PRESETS["tiny"]
     seed = seed_for(request)
     cases, summary = fuzz_cases(cfg, count, seed)
     started = time.perf_counter()
@@ -51,6 +50,20 @@ def test_fuzzed_images_on_rtl_match_the_model(tmp_path, request):
     none hangs."""
     codes = _run(FUZZ_CASES, tmp_path, request)
     assert len(codes) >= 10, codes
+
+
+@pytest.mark.rtl
+def test_fuzzed_row_store_images_on_rtl_match_the_model(tmp_path, request):
+    """The same on ``tiny`` with the row store, whose seeds add a convolution writing the next
+    one's padded input in one row store record (tb.fuzz's ``row_store`` seed)."""
+    import dataclasses
+
+    from tb.fuzz import seeds
+
+    cfg = dataclasses.replace(PRESETS["tiny"], row_store=1)
+    assert "row_store" in [s.name for s in seeds(cfg, np.random.default_rng(0))]
+    codes = _run(FUZZ_CASES // 2, tmp_path, request, cfg)
+    assert len(codes) >= 6, codes
 
 
 @pytest.mark.rtl
