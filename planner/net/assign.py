@@ -106,6 +106,20 @@ OP_CLASSES: dict[str, str] = {
     **dict.fromkeys(["Shape", "Size", "Range", "ConstantOfShape", "NonZero"], "scalar"),
     **dict.fromkeys(["If", "Loop", "Scan"], "control"),
 }
+#: What the accelerator lacks to run an op of each class on its own (``Op.refusal``): it
+#: applies a layer's bias, requantisation, zero point and ReLU / ReLU6 / clamp on chip, and
+#: nothing else.
+ACCEL_LACKS: dict[str, str] = {
+    "activation": "it applies ReLU, ReLU6 and clamps only to a layer's own output",
+    "elementwise": "it has no element-wise unit (a layer's bias is added in its "
+                   "post-processing)",
+    "nonlinear": "it has no unit for transcendental functions or reductions",
+    "pool": "it has no pooling unit",
+    "layout": "a layout op: the host moves the bytes",
+    "batchnorm": "BatchNormalization runs on the accelerator only folded into the Conv "
+                 "before it",
+    "quant": "its layers quantise and dequantise their own inputs and outputs",
+}
 #: Complexity reduction ``o`` by (op class, processor). The accelerator's gain is int8 MACs in
 #: place of float ones; the host's is scalar/control code and float transcendental functions
 #: it runs natively; layout changes are views on the host.
@@ -468,7 +482,8 @@ def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
         ops.append(Op(op_class=cls, category=category,
                       macs=out_bytes if cls in ("conv", "gemm") else 0,
                       refusal=f"no accelerator pattern matched: {refusal}" if refusal else
-                      f"the accelerator runs no standalone {step.op_type}", **common))
+                      f"the accelerator runs no standalone {step.op_type}"
+                      + (f": {ACCEL_LACKS[cls]}" if cls in ACCEL_LACKS else ""), **common))
     return ops
 
 

@@ -62,9 +62,22 @@ def test_default_thresholds_put_every_supported_layer_on_the_accelerator(cnn_ops
     assert "(no limit)" in d["conv0"].reason
     # the cause leads: the accelerator cannot run it, then the host's passing evaluation
     assert d["gap"].reason.startswith(
-        "the accelerator cannot run it (the accelerator runs no standalone GlobalAveragePool); "
-        "on the host p=")
+        "the accelerator cannot run it (the accelerator runs no standalone GlobalAveragePool: it "
+        "has no pooling unit); on the host p=")
 
+
+
+def test_host_ops_say_what_the_accelerator_lacks():
+    """An op the accelerator has no unit for says which (an element-wise Add, Softmax, a
+    layout op), not only that it runs no standalone op of its type."""
+    ops = {op.op_type: op for op in analyse(_lowered(encoder_block(seq=8, hidden=32, heads=2,
+                                                                   ffn=64)), CFG)}
+    assert ops["Add"].refusal == ("the accelerator runs no standalone Add: it has no "
+                                  "element-wise unit (a layer's bias is added in its "
+                                  "post-processing)")
+    assert ops["Softmax"].refusal.endswith("no unit for transcendental functions or "
+                                           "reductions")
+    assert ops["Transpose"].refusal.endswith(": a layout op: the host moves the bytes")
 
 def test_no_passing_processor_and_no_fusion_falls_back_to_minimum_cost(cnn_ops, lib):
     d = _by_name(assign(cnn_ops, lib, Thresholds(th1=1e9, th2=0.0)))
