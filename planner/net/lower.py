@@ -119,21 +119,62 @@ def fold_batchnorm(model):
         conv.input.extend([x, wname, bname])
         conv.output[0] = bn.output[0]
         removed.append(bn.name)
+    if not removed:
+        return model
     return _with_nodes(model, [n for n in g.node if n.name not in removed])
 
 
+def _read_names(nodes) -> set[str]:
+    """Every tensor name ``nodes`` read, their subgraphs' (If / Loop / Scan bodies) included."""
+    from onnx import AttributeProto
+
+    out = set()
+    for n in nodes:
+        out.update(n.input)
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                out |= _read_names(a.g.node) | {o.name for o in a.g.output}
+            elif a.type == AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    out |= _read_names(sub.node) | {o.name for o in sub.output}
+    return out
+
+
 def _with_nodes(model, nodes):
-    """``model`` (a copy the caller owns) with graph nodes ``nodes``, the initialisers no node
-    or output reads any more dropped, and the inferred shapes cleared (they are redone)."""
+    """``model`` (a copy the caller owns) with graph nodes ``nodes``, the initialisers nothing
+    reads any more (no node, subgraph, graph output or graph input) dropped, and the inferred
+    shapes cleared (they are redone)."""
     g = model.graph
     del g.node[:]
     g.node.extend(nodes)
-    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    used = _read_names(g.node) | {o.name for o in g.output} | {i.name for i in g.input}
     inits = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(inits)
     del g.value_info[:]
     return model
+
+
+def _namer(model):
+    """A function giving names no tensor, initialiser or node of ``model`` has (nor an earlier
+    call gave): ``base``, else ``base_1``, ``base_2``, ..."""
+    g = model.graph
+    taken = ({n.name for n in g.node} | {t.name for t in g.initializer} |
+             {i.name for i in g.input} | {o.name for o in g.output} | _read_names(g.node) |
+             {o for n in g.node for o in n.output})
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}_{i}"
+        taken.add(name)
+        return name
+    return fresh
+
+
+def _opset(model) -> int:
+    return next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
 
 
 
@@ -208,9 +249,12 @@ def conv_transpose_as_conv(model):
     float function is unchanged."""
     from onnx import helper, numpy_helper
 
+    if _opset(model) < 11:          # DepthToSpace's mode from opset 11 (load_model lifts)
+        return model
     model = _copy(model)
     g = model.graph
     arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    fresh = _namer(model)
     nodes, changed = [], False
     for node in g.node:
         w = arrays.get(node.input[1]) if len(node.input) > 1 else None
@@ -235,17 +279,24 @@ def conv_transpose_as_conv(model):
         c_in, c_out = w.shape[0], w.shape[1]
         tag = node.name or node.output[0]
         wc = np.ascontiguousarray(w.transpose(1, 2, 3, 0).reshape(c_out * k * k, c_in, 1, 1))
-        g.initializer.append(numpy_helper.from_array(wc.astype(np.float32), f"{tag}_as_conv_w"))
-        ins = [node.input[0], f"{tag}_as_conv_w"]
+        w_name = fresh(f"{tag}_as_conv_w")
+        g.initializer.append(numpy_helper.from_array(wc.astype(w.dtype), w_name))
+        ins = [node.input[0], w_name]
         if b_name:
-            g.initializer.append(numpy_helper.from_array(
-                np.repeat(arrays[b_name].astype(np.float32), k * k), f"{tag}_as_conv_b"))
-            ins.append(f"{tag}_as_conv_b")
-        mid = f"{tag}_as_conv"
+            bias = arrays[b_name]
+            ins.append(fresh(f"{tag}_as_conv_b"))
+            g.initializer.append(numpy_helper.from_array(np.repeat(bias, k * k), ins[-1]))
+        if k == 1:                  # a 1x1 stride-1 ConvTranspose is a 1x1 Conv
+            nodes.append(helper.make_node("Conv", ins, list(node.output),
+                                          name=node.name or fresh("as_conv"), kernel_shape=[1, 1]))
+            continue
+        mid = fresh(f"{tag}_as_conv")
         nodes += [helper.make_node("Conv", ins, [mid], name=mid, kernel_shape=[1, 1]),
-                  helper.make_node("DepthToSpace", [mid], list(node.output), name=tag,
+                  helper.make_node("DepthToSpace", [mid], list(node.output),
+                                   name=node.name or fresh(f"{tag}_depth_to_space"),
                                    blocksize=k, mode="CRD")]
     return _with_nodes(model, nodes) if changed else model
+
 
 def normalise_gemm(model):
     """A copy of ``model`` whose float Gemm nodes say ``Y = A @ B' + C`` with a per-output
@@ -263,9 +314,12 @@ def normalise_gemm(model):
     rounding of the scaled constants."""
     from onnx import helper, numpy_helper
 
+    if _opset(model) < 11:          # Gemm's C is optional from opset 11 (load_model lifts)
+        return model
     model = _copy(model)
     g = model.graph
     arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    fresh = _namer(model)
     nodes, changed = [], False
     for node in g.node:
         if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
@@ -281,36 +335,42 @@ def normalise_gemm(model):
             continue
         cb = arrays.get(c) if c else None
         n = arrays[b].shape[0 if trans_b else 1] if b in arrays else None
-        bias_1d = cb is not None and n is not None and cb.size in (1, n) and \
-            cb.ndim <= 2 and (cb.ndim < 2 or cb.shape[0] == 1)
-        add_after = cb is not None and not bias_1d
-        if not (alpha != 1.0 or (cb is not None and (beta != 1.0 or cb.shape != (n,)))
+        # the bias C per output feature: (N,), (1, N), () or (1,) [, (1, 1)] broadcast on N;
+        # (M, N) and (M, 1) with M > 1 are not (an Add after the Gemm)
+        per_out = cb is not None and (cb.ndim <= 1 or (cb.ndim == 2 and cb.shape[0] == 1))
+        as_vector = per_out and (n is not None or cb.size > 1)
+        add_after = cb is not None and not per_out
+        reshape = per_out and as_vector and cb.shape != ((n,) if n is not None
+                                                       else (cb.size,))
+        if not (alpha != 1.0 or (cb is not None and (beta != 1.0 or reshape or add_after))
                 or trans_a):
             nodes.append(node)
             continue
         changed = True
         tag = node.name or node.output[0]
         if alpha != 1.0:
-            b = f"{tag}_alpha_b"
+            b = fresh(f"{tag}_alpha_b")
+            w = arrays[node.input[1]]
             g.initializer.append(numpy_helper.from_array(
-                (arrays[node.input[1]].astype(np.float64) * alpha).astype(np.float32), b))
-        if cb is not None:
+                (w.astype(np.float64) * alpha).astype(w.dtype), b))
+        if cb is not None and (beta != 1.0 or reshape or add_after):
             scaled = cb.astype(np.float64) * beta
-            if bias_1d:
-                scaled = np.broadcast_to(scaled.reshape(-1), (n,))
-            c = f"{tag}_beta_c"
+            if reshape:
+                scaled = np.broadcast_to(scaled.reshape(-1), (n,) if n is not None
+                                         else (cb.size,))
+            c = fresh(f"{tag}_beta_c")
             g.initializer.append(numpy_helper.from_array(
-                np.ascontiguousarray(scaled, dtype=np.float32), c))
+                np.ascontiguousarray(scaled, dtype=cb.dtype), c))
         if trans_a:
-            at = f"{tag}_transA"
+            at = fresh(f"{tag}_transA")
             nodes.append(helper.make_node("Transpose", [a], [at], name=at, perm=[1, 0]))
             a = at
         y = node.output[0]
         inputs = [a, b] + ([c] if c and not add_after else [])
-        out = f"{tag}_no_bias" if add_after else y
+        out = fresh(f"{tag}_no_bias") if add_after else y
         nodes.append(helper.make_node("Gemm", inputs, [out], name=node.name, transB=trans_b))
         if add_after:
-            nodes.append(helper.make_node("Add", [out, c], [y], name=f"{tag}_bias"))
+            nodes.append(helper.make_node("Add", [out, c], [y], name=fresh(f"{tag}_bias")))
     return _with_nodes(model, nodes) if changed else model
 
 #: operators whose float constant inputs seeded_weights replaces as data: element-wise
@@ -445,14 +505,20 @@ def quantize_qdq(model, calibration: Sequence[Mapping[str, np.ndarray]] | None =
                                                       for i in range(len(feeds))]
     if len(labels) != len(feeds):
         raise ValueError(f"labels: {len(labels)} for {len(feeds)} calibration feeds")
+    if not feeds:
+        raise ValueError("calibration needs at least one feed")
     inits = {t.name for t in model.graph.initializer}
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in inits]
     shapes = {vi.name: tuple(d.dim_value if d.HasField("dim_value") else None
-                             for d in vi.type.tensor_type.shape.dim)
-              for vi in model.graph.input if vi.name not in inits}
+                             for d in vi.type.tensor_type.shape.dim) for vi in graph_inputs}
+    dtypes = {vi.name: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(
+        vi.type.tensor_type.elem_type)) for vi in graph_inputs}
+    checked = []
     for label, feed in zip(labels, feeds):
         if set(feed) != set(shapes):
             raise ValueError(f"{label} has inputs {sorted(feed)}, the model needs "
                              f"{sorted(shapes)}")
+        cast = {}
         for name, want in shapes.items():
             x = np.asarray(feed[name])
             if x.ndim != len(want) or any(w is not None and w != d
@@ -462,6 +528,13 @@ def quantize_qdq(model, calibration: Sequence[Mapping[str, np.ndarray]] | None =
                                  f"needs {shown}")
             if x.dtype.kind not in "fiu":
                 raise ValueError(f"{label}: input {name!r} is {x.dtype}, not real numbers")
+            if x.dtype.kind == "f" and not np.isfinite(x).all():
+                raise ValueError(f"{label}: input {name!r} holds NaN or infinite values")
+            # np.save of float64 data is the common case for a float32 input: the values,
+            # in the input's type (onnxruntime refuses any other)
+            cast[name] = x.astype(dtypes[name], copy=False)
+        checked.append(cast)
+    feeds = checked
 
     class Reader(CalibrationReader, CalibrationDataReader):
         pass

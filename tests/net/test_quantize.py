@@ -495,3 +495,88 @@ def test_conv_transpose_without_overlap_becomes_a_conv_and_a_depth_to_space(kw, 
     k = kw.get("k", 2)
     assert (layer.kind, layer.shape.out_channels, layer.shape.in_channels,
             layer.shape.kernel_h) == ("conv", 3 * k * k, 4, 1)
+
+
+def test_float_passes_keep_what_subgraphs_and_graph_inputs_read():
+    """The passes rebuild the graph and drop initialisers nothing reads: one an If body reads
+    (prepare_model failed on any float model with such a subgraph: fold_batchnorm runs on all)
+    or one listed as a graph input too (IR < 4 style) stays."""
+    rng = np.random.default_rng(2)
+    vi = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("Add", ["r", "k"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, (1, 3, 4, 4))])
+    other = helper.make_graph([helper.make_node("Sub", ["r", "k"], ["e"])], "else", [],
+                              [vi("e", TensorProto.FLOAT, (1, 3, 4, 4))])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+             helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0, name="max"),
+             helper.make_node("Greater", ["mx", "zero"], ["cond"], name="gt"),
+             helper.make_node("If", ["cond"], ["z"], name="if", then_branch=then,
+                              else_branch=other)]
+    inits = {"w": rng.standard_normal((3, 2, 3, 3)), "s": np.ones(3), "b": np.zeros(3),
+             "m": np.zeros(3), "v": np.ones(3), "k": rng.standard_normal((1, 3, 4, 4)),
+             "zero": np.zeros(())}
+    graph = helper.make_graph(
+        nodes, "if", [vi("x", TensorProto.FLOAT, (1, 2, 4, 4))],
+        [vi("z", TensorProto.FLOAT, (1, 3, 4, 4))],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    folded = fold_batchnorm(model)
+    onnx.checker.check_model(folded)
+    assert "k" in {t.name for t in folded.graph.initializer}
+    feeds = generated_inputs(model, 1, seed=1)[0]
+    np.testing.assert_allclose(_ort(folded, feeds)[0], _ort(model, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+    # an initialiser that is a graph input too stays an initialiser
+    m = _pad_conv_model()
+    m.graph.input.append(helper.make_tensor_value_info("pads", TensorProto.INT64, (8,)))
+    assert "pads" in {t.name for t in fold_pad(m).graph.initializer}
+
+
+def test_float_passes_leave_old_opsets_names_and_types_right():
+    """Below opset 11 (where DepthToSpace has no mode and Gemm needs its C) the ConvTranspose
+    and Gemm passes leave the model as it is (load_model lifts such models to 13 first); new
+    names never collide with the model's; constants keep their float type; a Gemm with a
+    computed B and a (N,) bias needs nothing; a 1x1 stride-1 ConvTranspose is one Conv."""
+    old = _conv_transpose_model()
+    old.opset_import[0].version = 9
+    assert conv_transpose_as_conv(old) == old
+    gemm9 = _gemm_model(bias=(4, 8))
+    gemm9.opset_import[0].version = 9
+    assert normalise_gemm(gemm9) == gemm9
+    # a tensor already named as the pass would name its new constant
+    clash = _gemm_model(alpha=2.0)
+    clash.graph.node.insert(0, helper.make_node("Identity", ["x"], ["fc_alpha_b"], name="id"))
+    out = normalise_gemm(clash)
+    onnx.checker.check_model(out)
+    feeds = generated_inputs(clash, 1, seed=1)[0]
+    np.testing.assert_allclose(_ort(out, feeds)[0], _ort(clash, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert "fc_alpha_b_1" in {t.name for t in out.graph.initializer}
+    wide = _gemm_model(alpha=0.5)
+    for t in wide.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+    wide.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    wide.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    onnx.checker.check_model(normalise_gemm(wide))
+    assert {numpy_helper.to_array(t).dtype for t in normalise_gemm(wide).graph.initializer} \
+        == {np.dtype(np.float64)}
+    computed = _gemm_model(const_b=False)
+    assert normalise_gemm(computed) == computed
+    one = _conv_transpose_model(k=1, stride=1)
+    assert [n.op_type for n in conv_transpose_as_conv(one).graph.node] == ["Conv"]
+    feeds = generated_inputs(one, 1, seed=2)[0]
+    np.testing.assert_allclose(_ort(conv_transpose_as_conv(one), feeds)[0], _ort(one, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_calibration_feeds_take_the_inputs_type_and_refuse_nan():
+    """A float64 sample (np.save of np.random data) for a float32 input is used in float32
+    (onnxruntime refused it, blamed on the model); NaN and an empty calibration are named."""
+    model = _gemm_model()
+    x = np.random.default_rng(0).standard_normal((4, 16))          # float64
+    quantize_qdq(model, [{"x": x}, {"x": x.astype(np.int64)}])
+    with pytest.raises(ValueError, match="calibration feed 1: input 'x' holds NaN or infinite"):
+        quantize_qdq(model, [{"x": x}, {"x": np.full((4, 16), np.nan)}])
+    with pytest.raises(ValueError, match="calibration needs at least one feed"):
+        quantize_qdq(model, [])
