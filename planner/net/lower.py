@@ -173,6 +173,16 @@ def _namer(model):
     return fresh
 
 
+def _rewriting(model):
+    """A pass's start: ``(a copy of model, its graph, its initialisers as arrays by name, a
+    fresh-name function)``."""
+    from onnx import numpy_helper
+
+    model = _copy(model)
+    g = model.graph
+    return model, g, {t.name: numpy_helper.to_array(t) for t in g.initializer}, _namer(model)
+
+
 def _opset(model) -> int:
     return next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
 
@@ -251,10 +261,7 @@ def conv_transpose_as_conv(model):
 
     if _opset(model) < 11:          # DepthToSpace's mode from opset 11 (load_model lifts)
         return model
-    model = _copy(model)
-    g = model.graph
-    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    fresh = _namer(model)
+    model, g, arrays, fresh = _rewriting(model)
     nodes, changed = [], False
     for node in g.node:
         w = arrays.get(node.input[1]) if len(node.input) > 1 else None
@@ -316,10 +323,7 @@ def normalise_gemm(model):
 
     if _opset(model) < 11:          # Gemm's C is optional from opset 11 (load_model lifts)
         return model
-    model = _copy(model)
-    g = model.graph
-    arrays = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    fresh = _namer(model)
+    model, g, arrays, fresh = _rewriting(model)
     nodes, changed = [], False
     for node in g.node:
         if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
