@@ -21,7 +21,7 @@ from spec.desc import GemmDescriptor
 from .convcost import predict_conv
 from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout, group_base_bytes, padded_bytes
-from .offsets import ConvTables, compile_tables
+from .offsets import ConvTables, compile_tables, row_width
 from .search import Candidate, best_plan, greedy_plan, refine, search
 from .shapes import ConvShape, GemmShape
 from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
@@ -125,12 +125,6 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
         return gemm_best
     return make_plan(gemm, gcfg, best.partition_m, best.partition_n, best.partition_k,
                      best.outer_m, f"{gemm_best.strategy}+conv")
-
-
-def row_width(shape: ConvShape, cfg: AccelConfig) -> int:
-    """The row lanes of ``shape``'s output rows on ``cfg``: ``out_w`` rounded up to whole lane
-    groups (:func:`planner.offsets.compile_tables` ``row_width``)."""
-    return -(-shape.out_w // cfg.array_cols) * cfg.array_cols
 
 
 @functools.lru_cache(maxsize=1024)

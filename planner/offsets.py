@@ -24,7 +24,7 @@ from spec.tables import run_field_bits, run_field_shift
 from .layout import Layout, _layout, padded_dims
 from .shapes import ConvShape
 
-__all__ = ["ConvTables", "compile_tables", "gather_b", "base_offsets", "tap_offsets",
+__all__ = ["ConvTables", "compile_tables", "row_width", "gather_b", "base_offsets", "tap_offsets",
            "RUN_BASE_BITS", "RUN_STRIDE_BITS"]
 
 #: Segment (run) entry fields: bit position and width (spec.tables, docs/conv_tables.md).
@@ -172,6 +172,15 @@ class ConvTables:
                    groups=np.frombuffer(grp, "<u4").astype(np.uint32))
 
 
+def row_width(shape: ConvShape, cfg: AccelConfig) -> int:
+    """The row lanes of ``shape``'s output rows on ``cfg``: ``out_w`` rounded up to whole lane
+    groups (:func:`compile_tables` ``row_width``)."""
+    return -(-shape.out_w // cfg.array_cols) * cfg.array_cols
+
+
+_row_width = row_width          # (compile_tables' parameter of that name hides it)
+
+
 def _valid_lanes(n: int, cols: int, row_lanes: tuple[int, int] | None) -> np.ndarray:
     g = np.arange(-(-n // cols), dtype=np.int64)
     if row_lanes is None:
@@ -224,10 +233,10 @@ def compile_tables(shape: ConvShape, layout: Layout | str, cfg: AccelConfig, *,
     n = gemm.n
     row_lanes = None
     if row_width is not None:
-        q = shape.out_w
-        if type(row_width) is not int or row_width != -(-q // cols) * cols:
+        q, want = shape.out_w, _row_width(shape, cfg)
+        if type(row_width) is not int or row_width != want:
             raise ValueError(f"row_width must be out_w={q} rounded up to a multiple of "
-                             f"array_cols={cols} ({-(-q // cols) * cols}), not {row_width!r}")
+                             f"array_cols={cols} ({want}), not {row_width!r}")
         if shape.batch != 1:
             raise ValueError(f"row_width: row lanes need batch 1, not batch={shape.batch}")
         row_lanes, n = (row_width, q), shape.out_h * row_width
