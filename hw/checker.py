@@ -333,7 +333,6 @@ class RecordChecker(wiring.Component):
                                                early(pn[:lc] == 0, "pn_whole"))))
         if rows_built:
             # each n partition is one row of pixels: n = c_rows * partition_n, and
-            # c_row_elems in [1, partition_n]
             # c_row_elems in [max(1, pn - C + 1), pn]: the row ends in the partition's last
             # lane group (the store writes every lane group of a partition)
             rule(ErrorCode.BAD_PARTITION_N, gemm(row_on & (

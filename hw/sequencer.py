@@ -457,6 +457,8 @@ class Sequencer(wiring.Component):
                          c_nstep.eq(Mux(d["c_rows"] != 0, d["c_row_pitch"],
                                         Mux(is_int8, pn, pn << 2)))]
             m.d.comb += walk.c_nstep.eq(c_nstep)
+        # a GEMM / convolution store's elements a row
+        st_elems = Mux(row_on, d["c_row_elems"], st["ne"]) if rows else st["ne"]
 
         # -- a depthwise layer's strips (hw/dwwalk.py): the strip loaded in this phase, the one
         # computed, the one stored; their values, and the layer's, registered
@@ -567,8 +569,7 @@ class Sequencer(wiring.Component):
                                        Mux(dww.quad, dw_row_bytes << 1, dw_row_bytes))),
                 se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
                 se.p_groups.eq(by_mode(st["gne"], 1)),
-                se.p_elems.eq(by_mode(Mux(row_on, d["c_row_elems"], st["ne"]) if rows else
-                                      st["ne"], dw_st["st_elems"])),
+                se.p_elems.eq(by_mode(st_elems, dw_st["st_elems"])),
                 se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
                 # stride 2: every other accumulator row (every row in row phases), its even
                 # lanes
@@ -580,7 +581,7 @@ class Sequencer(wiring.Component):
             m.d.comb += [
                 se.p_addr.eq(st["c_addr"]), se.p_ch0.eq(st["m0"]), se.p_stride.eq(d["c_stride"]),
                 se.p_rows.eq(st["me"]), se.p_groups.eq(st["gne"]),
-                se.p_elems.eq(Mux(row_on, d["c_row_elems"], st["ne"]) if rows else st["ne"]),
+                se.p_elems.eq(st_elems),
                 se.p_acc_base.eq(Mux(st["slot"], half_acc, 0)), se.p_acc_rstride.eq(gn_max),
             ]
 
