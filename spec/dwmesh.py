@@ -34,6 +34,9 @@ twice the row pitch), the phase-0 patch takes the taps with ``dy`` = 0 and 2 (si
 accumulators carry the sum across the fill. Columns keep full resolution, so only the PEs of
 even columns hold outputs: 15 x 7 per tile on a 16x16 mesh.
 
+A depthwise 5x5 layer (pad 2) walks the 25-tap :func:`serpentine` on the same mesh, in
+whole-mesh tiles of ``(R - 4) x (C - 4)`` outputs (:func:`strip_steps` with ``kernel=5``).
+
 :func:`mesh_depthwise` runs this schedule move by move and returns the outputs and the cycles
 it took (fill and tap beats; the pipeline's start and drain are the array's, as for a GEMM).
 It is the golden model the RTL of the mesh will be compared with, and the bound the planner
@@ -54,9 +57,13 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
            "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch",
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
-           "strip_tile_acc", "quad_mode",
+           "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
            "PHASE_TAPS"]
+
+#: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
+#: 3x3 in every mode, 5x5 as whole-mesh stride-1 tiles (stride 2 through the decimating store).
+KERNELS = (3, 5)
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -64,6 +71,26 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
 SERPENTINE = (((0, 0), "LEFT"), ((0, 1), "LEFT"), ((0, 2), "UP"), ((1, 2), "RIGHT"),
               ((1, 1), "RIGHT"), ((1, 0), "UP"), ((2, 0), "LEFT"), ((2, 1), "LEFT"),
               ((2, 2), None))
+
+
+def serpentine(kernel: int) -> tuple[tuple[tuple[int, int], str | None], ...]:
+    """The serpentine walk over a ``kernel`` x ``kernel`` window: ``((dy, dx), move after)`` per
+    tap, row by row, left to right on even rows and right to left on odd ones, an ``UP``
+    between rows; :data:`SERPENTINE` for 3x3."""
+    if kernel < 1 or kernel % 2 == 0:
+        raise ValueError(f"serpentine: kernel={kernel!r} must be odd and >= 1")
+    taps = []
+    for dy in range(kernel):
+        xs = range(kernel) if dy % 2 == 0 else range(kernel - 1, -1, -1)
+        along = "LEFT" if dy % 2 == 0 else "RIGHT"
+        for i, dx in enumerate(xs):
+            move = along if i < kernel - 1 else ("UP" if dy < kernel - 1 else None)
+            taps.append(((dy, dx), move))
+    return tuple(taps)
+
+
+assert serpentine(3) == SERPENTINE
+
 #: Stride 2, per row phase: phase 0 takes dy = 0 and 2 (window rows 0 and 1 of the phase), phase
 #: 1 takes dy = 1 (its window row 0). Entries: (dy, dx, rotation after).
 PHASE_TAPS = {0: ((0, 0, "LEFT"), (0, 1, "LEFT"), (0, 2, "UP"), (2, 2, "RIGHT"),
@@ -104,9 +131,18 @@ def _check(x, w, stride, pad, rows, cols):
         raise ValueError(f"mesh_depthwise: a {rows}x{cols} mesh must have even sides >= 4")
 
 
-def out_size(h: int, pad: int, stride: int) -> int:
-    """Output extent of a 3x3 window over ``h`` inputs with ``pad`` on both sides."""
-    return (h + 2 * pad - 3) // stride + 1
+def out_size(h: int, pad: int, stride: int, kernel: int = 3) -> int:
+    """Output extent of a ``kernel``-wide window over ``h`` inputs with ``pad`` on both
+    sides."""
+    return (h + 2 * pad - kernel) // stride + 1
+
+
+def strip_pad(kernel: int) -> int:
+    """The pad of a strip step's ``kernel`` x ``kernel`` layer: ``(kernel - 1) / 2`` a side
+    (1 for 3x3, 2 for 5x5), the output map the input's with stride 1."""
+    if kernel not in KERNELS:
+        raise ValueError(f"strip_pad: kernel={kernel!r} must be one of {KERNELS}")
+    return (kernel - 1) // 2
 
 
 def plan_tiles(channels: int, h: int, w: int, *, stride: int, pad: int, rows: int,
@@ -178,10 +214,15 @@ def padded_input(x: np.ndarray, pad: int) -> np.ndarray:
     return padded
 
 
-def walks(stride: int) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
-    """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1."""
+def walks(stride: int, kernel: int = 3) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
+    """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1 (the
+    :func:`serpentine` of ``kernel``); stride 2's row phases are 3x3 only."""
+    if kernel not in KERNELS:
+        raise ValueError(f"walks: kernel={kernel!r} must be one of {KERNELS}")
     if stride == 1:
-        return [SERPENTINE]
+        return [serpentine(kernel)]
+    if kernel != 3:
+        raise ValueError(f"walks: stride 2's row phases walk 3x3 windows, not {kernel}x{kernel}")
     return [tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
 
 
@@ -318,16 +359,18 @@ class StripTile:
 
     Fill word ``k`` (``0 <= k < rows / 2``) reads buffer-A word ``a_base + k`` and buffer-B
     word ``b_base + k``; an A word with ``k < a_lo`` or ``k >= a_hi`` and a B word with
-    ``k >= b_hi`` enter the mesh as padding (the map's top and bottom pads; ``a_base`` may
+    ``k < b_lo`` or ``k >= b_hi`` enter the mesh as padding (the map's top and bottom pads; ``a_base`` may
     then be -1, a word never read), and so do a word's lanes from ``cols`` on (the right pad,
     and in a layer's first strip the left one). The padding is the layer's pad value (its
     input zero point). With ``swap`` (a channel that starts at an odd row of the step's
     stacked maps, odd ``h``) the buffers trade places: the even patch rows come from buffer-B
     words ``b_base + k`` and the odd ones from buffer-A words ``a_base + k``; the masks stay
-    with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_hi`` for the odd ones).
-    ``pre_right``: the patch rotated right by one column (the map's left pad, below), as one
-    ``RIGHT`` move after the fills would; the feeder rotates every fill row as it enters
-    instead, so it costs no beat. ``channel`` (in the layer) selects the weights; the tile's
+    with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_lo`` / ``b_hi`` for the odd
+    ones). ``pre_right``: the patch rotated right by that many columns (0, or the map's left
+    pad in a layer's first strip: 1 for 3x3, 2 for 5x5), as that many ``RIGHT`` moves after the
+    fills would; the feeder rotates every fill row as it enters instead, so it costs no beat.
+    ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 tile is a whole-mesh
+    stride-1 tile: no ``halves``, ``phase1`` or ``quads``). ``channel`` (in the layer) selects the weights; the tile's
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
@@ -376,10 +419,12 @@ class StripTile:
     a_hi: int
     b_base: int
     b_hi: int
-    pre_right: bool
+    pre_right: int
     acc_row: int
     cols: int
     swap: bool = False
+    b_lo: int = 0
+    kernel: int = 3
     halves: bool = False
     pair: StripTile | None = None
     phase1: StripTile | None = None
@@ -475,7 +520,7 @@ def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
 
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
-                stride: int = 1) -> list[StripStep]:
+                stride: int = 1, kernel: int = 3) -> list[StripStep]:
     """The steps of a pad-1 depthwise 3x3 layer of ``stride`` 1 or 2 on an ``rows`` x
     ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
     ``x`` at ``x_addr + (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at
@@ -516,7 +561,19 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
 
     Maps of ``rows / 2 - 1`` rows and columns run in the quadrant
     mode (:func:`quad_mode`, :attr:`StripTile.quads`: four channels a tile, two rows a word,
-    two output rows a store row)."""
+    two output rows a store row).
+
+    ``kernel = 5``: a pad-2 depthwise 5x5 layer, in whole-mesh tiles of the 25-tap
+    :func:`serpentine` walk, ``rows - 4`` x ``cols - 4`` outputs a tile (stride 2: the
+    stride-1 results, the decimating store keeping the even rows and columns; no halves, row
+    phases or quadrants). The loads are the 3x3 layer's (odd input rows in A, even ones in B);
+    patch row ``r`` is input row ``oy0 - 2 + r``, so the even patch rows are the even input
+    rows (``swap``, for a channel starting at an even stacked row) and both of the first
+    tile's first fill words are the top pad (``a_lo = b_lo = 1``); the first strip loads ``cols -
+    2`` bytes from column 0 and its tiles are rotated right by two (``pre_right = 2``), later
+    strips start their loads two columns left of their outputs."""
+    if kernel not in KERNELS:
+        raise ValueError(f"strip_steps: kernel={kernel!r} must be one of {KERNELS}")
     if h < 1 or w < 1 or channels < 1:
         raise ValueError(f"strip_steps: channels={channels}, h={h}, w={w} must be >= 1")
     if rows < 4 or rows % 2 or cols < 4:
@@ -527,19 +584,23 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     if group < 1 or (h % 2 and stride == 2 and group != 1):
         raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd "
                          f"with stride 2")
-    th_max, tw_max, half = rows - 2, cols - 2, rows // 2
-    oh, ow = out_size(h, 1, stride), out_size(w, 1, stride)
-    phases = row_phases(h, rows=rows, stride=stride)
-    if quad_mode(h, w, rows=rows, cols=cols, stride=stride):
+    pad = strip_pad(kernel)
+    th_max, tw_max = rows - 2 * pad, cols - 2 * pad
+    if tw_max < 2 or th_max < 2:
+        raise ValueError(f"strip_steps: a {rows}x{cols} mesh is too small for {kernel}x{kernel} "
+                         f"tiles (it needs at least {2 * pad + 2} rows and columns)")
+    oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
+    modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
+    phases = modes and row_phases(h, rows=rows, stride=stride)
+    if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
-    na, nb = h // 2, (h + 1) // 2              # odd and even input rows of a channel
     steps = []
     for c0 in range(0, channels, group):
         g_count = min(group, channels - c0)
         for ox0 in range(0, w, tw_max):
             first = ox0 == 0
-            xs = 0 if first else ox0 - 1        # the patch's first loaded input column
-            nbytes = min(cols - 1, w) if first else min(cols, w - xs)
+            xs = 0 if first else ox0 - pad      # the patch's first loaded input column
+            nbytes = min(cols - pad, w) if first else min(cols, w - xs)
             base = x_addr + c0 * h * w + xs
             # the channels' maps stacked: row s of the step at base + s w, the odd rows in A
             # (word (s - 1) / 2), the even ones in B (word s / 2)
@@ -550,18 +611,12 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 a_load, b_load, tiles = _phase_tiles(c0, g_count, h, base, w, nbytes, first,
                                                      rows)
             for g in range(0 if phases else g_count):
-                # channel g's padded row pr is stacked row g h + pr - 1: with g h even the even
-                # padded rows are odd stacked rows (A), with g h odd even ones (B: swap)
-                half_row, odd = divmod(g * h, 2)
                 for oy0 in range(0, h, th_max):
-                    k0 = oy0 // 2                  # the patch's first fill word in the channel
                     tiles.append(StripTile(
                         channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
-                        a_base=half_row + k0 - 1 + odd, a_lo=1 if oy0 == 0 else 0,
-                        a_hi=min(half, na - k0 + 1), b_base=half_row + k0,
-                        b_hi=max(0, min(half, nb - k0)), pre_right=first,
-                        acc_row=g * h + oy0, cols=nbytes, swap=bool(odd)))
-            if 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
+                        pre_right=pad if first else 0, acc_row=g * h + oy0, cols=nbytes,
+                        kernel=kernel, **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
+            if modes and 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
                 tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
                          in itertools.zip_longest(tiles[0::2], tiles[1::2])]
@@ -571,6 +626,28 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                                    out_rows=g_count * oh, out_tw=-(-tw // stride), ch_rows=oh,
                                    acc_rstride=1 if phases else stride, lane_step=stride))
     return steps
+
+
+def kernel_tile(g: int, h: int, oy0: int, *, pad: int, rows: int) -> dict:
+    """The fill fields of the whole-mesh stride-1 tile of output rows ``oy0 ..`` of a step's
+    channel ``g`` (its map's stacked rows from ``g h``) for a layer of ``pad``: patch row ``r``
+    is input row ``oy0 - pad + r``, stacked row ``S0 + r`` with ``S0 = g h + oy0 - pad``; odd
+    stacked rows are in buffer A (word ``(s - 1) / 2``), even ones in B (word ``s / 2``); the
+    masks keep the patch rows inside the map (:class:`StripTile`)."""
+    half = rows // 2
+    s0 = g * h + oy0 - pad
+    if s0 % 2:                                   # even patch rows odd stacked rows: A
+        a_base, b_base, swap = (s0 - 1) // 2, (s0 + 1) // 2, False
+    else:                                        # even patch rows even stacked rows: B
+        a_base, b_base, swap = s0 // 2, s0 // 2, True
+
+    def words(first_row):                        # fill words k whose row first_row + 2 k
+        lo = max(0, -(first_row // 2))           # lies in [0, h)
+        return min(half, lo), max(0, min(half, -(-(h - first_row) // 2)))
+
+    (a_lo, a_hi), (b_lo, b_hi) = words(oy0 - pad), words(oy0 - pad + 1)
+    return dict(a_base=a_base, a_lo=a_lo, a_hi=a_hi, b_base=b_base, b_lo=b_lo, b_hi=b_hi,
+                swap=swap)
 
 
 def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, first: bool,
@@ -658,7 +735,7 @@ def _half_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray, rows:
     for k in range(rows // 2):
         if tile.a_lo <= k < tile.a_hi:
             patch[2 * k, :tile.cols] = even[0][even[1] + k, :tile.cols]
-        if k < tile.b_hi:
+        if tile.b_lo <= k < tile.b_hi:
             patch[2 * k + 1, :tile.cols] = odd[0][odd[1] + k, :tile.cols]
     return patch
 
@@ -667,7 +744,7 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
                 rows: int, pad: int = 0) -> np.ndarray:
     """The patch ``tile`` puts in a ``rows``-row mesh before its first tap: the fill words
     (``a_words`` / ``b_words``: buffer words x ``cols``, int8 values), the masked words and
-    the lanes from ``tile.cols`` on ``pad``, rotated right once with ``pre_right``; with
+    the lanes from ``tile.cols`` on ``pad``, rotated right ``pre_right`` times; with
     ``halves`` the top half of the tile's own patch above the top half of its ``pair``'s
     (pad without one); with ``quads`` the quadrant fill (:attr:`StripTile.quads`). Only words
     inside the masks are read."""
@@ -680,25 +757,33 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
             patch[half:] = pad
         else:
             patch[half:] = _half_patch(tile.pair, a_words, b_words, rows, pad)[:half]
-    return _rotate(patch, "RIGHT") if tile.pre_right else patch
+    for _ in range(int(tile.pre_right)):
+        patch = _rotate(patch, "RIGHT")
+    return patch
 
 
 def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
-    a row phase, nine taps; phase 1's first fill beat is phase 0's last tap beat."""
-    return rows + 8 if tile.phase1 else rows // 2 + 9
+    a row phase, a beat a tap (``kernel ** 2``); phase 1's first fill beat is phase 0's last
+    tap beat."""
+    return rows + 8 if tile.phase1 else rows // 2 + tile.kernel ** 2
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
                    weights: np.ndarray, rows: int, pad: int = 0) -> np.ndarray:
     """One strip tile on the mesh, move by move after its fill (:func:`strip_patch`): the
-    serpentine taps with the channel's weights (``weights``: the layer's, (channels, 3, 3),
-    indexed by :attr:`StripTile.channel`; with ``halves`` the bottom half takes ``pair``'s).
+    serpentine taps with the channel's weights (``weights``: the layer's, (channels, k, k) for
+    the tile's ``kernel`` k, indexed by :attr:`StripTile.channel`; with ``halves`` the bottom
+    half takes ``pair``'s).
     With ``phase1``, the two fills and the stride-2 walk (:attr:`StripTile.phase1`).
     With ``quads`` each quadrant takes its channel's weights. Returns the accumulators (rows x
     cols, exact int64); mesh row ``i`` column ``j`` is output ``(oy0 + i, ox0 + j)`` of the top
     half's channel (:func:`strip_tile_writes`, :func:`strip_tile_acc`)."""
-    w = np.zeros((rows, a_words.shape[1], 3, 3), np.int64)
+    k = tile.kernel
+    if weights.shape[1:] != (k, k):
+        raise ValueError(f"run_strip_tile: a {k}x{k} tile needs weights (channels, {k}, {k}), "
+                         f"not {weights.shape}")
+    w = np.zeros((rows, a_words.shape[1], k, k), np.int64)
     w[:] = weights[tile.channel]
     if tile.halves and tile.pair is not None:
         w[rows // 2:] = weights[tile.pair.channel]
@@ -706,7 +791,7 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     for q in range(1, tile.quads):              # the quadrant mode: a channel a quadrant
         qi, qj = divmod(q, 2)
         w[qi * half:(qi + 1) * half, qj * half:(qj + 1) * half] = weights[tile.channel + q]
-    phases = [(tile, SERPENTINE)] if tile.phase1 is None else \
+    phases = [(tile, serpentine(k))] if tile.phase1 is None else \
         [(tile, walks(2)[0]), (tile.phase1, walks(2)[1])]
     acc = np.zeros((rows, a_words.shape[1]), np.int64)
     for fill, walk in phases:

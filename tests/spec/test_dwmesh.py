@@ -9,7 +9,7 @@ from spec.dwmesh import (PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_util
                          mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
-                         tile_weights)
+                         tile_weights, serpentine, strip_tile_cycles, walks)
 from spec.golden import conv2d_int8
 
 
@@ -19,9 +19,9 @@ def _reference(x, w, stride, pad):
                        groups=c)[0]
 
 
-def _random(rng, c, h, w):
+def _random(rng, c, h, w, kernel=3):
     return (rng.integers(-128, 128, (c, h, w), dtype=np.int8),
-            rng.integers(-128, 128, (c, 3, 3), dtype=np.int8))
+            rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8))
 
 
 @pytest.mark.parametrize("c,h,w,stride,pad", [
@@ -167,11 +167,11 @@ def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, see
     _replay(c, h, w, size, min(group, c), stride, seed=seed)
 
 
-def _replay(c, h, w, size, group, stride, *, seed):
+def _replay(c, h, w, size, group, stride, *, seed, kernel=3):
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
     rng = np.random.default_rng(seed)
-    x, wt = _random(rng, c, h, w)
+    x, wt = _random(rng, c, h, w, kernel)
     pad = int(rng.integers(-128, 128))
     x_addr, out_addr = 700, 40_000
     mem = rng.integers(-128, 128, 80_000).astype(np.int64)   # garbage around the map
@@ -179,7 +179,7 @@ def _replay(c, h, w, size, group, stride, *, seed):
     out_mem = np.full(80_000, -999, np.int64)
     written = np.zeros(80_000, bool)      # (an output may well be -999 itself)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
-                        group=group, stride=stride)
+                        group=group, stride=stride, kernel=kernel)
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
@@ -203,7 +203,8 @@ def _replay(c, h, w, size, group, stride, *, seed):
             written[addr:addr + elems] = True
     got = out_mem[out_addr:out_addr + c * oh * ow].reshape(c, oh, ow)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
-    padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
+    p = (kernel - 1) // 2
+    padded = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
     np.testing.assert_array_equal(wrapped, _reference(padded, wt, stride, 0))
     assert np.flatnonzero(written).tolist() == list(range(out_addr,
                                                                   out_addr + c * oh * ow))
@@ -213,6 +214,56 @@ def _replay(c, h, w, size, group, stride, *, seed):
             for lo, end in block.spans():
                 assert x_addr <= lo and end <= x_addr + x.size
     return steps
+
+
+@pytest.mark.parametrize("c,h,w,size,group", [
+    (1, 7, 7, 16, 1), (3, 14, 14, 16, 3), (2, 28, 30, 16, 2), (4, 12, 12, 16, 4),
+    (3, 13, 25, 16, 2), (2, 1, 1, 16, 2), (5, 2, 3, 16, 5), (2, 9, 17, 8, 2), (3, 5, 5, 8, 3),
+    (1, 4, 4, 6, 1), (2, 56, 20, 16, 2), (3, 11, 6, 8, 1)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_5x5_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group,
+                                                                    stride):
+    """Depthwise 5x5 (pad 2) in whole-mesh tiles of the 25-tap walk: the same replay as the
+    3x3 layers' (stale words, garbage lanes, garbage around the maps, a random pad value),
+    channels starting at odd and even stacked rows, first and later strips, the decimating
+    store for stride 2."""
+    steps = _replay(c, h, w, size, group, stride, seed=c * 17 + h + w + size, kernel=5)
+    tiles = [t for s in steps for t in s.tiles]
+    assert all(t.kernel == 5 and not (t.halves or t.phase1 or t.quads) for t in tiles)
+    assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {2}
+    assert all(strip_tile_cycles(t, size) == size // 2 + 25 for t in tiles)
+
+
+@settings(max_examples=40, deadline=None)
+@given(c=st.integers(1, 6), h=st.integers(1, 30), w=st.integers(1, 30),
+       size=st.sampled_from([6, 8, 16]), group=st.integers(1, 6), stride=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_5x5_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed):
+    _replay(c, h, w, size, min(group, c), stride, seed=seed, kernel=5)
+
+
+def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
+    for k in (1, 3, 5, 7):
+        walk = serpentine(k)
+        assert sorted(t for t, _ in walk) == [(dy, dx) for dy in range(k) for dx in range(k)]
+        # each move brings the next tap's window: LEFT = dx + 1, RIGHT = dx - 1, UP = dy + 1
+        step = {"LEFT": (0, 1), "RIGHT": (0, -1), "UP": (1, 0)}
+        for ((dy, dx), move), ((ny, nx), _) in zip(walk, walk[1:]):
+            assert (ny - dy, nx - dx) == step[move]
+        assert walk[-1][1] is None
+    assert serpentine(3) == SERPENTINE
+    assert walks(1, 5) == [serpentine(5)]
+    with pytest.raises(ValueError, match="stride 2's row phases walk 3x3"):
+        walks(2, 5)
+    with pytest.raises(ValueError, match="kernel=4"):
+        serpentine(4)
+
+
+def test_strip_steps_refuse_a_kernel_they_do_not_walk():
+    with pytest.raises(ValueError, match="kernel=7 must be one of"):
+        strip_steps(1, 8, 8, x_addr=0, out_addr=0, kernel=7)
+    with pytest.raises(ValueError, match="too small for 5x5 tiles"):
+        strip_steps(1, 8, 8, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
 
 
 def test_strip_steps_beats_and_channel_groups():
