@@ -39,6 +39,11 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   with ``b_mode = 2`` but the output, ``ceil(k / 2)`` x ``ceil(n / 2)`` maps, so ``c_stride``
   is ``ceil(k / 2) * ceil(n / 2) * out_bytes`` (:func:`depthwise_out`). The mesh computes the
   stride-1 results and the store keeps their even rows and columns.
+* ``b_mode = 4`` and ``5`` (:data:`B_MODE_DEPTHWISE5`, :data:`B_MODE_DEPTHWISE5_S2`) are a
+  depthwise 5x5 layer with pad 2, stride 1 or 2: every field as with ``b_mode`` 2 and 3 (the
+  output maps are the same sizes), but the weights are seven u32 arrays at ``a_addr + t
+  a_stride`` (``t < 7``; taps ``4t .. 4t + 3`` of the channel's 25, row-major, in array ``t``:
+  :func:`depthwise_weight_words`, :func:`depthwise_arrays`).
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -56,6 +61,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "DIM_BITS", "MAX_DIM", "tensor_extents", "groups_n", "local_problem", "table_problems",
            "B_MODE_DEPTHWISE", "B_MODE_DEPTHWISE_S2", "DEPTHWISE_STRIDES", "DEPTHWISE_UNUSED",
            "depthwise_out", "depthwise_words", "depthwise_weight_words", "ROW_FIELDS",
+           "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -135,7 +141,8 @@ class GemmDescriptor(Operands, Tiling):
     convolution ones below (dataclass fields follow the bases in reverse MRO order)."""
 
     b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables;
-                          # 2, 3: depthwise 3x3, stride 1 or 2, on the mesh (module docstring)
+                          # 2, 3: depthwise 3x3, stride 1 or 2, on the mesh; 4, 5: the same
+                          # 5x5 (module docstring)
     off_addr: int = 0
     run_addr: int = 0
     grp_addr: int = 0
@@ -164,8 +171,16 @@ DESC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(GemmDesc
 B_MODE_DEPTHWISE = 2
 #: ``b_mode`` of a depthwise 3x3 layer with stride 2 (pad 1) on the mesh.
 B_MODE_DEPTHWISE_S2 = 3
+#: ``b_mode`` of a depthwise 5x5 layer (stride 1, pad 2) on the mesh.
+B_MODE_DEPTHWISE5 = 4
+#: ``b_mode`` of a depthwise 5x5 layer with stride 2 (pad 2) on the mesh.
+B_MODE_DEPTHWISE5_S2 = 5
 #: The depthwise ``b_mode`` values and their strides.
-DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2}
+DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2,
+                                     B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2}
+#: The depthwise ``b_mode`` values and their kernels (``k`` x ``k``, pad ``(k - 1) / 2``).
+DEPTHWISE_KERNELS: dict[int, int] = {B_MODE_DEPTHWISE: 3, B_MODE_DEPTHWISE_S2: 3,
+                                     B_MODE_DEPTHWISE5: 5, B_MODE_DEPTHWISE5_S2: 5}
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
@@ -191,8 +206,9 @@ def c_span(d: GemmDescriptor, out_bytes: int, *, lanes: int = 1) -> int:
 
 
 def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
-    """The output map of a depthwise descriptor (``b_mode`` 2 or 3): ``(k, n)`` with stride 1,
-    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a 3x3 window, pad 1)."""
+    """The output map of a depthwise descriptor (``b_mode`` 2 to 5): ``(k, n)`` with stride 1,
+    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a 3x3 window with pad 1, or 5x5 with pad
+    2)."""
     s = DEPTHWISE_STRIDES[d.b_mode]
     return -(-d.k // s), -(-d.n // s)
 
@@ -205,15 +221,22 @@ def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
     return gk >> 1, (gk + 1) >> 1
 
 
-def depthwise_weight_words(taps) -> tuple[int, int, int]:
-    """The three u32 weight words of one depthwise channel (its nine int8 ``taps``, row-major
-    3 x 3): word ``t`` holds taps ``4t .. 4t + 3``, tap ``4t`` in its low byte (the last word
-    only tap 8)."""
+def depthwise_arrays(b_mode: int) -> int:
+    """The weight arrays of a depthwise ``b_mode``: ``ceil(taps / 4)`` u32 arrays, 3 for 3x3, 7
+    for 5x5."""
+    return -(-DEPTHWISE_KERNELS[b_mode] ** 2 // 4)
+
+
+def depthwise_weight_words(taps) -> tuple[int, ...]:
+    """The u32 weight words of one depthwise channel (its 9 or 25 int8 ``taps``, row-major 3 x 3
+    or 5 x 5): word ``t`` holds taps ``4t .. 4t + 3``, tap ``4t`` in its low byte (the last word
+    only the last tap): 3 words, or 7."""
     flat = [int(v) for v in taps]
-    if len(flat) != 9 or not all(-128 <= v <= 127 for v in flat):
-        raise ValueError(f"depthwise_weight_words: nine int8 taps, not {taps!r}")
-    b = [v & 0xFF for v in flat] + [0, 0, 0]
-    return tuple(int.from_bytes(bytes(b[4 * t:4 * t + 4]), "little") for t in range(3))
+    if len(flat) not in (9, 25) or not all(-128 <= v <= 127 for v in flat):
+        raise ValueError(f"depthwise_weight_words: 9 or 25 int8 taps (3x3, 5x5), not {taps!r}")
+    words = -(-len(flat) // 4)
+    b = [v & 0xFF for v in flat] + [0] * (4 * words - len(flat))
+    return tuple(int.from_bytes(bytes(b[4 * t:4 * t + 4]), "little") for t in range(words))
 
 
 def _extent(addr: int, rows: int, stride: int, row_bytes: int) -> tuple[int, int]:
@@ -240,7 +263,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output). With the
     row store C's rows are ``c_rows`` rows of pixels each (:func:`c_span`).
 
-    A depthwise layer (``b_mode`` 2 or 3) has ``a``: its three weight arrays, ``b``: the input's
+    A depthwise layer (``b_mode`` 2 to 5) has ``a``: its weight arrays, ``b``: the input's
     ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
     row loads are beats too: the last one may read up to ``array_cols - 1`` bytes past ``b``
     (masked, never written anywhere), which these extents do not count, so a depthwise input
@@ -254,7 +277,8 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
         "c": _extent(d.c_addr, d.m, d.c_stride, c_span(d, out_bytes, lanes=c)),
     }
     if d.b_mode in DEPTHWISE_STRIDES:
-        return {"a": (d.a_addr, d.a_addr + 2 * d.a_stride + 4 * d.m),
+        arrays = depthwise_arrays(d.b_mode)
+        return {"a": (d.a_addr, d.a_addr + (arrays - 1) * d.a_stride + 4 * d.m),
                 "b": (d.b_addr, d.b_addr + d.m * d.b_stride),
                 "c": (d.c_addr, d.c_addr + d.m * d.c_stride)}
     if d.b_mode == 1:
@@ -423,16 +447,18 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
 
 def _b_mode_text(b_mode: int, cfg: AccelConfig) -> str:
     if cfg.dw_mesh:
-        return f"b_mode={b_mode} must be 0, 1, 2 or 3 (depthwise, stride 1 or 2)"
+        return (f"b_mode={b_mode} must be 0 to 5 (2 to 5: depthwise 3x3 or 5x5, stride 1 or "
+                "2)")
     if b_mode in DEPTHWISE_STRIDES:
-        return (f"b_mode={b_mode} (depthwise 3x3 on the mesh) needs a config with dw_mesh=1; "
-                "this one has none")
-    return f"b_mode={b_mode} must be 0 or 1 (2 and 3, depthwise, need dw_mesh=1)"
+        k = DEPTHWISE_KERNELS[b_mode]
+        return (f"b_mode={b_mode} (depthwise {k}x{k} on the mesh) needs a config with "
+                "dw_mesh=1; this one has none")
+    return f"b_mode={b_mode} must be 0 or 1 (2 to 5, depthwise, need dw_mesh=1)"
 
 
 def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      out_bytes: int) -> list[tuple[ErrorCode, str]]:
-    """The rules of a depthwise descriptor (``b_mode`` 2 or 3 on a ``dw_mesh`` config) after the
+    """The rules of a depthwise descriptor (``b_mode`` 2 to 5 on a ``dw_mesh`` config) after the
     shape's, in the RTL's priority order (:func:`check`)."""
     errs: list[tuple[ErrorCode, str]] = []
 
@@ -443,10 +469,11 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     if not 1 <= g <= MAX_DIM:
         bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} (channels a depthwise strip step "
                                        f"takes) must be in [1, {MAX_DIM}]")
-    elif h % 2 and g != 1 and d.b_mode == B_MODE_DEPTHWISE_S2:
+    elif h % 2 and g != 1 and DEPTHWISE_STRIDES[d.b_mode] == 2:
         bad(ErrorCode.BAD_PARTITION_M, f"partition_m={g} must be 1 when k={h} (the map's "
-                                       "height) is odd with stride 2 (b_mode=3): the channels' "
-                                       "even output rows are not every other accumulator row")
+                                       f"height) is odd with stride 2 (b_mode={d.b_mode}): the "
+                                       "channels' even output rows are not every other "
+                                       "accumulator row")
     words_a, words_b = depthwise_words(d)
     half_a, half_b = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
     if words_a > half_a:
@@ -470,13 +497,13 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                                    f"k*n={h * w} (dense NCHW int8)")
     oh, ow = depthwise_out(d)
     if d.c_stride != oh * ow * out_bytes:
-        pitch = "k*n" if d.b_mode == B_MODE_DEPTHWISE else "ceil(k/2)*ceil(n/2)"
+        pitch = "k*n" if DEPTHWISE_STRIDES[d.b_mode] == 1 else "ceil(k/2)*ceil(n/2)"
         bad(ErrorCode.BAD_ADDRESS, f"c_stride={d.c_stride} must be the output's channel pitch "
                                    f"{pitch}*{out_bytes}={oh * ow * out_bytes} (dense NCHW)")
     if d.a_addr % 4 or d.a_stride % 4 or d.a_stride < 4 * m:
-        bad(ErrorCode.BAD_ADDRESS, f"a_addr={d.a_addr:#x}, a_stride={d.a_stride}: the three "
-                                   f"weight arrays of m={m} u32 need 4-byte alignment and "
-                                   f"a_stride >= 4*m={4 * m}")
+        bad(ErrorCode.BAD_ADDRESS, f"a_addr={d.a_addr:#x}, a_stride={d.a_stride}: the "
+                                   f"{depthwise_arrays(d.b_mode)} weight arrays of m={m} u32 "
+                                   f"need 4-byte alignment and a_stride >= 4*m={4 * m}")
     ext = tensor_extents(d, cfg, out_bytes=out_bytes)
     names = {"a": "the weights", "b": "the input", "c": "the output"}
     for name, (lo, hi) in ext.items():

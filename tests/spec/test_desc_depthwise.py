@@ -6,8 +6,9 @@ import dataclasses
 import pytest
 
 from spec.config import PRESETS
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, check,
-                       depthwise_weight_words, depthwise_words, tensor_extents)
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
+                       B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, ErrorCode, GemmDescriptor, check,
+                       depthwise_arrays, depthwise_weight_words, depthwise_words, tensor_extents)
 from spec.layouts import OpKind, OutFormat
 from spec.record import check_record, layer_record, written_range
 
@@ -62,7 +63,35 @@ def test_depthwise_needs_the_mesh():
     assert (ErrorCode.BAD_FLAGS, "b_mode=3 (depthwise 3x3 on the mesh) needs a config with "
             "dw_mesh=1; this one has none") in check(dw_desc(b_mode=3), PRESETS["small"],
                                                      out_bytes=1)
-    assert ErrorCode.BAD_FLAGS in codes(dw_desc(b_mode=4))
+    assert (ErrorCode.BAD_FLAGS, "b_mode=4 (depthwise 5x5 on the mesh) needs a config with "
+            "dw_mesh=1; this one has none") in check(dw_desc(b_mode=4), PRESETS["small"],
+                                                     out_bytes=1)
+    assert (ErrorCode.BAD_FLAGS, "b_mode=6 must be 0 to 5 (2 to 5: depthwise 3x3 or 5x5, "
+            "stride 1 or 2)") in check(dw_desc(b_mode=6), CFG, out_bytes=1)
+
+
+def test_5x5_descriptors_take_seven_weight_arrays():
+    """b_mode 4 and 5: a depthwise 5x5 layer (pad 2), the 3x3 layer's fields and output sizes,
+    seven weight arrays (taps 4t .. 4t + 3 of 25 in array t) whose extent the rules check."""
+    assert [depthwise_arrays(b) for b in (2, 3, 4, 5)] == [3, 3, 7, 7]
+    d = dw_desc(b_mode=B_MODE_DEPTHWISE5)
+    assert check(d, CFG, out_bytes=1) == []
+    assert tensor_extents(d, CFG, out_bytes=1)["a"] == (D // 8, D // 8 + 6 * 4 * M + 4 * M)
+    s2 = dw_desc(b_mode=B_MODE_DEPTHWISE5_S2, c_stride=60)
+    assert check(s2, CFG, out_bytes=1) == []
+    assert ErrorCode.BAD_PARTITION_M in codes(dataclasses.replace(
+        s2, k=13, partition_m=2, b_stride=13 * W, c_stride=70))
+    assert (ErrorCode.BAD_ADDRESS, f"a_addr={D // 8:#x}, a_stride={4 * M - 4}: the 7 weight "
+            f"arrays of m={M} u32 need 4-byte alignment and a_stride >= 4*m={4 * M}") in check(
+                dataclasses.replace(d, a_stride=4 * M - 4), CFG, out_bytes=1)
+    # the seventh array may not reach the output
+    assert ErrorCode.BAD_ADDRESS in codes(dataclasses.replace(d, c_addr=D // 8 + 6 * 4 * M))
+    assert ErrorCode.BAD_ADDRESS not in codes(dataclasses.replace(d, c_addr=D // 8 + 7 * 4 * M))
+    words = depthwise_weight_words(list(range(-12, 13)))
+    assert len(words) == 7 and words[6] == 12
+    assert words[0] == int.from_bytes(bytes(v & 0xFF for v in (-12, -11, -10, -9)), "little")
+    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
+        depthwise_weight_words([0] * 16)
 
 
 @pytest.mark.parametrize("over, code, words", [
@@ -150,7 +179,7 @@ def test_depthwise_pad_value():
                           c_stride=32)
     errs = check_record(layer_record(gemm, pad_value=3), CFG)
     assert errs == [(ErrorCode.BAD_LAYER, "pad_value=3 must be 0: only a depthwise layer "
-                                          "(b_mode 2 or 3) pads its input")]
+                                          "(b_mode 2 to 5) pads its input")]
 
 
 def test_depthwise_image_rules():
@@ -174,7 +203,7 @@ def test_depthwise_weight_words():
     taps = [-128, 1, 2, 3, 127, -1, 5, 6, -7]
     w0, w1, w2 = depthwise_weight_words(taps)
     assert w0 == 0x03020180 and w1 == 0x0605FF7F and w2 == 0xF9
-    with pytest.raises(ValueError, match="nine int8 taps"):
+    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
         depthwise_weight_words(taps[:8])
-    with pytest.raises(ValueError, match="nine int8 taps"):
+    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
         depthwise_weight_words(taps[:8] + [128])
