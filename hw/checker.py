@@ -5,7 +5,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS,
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
+                        B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS,
                        MAX_DIM, ROW_FIELDS, ErrorCode)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
@@ -198,9 +199,12 @@ class RecordChecker(wiring.Component):
 
         # -- bases (registered while the products run) ----------------------------------------
         is_conv = reg(d["b_mode"] == 1, 1)
-        is_dw = reg((d["b_mode"] == B_MODE_DEPTHWISE) | (d["b_mode"] == B_MODE_DEPTHWISE_S2), 1,
+        is_dw = reg((d["b_mode"] >= B_MODE_DEPTHWISE) & (d["b_mode"] <= B_MODE_DEPTHWISE5_S2), 1,
                     name="is_dw") if dw else Const(0, 1)
-        dw_s2 = reg(d["b_mode"] == B_MODE_DEPTHWISE_S2, 1, name="dw_s2") if dw else None
+        dw_s2 = reg((d["b_mode"] == B_MODE_DEPTHWISE_S2) | (d["b_mode"] == B_MODE_DEPTHWISE5_S2),
+                    1, name="dw_s2") if dw else None
+        dw_k5 = reg((d["b_mode"] == B_MODE_DEPTHWISE5) | (d["b_mode"] == B_MODE_DEPTHWISE5_S2),
+                    1, name="dw_k5") if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -280,7 +284,10 @@ class RecordChecker(wiring.Component):
                 m.d.sync += acc_need.eq(p_mn * cfg.acc_bytes)
 
         if dw:
-            dw_a_hi = reg(d["a_addr"] + (d["a_stride"] << 1) + (M << 2), name="dw_a_hi")
+            # the last weight array's end: a_addr + (arrays - 1) a_stride + 4 m (3 or 7 arrays)
+            a_st = d["a_stride"]
+            dw_a_hi = reg(d["a_addr"] + Mux(dw_k5, (a_st << 2) + (a_st << 1), a_st << 1) +
+                          (M << 2), name="dw_a_hi")
             dw_b_hi, dw_c_hi = Signal(64, name="dw_b_hi"), Signal(64, name="dw_c_hi")
             dw_words_a, dw_words_b, dw_acc_need = (Signal(64, name=f"dw_{n}")
                                                    for n in ("words_a", "words_b", "acc_need"))
@@ -358,7 +365,7 @@ class RecordChecker(wiring.Component):
                                            "acc_half"))
         rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
                                        early(d["need_splitk"] > 1, "need_splitk")) |
-             early(d["b_mode"] > (B_MODE_DEPTHWISE_S2 if dw else 1), "b_mode"))
+             early(d["b_mode"] > (B_MODE_DEPTHWISE5_S2 if dw else 1), "b_mode"))
         row_any = early(Cat(*(d[name] != 0 for name in ROW_FIELDS)).any(), "row_any")
         if rows_built:
             # (a depthwise record's are in its unused fields)
@@ -369,7 +376,7 @@ class RecordChecker(wiring.Component):
             # spec.desc._check_depthwise: G, the buffer and accumulator halves, unused fields
             rule(ErrorCode.BAD_PARTITION_M, is_dw & ~(dim_ok["partition_m"] &
                                                       early(~K[0] | (pm == 1) |
-                                                            (d["b_mode"] != B_MODE_DEPTHWISE_S2),
+                                                            ~dw_s2,
                                                             "dw_groups")))
             rule(ErrorCode.BUF_A_OVERFLOW, is_dw & (dw_words_a > cfg.buf_a_depth // 2))
             rule(ErrorCode.BUF_B_OVERFLOW, is_dw & (dw_words_b > cfg.buf_b_depth // 2))

@@ -12,15 +12,17 @@ from .array import SystolicArray
 __all__ = ["DwFeeder", "tile_program"]
 
 
-def tile_program(rows: int, stride: int) -> list[tuple[str, int, int | None, bool, bool]]:
+def tile_program(rows: int, stride: int,
+                 kernel: int = 3) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
-    buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = 3 * dy + dx``, None
-    for a beat that does not tap) multiplies, then makes ``move``. A row phase's first fill
-    beat is the previous phase's last tap beat (a tap multiplies the registers the fill then
-    shifts), so a stride-2 tile is ``rows + 8`` beats."""
-    beats, taps = [], 0
-    for phase, walk in enumerate(walks(stride)):
+    buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = kernel * dy + dx``,
+    None for a beat that does not tap) multiplies, then makes ``move``. A row phase's first
+    fill beat is the previous phase's last tap beat (a tap multiplies the registers the fill
+    then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 tile (stride 1) is ``rows /
+    2 + 25``."""
+    beats, taps, count = [], 0, kernel * kernel
+    for phase, walk in enumerate(walks(stride, kernel)):
         fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
         if phase:                               # its first fill beat in the last tap beat
             move, _, tap, first, last = beats.pop()
@@ -29,7 +31,7 @@ def tile_program(rows: int, stride: int) -> list[tuple[str, int, int | None, boo
         beats += fills
         for (dy, dx), move in walk:
             taps += 1
-            beats.append((move or "HOLD", 0, 3 * dy + dx, taps == 1, taps == 9))
+            beats.append((move or "HOLD", 0, kernel * dy + dx, taps == 1, taps == count))
     return beats
 
 
@@ -43,11 +45,14 @@ class DwFeeder(wiring.Component):
     weights from ``p_w`` (region ``q``'s tap ``t`` in bits ``8 (9 q + t)``). A fill beat's
     A word enters the mesh as zeros when its index (``0 .. R/2 - 1`` in a stride-1 tile) is
     below ``p_a_lo`` or at least ``p_a_hi``, its B word when at least ``p_b_hi`` (a strip
-    tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing);
-    With ``p_pre_right`` every fill row enters rotated right by one lane (lane ``j`` from lane
-    ``j - 1``, lane 0 from lane ``C - 1``): the patch a ``RIGHT`` move after the fills would
-    give (a strip tile's left pad, :attr:`spec.dwmesh.StripTile.pre_right`), without the
-    beat. With ``p_swap`` the fill's buffers trade places: the B word
+    tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing), and also when
+    below ``p_b_lo`` (a 5x5 tile's second top pad row; 0 in every other tile);
+    with ``p_pre_right`` (0, 1 or 2) every fill row enters rotated right by that many lanes
+    (lane ``j`` from lane ``j - p_pre_right``, modulo ``C``): the patch that many ``RIGHT``
+    moves after the fills would give (a strip tile's left pad,
+    :attr:`spec.dwmesh.StripTile.pre_right`), without the beats. With ``p_k5`` the tile is a
+    depthwise 5x5 one (:attr:`spec.dwmesh.StripTile.kernel`): the 25-tap walk, its taps'
+    weights region 0's (tap ``t`` in bits ``8t`` of ``p_w``), the whole mesh one region. With ``p_swap`` the fill's buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
     (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
@@ -79,7 +84,8 @@ class DwFeeder(wiring.Component):
     start : ``In(1)``; ready, running : ``Out(1)``; issue_tap : ``Out(1)``: a tap beat issues
     in this cycle (it reaches the array as ``o_tap`` :attr:`FEED_CYCLES` later)
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
-    p_a_lo, p_a_hi, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_swap : ``In(1)``
+    p_a_lo, p_a_hi, p_b_lo, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(2)``;
+    p_swap, p_k5 : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
     p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
     half's (with ``p_halves``)
@@ -103,9 +109,10 @@ class DwFeeder(wiring.Component):
         C, ob = cfg.array_cols, cfg.operand_bits
         super().__init__({
             "start": In(1), "ready": Out(1), "running": Out(1),
-            "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(1), "p_swap": In(1),
+            "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(2), "p_swap": In(1),
+            "p_k5": In(1),
             "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
-            "p_b_hi": In(range(cfg.array_rows + 1)),
+            "p_b_lo": In(range(cfg.array_rows + 1)), "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
             "p_halves": In(1), "p_swap1": In(1),
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
@@ -127,27 +134,30 @@ class DwFeeder(wiring.Component):
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
         n, quarter = R // 2 - 1, R // 4          # the quadrant mode's maps, fill words a half
         assert self.FEED_CYCLES == 2     # the two stages below
-        programs = [tile_program(R, 1), tile_program(R, 2)]
+        programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5)]
         rom = [beat for program in programs for beat in program]
         start2 = len(programs[0])                       # the stride-2 program
+        start5 = start2 + len(programs[1])              # the 5x5 program
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
         word_t = Array(Const(b[1], range(R)) for b in rom)
-        tap_t = Array(Const(b[2] or 0, range(9)) for b in rom)
+        tap_t = Array(Const(b[2] or 0, range(25)) for b in rom)
         taps_t = Array(Const(b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
-        end_t = Array(Const(i in (start2 - 1, len(rom) - 1), 1)
+        end_t = Array(Const(i in (start2 - 1, start5 - 1, len(rom) - 1), 1)
                       for i in range(len(rom)))
 
         pc = Signal(range(len(rom)))
         split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
-        a_lo, a_hi, b_hi = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo", "a_hi", "b_hi"))
+        a_lo, a_hi, b_lo, b_hi = (Signal.like(self.p_a_lo, name=n)
+                                  for n in ("a_lo", "a_hi", "b_lo", "b_hi"))
         w, tag = Signal.like(self.p_w), Signal.like(self.p_tag)
         pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
         swap = Signal(name="dw_swap")
-        rot = Signal(name="dw_rot")                     # fill rows rotated right (pre_right)
+        rot = Signal(2, name="dw_rot")                  # fill rows rotated right (pre_right)
+        k5 = Signal(name="dw_k5")                       # a 5x5 tile
         halves, swap1 = Signal(name="dw_halves"), Signal(name="dw_swap1")
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
@@ -168,8 +178,10 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_stride2, start2, 0) + merge), rot.eq(self.p_pre_right),
-                         a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_hi.eq(self.p_b_hi),
+                         pc.eq(Mux(self.p_k5, start5, Mux(self.p_stride2, start2, 0)) + merge),
+                         rot.eq(self.p_pre_right), k5.eq(self.p_k5),
+                         a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
+                         b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
                          b_base.eq(self.p_b_base), w.eq(self.p_w), tag.eq(self.p_tag),
                          pad.eq(self.p_pad), pad_mask.eq(self.p_pad_mask),
@@ -189,7 +201,7 @@ class DwFeeder(wiring.Component):
         word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            stride2.eq(pc >= start2),
+            stride2.eq((pc >= start2) & (pc < start5)),
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),
@@ -205,9 +217,11 @@ class DwFeeder(wiring.Component):
                                 Mux(bottom, a_base1, a_base) + a_off)),
             self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + b_off)),
         ]
-        # the tap's weights, one per region
-        tap_w = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
-                    for q in range(4))
+        # the tap's weights, one per region (a 5x5 tile: region 0's, tap t at bits 8t)
+        tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
+                     for q in range(4))
+        tap_w5 = Array(w[ob * t:ob * (t + 1)] for t in range(25))[tap_t[pc]]
+        tap_w = Mux(k5, tap_w5, tap_w3)
         # stage 1: the buffers' read is in flight; stage 2: the operand register
         s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
               (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
@@ -227,7 +241,7 @@ class DwFeeder(wiring.Component):
         zero_a, zero_b = Signal(name="dw_s1_zero_a"), Signal(name="dw_s1_zero_b")
         s1_pad, s1_mask = Signal.like(pad, name="dw_s1_pad"), Signal.like(pad_mask,
                                                                           name="dw_s1_pad_mask")
-        s1_swap, s1_rot = Signal(name="dw_s1_swap"), Signal(name="dw_s1_rot")
+        s1_swap, s1_rot = Signal(name="dw_s1_swap"), Signal(2, name="dw_s1_rot")
         # the quadrant mode: the beat reads its half's first words (the quadrants' top pads
         # and first rows: the words trade places, the odd row takes their low bytes)
         s1_quad, s1_kk0 = Signal(name="dw_s1_quad"), Signal(name="dw_s1_kk0")
@@ -239,27 +253,31 @@ class DwFeeder(wiring.Component):
             return Cat(Const(1, 1), left.replicate(n), Const(1, 1), right.replicate(n))
         with m.If(merge):                    # the new tile's word 0, from its parameters
             m.d.sync += [zero_a.eq((self.p_a_lo != 0) | (self.p_a_hi == 0) | (self.p_quads != 0)),
-                         zero_b.eq((self.p_b_hi == 0) & (self.p_quads == 0)),
+                         zero_b.eq(((self.p_b_hi == 0) | (self.p_b_lo != 0)) &
+                                   (self.p_quads == 0)),
                          s1_pad.eq(self.p_pad),
                          s1_mask.eq(Mux(self.p_quads != 0, quad_mask(self.p_quads, 0),
                                         self.p_pad_mask)),
                          s1_swap.eq(self.p_swap & (self.p_quads == 0)),
-                         s1_rot.eq(self.p_pre_right & (self.p_quads == 0)),
+                         s1_rot.eq(Mux(self.p_quads == 0, self.p_pre_right, 0)),
                          s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
         with m.Else():
             m.d.sync += [zero_a.eq(Mux(quad, word == 0, (word < Mux(bottom, a_lo1, a_lo)) |
                                        (word >= Mux(bottom, a_hi1, a_hi)))),
-                         zero_b.eq(~quad & (word >= Mux(bottom, b_hi1, b_hi))),
+                         zero_b.eq(~quad & ((word >= Mux(bottom, b_hi1, b_hi)) |
+                                            (~bottom & (word < b_lo)))),
                          s1_pad.eq(pad),
                          s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
-                         s1_swap.eq(~quad & Mux(bottom, swap1, swap)), s1_rot.eq(~quad & rot),
+                         s1_swap.eq(~quad & Mux(bottom, swap1, swap)),
+                         s1_rot.eq(Mux(quad, 0, rot)),
                          s1_quad.eq(quad), s1_kk0.eq(word == 0)]
 
         def lanes(masked, data):
             vals = [Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
                     for j in range(C)]
-            # rotated right: lane j from lane j - 1, lane 0 from lane C - 1
-            return Cat(*(Mux(s1_rot, vals[j - 1], vals[j]) for j in range(C)))
+            # rotated right by s1_rot lanes: lane j from lane j - s1_rot (modulo C)
+            return Cat(*(Mux(s1_rot[1], vals[j - 2], Mux(s1_rot[0], vals[j - 1], vals[j]))
+                         for j in range(C)))
 
         a_row, b_row = self.a_rdata[:C * ob], self.b_rdata[:C * ob]
         # the quadrant mode's rows from the two-row words: [pad, left, pad, right], the left

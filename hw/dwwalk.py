@@ -35,6 +35,11 @@ class DwWalker(wiring.Component):
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
     above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
 
+    With ``p_k5`` (a depthwise 5x5 layer, pad 2: :func:`spec.dwmesh.strip_steps` with
+    ``kernel=5``) the strips are ``C - 4`` columns wide, a channel's tiles ``ceil(h / (R -
+    4))``, the first strip's loads ``C - 2`` bytes from column 0 and a later strip's start two
+    columns left of its outputs (no row phases, no quadrant mode).
+
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
     take two rows a word (``nbytes = 2 w``, ``(G h - 1) // 2`` A words, ``G h // 2`` B words)
@@ -54,7 +59,7 @@ class DwWalker(wiring.Component):
     -------
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
-    ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``
+    ``In(dram_addr_bits + 1)``; p_int8, p_s2, p_k5 : ``In(1)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
     first_strip, phases, quad : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
@@ -75,6 +80,7 @@ class DwWalker(wiring.Component):
             "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
+            "p_k5": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
             "first_strip": Out(1), "phases": Out(1), "quad": Out(1),
@@ -84,8 +90,11 @@ class DwWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._cfg
-        tw_max = cfg.array_cols - 2
         aw = cfg.dram_addr_bits + 1
+        # a strip's output columns: C - 2 (3x3) or C - 4 (5x5), the pad 1 or 2
+        k5 = Signal(name="dw_k5")
+        tw_max = Mux(k5, cfg.array_cols - 4, cfg.array_cols - 2)
+        pad = Mux(k5, 2, 1)
         pw = 2 * DIM_BITS + 2                          # product width
 
         C, h, w, G = (Signal(DIM_BITS, name=n) for n in ("dw_c", "dw_h", "dw_w", "dw_g"))
@@ -105,9 +114,10 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)) --
         R = cfg.array_rows
-        phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
+        phases_in = ~self.p_k5 & self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
-        quad_in = (~self.p_s2 & (self.p_h == R // 2 - 1) & (self.p_w == R // 2 - 1)
+        quad_in = (~self.p_k5 & ~self.p_s2 & (self.p_h == R // 2 - 1) &
+                   (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
@@ -117,7 +127,9 @@ class DwWalker(wiring.Component):
         m.d.comb += trial.eq(Cat(num[-1], rem))
         with m.If(self.start):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
-                         quo.eq(0), tile_rows.eq(Mux(phases_in, R - 1, R - 2)),
+                         quo.eq(0),
+                         tile_rows.eq(Mux(phases_in, R - 1, Mux(self.p_k5, R - 4, R - 2))),
+                         k5.eq(self.p_k5),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),
@@ -187,7 +199,7 @@ class DwWalker(wiring.Component):
         m.d.comb += [more_strips.eq(left > tw_max), more_groups.eq(c0 + G < C),
                      last_group.eq(~(c0 + G < C))]
         rows = Mux(last_group, ch - rows_done, gh)
-        xs = Mux(first, 0, ox0 - 1)                        # the patch's first loaded column
+        xs = Mux(first, 0, ox0 - pad)                      # the patch's first loaded column
         tw = Mux(left > tw_max, tw_max, left)
         # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
         col = chan_o + Mux(s2, ox0 >> 1, ox0)
@@ -199,8 +211,9 @@ class DwWalker(wiring.Component):
             self.tw.eq(tw), self.st_elems.eq(Mux(q, tw << 1, Mux(s2, (tw + 1) >> 1, tw))),
             # (the quadrant mode: two rows a word)
             self.nbytes.eq(Mux(q, w << 1,
-                               Mux(first, Mux(w < tw_max + 1, w, tw_max + 1),
-                                   Mux(left + 1 > tw_max + 2, tw_max + 2, left + 1)))),
+                               Mux(first, Mux(w < tw_max + pad, w, tw_max + pad),
+                                   Mux(left + pad > tw_max + 2 * pad, tw_max + 2 * pad,
+                                       left + pad)))),
             # row phases: classes 0 and 1 of the stacked rows into A, 2 and 3 into B
             self.a_addr.eq(chan_x + Mux(self.phases, 0, w) + xs),
             self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),

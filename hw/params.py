@@ -18,18 +18,23 @@ from .dma import _byte_mask, load_command_members
 
 __all__ = ["ParamMemories", "ParamLoader", "WEIGHT_ARRAYS", "weight_word"]
 
-#: A depthwise layer's 3x3 weights as three more parameter arrays (issue 18): array ``t`` holds
-#: a u32 per channel whose bytes ``b`` (little-endian) are taps ``4t + b`` (``tap = 3 dy +
-#: dx``); taps 9 .. 11 do not exist and are ignored.
-WEIGHT_ARRAYS: tuple[str, ...] = ("w0", "w1", "w2")
+#: A depthwise layer's weights as more parameter arrays (issue 18): array ``t`` holds a u32 per
+#: channel whose bytes ``b`` (little-endian) are taps ``4t + b`` (``tap = k dy + dx`` of a k x
+#: k kernel); a 3x3 layer uses the first three (taps 9 .. 11 do not exist and are ignored), a
+#: 5x5 layer all seven (taps 0 .. 24; :func:`spec.desc.depthwise_arrays`).
+WEIGHT_ARRAYS: tuple[str, ...] = ("w0", "w1", "w2", "w3", "w4", "w5", "w6")
+#: Taps of the widest kernel the weight word holds (5x5).
+WEIGHT_TAPS = 25
 
 
 def weight_word(taps) -> int:
-    """The 72-bit weight word of one channel (tap ``t`` in bits ``8t .. 8t + 7``) from its nine
-    int8 taps: what :class:`ParamMemories` gives on ``weights``, the three arrays' words
-    (:func:`spec.desc.depthwise_weight_words`) side by side."""
-    w0, w1, w2 = depthwise_weight_words(taps)
-    return w0 | w1 << 32 | (w2 & 0xFF) << 64
+    """The weight word of one channel (tap ``t`` in bits ``8t .. 8t + 7``, ``8 *``
+    :data:`WEIGHT_TAPS` bits) from its 9 or 25 int8 taps: what :class:`ParamMemories` gives on
+    ``weights``, the arrays' words (:func:`spec.desc.depthwise_weight_words`) side by side."""
+    word = 0
+    for t, w in enumerate(depthwise_weight_words(taps)):
+        word |= w << 32 * t
+    return word & ((1 << 8 * WEIGHT_TAPS) - 1)
 
 
 class ParamMemories(wiring.Component):
@@ -50,11 +55,11 @@ class ParamMemories(wiring.Component):
     ``bench.outreg`` can fold into the RAMs; through the select it was the RAMs' 5.8 ns
     unregistered clock-to-out, 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
 
-    With ``weights`` there are three more arrays (:data:`WEIGHT_ARRAYS`), loaded through the A
+    With ``weights`` there are seven more arrays (:data:`WEIGHT_ARRAYS`), loaded through the A
     load engine (``wa_addr``, ``wa_data``, ``wa_en`` go to the array ``wsel`` while ``wload``
     is high, registered on the way as B's writes are) and read at their own port: ``w_ch`` with
-    ``w_ren`` puts channel ``w_ch``'s nine taps on ``weights`` in the next cycle (tap ``t`` in
-    bits ``8t ..``, :func:`weight_word`).
+    ``w_ren`` puts channel ``w_ch``'s taps (25; a 3x3 layer's nine in the low 72 bits) on
+    ``weights`` in the next cycle (tap ``t`` in bits ``8t ..``, :func:`weight_word`).
 
     Parameters
     ----------
@@ -70,8 +75,8 @@ class ParamMemories(wiring.Component):
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
     bias_row, mult_row, shift_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
-    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(72)``; wload :
-    ``In(1)``; wsel : ``In(range(3))``; wa_addr : ``In(range(quant_entries // words))``; wa_data :
+    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(200)``; wload :
+    ``In(1)``; wsel : ``In(range(7))``; wa_addr : ``In(range(quant_entries // words))``; wa_data :
     ``In(8 * b_beat_bytes)``; wa_en : ``In(1)`` (only with ``weights``)
     """
 
@@ -94,7 +99,8 @@ class ParamMemories(wiring.Component):
                                  f"buffer's {depth} rows")
         arrays = len(PARAM_ARRAYS)
         extra = {"w_ch": In(range(cfg.quant_entries)), "w_ren": In(1),
-                 "weights": Out(72), "wload": In(1), "wsel": In(range(len(WEIGHT_ARRAYS))),
+                 "weights": Out(8 * WEIGHT_TAPS), "wload": In(1),
+                 "wsel": In(range(len(WEIGHT_ARRAYS))),
                  "wa_addr": In(range(cfg.quant_entries // words)),
                  "wa_data": In(8 * cfg.b_beat_bytes), "wa_en": In(1)} if weights else {}
         super().__init__({
@@ -158,7 +164,7 @@ class ParamMemories(wiring.Component):
                 m.d.comb += [w.addr.eq(wa_addr), w.data.eq(wa_data), w.en.eq(wa_en[t]),
                              r.addr.eq(self.w_ch >> lw), r.en.eq(self.w_ren)]
                 taps.append(rd.word_select(w_lane, 32) if lw else rd)
-            m.d.comb += self.weights.eq(Cat(taps[0], taps[1], taps[2][:8]))
+            m.d.comb += self.weights.eq(Cat(*taps)[:8 * WEIGHT_TAPS])
         return m
 
 
@@ -178,7 +184,9 @@ class ParamLoader(wiring.Component):
     With ``weights`` the depthwise weight arrays (:data:`WEIGHT_ARRAYS`) load at the same time
     through the A load engine (``la``; ``phase_a`` and its copies ``phase_la``, ``wsel`` the
     array), the same way, one after another, and are not checked (any byte is a weight);
-    ``done`` comes when both engines' arrays are loaded (``need`` bits 3 .. 5 are theirs).
+    ``done`` comes when both engines' arrays are loaded (``need`` bits 3 .. 9 are theirs; the
+    A chain ends after the last array whose bit is set, so a 3x3 layer's three arrays take
+    what they took before the 5x5 layers' four more existed).
 
     Parameters
     ----------
@@ -189,7 +197,7 @@ class ParamLoader(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; need : ``In(3)`` (6 with ``weights``; stable from ``start`` on: the
+    start : ``In(1)``; need : ``In(3)`` (10 with ``weights``; stable from ``start`` on: the
     engine's start is registered from it); addr_<array> : ``In(32)``;
     rows : ``In(32)`` (stable
     from the cycle before ``start``: the command's sizes are registered from it)
@@ -204,7 +212,7 @@ class ParamLoader(wiring.Component):
     registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
     la : ``In(Signature(load_command_members))``, the A load engine command; phase_a :
     ``Out(1)``; phase_la : ``Out(2 + len(LB_FIELDS))`` (bit 0 unused, bit 1 for buffer A's write
-    enables, bit ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(3))`` (only with
+    enables, bit ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(7))`` (only with
     ``weights``)
     """
 
@@ -349,11 +357,18 @@ class ParamLoader(wiring.Component):
             m.next = f"a_{WEIGHT_ARRAYS[i]}"
 
         def leave(i):
-            if i + 1 < len(WEIGHT_ARRAYS):
-                enter(i + 1)
-            else:
+            def end():
                 m.d.sync += [phase.eq(0), *(c.eq(0) for c in copies)]
                 m.next = "A_END"
+            if i + 1 < len(WEIGHT_ARRAYS):
+                # on to the next array while a later one is needed (3x3 layers and GEMMs
+                # end after the first three, as before the 5x5 arrays existed)
+                with m.If(need[i + 1:].any() if i >= 2 else 1):
+                    enter(i + 1)
+                with m.Else():
+                    end()
+            else:
+                end()
 
         with m.FSM(name="a_chain"):
             with m.State("A_IDLE"):

@@ -7,7 +7,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DESC_FIELDS, DIM_BITS, ErrorCode
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
+                        B_MODE_DEPTHWISE_S2, DESC_FIELDS, DIM_BITS, ErrorCode)
 from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
@@ -20,7 +21,7 @@ from .counters import CATEGORIES, PerfCounters
 from .crc import restartable_crc
 from .dma import LoadEngine, StoreEngine
 from .dwwalk import DwWalker
-from .params import ParamLoader, ParamMemories
+from .params import WEIGHT_ARRAYS, ParamLoader, ParamMemories
 from .stepper import StepWalker, step_layout
 from .ports import ReadPort, WritePort, named_members
 
@@ -344,12 +345,17 @@ class Sequencer(wiring.Component):
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
         is_dw = Signal(name="is_dw") if dw else Const(0, 1)     # a depthwise layer
         dw_s2 = Signal(name="dw_s2")                  # ... with stride 2
+        dw_k5 = Signal(name="dw_k5")                  # ... 5x5 (b_mode 4, 5)
         params_needed = post                          # the run loads parameter arrays
         if dw:
-            m.d.sync += [is_dw.eq((d["b_mode"] == B_MODE_DEPTHWISE) |
-                                  (d["b_mode"] == B_MODE_DEPTHWISE_S2)),
-                         dw_s2.eq(d["b_mode"] == B_MODE_DEPTHWISE_S2)]
-            q_need = Cat(q_need, is_dw, is_dw, is_dw)   # then WEIGHT_ARRAYS
+            m.d.sync += [is_dw.eq((d["b_mode"] >= B_MODE_DEPTHWISE) &
+                                  (d["b_mode"] <= B_MODE_DEPTHWISE5_S2)),
+                         dw_s2.eq((d["b_mode"] == B_MODE_DEPTHWISE_S2) |
+                                  (d["b_mode"] == B_MODE_DEPTHWISE5_S2)),
+                         dw_k5.eq((d["b_mode"] == B_MODE_DEPTHWISE5) |
+                                  (d["b_mode"] == B_MODE_DEPTHWISE5_S2))]
+            # then WEIGHT_ARRAYS: three for a 3x3 layer, seven for a 5x5 one
+            q_need = Cat(q_need, is_dw, is_dw, is_dw, dw_k5, dw_k5, dw_k5, dw_k5)
             params_needed = post | is_dw
 
         M, K, N = d["m"], d["k"], d["n"]
@@ -483,8 +489,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
                          dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
-                         dww.p_s2.eq(dw_s2)]
+                         dww.p_s2.eq(dw_s2), dww.p_k5.eq(dw_k5)]
             m.d.comb += [
+                ce.p_m_k5.eq(dw_k5),
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
@@ -662,11 +669,16 @@ class Sequencer(wiring.Component):
         if dw:
             # the weight arrays at a_addr + t a_stride (registered: the loader reads them
             # long after the latch)
-            w_addrs = [Signal(32, name=f"dw_w{t}_addr") for t in range(3)]
-            m.d.sync += [w_addrs[0].eq(d["a_addr"]), w_addrs[1].eq(d["a_addr"] + d["a_stride"]),
-                         w_addrs[2].eq(d["a_addr"] + (d["a_stride"] << 1))]
-            m.d.comb += [pl.addr_w0.eq(w_addrs[0]), pl.addr_w1.eq(w_addrs[1]),
-                         pl.addr_w2.eq(w_addrs[2])]
+            w_a0, w_st = d["a_addr"], d["a_stride"]
+            w_addrs = [Signal(32, name=f"dw_w{t}_addr") for t in range(len(WEIGHT_ARRAYS))]
+            m.d.sync += [w_addrs[0].eq(w_a0), w_addrs[1].eq(w_a0 + w_st),
+                         w_addrs[2].eq(w_a0 + (w_st << 1)),
+                         w_addrs[3].eq(w_a0 + (w_st << 1) + w_st),
+                         w_addrs[4].eq(w_a0 + (w_st << 2)),
+                         w_addrs[5].eq(w_a0 + (w_st << 2) + w_st),
+                         w_addrs[6].eq(w_a0 + (w_st << 2) + (w_st << 1))]
+            m.d.comb += [getattr(pl, f"addr_{name}").eq(w_addrs[t])
+                         for t, name in enumerate(WEIGHT_ARRAYS)]
         # ISSUE's load starts as registers, set with the move into ISSUE (with `shift_all`)
         # and clear in every other cycle: `go_a` / `go_b` = "the step to load needs its A / B
         # block" (nxt_valid & ~same_*, as ISSUE sees them), `lb_go` = go_b & ~conv, the B load

@@ -1,4 +1,4 @@
-"""The RTL record checks of a depthwise record (b_mode 2 or 3 on a dw_mesh config) agree with
+"""The RTL record checks of a depthwise record (b_mode 2 to 5 on a dw_mesh config) agree with
 spec.record.check_record, as do a GEMM's on the same config (its rules are masked, not
 replaced). Amaranth simulation of the RecordChecker alone."""
 
@@ -9,8 +9,9 @@ import random
 from amaranth.sim import Simulator
 
 from spec.config import PRESETS
-from spec.desc import B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode, \
-    GemmDescriptor
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
+                       B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode,
+                       GemmDescriptor)
 from spec.layouts import LAYER_WORDS, OpKind
 from spec.record import check_record, layer_record
 from hw.checker import LAYER_FIELDS, RecordChecker
@@ -29,13 +30,14 @@ def depthwise_records(cfg, rng, count):
     for _ in range(count):
         m, h, w = rng.randrange(1, 40), rng.randrange(1, 30), rng.randrange(1, 40)
         ob = rng.choice([1, 4])
-        s = rng.choice([1, 2])
+        s, k5 = rng.choice([1, 2]), rng.random() < 0.4
         g = 1 if h % 2 and s == 2 else rng.randrange(1, 8)
         values = dict(m=m, k=h, n=w, partition_m=g,
                       acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
                       a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
                       c_addr=D // 2, c_stride=ob * -(-h // s) * -(-w // s),
-                      b_mode=B_MODE_DEPTHWISE if s == 1 else B_MODE_DEPTHWISE_S2,
+                      b_mode=((B_MODE_DEPTHWISE5 if k5 else B_MODE_DEPTHWISE) if s == 1 else
+                              (B_MODE_DEPTHWISE5_S2 if k5 else B_MODE_DEPTHWISE_S2)),
                       **{name: 0 for name in DEPTHWISE_UNUSED})
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = (rng.choice(edges) if rng.random() < 0.6 else
@@ -118,7 +120,22 @@ def depthwise_boundaries(cfg):
                 # sometimes: a run of test_checker_depthwise_matches_python_rules without one
                 # for b_mode 2 failed its coverage check, seed 350312276)
                 rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE),
-                rec(g=e * MAX_DIM, b_mode=B_MODE_DEPTHWISE_S2, c_stride=12)]
+                rec(g=e * MAX_DIM, b_mode=B_MODE_DEPTHWISE_S2, c_stride=12),
+                # 5x5 (b_mode 4, 5): seven weight arrays, their end against the output, the
+                # weights part of an image, the memory's end; the modes' range
+                rec(b_mode=B_MODE_DEPTHWISE5, c_addr=D // 8 + 7 * 20 - e),
+                rec(b_mode=B_MODE_DEPTHWISE5, c_addr=D // 8 + 3 * 20 - e),
+                rec(b_mode=B_MODE_DEPTHWISE5, a_addr=D - 7 * 20 + 4 * e),
+                rec(b_mode=B_MODE_DEPTHWISE5, a_addr=D // 8 + 4096 - 140 + 4 * e,
+                    image=(D // 16, D // 8 + 8192), weights_at=D // 8 + 4096),
+                rec(b_mode=B_MODE_DEPTHWISE5, a_stride=4 * 5 - 4 * e),
+                rec(b_mode=B_MODE_DEPTHWISE5_S2, c_stride=12 + e),
+                rec(h=5, g=1 + e, b_stride=35, c_stride=12, b_mode=B_MODE_DEPTHWISE5_S2),
+                rec(b_mode=B_MODE_DEPTHWISE5_S2 + e, c_stride=12),
+                rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE5),
+                rec(b_mode=B_MODE_DEPTHWISE5_S2, c_stride=12,
+                    fields=dict(out_window_hi=D // 2 + 5 * 12 - e)),
+                rec(b_mode=B_MODE_DEPTHWISE5, fields=dict(out_window_lo=D // 2 + e))]
     return out
 
 
@@ -167,7 +184,11 @@ def test_checker_depthwise_matches_python_rules():
     for b_mode in (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2):
         dw_codes = {code for mode, code in seen if mode == b_mode}
         assert want <= dw_codes, f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
-    assert {code for mode, code in seen if mode == B_MODE_DEPTHWISE_S2 + 1} - {0}
+    for b_mode in (B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2):
+        dw_codes = {code for mode, code in seen if mode == b_mode}
+        assert {0, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_ADDRESS, ErrorCode.BAD_WINDOW} <= \
+            dw_codes, f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
+    assert {code for mode, code in seen if mode == B_MODE_DEPTHWISE5_S2 + 1} - {0}
 
 
 def test_layer_words_cover_the_checker():

@@ -10,6 +10,7 @@ from amaranth.lib.memory import Memory
 
 from hw.compute import (MESH_HALVES_START_CYCLES, MESH_QUAD_START_CYCLES, MESH_START_CYCLES,
                         ComputeEngine, mesh_drain_cycles)
+from hw.params import WEIGHT_TAPS
 from spec.config import PRESETS
 from spec.dwmesh import run_strip_tile, strip_step_cycles, strip_steps, strip_tile_acc
 
@@ -33,7 +34,7 @@ class _Harness(Elaboratable):
         mems = {}
         for name, words, width in (("a", self._a, 8 * cfg.a_beat_bytes),
                                    ("b", self._b, 8 * cfg.b_beat_bytes),
-                                   ("w", self._w, 72)):
+                                   ("w", self._w, 8 * WEIGHT_TAPS)):
             mems[name] = Memory(shape=unsigned(width), depth=len(words), init=words)
             m.submodules[f"mem_{name}"] = mems[name]
         ra, rb, rw = (mems[n].read_port() for n in "abw")
@@ -62,7 +63,12 @@ def _unpack_row(word, cols):
         # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4 in a
         # step's last, packed rows
         (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
-        (8, 3, 3, 8, "quad"), (1, 3, 3, 1, "quad"))),
+        (8, 3, 3, 8, "quad"), (1, 3, 3, 1, "quad"),
+        # depthwise 5x5 (pad 2): 4 x 4 outputs a tile on the 8x8, channels at odd and even
+        # stacked rows, ragged tiles, a one-pixel map
+        (3, 10, 13, 3, "k5"), (2, 5, 4, 2, "k5"), (3, 7, 9, 3, "k5"), (2, 1, 1, 2, "k5"),
+        (4, 9, 5, 3, "k5"))),
+    ("default", 3, 14, 14, 3, "k5"), ("default", 2, 13, 20, 2, "k5"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
@@ -72,14 +78,15 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
-    wt = rng.integers(-128, 128, (c, 3, 3), dtype=np.int8)
+    kernel = 5 if stride == "k5" else 3
+    wt = rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8)
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     quad = stride == "quad"
-    stride = 1 if quad else stride
+    stride = 1 if stride in ("quad", "k5") else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                        stride=stride)
+                        stride=stride, kernel=kernel)
     assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
     pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
@@ -100,7 +107,8 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
         async def bench(ctx, step=step):
             phases = step.tiles[0].phase1 is not None
             params = {"p_m_channels": step.channels,
-                      "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else -(-h // (R - 2)),
+                      "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else
+                      -(-h // (R - kernel + 1)), "p_m_k5": kernel == 5,
                       "p_m_phases": phases, "p_m_words": step.a_load.words, "p_m_quad": quad,
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,

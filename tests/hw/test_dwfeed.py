@@ -12,7 +12,7 @@ from amaranth.lib.memory import Memory
 from hw.array import SystolicArray
 from hw.dwfeed import DwFeeder, tile_program
 from spec.config import PRESETS
-from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, run_strip_tile,
+from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, run_strip_tile, serpentine,
                          scatter_results, strip_steps, strip_tile_cycles, tile_cycles,
                          tile_patches, tile_weights)
 
@@ -127,17 +127,20 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     np.testing.assert_array_equal(got, expect)
 
 
-@pytest.mark.parametrize("c,h,w,group,stride,quad", [
-    (2, 10, 13, 2, 1, False), (1, 5, 6, 1, 1, False), (3, 4, 20, 3, 1, False),
-    (3, 5, 6, 3, 1, False), (2, 7, 9, 2, 1, False), (5, 3, 6, 5, 1, False),
-    (4, 2, 11, 4, 1, False),
+@pytest.mark.parametrize("c,h,w,group,stride,quad,kernel", [
+    (2, 10, 13, 2, 1, False, 3), (1, 5, 6, 1, 1, False, 3), (3, 4, 20, 3, 1, False, 3),
+    (3, 5, 6, 3, 1, False, 3), (2, 7, 9, 2, 1, False, 3), (5, 3, 6, 5, 1, False, 3),
+    (4, 2, 11, 4, 1, False, 3),
     # stride 2's row phases: two fills a tile, the second with the *1 parameters
-    (2, 8, 9, 2, 2, False), (3, 16, 20, 3, 2, False), (1, 12, 5, 1, 2, False),
+    (2, 8, 9, 2, 2, False, 3), (3, 16, 20, 3, 2, False, 3), (1, 12, 5, 1, 2, False, 3),
     # the quadrant mode: 3 x 3 maps on the 8x8, four a tile, 1 to 4 in a step's last
-    (7, 3, 3, 7, 1, True), (6, 3, 3, 6, 1, True), (9, 3, 3, 9, 1, True), (4, 3, 3, 4, 1, True),
-    (1, 3, 3, 1, 1, True)])
+    (7, 3, 3, 7, 1, True, 3), (6, 3, 3, 6, 1, True, 3), (9, 3, 3, 9, 1, True, 3),
+    (4, 3, 3, 4, 1, True, 3), (1, 3, 3, 1, 1, True, 3),
+    # depthwise 5x5: the 25-tap walk, both top pad rows masked, two lanes of pre-rotation
+    (2, 10, 13, 2, 1, False, 5), (1, 5, 6, 1, 1, False, 5), (3, 4, 9, 3, 1, False, 5),
+    (3, 7, 5, 3, 1, False, 5), (1, 1, 1, 1, 1, False, 5), (2, 9, 10, 2, 1, False, 5)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
-                                                                       quad):
+                                                                       quad, kernel):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
     them, stale words full of garbage: the masked fill words and the pre-rotation give each
     tile's accumulators as spec.dwmesh.run_strip_tile computes them, tiles back to back; maps
@@ -148,14 +151,14 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
-    wt = rng.integers(-128, 128, (c, 3, 3), dtype=np.int8)
+    wt = rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8)
     x_addr = 100
     mem = rng.integers(-128, 128, 4000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     depth = 64
     pad = int(rng.integers(-128, 128))
     for step in strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                            stride=stride):
+                            stride=stride, kernel=kernel):
         assert all(bool(t.quads) == quad for t in step.tiles)
         words = {}
         for name, block in (("a", step.a_load), ("b", step.b_load)):
@@ -173,7 +176,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             # tile's second phase
             bottom = tile.phase1 or tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
             weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
-                [wt[tile.channel], np.zeros((3, 3), np.int8)]
+                [wt[tile.channel]]
             if tile.quads:          # a quadrant without a channel: the tile's first's weights
                 weights = [wt[tile.channel + q if q < tile.quads else tile.channel]
                            for q in range(4)]
@@ -182,12 +185,13 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
+                    "p_b_lo": tile.b_lo, "p_k5": tile.kernel == 5,
                     "p_pre_right": tile.pre_right, "p_swap": tile.swap,
                     "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
-                    "p_w": pack(np.pad(np.concatenate(weights).reshape(-1),
-                                       (0, 36 - 9 * len(weights))), 8),
+                    "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
+                                       (0, 36 - kernel * kernel * len(weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
                     "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
 
@@ -226,6 +230,15 @@ def test_tile_program_is_the_models_schedule(stride, length):
     assert [b[3] for b in taps].count(True) == 1 and taps[0][3]
     assert [b[4] for b in taps].count(True) == 1 and taps[-1][4]
     assert [b[1] for b in prog if b[0] == "FILL"] == list(range(4 * stride))
+
+
+def test_5x5_tile_program_is_the_models_schedule():
+    prog = tile_program(8, 1, kernel=5)
+    assert len(prog) == 8 // 2 + 25
+    taps = [b for b in prog if b[2] is not None]
+    assert [b[2] for b in taps] == [5 * dy + dx for (dy, dx), _ in serpentine(5)]
+    assert [b[0] for b in taps] == [mv or "HOLD" for _, mv in serpentine(5)]
+    assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
 
 
 def test_feeder_needs_a_square_array():

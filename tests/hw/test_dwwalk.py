@@ -22,12 +22,28 @@ from .util import run_sim
     ("small", 6, 3, 3, 4, 0)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, stride):
+    _walk(preset, channels, h, w, group, int8, stride, kernel=3)
+
+
+@pytest.mark.parametrize("preset,channels,h,w,group,int8", [
+    ("default", 3, 20, 31, 1, 1), ("default", 8, 14, 14, 3, 1), ("default", 5, 28, 30, 2, 0),
+    ("default", 1, 7, 7, 1, 1), ("default", 2, 1, 1, 1, 1), ("default", 672, 14, 14, 35, 1),
+    ("default", 2, 12, 12, 2, 0), ("default", 2, 13, 25, 2, 1), ("default", 3, 56, 30, 3, 0),
+    ("small", 3, 12, 13, 2, 1), ("small", 2, 13, 6, 1, 0), ("small", 4, 5, 5, 3, 1)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_walk_states_the_models_5x5_steps(preset, channels, h, w, group, int8, stride):
+    """Depthwise 5x5 (p_k5): strips of C - 4 columns, tiles of R - 4 rows, the loads two
+    columns left of a later strip's outputs."""
+    _walk(preset, channels, h, w, group, int8, stride, kernel=5)
+
+
+def _walk(preset, channels, h, w, group, int8, stride, *, kernel):
     cfg = PRESETS[preset]
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
     x_addr, out_addr = 0x1234, 0x40_0001
     expect = strip_steps(channels, h, w, x_addr=x_addr, out_addr=0, rows=cfg.array_rows,
-                         cols=cfg.array_cols, group=group, stride=stride)
+                         cols=cfg.array_cols, group=group, stride=stride, kernel=kernel)
     dut = DwWalker(cfg)
     got = []
 
@@ -35,7 +51,7 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
         for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
                             ("p_group", group), ("p_x_addr", x_addr),
                             ("p_out_addr", out_addr), ("p_int8", int8),
-                            ("p_s2", int(stride == 2))):
+                            ("p_s2", int(stride == 2)), ("p_k5", int(kernel == 5))):
             ctx.set(getattr(dut, name), value)
         ctx.set(dut.start, 1)
         await ctx.tick()
