@@ -5,8 +5,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
-                        B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS,
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE7_S2, DEPTHWISE_KERNELS,
+                        DEPTHWISE_UNUSED, DESC_FIELDS, depthwise_kernels,
                        MAX_DIM, ROW_FIELDS, ErrorCode)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
@@ -199,12 +199,17 @@ class RecordChecker(wiring.Component):
 
         # -- bases (registered while the products run) ----------------------------------------
         is_conv = reg(d["b_mode"] == 1, 1)
-        is_dw = reg((d["b_mode"] >= B_MODE_DEPTHWISE) & (d["b_mode"] <= B_MODE_DEPTHWISE5_S2), 1,
+        # the largest b_mode the mesh runs: its largest kernel's, stride 2
+        # (spec.desc.depthwise_kernels: 7x7 needs a mesh of at least 9 rows and columns)
+        max_b_mode = max((b for b, k in DEPTHWISE_KERNELS.items()
+                          if k in depthwise_kernels(cfg)), default=1)
+        # a depthwise record: b_mode 2 + 2 kernel (0 3x3, 1 5x5, 2 7x7), + 1 with stride 2
+        is_dw = reg((d["b_mode"] >= B_MODE_DEPTHWISE) & (d["b_mode"] <= B_MODE_DEPTHWISE7_S2), 1,
                     name="is_dw") if dw else Const(0, 1)
-        dw_s2 = reg((d["b_mode"] == B_MODE_DEPTHWISE_S2) | (d["b_mode"] == B_MODE_DEPTHWISE5_S2),
-                    1, name="dw_s2") if dw else None
-        dw_k5 = reg((d["b_mode"] == B_MODE_DEPTHWISE5) | (d["b_mode"] == B_MODE_DEPTHWISE5_S2),
-                    1, name="dw_k5") if dw else None
+        dw_s2 = reg(d["b_mode"][0] & (d["b_mode"] >= B_MODE_DEPTHWISE) &
+                    (d["b_mode"] <= B_MODE_DEPTHWISE7_S2), 1, name="dw_s2") if dw else None
+        dw_kern = reg((d["b_mode"][:3] - B_MODE_DEPTHWISE) >> 1, 2, name="dw_kernel") \
+            if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -284,9 +289,11 @@ class RecordChecker(wiring.Component):
                 m.d.sync += acc_need.eq(p_mn * cfg.acc_bytes)
 
         if dw:
-            # the last weight array's end: a_addr + (arrays - 1) a_stride + 4 m (3 or 7 arrays)
+            # the last weight array's end: a_addr + (arrays - 1) a_stride + 4 m (3, 7 or 13
+            # arrays: 2, 6 or 12 strides)
             a_st = d["a_stride"]
-            dw_a_hi = reg(d["a_addr"] + Mux(dw_k5, (a_st << 2) + (a_st << 1), a_st << 1) +
+            dw_a_hi = reg(d["a_addr"] + Array([a_st << 1, (a_st << 2) + (a_st << 1),
+                                              (a_st << 3) + (a_st << 2), 0])[dw_kern] +
                           (M << 2), name="dw_a_hi")
             dw_b_hi, dw_c_hi = Signal(64, name="dw_b_hi"), Signal(64, name="dw_c_hi")
             dw_words_a, dw_words_b, dw_acc_need = (Signal(64, name=f"dw_{n}")
@@ -365,7 +372,7 @@ class RecordChecker(wiring.Component):
                                            "acc_half"))
         rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
                                        early(d["need_splitk"] > 1, "need_splitk")) |
-             early(d["b_mode"] > (B_MODE_DEPTHWISE5_S2 if dw else 1), "b_mode"))
+             early(d["b_mode"] > (max_b_mode if dw else 1), "b_mode"))
         row_any = early(Cat(*(d[name] != 0 for name in ROW_FIELDS)).any(), "row_any")
         if rows_built:
             # (a depthwise record's are in its unused fields)

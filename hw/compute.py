@@ -116,11 +116,12 @@ class ComputeEngine(wiring.Component):
     an accumulator row from ``p_acc_base + R t`` (:func:`spec.dwmesh.strip_tile_acc`): the
     drain writes one row a cycle, each from the array's row of this cycle and the two before,
     the last one a cycle after the array's last row (``busy`` a cycle longer).
-    With ``p_m_k5`` (a depthwise 5x5 layer, pad 2: :func:`spec.dwmesh.strip_steps` with
-    ``kernel=5``) every tile is a whole-mesh 5x5 tile (the 25-tap walk, the weights' 25 taps),
-    ``(R - 4) / 2`` words and ``R - 4`` accumulator rows further per tile, its bases and masks
-    those of :func:`spec.dwmesh.kernel_tile` with pad 2 (no halves, row phases or quadrants).
-    ``p_m_pre_right`` gives every tile the left pad's rotation (two lanes for 5x5); the fill words' lanes from
+    With ``p_m_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
+    :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) every tile is a
+    whole-mesh tile of that kernel (its 25- or 49-tap walk, the weight word's taps), ``R/2 - p``
+    words and ``R - 2 p`` accumulator rows further per tile, its bases and masks those of
+    :func:`spec.dwmesh.kernel_tile` (no halves, row phases or quadrants).
+    ``p_m_pre_right`` gives every tile the left pad's rotation (``p`` lanes); the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
     :func:`mesh_drain_cycles` after the last beat. A depthwise step and a GEMM partition must
@@ -141,10 +142,11 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_k5 : ``In(1)``; p_m_channels, p_m_tiles, p_m_h, p_m_na,
+    m_start, p_m_pre_right, p_m_phases, p_m_quad : ``In(1)``; p_m_kernel : ``In(2)``;
+    p_m_channels, p_m_tiles, p_m_h, p_m_na,
     p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``;
     p_m_pad : ``In(8)``; p_m_cols :
-    ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(200)`` (25 taps, tap ``t`` in bits
+    ``In(range(C + 1))``; w_raddr : ``Out``; w_rdata : ``In(392)`` (49 taps, tap ``t`` in bits
     ``8t``; a 3x3 layer's nine in the low 72; only with ``mesh``)
     """
 
@@ -154,7 +156,7 @@ class ComputeEngine(wiring.Component):
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
-                 "p_m_k5": In(1),
+                 "p_m_kernel": In(2),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
                                                       "words")},
                  "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
@@ -482,9 +484,11 @@ class ComputeEngine(wiring.Component):
         R, ob = cfg.array_rows, cfg.operand_bits
         arr = self.array
         half = R // 2
-        k5 = Signal(name="mesh_k5")         # 5x5 tiles (pad 2)
-        # fill words from one tile's patch to the next's: R/2 - 1, or R/2 - 2 for 5x5
-        tstep = Mux(k5, half - 2, half - 1)
+        # the kernel: 0 3x3, 1 5x5, 2 7x7 (pad kern + 1)
+        kern = Signal(2, name="mesh_kernel")
+        k5, k7, big = kern == 1, kern == 2, kern != 0
+        # fill words from one tile's patch to the next's: R/2 - pad
+        tstep = half - 1 - kern
         m.submodules.feed = feed = DwFeeder(cfg, tag_bits=len(arr.i_tag))
         m.d.comb += [arr.i_mesh.eq(feed.o_mesh), arr.i_move.eq(feed.o_move),
                      arr.i_split.eq(feed.o_split), arr.i_fill.eq(feed.o_fill),
@@ -567,7 +571,9 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_hi.eq(clamp(a_left)),
                          n_b_hi.eq(clamp(b_left)), n_swap.eq(par ^ k5)]
         # (a 5x5 tile's first two patch rows are the top pads: both first fill words)
-        m.d.sync += [n_a_lo.eq(first), n_b_lo.eq(first & k5), n_tag.eq(acc_pos), fresh.eq(0)]
+        # (and a 7x7 tile's first three: two even fill words, one odd)
+        m.d.sync += [n_a_lo.eq(Mux(first, 1 + k7, 0)), n_b_lo.eq(first & big),
+                     n_tag.eq(acc_pos), fresh.eq(0)]
         # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
         # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
         # to the next channel, and issues that as the bottom half's; a step's last, odd
@@ -620,7 +626,7 @@ class ComputeEngine(wiring.Component):
             hold.eq(halves & (arr.f_r >= hh) & (arr.f_r < half)),
             feed.start.eq(issue | q_issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
-            feed.p_pre_right.eq(Mux(k5, pre_right << 1, pre_right)), feed.p_k5.eq(k5),
+            feed.p_pre_right.eq(Mux(pre_right, kern + 1, 0)), feed.p_kernel.eq(kern),
             feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
             feed.p_halves.eq(halves),
             # the bottom half: the walk's current tile (all padding when lone)
@@ -665,16 +671,19 @@ class ComputeEngine(wiring.Component):
                 hh.eq(self.p_m_h), pre_right.eq(self.p_m_pre_right), pad.eq(self.p_m_pad),
                 pad_mask.eq(Cat(*(self.p_m_cols <= j for j in range(cfg.array_cols)))),
                 t_left.eq(self.p_m_tiles - 1), g_left.eq(self.p_m_channels - 1),
-                # (5x5: kernel_tile with pad 2, the channel at an even stacked row)
-                a_ch.eq(self.p_a_base), a_pos.eq(self.p_a_base - 1),
-                a_left.eq(Mux(self.p_m_k5, self.p_m_nb, self.p_m_na) + 1),
-                b_ch.eq(self.p_b_base), b_pos.eq(self.p_b_base - self.p_m_k5),
-                b_left.eq(Mux(self.p_m_k5, self.p_m_na + 1, self.p_m_nb)),
-                acc_ch.eq(self.p_acc_base), k5.eq(self.p_m_k5),
+                # (kernel_tile with pad 1, 2 or 3, the channel at an even stacked row)
+                a_ch.eq(self.p_a_base),
+                a_pos.eq(self.p_a_base - 1 - (self.p_m_kernel == 2)),
+                a_left.eq(Mux(self.p_m_kernel == 1, self.p_m_nb, self.p_m_na) + 1 +
+                          (self.p_m_kernel == 2)),
+                b_ch.eq(self.p_b_base), b_pos.eq(self.p_b_base - (self.p_m_kernel != 0)),
+                b_left.eq(Mux(self.p_m_kernel == 1, self.p_m_na + 1,
+                              self.p_m_nb + (self.p_m_kernel == 2))),
+                acc_ch.eq(self.p_acc_base), kern.eq(self.p_m_kernel),
                 acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
                 halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2) & ~self.p_m_quad
-                          & ~self.p_m_k5 if R % 4 == 0 else 0),
+                          & (self.p_m_kernel == 0) if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), pq.eq(0), pq_ch.eq(0), prem.eq(self.p_m_h),
                 ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
@@ -694,7 +703,7 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
                              b_left.eq(b_left - tstep),
-                             acc_pos.eq(acc_pos + Mux(phases, R - 1, Mux(k5, R - 4, R - 2))),
+                             acc_pos.eq(acc_pos + Mux(phases, R - 1, R - 2 - (kern << 1))),
                              pq.eq(pq + 2 * (R - 1)), prem.eq(prem - 2 * (R - 1))]
             with m.Elif(g_left != 0):               # the next channel's first tile
                 # its first stacked row is h further: half of that, rounded by the parity
@@ -702,16 +711,17 @@ class ComputeEngine(wiring.Component):
                 step = Mux(par, nb, na)
                 # a channel's accumulator rows: h, or h / 2 in row phases
                 acc_step = Mux(phases, hh >> 1, hh)
-                # (5x5, kernel_tile with pad 2: A from the half row before, B from the half
-                # row before when the channel starts at an even stacked row)
+                # (kernel_tile: with the channel's half row hr and parity, A from hr - ceil(p
+                # / 2) plus the parity for odd p, B from hr - floor(p / 2) plus the parity for
+                # even p)
                 par_next = par ^ hh[0]
                 m.d.sync += [g_left.eq(g_left - 1), t_left.eq(tiles - 1), first.eq(1),
                              a_ch.eq(a_ch + step),
-                             a_pos.eq(a_ch + step - 1 + Mux(k5, 0, par_next)),
-                             a_left.eq(Mux(k5, nb, na) + 1), par.eq(par_next),
+                             a_pos.eq(a_ch + step - 1 - k7 + Mux(k5, 0, par_next)),
+                             a_left.eq(Mux(k5, nb, na) + 1 + k7), par.eq(par_next),
                              b_ch.eq(b_ch + step),
-                             b_pos.eq(b_ch + step - Mux(k5, ~par_next, 0)),
-                             b_left.eq(Mux(k5, na + 1, nb)),
+                             b_pos.eq(b_ch + step - big + Mux(k5, par_next, 0)),
+                             b_left.eq(Mux(k5, na + 1, nb + k7)),
                              acc_ch.eq(acc_ch + acc_step),
                              acc_pos.eq(acc_ch + acc_step + R - 1),
                              pq_ch.eq(pq_ch + hh), pq.eq(pq_ch + hh), prem.eq(hh),

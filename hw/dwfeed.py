@@ -19,8 +19,8 @@ def tile_program(rows: int, stride: int,
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = kernel * dy + dx``,
     None for a beat that does not tap) multiplies, then makes ``move``. A row phase's first
     fill beat is the previous phase's last tap beat (a tap multiplies the registers the fill
-    then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 tile (stride 1) is ``rows /
-    2 + 25``."""
+    then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 or 7x7 tile (stride 1) is
+    ``rows / 2 + 25`` or ``rows / 2 + 49``."""
     beats, taps, count = [], 0, kernel * kernel
     for phase, walk in enumerate(walks(stride, kernel)):
         fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
@@ -47,12 +47,13 @@ class DwFeeder(wiring.Component):
     below ``p_a_lo`` or at least ``p_a_hi``, its B word when at least ``p_b_hi`` (a strip
     tile's zero pads, :class:`spec.dwmesh.StripTile`; ``0, R, R`` mask nothing), and also when
     below ``p_b_lo`` (a 5x5 tile's second top pad row; 0 in every other tile);
-    with ``p_pre_right`` (0, 1 or 2) every fill row enters rotated right by that many lanes
+    with ``p_pre_right`` (0 to 3) every fill row enters rotated right by that many lanes
     (lane ``j`` from lane ``j - p_pre_right``, modulo ``C``): the patch that many ``RIGHT``
     moves after the fills would give (a strip tile's left pad,
-    :attr:`spec.dwmesh.StripTile.pre_right`), without the beats. With ``p_k5`` the tile is a
-    depthwise 5x5 one (:attr:`spec.dwmesh.StripTile.kernel`): the 25-tap walk, its taps'
-    weights region 0's (tap ``t`` in bits ``8t`` of ``p_w``), the whole mesh one region. With ``p_swap`` the fill's buffers trade places: the B word
+    :attr:`spec.dwmesh.StripTile.pre_right`), without the beats. With ``p_kernel`` 1 or 2
+    the tile is a depthwise 5x5 or 7x7 one (:attr:`spec.dwmesh.StripTile.kernel`; 0: 3x3):
+    the 25- or 49-tap walk, its taps' weights region 0's (tap ``t`` in bits ``8t`` of
+    ``p_w``), the whole mesh one region. With ``p_swap`` the fill's buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
     (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
@@ -84,9 +85,11 @@ class DwFeeder(wiring.Component):
     start : ``In(1)``; ready, running : ``Out(1)``; issue_tap : ``Out(1)``: a tap beat issues
     in this cycle (it reaches the array as ``o_tap`` :attr:`FEED_CYCLES` later)
     p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
-    p_a_lo, p_a_hi, p_b_lo, p_b_hi : ``In(range(R + 1))``; p_pre_right : ``In(2)``;
-    p_swap, p_k5 : ``In(1)``
-    p_a_base, p_b_base : buffer rows; p_w : ``In(4 * 9 * 8)``; p_tag : ``In(tag_bits)``
+    p_a_lo, p_a_hi, p_b_lo, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_kernel : ``In(2)``;
+    p_swap : ``In(1)``
+    p_a_base, p_b_base : buffer rows; p_w : ``In(49 * 8)`` (four regions' nine taps, region
+    ``q``'s tap ``t`` in bits ``8 (9 q + t)``; or a 5x5 / 7x7 tile's taps); p_tag :
+    ``In(tag_bits)``
     p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
     half's (with ``p_halves``)
     p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
@@ -100,6 +103,10 @@ class DwFeeder(wiring.Component):
     #: Cycles from a beat's issue to the array's input: the buffers' synchronous read, then the
     #: operand register (the compute engine's :data:`hw.compute.FEED_CYCLES`, which it checks).
     FEED_CYCLES = 2
+    #: Taps ``p_w`` holds: four regions' nine (3x3), or one 7x7 kernel's 49.
+    W_TAPS = 49
+    #: The tile programs' kernels, by ``p_kernel`` (after 3x3's two: stride 1, stride 2).
+    KERNELS = (3, 5, 7)
 
     def __init__(self, cfg: AccelConfig, *, tag_bits: int):
         if cfg.array_rows != cfg.array_cols:
@@ -110,7 +117,7 @@ class DwFeeder(wiring.Component):
         super().__init__({
             "start": In(1), "ready": Out(1), "running": Out(1),
             "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(2), "p_swap": In(1),
-            "p_k5": In(1),
+            "p_kernel": In(2),
             "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
             "p_b_lo": In(range(cfg.array_rows + 1)), "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
@@ -118,7 +125,7 @@ class DwFeeder(wiring.Component):
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
             "p_b_hi1": In(range(cfg.array_rows + 1)),
             "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
-            "p_w": In(4 * 9 * ob), "p_tag": In(tag_bits), "p_quads": In(3),
+            "p_w": In(self.W_TAPS * ob), "p_tag": In(tag_bits), "p_quads": In(3),
             "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
             "a_raddr": Out(range(cfg.buf_a_depth)), "a_rdata": In(8 * cfg.a_beat_bytes),
@@ -134,20 +141,20 @@ class DwFeeder(wiring.Component):
         R, C, ob = cfg.array_rows, cfg.array_cols, cfg.operand_bits
         n, quarter = R // 2 - 1, R // 4          # the quadrant mode's maps, fill words a half
         assert self.FEED_CYCLES == 2     # the two stages below
-        programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5)]
+        programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5),
+                    tile_program(R, 1, kernel=7)]
         rom = [beat for program in programs for beat in program]
-        start2 = len(programs[0])                       # the stride-2 program
-        start5 = start2 + len(programs[1])              # the 5x5 program
+        starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
+        start2, start5, start7 = starts[1:]             # stride 2, 5x5, 7x7
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
         word_t = Array(Const(b[1], range(R)) for b in rom)
-        tap_t = Array(Const(b[2] or 0, range(25)) for b in rom)
+        tap_t = Array(Const(b[2] or 0, range(self.W_TAPS)) for b in rom)
         taps_t = Array(Const(b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
-        end_t = Array(Const(i in (start2 - 1, start5 - 1, len(rom) - 1), 1)
-                      for i in range(len(rom)))
+        end_t = Array(Const(i + 1 in starts[1:] + [len(rom)], 1) for i in range(len(rom)))
 
         pc = Signal(range(len(rom)))
         split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
@@ -157,7 +164,7 @@ class DwFeeder(wiring.Component):
         pad, pad_mask = Signal.like(self.p_pad), Signal.like(self.p_pad_mask)
         swap = Signal(name="dw_swap")
         rot = Signal(2, name="dw_rot")                  # fill rows rotated right (pre_right)
-        k5 = Signal(name="dw_k5")                       # a 5x5 tile
+        big = Signal(name="dw_big")                     # a 5x5 or 7x7 tile: region 0's taps
         halves, swap1 = Signal(name="dw_halves"), Signal(name="dw_swap1")
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
@@ -178,8 +185,10 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_k5, start5, Mux(self.p_stride2, start2, 0)) + merge),
-                         rot.eq(self.p_pre_right), k5.eq(self.p_k5),
+                         pc.eq(Mux(self.p_kernel[1], start7,
+                                   Mux(self.p_kernel[0], start5,
+                                       Mux(self.p_stride2, start2, 0))) + merge),
+                         rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
                          b_hi.eq(self.p_b_hi),
                          split.eq(self.p_split), a_base.eq(self.p_a_base),
@@ -201,7 +210,7 @@ class DwFeeder(wiring.Component):
         word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            stride2.eq((pc >= start2) & (pc < start5)),
+            stride2.eq((pc >= start2) & (pc < start5)),        # (the 5x5 and 7x7 after it)
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),
@@ -217,11 +226,11 @@ class DwFeeder(wiring.Component):
                                 Mux(bottom, a_base1, a_base) + a_off)),
             self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + b_off)),
         ]
-        # the tap's weights, one per region (a 5x5 tile: region 0's, tap t at bits 8t)
+        # the tap's weights, one per region (a 5x5 or 7x7 tile: region 0's, tap t at bits 8t)
         tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
                      for q in range(4))
-        tap_w5 = Array(w[ob * t:ob * (t + 1)] for t in range(25))[tap_t[pc]]
-        tap_w = Mux(k5, tap_w5, tap_w3)
+        tap_big = Array(w[ob * t:ob * (t + 1)] for t in range(self.W_TAPS))[tap_t[pc]]
+        tap_w = Mux(big, tap_big, tap_w3)
         # stage 1: the buffers' read is in flight; stage 2: the operand register
         s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
               (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
@@ -276,8 +285,7 @@ class DwFeeder(wiring.Component):
             vals = [Mux(masked | s1_mask[j], s1_pad, data[ob * j:ob * (j + 1)])
                     for j in range(C)]
             # rotated right by s1_rot lanes: lane j from lane j - s1_rot (modulo C)
-            return Cat(*(Mux(s1_rot[1], vals[j - 2], Mux(s1_rot[0], vals[j - 1], vals[j]))
-                         for j in range(C)))
+            return Cat(*(Array(vals[j - r] for r in range(4))[s1_rot] for j in range(C)))
 
         a_row, b_row = self.a_rdata[:C * ob], self.b_rdata[:C * ob]
         # the quadrant mode's rows from the two-row words: [pad, left, pad, right], the left

@@ -35,10 +35,11 @@ class DwWalker(wiring.Component):
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
     above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
 
-    With ``p_k5`` (a depthwise 5x5 layer, pad 2: :func:`spec.dwmesh.strip_steps` with
-    ``kernel=5``) the strips are ``C - 4`` columns wide, a channel's tiles ``ceil(h / (R -
-    4))``, the first strip's loads ``C - 2`` bytes from column 0 and a later strip's start two
-    columns left of its outputs (no row phases, no quadrant mode).
+    With ``p_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
+    :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
+    p`` columns wide, a channel's tiles ``ceil(h / (R - 2 p))``, the first strip's loads ``C -
+    p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no row
+    phases, no quadrant mode).
 
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
@@ -59,7 +60,7 @@ class DwWalker(wiring.Component):
     -------
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
-    ``In(dram_addr_bits + 1)``; p_int8, p_s2, p_k5 : ``In(1)``
+    ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``; p_kernel : ``In(2)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
     first_strip, phases, quad : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
@@ -80,7 +81,7 @@ class DwWalker(wiring.Component):
             "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
-            "p_k5": In(1),
+            "p_kernel": In(2),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
             "first_strip": Out(1), "phases": Out(1), "quad": Out(1),
@@ -91,10 +92,10 @@ class DwWalker(wiring.Component):
         m = Module()
         cfg = self._cfg
         aw = cfg.dram_addr_bits + 1
-        # a strip's output columns: C - 2 (3x3) or C - 4 (5x5), the pad 1 or 2
-        k5 = Signal(name="dw_k5")
-        tw_max = Mux(k5, cfg.array_cols - 4, cfg.array_cols - 2)
-        pad = Mux(k5, 2, 1)
+        # a strip's output columns: C - 2 pad, the pad 1, 2 or 3 (3x3, 5x5, 7x7)
+        kern = Signal(2, name="dw_kernel")
+        pad = kern + 1
+        tw_max = cfg.array_cols - 2 - (kern << 1)
         pw = 2 * DIM_BITS + 2                          # product width
 
         C, h, w, G = (Signal(DIM_BITS, name=n) for n in ("dw_c", "dw_h", "dw_w", "dw_g"))
@@ -114,9 +115,9 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)) --
         R = cfg.array_rows
-        phases_in = ~self.p_k5 & self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
+        phases_in = (self.p_kernel == 0) & self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
-        quad_in = (~self.p_k5 & ~self.p_s2 & (self.p_h == R // 2 - 1) &
+        quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         tile_rows = Signal(range(R), name="dw_tile_rows")
@@ -128,8 +129,8 @@ class DwWalker(wiring.Component):
         with m.If(self.start):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
                          quo.eq(0),
-                         tile_rows.eq(Mux(phases_in, R - 1, Mux(self.p_k5, R - 4, R - 2))),
-                         k5.eq(self.p_k5),
+                         tile_rows.eq(Mux(phases_in, R - 1, R - 2 - (self.p_kernel << 1))),
+                         kern.eq(self.p_kernel),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),

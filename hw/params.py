@@ -21,10 +21,10 @@ __all__ = ["ParamMemories", "ParamLoader", "WEIGHT_ARRAYS", "weight_word"]
 #: A depthwise layer's weights as more parameter arrays (issue 18): array ``t`` holds a u32 per
 #: channel whose bytes ``b`` (little-endian) are taps ``4t + b`` (``tap = k dy + dx`` of a k x
 #: k kernel); a 3x3 layer uses the first three (taps 9 .. 11 do not exist and are ignored), a
-#: 5x5 layer all seven (taps 0 .. 24; :func:`spec.desc.depthwise_arrays`).
-WEIGHT_ARRAYS: tuple[str, ...] = ("w0", "w1", "w2", "w3", "w4", "w5", "w6")
-#: Taps of the widest kernel the weight word holds (5x5).
-WEIGHT_TAPS = 25
+#: 5x5 layer seven (taps 0 .. 24), a 7x7 layer all thirteen (:func:`spec.desc.depthwise_arrays`).
+WEIGHT_ARRAYS: tuple[str, ...] = tuple(f"w{t}" for t in range(13))
+#: Taps of the widest kernel the weight word holds (7x7).
+WEIGHT_TAPS = 49
 
 
 def weight_word(taps) -> int:
@@ -55,11 +55,12 @@ class ParamMemories(wiring.Component):
     ``bench.outreg`` can fold into the RAMs; through the select it was the RAMs' 5.8 ns
     unregistered clock-to-out, 10.5 ns of the whole 8x8, 94a525d seed 3, session 24).
 
-    With ``weights`` there are seven more arrays (:data:`WEIGHT_ARRAYS`), loaded through the A
+    With ``weights`` there are thirteen more arrays (:data:`WEIGHT_ARRAYS`), loaded through the A
     load engine (``wa_addr``, ``wa_data``, ``wa_en`` go to the array ``wsel`` while ``wload``
     is high, registered on the way as B's writes are) and read at their own port: ``w_ch`` with
-    ``w_ren`` puts channel ``w_ch``'s taps (25; a 3x3 layer's nine in the low 72 bits) on
+    ``w_ren`` puts channel ``w_ch``'s taps (49; a 3x3 layer's nine in the low 72 bits) on
     ``weights`` in the next cycle (tap ``t`` in bits ``8t ..``, :func:`weight_word`).
+    (Seven of the arrays' words make a 5x5 channel's 25 taps, thirteen a 7x7 one's 49.)
 
     Parameters
     ----------
@@ -75,8 +76,8 @@ class ParamMemories(wiring.Component):
     w_data : ``In(8 * b_beat_bytes)``; w_en : ``In(1)``
     ch : ``In(range(quant_entries))``; ren : ``In(1)``; bias, mult, shift : ``Out(32)``;
     bias_row, mult_row, shift_row : ``Out(8 * b_beat_bytes)``; lane : ``Out(range(max(words, 2)))``
-    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(200)``; wload :
-    ``In(1)``; wsel : ``In(range(7))``; wa_addr : ``In(range(quant_entries // words))``; wa_data :
+    w_ch : ``In(range(quant_entries))``; w_ren : ``In(1)``; weights : ``Out(392)``; wload :
+    ``In(1)``; wsel : ``In(range(13))``; wa_addr : ``In(range(quant_entries // words))``; wa_data :
     ``In(8 * b_beat_bytes)``; wa_en : ``In(1)`` (only with ``weights``)
     """
 
@@ -184,9 +185,9 @@ class ParamLoader(wiring.Component):
     With ``weights`` the depthwise weight arrays (:data:`WEIGHT_ARRAYS`) load at the same time
     through the A load engine (``la``; ``phase_a`` and its copies ``phase_la``, ``wsel`` the
     array), the same way, one after another, and are not checked (any byte is a weight);
-    ``done`` comes when both engines' arrays are loaded (``need`` bits 3 .. 9 are theirs; the
+    ``done`` comes when both engines' arrays are loaded (``need`` bits 3 .. 15 are theirs; the
     A chain ends after the last array whose bit is set, so a 3x3 layer's three arrays take
-    what they took before the 5x5 layers' four more existed).
+    what they took before the 5x5 and 7x7 layers' ten more existed).
 
     Parameters
     ----------
@@ -197,7 +198,7 @@ class ParamLoader(wiring.Component):
 
     Members
     -------
-    start : ``In(1)``; need : ``In(3)`` (10 with ``weights``; stable from ``start`` on: the
+    start : ``In(1)``; need : ``In(3)`` (16 with ``weights``; stable from ``start`` on: the
     engine's start is registered from it); addr_<array> : ``In(32)``;
     rows : ``In(32)`` (stable
     from the cycle before ``start``: the command's sizes are registered from it)
@@ -212,7 +213,7 @@ class ParamLoader(wiring.Component):
     registers set with the state moves); done : ``Out(1)``; bad : ``Out(1)``
     la : ``In(Signature(load_command_members))``, the A load engine command; phase_a :
     ``Out(1)``; phase_la : ``Out(2 + len(LB_FIELDS))`` (bit 0 unused, bit 1 for buffer A's write
-    enables, bit ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(7))`` (only with
+    enables, bit ``2 + i`` for command field ``LB_FIELDS[i]``); wsel : ``Out(range(13))`` (only with
     ``weights``)
     """
 

@@ -7,8 +7,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
-                        B_MODE_DEPTHWISE_S2, DESC_FIELDS, DIM_BITS, ErrorCode)
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE7_S2, DESC_FIELDS, DIM_BITS,
+                        ErrorCode, depthwise_arrays)
 from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
@@ -345,17 +345,21 @@ class Sequencer(wiring.Component):
         q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
         is_dw = Signal(name="is_dw") if dw else Const(0, 1)     # a depthwise layer
         dw_s2 = Signal(name="dw_s2")                  # ... with stride 2
-        dw_k5 = Signal(name="dw_k5")                  # ... 5x5 (b_mode 4, 5)
+        # ... its kernel: 0 3x3, 1 5x5, 2 7x7 (b_mode 2 + 2 kernel, + 1 with stride 2)
+        dw_kern = Signal(2, name="dw_kernel")
         params_needed = post                          # the run loads parameter arrays
         if dw:
-            m.d.sync += [is_dw.eq((d["b_mode"] >= B_MODE_DEPTHWISE) &
-                                  (d["b_mode"] <= B_MODE_DEPTHWISE5_S2)),
-                         dw_s2.eq((d["b_mode"] == B_MODE_DEPTHWISE_S2) |
-                                  (d["b_mode"] == B_MODE_DEPTHWISE5_S2)),
-                         dw_k5.eq((d["b_mode"] == B_MODE_DEPTHWISE5) |
-                                  (d["b_mode"] == B_MODE_DEPTHWISE5_S2))]
-            # then WEIGHT_ARRAYS: three for a 3x3 layer, seven for a 5x5 one
-            q_need = Cat(q_need, is_dw, is_dw, is_dw, dw_k5, dw_k5, dw_k5, dw_k5)
+            b_mode = d["b_mode"]
+            m.d.sync += [is_dw.eq((b_mode >= B_MODE_DEPTHWISE) &
+                                  (b_mode <= B_MODE_DEPTHWISE7_S2)),
+                         dw_s2.eq(b_mode[0] & (b_mode >= B_MODE_DEPTHWISE) &
+                                  (b_mode <= B_MODE_DEPTHWISE7_S2)),
+                         dw_kern.eq((b_mode[:3] - B_MODE_DEPTHWISE) >> 1)]
+            # then WEIGHT_ARRAYS: a 3x3 layer's three, a 5x5 one's seven, a 7x7 one's thirteen
+            arrays = [depthwise_arrays(B_MODE_DEPTHWISE + 2 * k) for k in range(3)]
+            q_need = Cat(q_need, *(is_dw & (dw_kern >= k) for k, (lo, hi) in enumerate(
+                zip([0] + arrays, arrays)) for _ in range(hi - lo)))
+            assert len(q_need) == 3 + len(WEIGHT_ARRAYS)
             params_needed = post | is_dw
 
         M, K, N = d["m"], d["k"], d["n"]
@@ -489,9 +493,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
                          dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
-                         dww.p_s2.eq(dw_s2), dww.p_k5.eq(dw_k5)]
+                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern)]
             m.d.comb += [
-                ce.p_m_k5.eq(dw_k5),
+                ce.p_m_kernel.eq(dw_kern),
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
@@ -671,12 +675,10 @@ class Sequencer(wiring.Component):
             # long after the latch)
             w_a0, w_st = d["a_addr"], d["a_stride"]
             w_addrs = [Signal(32, name=f"dw_w{t}_addr") for t in range(len(WEIGHT_ARRAYS))]
-            m.d.sync += [w_addrs[0].eq(w_a0), w_addrs[1].eq(w_a0 + w_st),
-                         w_addrs[2].eq(w_a0 + (w_st << 1)),
-                         w_addrs[3].eq(w_a0 + (w_st << 1) + w_st),
-                         w_addrs[4].eq(w_a0 + (w_st << 2)),
-                         w_addrs[5].eq(w_a0 + (w_st << 2) + w_st),
-                         w_addrs[6].eq(w_a0 + (w_st << 2) + (w_st << 1))]
+            # a_addr + t a_stride: the shifts of t's bits added (no multiplier)
+            m.d.sync += [addr.eq(sum((w_st << b for b in range(t.bit_length()) if t >> b & 1),
+                                     start=w_a0))
+                         for t, addr in enumerate(w_addrs)]
             m.d.comb += [getattr(pl, f"addr_{name}").eq(w_addrs[t])
                          for t, name in enumerate(WEIGHT_ARRAYS)]
         # ISSUE's load starts as registers, set with the move into ISSUE (with `shift_all`)

@@ -43,7 +43,9 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   depthwise 5x5 layer with pad 2, stride 1 or 2: every field as with ``b_mode`` 2 and 3 (the
   output maps are the same sizes), but the weights are seven u32 arrays at ``a_addr + t
   a_stride`` (``t < 7``; taps ``4t .. 4t + 3`` of the channel's 25, row-major, in array ``t``:
-  :func:`depthwise_weight_words`, :func:`depthwise_arrays`).
+  :func:`depthwise_weight_words`, :func:`depthwise_arrays`). ``b_mode = 6`` and ``7``
+  (:data:`B_MODE_DEPTHWISE7`, :data:`B_MODE_DEPTHWISE7_S2`) are the same for a 7x7 layer with
+  pad 3: 13 weight arrays of the channel's 49 taps.
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -62,6 +64,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "B_MODE_DEPTHWISE", "B_MODE_DEPTHWISE_S2", "DEPTHWISE_STRIDES", "DEPTHWISE_UNUSED",
            "depthwise_out", "depthwise_words", "depthwise_weight_words", "ROW_FIELDS",
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
+           "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -142,7 +145,7 @@ class GemmDescriptor(Operands, Tiling):
 
     b_mode: int = 0       # 0: B dense row-major; 1: B through the convolution tables;
                           # 2, 3: depthwise 3x3, stride 1 or 2, on the mesh; 4, 5: the same
-                          # 5x5 (module docstring)
+                          # 5x5; 6, 7: 7x7 (module docstring)
     off_addr: int = 0
     run_addr: int = 0
     grp_addr: int = 0
@@ -175,12 +178,18 @@ B_MODE_DEPTHWISE_S2 = 3
 B_MODE_DEPTHWISE5 = 4
 #: ``b_mode`` of a depthwise 5x5 layer with stride 2 (pad 2) on the mesh.
 B_MODE_DEPTHWISE5_S2 = 5
+#: ``b_mode`` of a depthwise 7x7 layer (stride 1, pad 3) on the mesh.
+B_MODE_DEPTHWISE7 = 6
+#: ``b_mode`` of a depthwise 7x7 layer with stride 2 (pad 3) on the mesh.
+B_MODE_DEPTHWISE7_S2 = 7
 #: The depthwise ``b_mode`` values and their strides.
 DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2,
-                                     B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2}
+                                     B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2,
+                                     B_MODE_DEPTHWISE7: 1, B_MODE_DEPTHWISE7_S2: 2}
 #: The depthwise ``b_mode`` values and their kernels (``k`` x ``k``, pad ``(k - 1) / 2``).
 DEPTHWISE_KERNELS: dict[int, int] = {B_MODE_DEPTHWISE: 3, B_MODE_DEPTHWISE_S2: 3,
-                                     B_MODE_DEPTHWISE5: 5, B_MODE_DEPTHWISE5_S2: 5}
+                                     B_MODE_DEPTHWISE5: 5, B_MODE_DEPTHWISE5_S2: 5,
+                                     B_MODE_DEPTHWISE7: 7, B_MODE_DEPTHWISE7_S2: 7}
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
@@ -206,9 +215,8 @@ def c_span(d: GemmDescriptor, out_bytes: int, *, lanes: int = 1) -> int:
 
 
 def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
-    """The output map of a depthwise descriptor (``b_mode`` 2 to 5): ``(k, n)`` with stride 1,
-    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a 3x3 window with pad 1, or 5x5 with pad
-    2)."""
+    """The output map of a depthwise descriptor (``b_mode`` 2 to 7): ``(k, n)`` with stride 1,
+    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a k x k window with pad ``(k - 1) / 2``)."""
     s = DEPTHWISE_STRIDES[d.b_mode]
     return -(-d.k // s), -(-d.n // s)
 
@@ -221,19 +229,31 @@ def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
     return gk >> 1, (gk + 1) >> 1
 
 
+def depthwise_kernels(cfg: AccelConfig) -> tuple[int, ...]:
+    """The depthwise kernels ``cfg``'s mesh walks (none without ``dw_mesh``): a ``k`` x ``k``
+    kernel with pad ``p = (k - 1) / 2`` needs at least ``2 p + max(2, p)`` rows and columns
+    (tiles of ``2 p`` fewer outputs than the mesh, strips at least ``p`` wide:
+    :func:`spec.dwmesh.strip_steps`): 3x3 from 4, 5x5 from 6, 7x7 from 9."""
+    side = min(cfg.array_rows, cfg.array_cols)
+    kernels = sorted(set(DEPTHWISE_KERNELS.values()))
+    return tuple(k for k in kernels if side >= (k - 1) + max(2, (k - 1) // 2)) \
+        if cfg.dw_mesh else ()
+
+
 def depthwise_arrays(b_mode: int) -> int:
     """The weight arrays of a depthwise ``b_mode``: ``ceil(taps / 4)`` u32 arrays, 3 for 3x3, 7
-    for 5x5."""
+    for 5x5, 13 for 7x7."""
     return -(-DEPTHWISE_KERNELS[b_mode] ** 2 // 4)
 
 
 def depthwise_weight_words(taps) -> tuple[int, ...]:
-    """The u32 weight words of one depthwise channel (its 9 or 25 int8 ``taps``, row-major 3 x 3
-    or 5 x 5): word ``t`` holds taps ``4t .. 4t + 3``, tap ``4t`` in its low byte (the last word
-    only the last tap): 3 words, or 7."""
+    """The u32 weight words of one depthwise channel (its 9, 25 or 49 int8 ``taps``, row-major
+    3 x 3, 5 x 5 or 7 x 7): word ``t`` holds taps ``4t .. 4t + 3``, tap ``4t`` in its low byte
+    (the last word only the last tap): 3, 7 or 13 words."""
     flat = [int(v) for v in taps]
-    if len(flat) not in (9, 25) or not all(-128 <= v <= 127 for v in flat):
-        raise ValueError(f"depthwise_weight_words: 9 or 25 int8 taps (3x3, 5x5), not {taps!r}")
+    if len(flat) not in (9, 25, 49) or not all(-128 <= v <= 127 for v in flat):
+        raise ValueError(f"depthwise_weight_words: 9, 25 or 49 int8 taps (3x3, 5x5, 7x7), not "
+                         f"{taps!r}")
     words = -(-len(flat) // 4)
     b = [v & 0xFF for v in flat] + [0] * (4 * words - len(flat))
     return tuple(int.from_bytes(bytes(b[4 * t:4 * t + 4]), "little") for t in range(words))
@@ -263,7 +283,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output). With the
     row store C's rows are ``c_rows`` rows of pixels each (:func:`c_span`).
 
-    A depthwise layer (``b_mode`` 2 to 5) has ``a``: its weight arrays, ``b``: the input's
+    A depthwise layer (``b_mode`` 2 to 7) has ``a``: its weight arrays, ``b``: the input's
     ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
     row loads are beats too: the last one may read up to ``array_cols - 1`` bytes past ``b``
     (masked, never written anywhere), which these extents do not count, so a depthwise input
@@ -447,18 +467,18 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
 
 def _b_mode_text(b_mode: int, cfg: AccelConfig) -> str:
     if cfg.dw_mesh:
-        return (f"b_mode={b_mode} must be 0 to 5 (2 to 5: depthwise 3x3 or 5x5, stride 1 or "
-                "2)")
+        return (f"b_mode={b_mode} must be 0 to 7 (2 to 7: depthwise 3x3, 5x5 or 7x7, stride 1 "
+                "or 2)")
     if b_mode in DEPTHWISE_STRIDES:
         k = DEPTHWISE_KERNELS[b_mode]
         return (f"b_mode={b_mode} (depthwise {k}x{k} on the mesh) needs a config with "
                 "dw_mesh=1; this one has none")
-    return f"b_mode={b_mode} must be 0 or 1 (2 to 5, depthwise, need dw_mesh=1)"
+    return f"b_mode={b_mode} must be 0 or 1 (2 to 7, depthwise, need dw_mesh=1)"
 
 
 def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      out_bytes: int) -> list[tuple[ErrorCode, str]]:
-    """The rules of a depthwise descriptor (``b_mode`` 2 to 5 on a ``dw_mesh`` config) after the
+    """The rules of a depthwise descriptor (``b_mode`` 2 to 7 on a ``dw_mesh`` config) after the
     shape's, in the RTL's priority order (:func:`check`)."""
     errs: list[tuple[ErrorCode, str]] = []
 
@@ -487,6 +507,12 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
         bad(ErrorCode.ACC_OVERFLOW,
             f"need (partition_m*k + array_rows)*{cfg.c_beat_bytes}={acc_need} <= "
             f"acc_buffer_needed={d.acc_buffer_needed} <= acc_half_bytes={cfg.acc_half_bytes}")
+    kernel = DEPTHWISE_KERNELS[d.b_mode]
+    if kernel not in depthwise_kernels(cfg):
+        bad(ErrorCode.BAD_FLAGS, f"b_mode={d.b_mode} (depthwise {kernel}x{kernel}) needs a mesh "
+                                 f"of at least {(kernel - 1) + max(2, (kernel - 1) // 2)} rows "
+                                 f"and columns; this one is {cfg.array_rows}x{cfg.array_cols} "
+                                 f"(it walks {', '.join(f'{k}x{k}' for k in depthwise_kernels(cfg))})")
     used = [name for name in DEPTHWISE_UNUSED if getattr(d, name)]
     if used:
         bad(ErrorCode.BAD_FLAGS, f"a depthwise descriptor (b_mode={d.b_mode}) uses none of "

@@ -34,8 +34,9 @@ twice the row pitch), the phase-0 patch takes the taps with ``dy`` = 0 and 2 (si
 accumulators carry the sum across the fill. Columns keep full resolution, so only the PEs of
 even columns hold outputs: 15 x 7 per tile on a 16x16 mesh.
 
-A depthwise 5x5 layer (pad 2) walks the 25-tap :func:`serpentine` on the same mesh, in
-whole-mesh tiles of ``(R - 4) x (C - 4)`` outputs (:func:`strip_steps` with ``kernel=5``).
+A depthwise 5x5 or 7x7 layer (pad 2 or 3) walks the 25- or 49-tap :func:`serpentine` on the
+same mesh, in whole-mesh tiles of ``(R - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs
+(:func:`strip_steps` with ``kernel=5`` or ``7``).
 
 :func:`mesh_depthwise` runs this schedule move by move and returns the outputs and the cycles
 it took (fill and tap beats; the pipeline's start and drain are the array's, as for a GEMM).
@@ -62,8 +63,9 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "PHASE_TAPS"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
-#: 3x3 in every mode, 5x5 as whole-mesh stride-1 tiles (stride 2 through the decimating store).
-KERNELS = (3, 5)
+#: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles (stride 2 through the decimating
+#: store).
+KERNELS = (3, 5, 7)
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
 #: it (None after the last). A rotation "LEFT" brings the right neighbour's value, so it moves
@@ -139,7 +141,7 @@ def out_size(h: int, pad: int, stride: int, kernel: int = 3) -> int:
 
 def strip_pad(kernel: int) -> int:
     """The pad of a strip step's ``kernel`` x ``kernel`` layer: ``(kernel - 1) / 2`` a side
-    (1 for 3x3, 2 for 5x5), the output map the input's with stride 1."""
+    (1 for 3x3, 2 for 5x5, 3 for 7x7), the output map the input's with stride 1."""
     if kernel not in KERNELS:
         raise ValueError(f"strip_pad: kernel={kernel!r} must be one of {KERNELS}")
     return (kernel - 1) // 2
@@ -563,15 +565,16 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     mode (:func:`quad_mode`, :attr:`StripTile.quads`: four channels a tile, two rows a word,
     two output rows a store row).
 
-    ``kernel = 5``: a pad-2 depthwise 5x5 layer, in whole-mesh tiles of the 25-tap
-    :func:`serpentine` walk, ``rows - 4`` x ``cols - 4`` outputs a tile (stride 2: the
-    stride-1 results, the decimating store keeping the even rows and columns; no halves, row
-    phases or quadrants). The loads are the 3x3 layer's (odd input rows in A, even ones in B);
-    patch row ``r`` is input row ``oy0 - 2 + r``, so the even patch rows are the even input
-    rows (``swap``, for a channel starting at an even stacked row) and both of the first
-    tile's first fill words are the top pad (``a_lo = b_lo = 1``); the first strip loads ``cols -
-    2`` bytes from column 0 and its tiles are rotated right by two (``pre_right = 2``), later
-    strips start their loads two columns left of their outputs."""
+    ``kernel = 5`` or ``7``: a depthwise 5x5 (pad 2) or 7x7 (pad 3) layer, in whole-mesh
+    tiles of the 25- or 49-tap :func:`serpentine` walk, ``rows - 2 pad`` x ``cols - 2 pad``
+    outputs a tile (stride 2: the stride-1 results, the decimating store keeping the even rows
+    and columns; no halves, row phases or quadrants). The loads are the 3x3 layer's (odd input
+    rows in A, even ones in B); patch row ``r`` is input row ``oy0 - pad + r``
+    (:func:`kernel_tile`: with pad 2 the even patch rows are the even input rows, ``swap`` for
+    a channel starting at an even stacked row, and both of the first tile's first fill words
+    are the top pad, ``a_lo = b_lo = 1``; with pad 3 ``a_lo = 2``, ``b_lo = 1``); the first
+    strip loads ``cols - pad`` bytes from column 0 and its tiles are rotated right by ``pad``
+    (``pre_right``), later strips start their loads ``pad`` columns left of their outputs."""
     if kernel not in KERNELS:
         raise ValueError(f"strip_steps: kernel={kernel!r} must be one of {KERNELS}")
     if h < 1 or w < 1 or channels < 1:
@@ -586,9 +589,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"with stride 2")
     pad = strip_pad(kernel)
     th_max, tw_max = rows - 2 * pad, cols - 2 * pad
-    if tw_max < 2 or th_max < 2:
+    # (a strip after the first starts its loads pad columns left of its outputs: at column 0
+    # or later, so a strip is at least pad columns wide)
+    if min(th_max, tw_max) < max(2, pad):
         raise ValueError(f"strip_steps: a {rows}x{cols} mesh is too small for {kernel}x{kernel} "
-                         f"tiles (it needs at least {2 * pad + 2} rows and columns)")
+                         f"tiles (it needs at least {2 * pad + max(2, pad)} rows and columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
     phases = modes and row_phases(h, rows=rows, stride=stride)

@@ -1,4 +1,4 @@
-"""The RTL record checks of a depthwise record (b_mode 2 to 5 on a dw_mesh config) agree with
+"""The RTL record checks of a depthwise record (b_mode 2 to 7 on a dw_mesh config) agree with
 spec.record.check_record, as do a GEMM's on the same config (its rules are masked, not
 replaced). Amaranth simulation of the RecordChecker alone."""
 
@@ -9,9 +9,12 @@ import random
 from amaranth.sim import Simulator
 
 from spec.config import PRESETS
+import pytest
+
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
-                       B_MODE_DEPTHWISE_S2, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode,
-                       GemmDescriptor)
+                       B_MODE_DEPTHWISE7, B_MODE_DEPTHWISE7_S2, B_MODE_DEPTHWISE_S2,
+                       DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode,
+                       GemmDescriptor, depthwise_kernels)
 from spec.layouts import LAYER_WORDS, OpKind
 from spec.record import check_record, layer_record
 from hw.checker import LAYER_FIELDS, RecordChecker
@@ -19,6 +22,9 @@ from hw.checker import LAYER_FIELDS, RecordChecker
 from .test_sequencer_checks import adversarial_descriptors, drive_record
 
 CFG = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+#: The meshes of the test: 4x4 (3x3 kernels only), 8x8 (3x3, 5x5), 16x16 (all three).
+CONFIGS = {"tiny": CFG, "small": dataclasses.replace(PRESETS["small"], dw_mesh=1),
+           "default": PRESETS["default"]}
 
 
 def depthwise_records(cfg, rng, count):
@@ -30,14 +36,13 @@ def depthwise_records(cfg, rng, count):
     for _ in range(count):
         m, h, w = rng.randrange(1, 40), rng.randrange(1, 30), rng.randrange(1, 40)
         ob = rng.choice([1, 4])
-        s, k5 = rng.choice([1, 2]), rng.random() < 0.4
+        s, kernel = rng.choice([1, 2]), rng.choice([3, 3, 5, 7])
         g = 1 if h % 2 and s == 2 else rng.randrange(1, 8)
         values = dict(m=m, k=h, n=w, partition_m=g,
                       acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
                       a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
                       c_addr=D // 2, c_stride=ob * -(-h // s) * -(-w // s),
-                      b_mode=((B_MODE_DEPTHWISE5 if k5 else B_MODE_DEPTHWISE) if s == 1 else
-                              (B_MODE_DEPTHWISE5_S2 if k5 else B_MODE_DEPTHWISE_S2)),
+                      b_mode=B_MODE_DEPTHWISE + (kernel - 3) + (s - 1),
                       **{name: 0 for name in DEPTHWISE_UNUSED})
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = (rng.choice(edges) if rng.random() < 0.6 else
@@ -64,7 +69,7 @@ def depthwise_boundaries(cfg):
 
     def rec(m=5, h=6, w=7, g=2, ob=1, image=None, weights_at=None, fields=None, **over):
         values = dict(m=m, k=h, n=w, partition_m=g,
-                      acc_buffer_needed=(g * h + R) * cfg.c_beat_bytes,
+                      acc_buffer_needed=min((g * h + R) * cfg.c_beat_bytes, (1 << 32) - 1),
                       a_addr=D // 8, a_stride=4 * m, b_addr=D // 4, b_stride=h * w,
                       c_addr=D // 2, c_stride=ob * h * w, b_mode=B_MODE_DEPTHWISE,
                       **{name: 0 for name in DEPTHWISE_UNUSED})
@@ -135,11 +140,24 @@ def depthwise_boundaries(cfg):
                 rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE5),
                 rec(b_mode=B_MODE_DEPTHWISE5_S2, c_stride=12,
                     fields=dict(out_window_hi=D // 2 + 5 * 12 - e)),
-                rec(b_mode=B_MODE_DEPTHWISE5, fields=dict(out_window_lo=D // 2 + e))]
+                rec(b_mode=B_MODE_DEPTHWISE5, fields=dict(out_window_lo=D // 2 + e)),
+                # 7x7 (b_mode 6, 7): thirteen weight arrays; refused on meshes under 9 x 9
+                rec(b_mode=B_MODE_DEPTHWISE7, c_addr=D // 8 + 13 * 20 - e),
+                rec(b_mode=B_MODE_DEPTHWISE7, a_addr=D - 13 * 20 + 4 * e),
+                rec(b_mode=B_MODE_DEPTHWISE7, a_addr=D // 8 + 4096 - 260 + 4 * e,
+                    image=(D // 16, D // 8 + 8192), weights_at=D // 8 + 4096),
+                rec(b_mode=B_MODE_DEPTHWISE7_S2, c_stride=12 + e),
+                rec(h=5, g=1 + e, b_stride=35, c_stride=12, b_mode=B_MODE_DEPTHWISE7_S2),
+                rec(b_mode=B_MODE_DEPTHWISE7_S2 + e, c_stride=12),
+                rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE7),
+                rec(b_mode=B_MODE_DEPTHWISE7, fields=dict(out_window_hi=D // 2 + 5 * 42 - e)),
+                rec(b_mode=B_MODE_DEPTHWISE7_S2, c_stride=12,
+                    fields=dict(out_window_hi=D // 2 + 5 * 12 - e))]
     return out
 
 
-def test_checker_depthwise_matches_python_rules():
+@pytest.mark.parametrize("preset", list(CONFIGS))
+def test_checker_depthwise_matches_python_rules(preset):
     """The checker alone on records back to back without a reset (as an image run issues
     them): each record's code, and for a legal one the address steps (``partition_k *
     a_stride``, ``partition_k * b_stride``, ``partition_m * c_stride``), are its own, whatever
@@ -147,10 +165,11 @@ def test_checker_depthwise_matches_python_rules():
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
     print(f"TESSERA_SEED={seed}")
     rng = random.Random(seed)
-    records = (depthwise_boundaries(CFG) + list(depthwise_records(CFG, rng, 500)) +
-               list(adversarial_descriptors(CFG, rng, 150)))
-    dut = RecordChecker(CFG)
-    mask = (1 << CFG.dram_addr_bits) - 1
+    cfg = CONFIGS[preset]
+    records = (depthwise_boundaries(cfg) + list(depthwise_records(cfg, rng, 500)) +
+               list(adversarial_descriptors(cfg, rng, 150)))
+    dut = RecordChecker(cfg)
+    mask = (1 << cfg.dram_addr_bits) - 1
     mismatches, seen = [], set()
 
     async def bench(ctx):
@@ -160,7 +179,7 @@ def test_checker_depthwise_matches_python_rules():
             await ctx.tick()
             ctx.set(dut.start, 0)
             await ctx.tick().until(dut.done)
-            errs = check_record(rec, CFG, image=image, weights_at=weights_at)
+            errs = check_record(rec, cfg, image=image, weights_at=weights_at)
             want = int(errs[0][0]) if errs else 0
             seen.add((rec["desc_b_mode"], want))
             if ctx.get(dut.code) != want:
@@ -184,11 +203,16 @@ def test_checker_depthwise_matches_python_rules():
     for b_mode in (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2):
         dw_codes = {code for mode, code in seen if mode == b_mode}
         assert want <= dw_codes, f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
-    for b_mode in (B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2):
+    for b_mode in (B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2, B_MODE_DEPTHWISE7,
+                   B_MODE_DEPTHWISE7_S2):
         dw_codes = {code for mode, code in seen if mode == b_mode}
-        assert {0, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_ADDRESS, ErrorCode.BAD_WINDOW} <= \
-            dw_codes, f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
-    assert {code for mode, code in seen if mode == B_MODE_DEPTHWISE5_S2 + 1} - {0}
+        if DEPTHWISE_KERNELS[b_mode] in depthwise_kernels(cfg):
+            assert {0, ErrorCode.BAD_PARTITION_M, ErrorCode.BAD_ADDRESS,
+                    ErrorCode.BAD_WINDOW} <= dw_codes, \
+                f"seed {seed}: b_mode={b_mode} codes {sorted(dw_codes)}"
+        else:                   # a kernel the mesh cannot walk: refused (BAD_FLAGS at best)
+            assert 0 not in dw_codes and ErrorCode.BAD_FLAGS in dw_codes, (b_mode, dw_codes)
+    assert {code for mode, code in seen if mode == B_MODE_DEPTHWISE7_S2 + 1} - {0}
 
 
 def test_layer_words_cover_the_checker():

@@ -69,6 +69,8 @@ def _unpack_row(word, cols):
         (3, 10, 13, 3, "k5"), (2, 5, 4, 2, "k5"), (3, 7, 9, 3, "k5"), (2, 1, 1, 2, "k5"),
         (4, 9, 5, 3, "k5"))),
     ("default", 3, 14, 14, 3, "k5"), ("default", 2, 13, 20, 2, "k5"),
+    # depthwise 7x7 (pad 3): 10 x 10 outputs a tile on the 16x16
+    ("default", 3, 12, 13, 3, "k7"), ("default", 2, 7, 7, 2, "k7"), ("default", 3, 21, 5, 2, "k7"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
@@ -78,13 +80,13 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
-    kernel = 5 if stride == "k5" else 3
+    kernel = {"k5": 5, "k7": 7}.get(stride, 3)
     wt = rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8)
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
     quad = stride == "quad"
-    stride = 1 if stride in ("quad", "k5") else stride
+    stride = 1 if stride in ("quad", "k5", "k7") else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
                         stride=stride, kernel=kernel)
     assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
@@ -108,7 +110,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
             phases = step.tiles[0].phase1 is not None
             params = {"p_m_channels": step.channels,
                       "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else
-                      -(-h // (R - kernel + 1)), "p_m_k5": kernel == 5,
+                      -(-h // (R - kernel + 1)), "p_m_kernel": (kernel - 3) // 2,
                       "p_m_phases": phases, "p_m_words": step.a_load.words, "p_m_quad": quad,
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,

@@ -138,7 +138,10 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (4, 3, 3, 4, 1, True, 3), (1, 3, 3, 1, 1, True, 3),
     # depthwise 5x5: the 25-tap walk, both top pad rows masked, two lanes of pre-rotation
     (2, 10, 13, 2, 1, False, 5), (1, 5, 6, 1, 1, False, 5), (3, 4, 9, 3, 1, False, 5),
-    (3, 7, 5, 3, 1, False, 5), (1, 1, 1, 1, 1, False, 5), (2, 9, 10, 2, 1, False, 5)])
+    (3, 7, 5, 3, 1, False, 5), (1, 1, 1, 1, 1, False, 5), (2, 9, 10, 2, 1, False, 5),
+    # depthwise 7x7 (on the 16x16: 10 x 10 outputs a tile): three top pad rows (two even
+    # fill words, one odd), three lanes of pre-rotation
+    (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
                                                                        quad, kernel):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
@@ -147,7 +150,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one);
     stride 2 in row phases; maps of R/2 - 1 rows and columns four a tile (the quadrant
     mode), from two-row words."""
-    cfg = PRESETS["small"]
+    cfg = PRESETS["default" if kernel == 7 else "small"]      # (7x7 needs 9 columns)
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
@@ -185,13 +188,13 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
-                    "p_b_lo": tile.b_lo, "p_k5": tile.kernel == 5,
+                    "p_b_lo": tile.b_lo, "p_kernel": (tile.kernel - 3) // 2,
                     "p_pre_right": tile.pre_right, "p_swap": tile.swap,
                     "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
                     "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
-                                       (0, 36 - kernel * kernel * len(weights))), 8),
+                                       (0, 49 - kernel * kernel * len(weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
                     "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
 
@@ -232,12 +235,13 @@ def test_tile_program_is_the_models_schedule(stride, length):
     assert [b[1] for b in prog if b[0] == "FILL"] == list(range(4 * stride))
 
 
-def test_5x5_tile_program_is_the_models_schedule():
-    prog = tile_program(8, 1, kernel=5)
-    assert len(prog) == 8 // 2 + 25
+@pytest.mark.parametrize("kernel", [5, 7])
+def test_big_kernel_tile_program_is_the_models_schedule(kernel):
+    prog = tile_program(16, 1, kernel=kernel)
+    assert len(prog) == 16 // 2 + kernel ** 2
     taps = [b for b in prog if b[2] is not None]
-    assert [b[2] for b in taps] == [5 * dy + dx for (dy, dx), _ in serpentine(5)]
-    assert [b[0] for b in taps] == [mv or "HOLD" for _, mv in serpentine(5)]
+    assert [b[2] for b in taps] == [kernel * dy + dx for (dy, dx), _ in serpentine(kernel)]
+    assert [b[0] for b in taps] == [mv or "HOLD" for _, mv in serpentine(kernel)]
     assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
 
 

@@ -32,9 +32,19 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
     ("small", 3, 12, 13, 2, 1), ("small", 2, 13, 6, 1, 0), ("small", 4, 5, 5, 3, 1)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_5x5_steps(preset, channels, h, w, group, int8, stride):
-    """Depthwise 5x5 (p_k5): strips of C - 4 columns, tiles of R - 4 rows, the loads two
-    columns left of a later strip's outputs."""
+    """Depthwise 5x5 (p_kernel 1): strips of C - 4 columns, tiles of R - 4 rows, the loads
+    two columns left of a later strip's outputs."""
     _walk(preset, channels, h, w, group, int8, stride, kernel=5)
+
+
+@pytest.mark.parametrize("channels,h,w,group,int8", [
+    (3, 20, 31, 1, 1), (8, 14, 14, 3, 1), (5, 28, 30, 2, 0), (1, 7, 7, 1, 1), (2, 1, 1, 1, 1),
+    (768, 7, 7, 40, 1), (2, 10, 11, 2, 0), (3, 56, 56, 3, 0)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_walk_states_the_models_7x7_steps(channels, h, w, group, int8, stride):
+    """Depthwise 7x7 (p_kernel 2) on the 16x16: strips of C - 6 columns, tiles of R - 6
+    rows, the loads three columns left of a later strip's outputs."""
+    _walk("default", channels, h, w, group, int8, stride, kernel=7)
 
 
 def _walk(preset, channels, h, w, group, int8, stride, *, kernel):
@@ -51,7 +61,7 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel):
         for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
                             ("p_group", group), ("p_x_addr", x_addr),
                             ("p_out_addr", out_addr), ("p_int8", int8),
-                            ("p_s2", int(stride == 2)), ("p_k5", int(kernel == 5))):
+                            ("p_s2", int(stride == 2)), ("p_kernel", (kernel - 3) // 2)):
             ctx.set(getattr(dut, name), value)
         ctx.set(dut.start, 1)
         await ctx.tick()

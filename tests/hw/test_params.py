@@ -89,9 +89,9 @@ async def _write_arrays(ctx, dut, arrays, words, *, first_sel, port=("load", "se
 
 
 def test_weight_arrays_load_and_read_as_one_word_per_channel():
-    """ParamMemories(weights=True): words written into the seven weight arrays (through the
-    A load engine's port, ``wsel`` 0 .. 6) read back as each channel's 25 taps (a 5x5 kernel;
-    a 3x3 one's nine are the low 72 bits) in one word, at the weight port."""
+    """ParamMemories(weights=True): words written into the thirteen weight arrays (through the
+    A load engine's port, ``wsel`` 0 .. 12) read back as each channel's 49 taps (a 7x7 kernel;
+    a 5x5 one's 25 and a 3x3 one's nine are the low bits) in one word, at the weight port."""
     import numpy as np
 
     from hw.params import ParamMemories, weight_word
@@ -100,11 +100,11 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
     words = cfg.b_beat_bytes // 4
     rng = np.random.default_rng(5)
     channels = 11
-    taps = rng.integers(-128, 128, (channels, 25))
+    taps = rng.integers(-128, 128, (channels, 49))
     arrays = np.zeros((len(WEIGHT_ARRAYS), -(-channels // words) * words), np.int64)
     for c in range(channels):
-        padded = list(taps[c]) + [int(x) for x in rng.integers(-128, 128, 3)]  # 25 .. 27 junk
-        for t in range(7):
+        padded = list(taps[c]) + [int(x) for x in rng.integers(-128, 128, 3)]  # 49 .. 51 junk
+        for t in range(13):
             arrays[t, c] = sum((int(b) & 0xFF) << (8 * i)
                                for i, b in enumerate(padded[4 * t:4 * t + 4]))
     dut = ParamMemories(cfg, weights=True)
@@ -124,19 +124,22 @@ def test_weight_arrays_load_and_read_as_one_word_per_channel():
     run_sim(dut, bench)
     assert got == {c: weight_word(taps[c]) for c in range(channels)}
     assert weight_word(list(range(9))) == int.from_bytes(bytes(range(9)), "little")
-    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
+    assert weight_word(list(range(25))) == int.from_bytes(bytes(range(25)), "little")
+    with pytest.raises(ValueError, match="9, 25 or 49 int8 taps"):
         weight_word([0] * 8)
 
 
 @pytest.mark.parametrize("need,busy_a,busy_b", [
     (0b111010, 5, 5), (0b111111, 3, 3), (0b111110, 4, 4), (0b000011, 6, 6), (0b111000, 2, 2),
     (0b000111, 2, 2), (0b111111, 9, 3), (0b111111, 2, 7), (0b111010, 5, 2), (0b111110, 3, 8),
-    # a 5x5 layer's seven weight arrays
-    (0b1111111010, 5, 5), (0b1111111111, 2, 9), (0b1111111000, 3, 3), (0b1111111110, 9, 2)])
+    # a 5x5 layer's seven weight arrays, a 7x7 one's thirteen
+    (0b1111111010, 5, 5), (0b1111111111, 2, 9), (0b1111111000, 3, 3), (0b1111111110, 9, 2),
+    (0xFFFA, 4, 6), (0xFFF8, 2, 2), (0xFFFF, 7, 3)])
 def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy_a, busy_b):
     """ParamLoader(weights=True): the post-processing arrays go through the B load engine and
     the depthwise weight arrays through the A one at the same time, each chain in order (A's
-    up to the last array it needs: three for 3x3, seven for 5x5; one skipped slot for none); with
+    up to the last array it needs: three for 3x3, seven for 5x5, thirteen for 7x7; one skipped
+    slot for none); with
     engines that stay busy ``busy_a`` / ``busy_b`` cycles after each start (different, as the
     ports' latencies may be), each engine's busy cycles and ``done`` come where
     planner.cost.param_load_cycles puts them (its chain timing, the counters' A-before-B
@@ -158,7 +161,7 @@ def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy_a,
         await ctx.tick()
         ctx.set(dut.start, 0)
         left = {"a": 0, "b": 0}
-        for t in range(1, 160):
+        for t in range(1, 260):
             cycles["total"] = t
             on = {e: left[e] > 0 for e in "ab"}
             cycles["a"] += on["a"]
@@ -179,9 +182,9 @@ def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy_a,
 
     run_sim(dut, bench)
     want_b = [(i, 0x100 * (i + 1)) for i in range(3) if need >> i & 1]
-    want_a = [(t, 0x400 + 0x100 * t) for t in range(7) if need >> (3 + t) & 1]
+    want_a = [(t, 0x400 + 0x100 * t) for t in range(13) if need >> (3 + t) & 1]
     assert issued == {"a": want_a, "b": want_b}
-    slots_a = [bool(need >> (3 + t) & 1) for t in range(7)]
+    slots_a = [bool(need >> (3 + t) & 1) for t in range(13)]
     slots_a = slots_a[:max([t + 1 for t, on in enumerate(slots_a) if on] or [1])]
     load_a, load_b, ctrl = param_load_timeline(slots_a,
                                                [bool(need >> i & 1) for i in range(3)],

@@ -35,6 +35,7 @@ def adversarial_descriptors(cfg, rng, count):
              1 << 31, (1 << 32) - 1, (1 << 32) - R, D - 1, D, D - 64, D // 2]
     L = cfg.local_buf_bytes                     # the local buffer is at [D, D + L)
     edges += [D + C, D + 1, D + L - C, D + L, D + L // 2, 2 * D]
+    edges = [e for e in edges if e < 1 << 32]   # (default's 2 GiB memory: 2 D is 2**32)
 
     def wild():
         if rng.random() < 0.5:

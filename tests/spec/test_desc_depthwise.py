@@ -66,8 +66,8 @@ def test_depthwise_needs_the_mesh():
     assert (ErrorCode.BAD_FLAGS, "b_mode=4 (depthwise 5x5 on the mesh) needs a config with "
             "dw_mesh=1; this one has none") in check(dw_desc(b_mode=4), PRESETS["small"],
                                                      out_bytes=1)
-    assert (ErrorCode.BAD_FLAGS, "b_mode=6 must be 0 to 5 (2 to 5: depthwise 3x3 or 5x5, "
-            "stride 1 or 2)") in check(dw_desc(b_mode=6), CFG, out_bytes=1)
+    assert (ErrorCode.BAD_FLAGS, "b_mode=8 must be 0 to 7 (2 to 7: depthwise 3x3, 5x5 or "
+            "7x7, stride 1 or 2)") in check(dw_desc(b_mode=8), CFG, out_bytes=1)
 
 
 def test_5x5_descriptors_take_seven_weight_arrays():
@@ -90,8 +90,9 @@ def test_5x5_descriptors_take_seven_weight_arrays():
     words = depthwise_weight_words(list(range(-12, 13)))
     assert len(words) == 7 and words[6] == 12
     assert words[0] == int.from_bytes(bytes(v & 0xFF for v in (-12, -11, -10, -9)), "little")
-    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
+    with pytest.raises(ValueError, match="9, 25 or 49 int8 taps"):
         depthwise_weight_words([0] * 16)
+    assert len(depthwise_weight_words([0] * 49)) == 13 == depthwise_arrays(7)
 
 
 @pytest.mark.parametrize("over, code, words", [
@@ -179,7 +180,7 @@ def test_depthwise_pad_value():
                           c_stride=32)
     errs = check_record(layer_record(gemm, pad_value=3), CFG)
     assert errs == [(ErrorCode.BAD_LAYER, "pad_value=3 must be 0: only a depthwise layer "
-                                          "(b_mode 2 to 5) pads its input")]
+                                          "(b_mode 2 to 7) pads its input")]
 
 
 def test_depthwise_image_rules():
@@ -203,7 +204,7 @@ def test_depthwise_weight_words():
     taps = [-128, 1, 2, 3, 127, -1, 5, 6, -7]
     w0, w1, w2 = depthwise_weight_words(taps)
     assert w0 == 0x03020180 and w1 == 0x0605FF7F and w2 == 0xF9
-    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
+    with pytest.raises(ValueError, match="9, 25 or 49 int8 taps"):
         depthwise_weight_words(taps[:8])
-    with pytest.raises(ValueError, match="9 or 25 int8 taps"):
+    with pytest.raises(ValueError, match="9, 25 or 49 int8 taps"):
         depthwise_weight_words(taps[:8] + [128])

@@ -242,6 +242,29 @@ def test_5x5_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride,
     _replay(c, h, w, size, min(group, c), stride, seed=seed, kernel=5)
 
 
+@pytest.mark.parametrize("c,h,w,size,group", [
+    (1, 7, 7, 16, 1), (3, 14, 14, 16, 3), (2, 28, 30, 16, 2), (4, 10, 10, 16, 4),
+    (3, 13, 25, 16, 2), (2, 1, 1, 16, 2), (5, 2, 3, 16, 5), (2, 9, 17, 10, 2), (3, 5, 5, 10, 3),
+    (2, 56, 20, 16, 2), (3, 11, 6, 10, 1), (2, 12, 23, 12, 2)])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_7x7_strip_steps_replayed_on_a_memory_give_the_convolution(c, h, w, size, group,
+                                                                    stride):
+    """Depthwise 7x7 (pad 3): the 49-tap walk in whole-mesh tiles of (R - 6) x (C - 6)
+    outputs, three top pad rows (two even, one odd fill word masked), three pad columns."""
+    steps = _replay(c, h, w, size, group, stride, seed=c * 19 + h + w + size, kernel=7)
+    first = [t for s in steps for t in s.tiles if t.oy0 == 0]
+    assert {(t.a_lo, t.b_lo) for t in first} == {(2, 1)}
+    assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {3}
+
+
+@settings(max_examples=30, deadline=None)
+@given(c=st.integers(1, 5), h=st.integers(1, 30), w=st.integers(1, 30),
+       size=st.sampled_from([10, 12, 16]), group=st.integers(1, 5),
+       stride=st.sampled_from([1, 2]), seed=st.integers(0, 2**16))
+def test_7x7_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, seed):
+    _replay(c, h, w, size, min(group, c), stride, seed=seed, kernel=7)
+
+
 def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
     for k in (1, 3, 5, 7):
         walk = serpentine(k)
@@ -252,7 +275,7 @@ def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
             assert (ny - dy, nx - dx) == step[move]
         assert walk[-1][1] is None
     assert serpentine(3) == SERPENTINE
-    assert walks(1, 5) == [serpentine(5)]
+    assert walks(1, 5) == [serpentine(5)] and walks(1, 7) == [serpentine(7)]
     with pytest.raises(ValueError, match="stride 2's row phases walk 3x3"):
         walks(2, 5)
     with pytest.raises(ValueError, match="kernel=4"):
@@ -260,10 +283,13 @@ def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
 
 
 def test_strip_steps_refuse_a_kernel_they_do_not_walk():
-    with pytest.raises(ValueError, match="kernel=7 must be one of"):
-        strip_steps(1, 8, 8, x_addr=0, out_addr=0, kernel=7)
+    with pytest.raises(ValueError, match="kernel=9 must be one of"):
+        strip_steps(1, 8, 8, x_addr=0, out_addr=0, kernel=9)
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 8, 8, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
+    # a 7x7 strip after the first starts three columns left of its outputs: at least 3 wide
+    with pytest.raises(ValueError, match=r"too small for 7x7 tiles \(it needs at least 9 rows"):
+        strip_steps(1, 8, 8, x_addr=0, out_addr=0, rows=8, cols=8, kernel=7)
 
 
 def test_strip_steps_beats_and_channel_groups():

@@ -123,7 +123,8 @@ def test_config_dw_mesh_square(rows, cols):
 
 @pytest.mark.parametrize("taps", [[1] * 8, [0] * 8 + [128], [-129] + [0] * 8])
 def test_depthwise_weight_words_taps(taps):
-    with refused(ValueError, f"depthwise_weight_words: 9 or 25 int8 taps (3x3, 5x5), not {taps!r}"):
+    with refused(ValueError, "depthwise_weight_words: 9, 25 or 49 int8 taps (3x3, 5x5, 7x7), "
+                             f"not {taps!r}"):
         depthwise_weight_words(taps)
 
 
