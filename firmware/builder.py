@@ -50,8 +50,8 @@ from planner.plan import plan_gemm
 from planner.shapes import GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig, require_config
-from spec.desc import (DEPTHWISE_STRIDES, GemmDescriptor, depthwise_weight_words,
-                       table_problems)
+from spec.desc import (DEPTHWISE_STRIDES, GemmDescriptor, depthwise_arrays,
+                       depthwise_weight_words, table_problems)
 from spec.layouts import STATS_BYTES, OpKind, OutFormat, PostMode, SectionKind
 from spec.record import SECTION_ALIGN_BYTES, check_record, layer_record, written_range
 
@@ -580,7 +580,8 @@ def image_overhead(blob: bytes, cfg: AccelConfig) -> int:
     image = decode(blob)
     crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
     return image_overhead_cycles(crc_bytes, [(layer.desc.m, _post_of(layer),
-                                              layer.desc.b_mode in DEPTHWISE_STRIDES)
+                                              depthwise_arrays(layer.desc.b_mode)
+                                              if layer.desc.b_mode in DEPTHWISE_STRIDES else 0)
                                              for layer in image.layers], cfg)
 
 

@@ -35,6 +35,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from spec.config import AccelConfig, require_config
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_KERNELS, depthwise_arrays
 from spec.layouts import STATS_BYTES
 from spec.record import HEADER_BYTES, record_fetch_beats
 
@@ -451,6 +452,10 @@ def post_consts(consts: ModelConstants, cfg: AccelConfig) -> ModelConstants:
                                store_beat_cycles=rows)
 
 
+#: The weight-array counts of the depthwise ``b_mode`` values (3x3: 3, 5x5: 7).
+_WEIGHT_ARRAYS = frozenset(depthwise_arrays(b) for b in DEPTHWISE_KERNELS)
+
+
 @dataclasses.dataclass(frozen=True)
 class ParamLoadCycles:
     """Cycles and bytes of a layer's parameter loads (:func:`param_load_cycles`), as the
@@ -471,16 +476,23 @@ class ParamLoadCycles:
 
 def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
-                      weights: bool = False) -> ParamLoadCycles:
+                      weight_arrays: int = 0) -> ParamLoadCycles:
     """The parameter loads (:class:`hw.params.ParamLoader`): each loaded array is one burst of
     ``4*m`` bytes in whole beats, one after another through the B port; on a config with
-    ``dw_mesh`` the three depthwise weight arrays (loaded with ``weights``) go through the A
-    port at the same time, one after another, and the loads end when both ports' are done.
-    Each port's chain: a loaded array is ``param_ctrl_cycles`` cycles (its state, then the
-    cycle its engine's busy is seen low) around its load, the engine busy from the cycle after
-    the state; a skipped one ``param_skip_cycles``; then ``param_end_cycles``."""
+    ``dw_mesh`` a depthwise layer's ``weight_arrays`` weight arrays
+    (:func:`spec.desc.depthwise_arrays` of its ``b_mode``: 3 for 3x3, 7 for 5x5) go through
+    the A port at the same time, one after another, and the loads end when both ports' are
+    done; any other record's A chain is a 3x3 layer's arrays, skipped. Each port's chain: a
+    loaded array is ``param_ctrl_cycles`` cycles (its state, then the cycle its engine's busy is
+    seen low) around its load, the engine busy from the cycle after the state; a skipped one
+    ``param_skip_cycles``; then ``param_end_cycles``."""
+    if weight_arrays and (not cfg.dw_mesh or weight_arrays not in _WEIGHT_ARRAYS):
+        raise ValueError(f"param_load_cycles: weight_arrays={weight_arrays!r} must be 0, or one "
+                         f"of {sorted(_WEIGHT_ARRAYS)} (a depthwise layer's) on a config with "
+                         f"dw_mesh=1 (this one has dw_mesh={cfg.dw_mesh})")
     t = _Timing(cfg, consts)
-    slots_a = (weights,) * 3 if cfg.dw_mesh else ()
+    slots_a = () if not cfg.dw_mesh else (True,) * weight_arrays if weight_arrays else \
+        (False,) * depthwise_arrays(B_MODE_DEPTHWISE)
     beats_a, beats_b = -(-4 * m // cfg.a_beat_bytes), -(-4 * m // cfg.b_beat_bytes)
     load_a, load_b, ctrl = param_load_timeline(slots_a, post.arrays, t.load_a(beats_a),
                                                t.load_b(beats_b), consts)
@@ -554,8 +566,9 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
     """Cycles an image run spends outside its layers (all ``stall_ctrl_cycles``): the header
     fetch, the CRC read of ``crc_bytes`` (the image up to its weights section: the weights are
     checked as the layers load them, at no cost), and per record ``(m, post)`` (or ``(m, post,
-    depthwise)``: a depthwise record also loads its weight arrays) two record fetches, the
-    check-pass dry run (parameter loads included) and the statistics write.
+    weight_arrays)``: a depthwise record also loads its weight arrays,
+    :func:`spec.desc.depthwise_arrays` of its ``b_mode``, 0 for other records) two record
+    fetches, the check-pass dry run (parameter loads included) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
     b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles,
          consts.runner_read_extra_cycles)
@@ -566,9 +579,9 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
     stats = _port_cycles(-(-STATS_BYTES // cfg.c_beat_bytes), *c)
     for m, post, *rest in records:
         dry = consts.dry_run_cycles
-        depthwise = bool(rest and rest[0])
+        arrays = rest[0] if rest else 0
         post = post or PostLoad(bias=False, requant=False)
-        if post.active or depthwise:
-            dry += param_load_cycles(m, post, cfg, consts, weights=depthwise).total
+        if post.active or arrays:
+            dry += param_load_cycles(m, post, cfg, consts, weight_arrays=arrays).total
         total += 2 * fetch + dry + stats + consts.record_ctrl_cycles
     return total

@@ -1,15 +1,18 @@
-"""Cycle model of a depthwise 3x3 layer on the mesh (``b_mode`` 2, or 3 for stride 2;
-docs/architecture.md,
-"Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips.
+"""Cycle model of a depthwise layer on the mesh: 3x3 pad 1 (``b_mode`` 2, or 3 for stride 2)
+or 5x5 pad 2 (``b_mode`` 4, or 5 for stride 2; docs/architecture.md,
+"Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips
+(of the ``b_mode``'s kernel, :data:`spec.desc.DEPTHWISE_KERNELS`).
 
-After the checks, the parameter arrays (the post-processing ones the layer uses, then its three
-weight arrays) and the walk's start, phase ``k`` issues the compute of strip ``k - 1``, the A and
+After the checks, the parameter arrays (the post-processing ones the layer uses through the B
+port, beside them its weight arrays through the A port: :func:`spec.desc.depthwise_arrays`, 3
+for 3x3, 7 for 5x5) and the walk's start, phase ``k`` issues the compute of strip ``k - 1``, the A and
 B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute, load A, load B,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
 each, maps of up to ``R / 2 - 1`` rows; ``mesh_quad_start_cycles``, one less for each
 channel fewer than four in its first tile, in the quadrant mode) plus its tiles' beats (``R / 2`` fills and nine taps,
+25 for a 5x5 tile,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
 last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
 loads are one beat a row (of every group: stride 2's row phases load two classes of rows into
@@ -18,7 +21,9 @@ them, ``G ceil(h / 2)`` with stride 2; in the quadrant mode, 7 x 7 maps on the 1
 :func:`spec.dwmesh.quad_mode`, ``R / 4`` a channel, two output rows each), after the mesh's
 drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
-less after a strip's first).
+less after a strip's first). A 5x5 layer's tiles are whole-mesh stride-1 tiles of ``(R - 4) x
+(C - 4)`` outputs (stride 2: the same tiles, the decimating store), none of the 3x3 layer's
+halves, row phases or quadrants.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from __future__ import annotations
 import dataclasses
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, DEPTHWISE_STRIDES,
-                       DEPTHWISE_UNUSED, GemmDescriptor, check, depthwise_out)
-from spec.dwmesh import strip_channels, strip_step_cycles, strip_steps
+from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DEPTHWISE_UNUSED, GemmDescriptor,
+                       check, depthwise_arrays, depthwise_out)
+from spec.dwmesh import strip_channels, strip_pad, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _Timing,
@@ -36,7 +41,36 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
            "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
-           "channel_chunks"]
+           "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal"]
+
+#: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
+#: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3 and 5.
+MESH_KERNELS: tuple[int, ...] = tuple(sorted(set(DEPTHWISE_KERNELS.values())))
+_KERNELS_TEXT = " or ".join(f"{k}x{k}" for k in MESH_KERNELS)
+
+
+def depthwise_b_mode(kernel: int, stride: int) -> int:
+    """The ``b_mode`` of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``)
+    of ``stride`` on the mesh: 2 or 3 for 3x3, 4 or 5 for 5x5 (stride 1 or 2)."""
+    for b_mode, k in DEPTHWISE_KERNELS.items():
+        if k == kernel and DEPTHWISE_STRIDES[b_mode] == stride:
+            return b_mode
+    raise ValueError(f"depthwise_b_mode: kernel={kernel!r}, stride={stride!r}: the mesh runs "
+                     f"kernels {list(MESH_KERNELS)} with stride 1 or 2")
+
+
+def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
+    """Why ``cfg``'s mesh cannot walk a ``kernel`` x ``kernel`` window (None when it can): the
+    kernel is not one of :data:`MESH_KERNELS`, or a tile of the mesh would not hold two output
+    rows and columns (:func:`spec.dwmesh.strip_steps`: ``R - 2 pad`` by ``C - 2 pad``; a 5x5
+    kernel needs a 6 x 6 mesh, so ``tiny``'s 4 x 4 with ``dw_mesh`` runs 3x3 only)."""
+    if kernel not in MESH_KERNELS:
+        return f"{kernel}x{kernel} kernel; the mesh walks {_KERNELS_TEXT}"
+    side = 2 * strip_pad(kernel) + 2
+    if min(cfg.array_rows, cfg.array_cols) < side:
+        return (f"{kernel}x{kernel} kernel on a {cfg.array_rows} x {cfg.array_cols} mesh; its "
+                f"tiles need at least {side} x {side} PEs")
+    return None
 
 
 def mesh_shape(shape) -> bool:
@@ -138,15 +172,20 @@ def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape
 def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,
                          a_addr: int = 0, a_stride: int | None = None, b_addr: int = 0,
                          c_addr: int = 0, group: int | None = None,
-                         stride: int = 1) -> GemmDescriptor:
-    """The descriptor of a depthwise layer on the mesh: ``channels`` dense NCHW ``h x w``
-    maps at ``b_addr``, the weight arrays at ``a_addr`` (``a_stride``: default ``4 *
-    channels``, the arrays back to back), the dense output (``out_bytes`` an element; ``h x
-    w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride`` 2) at ``c_addr``; ``group``
-    (``G``) channels a strip step, by default as many as a buffer and an accumulator half hold
-    (:func:`spec.dwmesh.strip_channels`)."""
+                         stride: int = 1, kernel: int = 3) -> GemmDescriptor:
+    """The descriptor of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``;
+    3 or 5, ``b_mode`` 2 / 3 or 4 / 5: :func:`depthwise_b_mode`) on the mesh: ``channels``
+    dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, or 7 for 5x5) at ``a_addr``
+    (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
+    (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
+    2) at ``c_addr``; ``group`` (``G``) channels a strip step, by default as many as a buffer
+    and an accumulator half hold (:func:`spec.dwmesh.strip_channels`, the same for both
+    kernels)."""
     if stride not in (1, 2):
         raise ValueError(f"depthwise_descriptor: stride={stride!r} must be 1 or 2")
+    if kernel not in MESH_KERNELS:
+        raise ValueError(f"depthwise_descriptor: kernel={kernel!r} must be one of "
+                         f"{list(MESH_KERNELS)}")
     if group is None:
         group = strip_channels(h, rows=cfg.array_rows,
                                buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
@@ -156,24 +195,25 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,
                           b_addr=b_addr, b_stride=h * w, c_addr=c_addr,
                           c_stride=out_bytes * -(-h // stride) * -(-w // stride),
-                          b_mode=B_MODE_DEPTHWISE if stride == 1 else B_MODE_DEPTHWISE_S2,
+                          b_mode=depthwise_b_mode(kernel, stride),
                           **{name: 0 for name in DEPTHWISE_UNUSED})
 
 
 def depthwise_macs(d: GemmDescriptor) -> int:
-    """Multiply-accumulates of the layer: nine per output element (the stride-2 layer's
-    outputs; the mesh computes four times as many)."""
+    """Multiply-accumulates of the layer: a tap per output element (nine, or 25 for 5x5; the
+    stride-2 layer's outputs: the mesh computes four times as many)."""
     oh, ow = depthwise_out(d)
-    return 9 * d.m * oh * ow
+    return DEPTHWISE_KERNELS[d.b_mode] ** 2 * d.m * oh * ow
 
 
 def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
                       post: PostLoad | None = None) -> CycleBreakdown:
-    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 or 3, legal on
+    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 to 5, legal on
     ``cfg``); ``post``: the post-processing arrays it loads (bias, requantisation)."""
     if d.b_mode not in DEPTHWISE_STRIDES:
-        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode 2 or 3), not "
+        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode "
+                         f"{min(DEPTHWISE_STRIDES)} to {max(DEPTHWISE_STRIDES)}), not "
                          f"b_mode={d.b_mode}")
     post = post or PostLoad(bias=False, requant=False)
     layer_consts = post_consts(consts, cfg) if post.active else consts
@@ -181,7 +221,8 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     t = _Timing(cfg, layer_consts)
     t.wait = R + consts.mesh_drain_extra_cycles - consts.step_ctrl_cycles
     steps = strip_steps(d.m, d.k, d.n, x_addr=0, out_addr=0, rows=R, cols=cfg.array_cols,
-                        group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode])
+                        group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode],
+                        kernel=DEPTHWISE_KERNELS[d.b_mode])
     mac = drain = sa = sb = ss = 0
     ctrl = consts.start_cycles + consts.dw_walk_cycles
     rd_a = rd_b = wr_c = 0
@@ -198,7 +239,7 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             beats = (consts.mesh_start_cycles + strip_step_cycles(comp, R)
                      + consts.mesh_halves_start_cycles * first.halves
                      + (consts.mesh_quad_start_cycles - 4 + first.quads if first.quads else 0))
-            taps = 9 * len(comp.tiles)
+            taps = sum(tile.kernel ** 2 for tile in comp.tiles)
         # a load's beats: a row each, in every group (two in stride 2's row phases)
         ca = t.load_a(load.a_load.beats) if load is not None else 0
         cb = t.load_b(load.b_load.beats) if load is not None else 0
@@ -211,7 +252,7 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
             rd_b += load.b_load.beats * cfg.b_beat_bytes
         wr_c += rows * cfg.c_beat_bytes
     ctrl += consts.finish_cycles
-    p = param_load_cycles(d.m, post, cfg, consts, weights=True)
+    p = param_load_cycles(d.m, post, cfg, consts, weight_arrays=depthwise_arrays(d.b_mode))
     sa += p.load_a
     sb += p.load_b
     ctrl += p.ctrl

@@ -7,11 +7,15 @@ import pytest
 
 from planner import layer_cost
 from planner.cost import CycleBreakdown
-from planner.dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, mesh_shape,
-                            predict_depthwise)
+from planner.cost import DEFAULT_CONSTANTS, PostLoad, _Timing, image_overhead_cycles, \
+    param_load_cycles
+from planner.dwcost import (depthwise_b_mode, depthwise_blocks, depthwise_descriptor,
+                            depthwise_macs, is_depthwise, mesh_shape, predict_depthwise)
 from planner.shapes import ConvShape
 from spec.config import PRESETS
-from spec.desc import check
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
+                       B_MODE_DEPTHWISE_S2, check, depthwise_arrays)
+from spec.dwmesh import strip_steps
 
 MESH = PRESETS["default"]
 PLAIN = dataclasses.replace(MESH, dw_mesh=0)
@@ -178,3 +182,95 @@ def test_depthwise_blocks_hold_no_more_channels_than_the_offset_table_has_taps_f
     with pytest.raises(ValueError, match="one channel's 1089 taps exceed "
                                          "conv_offset_entries=1024"):
         layer_cost(huge, tiny)
+
+
+def test_depthwise_b_modes_of_kernels_and_strides():
+    assert [depthwise_b_mode(k, s) for k in (3, 5) for s in (1, 2)] == [
+        B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2]
+    with pytest.raises(ValueError, match="kernel=7, stride=1: the mesh runs kernels"):
+        depthwise_b_mode(7, 1)
+    with pytest.raises(ValueError, match="kernel=7 must be one of"):
+        depthwise_descriptor(4, 8, 8, MESH, out_bytes=4, kernel=7)
+
+
+@pytest.mark.parametrize("c, h, w, stride", [(144, 56, 56, 1), (40, 29, 23, 1),
+                                             (40, 29, 23, 2), (144, 56, 56, 2), (1152, 7, 7, 1),
+                                             (3, 1, 5, 1)])
+def test_5x5_layer_cost_is_the_strip_model_of_5x5_tiles(c, h, w, stride):
+    """A 5x5 pad-2 depthwise layer on the mesh: b_mode 4 (5 with stride 2), its MAC-active
+    cycles 25 taps a tile of spec.dwmesh.strip_steps(kernel=5) (whole-mesh tiles of 12 x 12
+    outputs on the 16x16; stride 2 the same tiles and a quarter of the outputs stored), its
+    loads the strips' rows plus seven weight arrays through the A port, its MACs 25 per
+    output."""
+    d = depthwise_descriptor(c, h, w, MESH, out_bytes=4, b_addr=1 << 20, c_addr=1 << 24,
+                             stride=stride, kernel=5)
+    assert d.b_mode == (B_MODE_DEPTHWISE5 if stride == 1 else B_MODE_DEPTHWISE5_S2)
+    assert check(d, MESH, out_bytes=4) == []
+    p = predict_depthwise(d, MESH)
+    oh, ow = -(-h // stride), -(-w // stride)
+    assert depthwise_macs(d) == 25 * c * oh * ow
+    steps = strip_steps(c, h, w, x_addr=0, out_addr=0, rows=16, cols=16,
+                        group=d.partition_m, stride=stride, kernel=5)
+    tiles = [t for s in steps for t in s.tiles]
+    assert all(t.kernel == 5 and t.th <= 12 for t in tiles)
+    assert p.mac_active_cycles == 25 * len(tiles)
+    weights = 7 * -(-4 * c // MESH.a_beat_bytes) * MESH.a_beat_bytes
+    assert p.rd_a_bytes == sum(s.a_load.beats for s in steps) * MESH.a_beat_bytes + weights
+    assert p.rd_b_bytes == sum(s.b_load.beats for s in steps) * MESH.b_beat_bytes
+    assert p.wr_c_bytes == sum(s.out_rows for s in steps) * MESH.c_beat_bytes
+    # stride 2 computes the stride-1 tiles (no row phases for 5x5) and stores a quarter
+    if stride == 2:
+        one = predict_depthwise(dataclasses.replace(d, b_mode=B_MODE_DEPTHWISE5,
+                                                    c_stride=4 * h * w), MESH)
+        assert one.mac_active_cycles == p.mac_active_cycles
+        assert p.wr_c_bytes < one.wr_c_bytes
+
+
+def test_5x5_layers_load_seven_weight_arrays():
+    """The parameter loads of a 5x5 layer: seven weight arrays through the A port where a 3x3
+    layer loads three (spec.desc.depthwise_arrays), each a burst of 4 m bytes and its control
+    cycles; the image's dry run loads them too."""
+    m, cfg = 100, MESH
+    t = _Timing(cfg, DEFAULT_CONSTANTS)
+    beats = -(-4 * m // cfg.a_beat_bytes)
+    none = PostLoad(bias=False, requant=False)
+    three = param_load_cycles(m, none, cfg, weight_arrays=3)
+    seven = param_load_cycles(m, none, cfg, weight_arrays=7)
+    assert seven.total - three.total == 4 * (t.load_a(beats) + DEFAULT_CONSTANTS.param_ctrl_cycles)
+    assert (three.read_a, seven.read_a) == (3 * beats * cfg.a_beat_bytes,
+                                            7 * beats * cfg.a_beat_bytes)
+    assert seven.load_a - three.load_a == 4 * t.load_a(beats)
+    full = PostLoad(bias=True, requant=True)
+    assert param_load_cycles(m, full, cfg, weight_arrays=7).total > \
+        param_load_cycles(m, full, cfg, weight_arrays=3).total
+    # a record without weights skips a 3x3 layer's arrays, as before
+    assert param_load_cycles(m, full, cfg) == param_load_cycles(m, full, cfg, weight_arrays=0)
+    assert image_overhead_cycles(0, [(m, full, 7)], cfg) - \
+        image_overhead_cycles(0, [(m, full, 3)], cfg) == \
+        param_load_cycles(m, full, cfg, weight_arrays=7).total - \
+        param_load_cycles(m, full, cfg, weight_arrays=3).total
+    d3 = depthwise_descriptor(m, 20, 20, cfg, out_bytes=4)
+    d5 = depthwise_descriptor(m, 20, 20, cfg, out_bytes=4, kernel=5)
+    assert [depthwise_arrays(d.b_mode) for d in (d3, d5)] == [3, 7]
+    assert predict_depthwise(d5, cfg).rd_a_bytes - predict_depthwise(d3, cfg).rd_a_bytes == \
+        seven.read_a - three.read_a
+    with pytest.raises(ValueError, match="weight_arrays=7 must be 0, or one of \\[3, 7\\]"):
+        param_load_cycles(m, none, PLAIN, weight_arrays=7)
+    with pytest.raises(ValueError, match="weight_arrays=4 must be 0, or one of"):
+        param_load_cycles(m, none, cfg, weight_arrays=4)
+
+
+def test_kernel_refusal_names_kernels_and_mesh_sizes():
+    """The mesh walks 3x3 and 5x5 windows; a 5x5 tile needs a 6 x 6 mesh
+    (spec.dwmesh.strip_steps), so tiny's 4 x 4 with dw_mesh runs 3x3 only."""
+    from planner.dwcost import kernel_refusal
+
+    tiny = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+    assert kernel_refusal(3, MESH) is None and kernel_refusal(5, MESH) is None
+    assert kernel_refusal(3, tiny) is None
+    assert kernel_refusal(5, tiny) == "5x5 kernel on a 4 x 4 mesh; its tiles need at least " \
+        "6 x 6 PEs"
+    assert kernel_refusal(7, MESH) == "7x7 kernel; the mesh walks 3x3 or 5x5"
+    with pytest.raises(ValueError, match="too small for 5x5 tiles"):
+        strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
+    strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=6, cols=6, kernel=5)
