@@ -23,9 +23,9 @@ Tensor layouts (what the layers read and write):
   (:func:`spec.desc.row_store`, :func:`planner.convplan.row_store_plan`), else (or when its
   tables do not fit) one record per output row (the tables of row 0, with ``b_addr`` moved
   down ``stride_h`` input rows per row).
-* a depthwise 3x3 layer on the mesh (pad 1, stride 1 or 2; configs with ``dw_mesh``) reads its
-  input as dense NCHW (no halo: the record's ``pad_value`` is the padding) and writes dense
-  NCHW.
+* a depthwise 3x3 (pad 1) or 5x5 (pad 2) layer on the mesh (stride 1 or 2, ``b_mode`` 2 to 5;
+  configs with ``dw_mesh``) reads its input as dense NCHW (no halo: the record's ``pad_value``
+  is the padding) and writes dense NCHW.
 
 Every layer is planned by :mod:`planner` (``strategy``), and every record passes
 :func:`spec.record.check_record` before the image is sealed.
@@ -43,7 +43,8 @@ from planner.conv import block_plan, compile_conv, row_bands
 from planner.convplan import row_store_plan
 from planner.convcost import predict_conv
 from planner.cost import PostLoad, image_overhead_cycles, on_chip, predict
-from planner.dwcost import depthwise_descriptor, depthwise_macs, predict_depthwise
+from planner.dwcost import (MESH_KERNELS, depthwise_descriptor, depthwise_macs,
+                            kernel_refusal, predict_depthwise)
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
 from planner.plan import plan_gemm
@@ -99,8 +100,8 @@ class BuiltLayer:
     predicted_cycles: int
     #: predicted memory-port bytes (rd_a + rd_b + wr_c; on-chip operands cross no port)
     predicted_dram_bytes: int = 0
-    #: useful multiply-accumulates: ``m * k * n``, nine per output of a depthwise record, the
-    #: kernel's taps per output of a block-diagonal one (:meth:`ImageBuilder.conv`)
+    #: useful multiply-accumulates: ``m * k * n``, the kernel's taps per output of a depthwise
+    #: record (nine, or 25 for 5x5) and of a block-diagonal one (:meth:`ImageBuilder.conv`)
     macs: int = 0
 
 
@@ -446,12 +447,14 @@ class ImageBuilder:
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
                   requant: Requant | None = None, stride: int = 1) -> None:
-        """A depthwise 3x3 convolution, pad 1, ``stride`` 1 or 2, on the mesh (``b_mode`` 2 or
-        3): the ``C`` channels of the dense NCHW ``h x w`` input at ``x_addr``, padded with
-        ``pad_value`` (the input zero point), each with its own 3x3 ``weights`` (``(C, 3, 3)``
-        or ``(C, 1, 3, 3)`` int8), into the dense NCHW output at ``out_addr`` (``ceil(h / s) x
-        ceil(w / s)`` maps). The weights are three u32 arrays in the QUANT section (under the
-        image's CRC)."""
+        """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1 or 5x5 with pad 2,
+        ``stride`` 1 or 2 (``b_mode`` 2 / 3 or 4 / 5, :func:`planner.dwcost.depthwise_b_mode`;
+        the kernel is the ``weights``'): the ``C`` channels of the dense NCHW ``h x w`` input
+        at ``x_addr``, padded with ``pad_value`` (the input zero point), each with its own
+        ``weights`` (``(C, k, k)`` or ``(C, 1, k, k)`` int8), into the dense NCHW output at
+        ``out_addr`` (``ceil(h / s) x ceil(w / s)`` maps). The weights are u32 arrays in the
+        QUANT section (under the image's CRC): three for 3x3, seven for 5x5
+        (:func:`spec.desc.depthwise_weight_words`)."""
         self._claim(name)
         _ints(name, h=h, w=w, x_addr=x_addr, out_addr=out_addr, pad_value=pad_value,
               stride=stride)
@@ -464,18 +467,23 @@ class ImageBuilder:
             raise ValueError(f"{name}: a depthwise layer on the mesh needs a config with "
                              f"dw_mesh=1; this one has none")
         wt = np.asarray(weights)
-        if wt.dtype != np.int8 or wt.ndim not in (3, 4) or wt.shape[-2:] != (3, 3) or \
-                (wt.ndim == 4 and wt.shape[1] != 1):
-            raise ValueError(f"{name}: weights must be int8 of shape (C, 3, 3) or (C, 1, 3, 3), "
-                             f"not {wt.dtype} {wt.shape}")
-        c = wt.shape[0]
-        wt = wt.reshape(c, 9)
+        if wt.dtype != np.int8 or wt.ndim not in (3, 4) or wt.shape[-1] != wt.shape[-2] or \
+                wt.shape[-1] not in MESH_KERNELS or (wt.ndim == 4 and wt.shape[1] != 1):
+            raise ValueError(f"{name}: weights must be int8 of shape (C, k, k) or (C, 1, k, k) "
+                             f"with k in {list(MESH_KERNELS)} (the mesh's kernels), not "
+                             f"{wt.dtype} {wt.shape}")
+        c, kernel = wt.shape[0], wt.shape[-1]
+        why = kernel_refusal(kernel, self.cfg)
+        if why is not None:
+            raise ValueError(f"{name}: {why}")
+        wt = wt.reshape(c, kernel * kernel)
         if not -128 <= int(pad_value) <= 127:
             raise ValueError(f"{name}: pad_value={pad_value} must be an int8 in [-128, 127]")
         words = np.array([depthwise_weight_words(wt[ch]) for ch in range(c)], "<u4")
         a_ref = self._blob(SectionKind.QUANT, np.ascontiguousarray(words.T).tobytes())
         probe = depthwise_descriptor(c, h, w, self.cfg, out_bytes=1 if requant else 4,
-                                     b_addr=x_addr, c_addr=out_addr, stride=stride)
+                                     b_addr=x_addr, c_addr=out_addr, stride=stride,
+                                     kernel=kernel)
         desc = {**dataclasses.asdict(probe), "a_addr": a_ref}
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
                   **self._quant(c, bias, requant, name)}

@@ -30,7 +30,8 @@ import numpy as np
 
 from planner.offsets import ConvTables, gather_b
 from spec.config import AccelConfig
-from spec.desc import (DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_out, ErrorCode, GemmDescriptor,
+from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_arrays,
+                       depthwise_out, ErrorCode, GemmDescriptor,
                        groups_n, row_store)
 from spec.golden import conv2d_int8, gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
@@ -253,25 +254,30 @@ def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationRe
 
 def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: EmulationResult,
                    track: bool) -> bool:
-    """A depthwise layer (``b_mode`` 2, or 3 for stride 2): ``m`` channels of ``k x n`` maps,
-    dense NCHW, padded by one with ``pad_value``, convolved with each channel's 3x3 weights
-    (the three u32 arrays at ``a_addr + t a_stride``) at the stride; the output is dense NCHW,
-    channel ``c`` a row of ``P Q`` (:func:`spec.desc.depthwise_out`)."""
+    """A depthwise layer (``b_mode`` 2 to 5: a ``K`` x ``K`` kernel,
+    :data:`spec.desc.DEPTHWISE_KERNELS`, 3 or 5, stride 1 or 2): ``m`` channels of ``k x n``
+    maps, dense NCHW, padded by ``(K - 1) / 2`` (1, or 2) with ``pad_value``, convolved with
+    each channel's ``K * K`` weights (the :func:`spec.desc.depthwise_arrays` u32 arrays at
+    ``a_addr + t a_stride``, taps ``4t .. 4t + 3`` in array ``t``) at the stride; the output is
+    dense NCHW, channel ``c`` a row of ``P Q`` (:func:`spec.desc.depthwise_out`)."""
     c, h, w = d.m, d.k, d.n
-    s = DEPTHWISE_STRIDES[d.b_mode]
+    s, kernel, arrays = DEPTHWISE_STRIDES[d.b_mode], DEPTHWISE_KERNELS[d.b_mode], \
+        depthwise_arrays(d.b_mode)
+    pad = (kernel - 1) // 2
     oh, ow = depthwise_out(d)
     x = m.gather(d.b_addr + np.arange(c * h * w, dtype=np.int64)).reshape(c, h, w)
-    words = np.array([m.words(d.a_addr + t * d.a_stride, c) for t in range(3)], "<u4")
-    taps = np.ascontiguousarray(words.T).view(np.int8).reshape(c, 12)[:, :9]
+    words = np.array([m.words(d.a_addr + t * d.a_stride, c) for t in range(arrays)], "<u4")
+    taps = np.ascontiguousarray(words.T).view(np.int8).reshape(c, 4 * arrays)[:, :kernel ** 2]
     if track:
         result.reads += _ranges(d.b_addr + np.arange(c * h * w, dtype=np.int64), m.size)
-        for t in range(3):
+        for t in range(arrays):
             result.reads += _ranges(d.a_addr + t * d.a_stride + np.arange(4 * c,
                                                                           dtype=np.int64), m.size)
         for name in ("bias_addr", "mult_addr", "shift_addr"):
             result.reads += _ranges(rec[name] + np.arange(4 * c, dtype=np.int64), m.size)
-    padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=signed32(rec["pad_value"]))
-    acc = conv2d_int8(padded[None], taps.reshape(c, 1, 3, 3), stride=(s, s),
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad)),
+                    constant_values=signed32(rec["pad_value"]))
+    acc = conv2d_int8(padded[None], taps.reshape(c, 1, kernel, kernel), stride=(s, s),
                       groups=c)[0].reshape(c, oh * ow)
     flat = dataclasses.replace(d, n=oh * ow, c_stride=out_bytes(rec) * oh * ow)
     return _post_and_store(m, rec, flat, acc, result, track)

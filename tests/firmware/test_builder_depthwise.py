@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 from firmware.builder import ImageBuilder, Requant, image_overhead
-from firmware.emulator import run_image
-from firmware.image import decode, encode, validate
-from planner.cost import PostLoad
+from firmware.emulator import run_image, zeroed_memory
+from firmware.image import decode, encode, reseal, validate
+from planner.cost import PostLoad, image_overhead_cycles
 from planner.dwcost import predict_depthwise
 from spec.config import PRESETS
-from spec.desc import B_MODE_DEPTHWISE, ErrorCode
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2, ErrorCode,
+                       depthwise_weight_words)
 from spec.golden import conv2d_int8, requantize
-from spec.layouts import OpKind
+from spec.layouts import LAYER_WORDS, OpKind, SectionKind
 
 CFG = dataclasses.replace(PRESETS["small"], dw_mesh=1)
 
@@ -69,3 +70,126 @@ def test_depthwise_a_crc_is_not_checked():
     patched = encode(dataclasses.replace(image, layers=(dataclasses.replace(
         image.layers[0], a_crc=0x1234),)))
     assert validate(patched, CFG) == []
+
+
+def _taps_reference(x, wt, pad_value, stride):
+    """The depthwise convolution as a sum of shifted maps, one a tap (independent of
+    conv2d_int8): ``x`` (C, h, w), ``wt`` (C, k, k), pad ``(k - 1) / 2`` of ``pad_value``."""
+    c, h, w = x.shape
+    k = wt.shape[-1]
+    p = (k - 1) // 2
+    xp = np.full((c, h + 2 * p, w + 2 * p), pad_value, np.int64)
+    xp[:, p:p + h, p:p + w] = x
+    oh, ow = -(-h // stride), -(-w // stride)
+    acc = np.zeros((c, oh, ow), np.int64)
+    for dy in range(k):
+        for dx in range(k):
+            acc += wt[:, dy, dx, None, None].astype(np.int64) * \
+                xp[:, dy:dy + stride * oh:stride, dx:dx + stride * ow:stride]
+    assert np.abs(acc).max(initial=0) <= k * k * 128 * 128      # no int32 wrap
+    return acc.reshape(c, oh * ow).astype(np.int32)
+
+
+MESH_SMALL = CFG
+DEFAULT = PRESETS["default"]
+
+
+@pytest.mark.parametrize("cfg, c, h, w, stride, pad, int8, groups", [
+    (MESH_SMALL, 11, 30, 21, 1, -128, True, 2),      # 8 channels a step, 6 column strips
+    (MESH_SMALL, 9, 29, 13, 2, 3, False, 9),         # odd h, stride 2: a channel a step
+    (MESH_SMALL, 20, 14, 9, 2, -5, True, 2),
+    (DEFAULT, 40, 29, 23, 1, 7, False, 3),           # odd h, channels stacked
+    (DEFAULT, 37, 30, 45, 2, -128, True, 3),
+    (DEFAULT, 6, 7, 7, 1, 100, True, 1),
+    (DEFAULT, 3, 1, 5, 1, 0, False, 1),              # a one-row map
+    (DEFAULT, 2, 3, 2, 2, 127, True, 2),
+], ids=["small-s1", "small-s2-odd", "small-s2", "default-s1-odd", "default-s2",
+        "default-7x7", "one-row", "tiny-s2"])
+def test_5x5_depthwise_image_runs_bit_exactly(cfg, c, h, w, stride, pad, int8, groups):
+    """ImageBuilder.depthwise with 5x5 weights: b_mode 4 (5 with stride 2), seven weight arrays
+    of taps 4t .. 4t + 3 in the QUANT section, the image valid and predicted by the 5x5 cycle
+    model; the golden device's output equals the grouped convolution with pad 2 of the pad
+    value (full-range int8 data, int8 and int32 outputs, several channel groups)."""
+    rng = np.random.default_rng(c * 1000 + h * 10 + w + stride)
+    x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (c, 1, 5, 5)).astype(np.int8)
+    x.flat[0], wt.flat[0], wt.flat[-1] = -128, -128, 127
+    bias = rng.integers(-2**31, 2**31, c, dtype=np.int64).astype(np.int32)
+    rq = Requant(multiplier=rng.integers(1 << 29, 1 << 31, c).astype(np.int32),
+                 shift=rng.integers(-2, 14, c).astype(np.int32), zero_point=-7) if int8 else None
+    image_addr = 0x1000
+    b = ImageBuilder(cfg, image_addr=image_addr, data_addr=cfg.dram_bytes // 2)
+    oh, ow = -(-h // stride), -(-w // stride)
+    ob = 1 if int8 else 4
+    x_addr, y_addr = b.buffer("x", c * h * w), b.buffer("y", ob * c * oh * ow)
+    b.depthwise("dw", weights=wt, h=h, w=w, x_addr=x_addr, out_addr=y_addr, pad_value=pad,
+                bias=bias, requant=rq, stride=stride)
+    blob, built = b.build()
+    assert validate(blob, cfg) == []
+    image = decode(blob)
+    layer = image.layers[0]
+    d = layer.desc
+    assert layer.op_kind == OpKind.DEPTHWISE and layer.pad_value == pad and layer.a_crc == 0
+    assert d.b_mode == (B_MODE_DEPTHWISE5 if stride == 1 else B_MODE_DEPTHWISE5_S2)
+    assert -(-c // d.partition_m) == groups
+    # seven u32 arrays of one word a channel, array t at a_addr + t a_stride, in QUANT
+    quant = image.sections[SectionKind.QUANT]
+    at = d.a_addr - image_addr - image.section_offsets()[SectionKind.QUANT][0]
+    arrays = np.frombuffer(quant[at:at + 7 * d.a_stride], "<u4").reshape(7, -1)[:, :c]
+    want_words = np.array([depthwise_weight_words(wt[ch].reshape(-1)) for ch in range(c)])
+    np.testing.assert_array_equal(arrays.T, want_words)
+    predicted = predict_depthwise(d, cfg, post=PostLoad(bias=True, requant=int8))
+    assert built[0].predicted_cycles == predicted.total_cycles
+    assert built[0].macs == 25 * c * oh * ow
+    crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
+    assert image_overhead(blob, cfg) == image_overhead_cycles(
+        crc_bytes, [(c, PostLoad(bias=True, requant=int8), 7)], cfg)
+    mem = zeroed_memory(cfg.dram_bytes)
+    mem[image_addr:image_addr + len(blob)] = blob
+    mem[x_addr:x_addr + x.size] = x.tobytes()
+    result = run_image(mem, image_addr, cfg)
+    assert result.error == ErrorCode.NONE
+    acc = _taps_reference(x, wt[:, 0], pad, stride)
+    padded = np.pad(x, ((0, 0), (2, 2), (2, 2)), constant_values=pad)
+    np.testing.assert_array_equal(
+        acc, conv2d_int8(padded[None], wt, stride=(stride, stride), groups=c)[0].reshape(c, -1))
+    if int8:
+        want = requantize(acc, multiplier=rq.multiplier, shift=rq.shift, bias=bias,
+                          zero_point=-7).astype(np.int8)
+        got = np.frombuffer(bytes(mem[y_addr:y_addr + c * oh * ow]), np.int8).reshape(c, -1)
+    else:
+        wide = acc + bias.astype(np.int64)[:, None]
+        want = (((wide + 2**31) % 2**32) - 2**31).astype(np.int32)
+        got = np.frombuffer(bytes(mem[y_addr:y_addr + 4 * c * oh * ow]), "<i4").reshape(c, -1)
+    np.testing.assert_array_equal(got, want)
+    # nothing written past the output
+    assert not np.frombuffer(bytes(mem[y_addr + ob * c * oh * ow:y_addr + ob * c * oh * ow
+                                       + 256]), np.uint8).any()
+
+
+def test_5x5_weight_arrays_must_lie_in_the_crc_checked_part():
+    """The validator and the golden device take a 5x5 layer's seven weight arrays
+    (spec.desc.depthwise_arrays): a 3x3 image's record patched to b_mode 4 reaches four arrays
+    further, past the part of the image its CRC covers, and is refused (BAD_WINDOW), as the
+    3x3 record whose three arrays lie inside is not."""
+    b = ImageBuilder(CFG, image_addr=0x1000, data_addr=CFG.dram_bytes // 2)
+    c = 16
+    b.depthwise("dw", weights=np.ones((c, 3, 3), np.int8), h=6, w=6,
+                x_addr=b.buffer("x", c * 36), out_addr=b.buffer("y", 4 * c * 36))
+    b.gemm("g", weights=np.ones((16, 16), np.int8), n=16, b_addr=b.buffer("gx", 256),
+           b_stride=16, out_addr=b.buffer("gy", 4 * 256), out_stride=64)
+    blob, _ = b.build()
+    assert validate(blob, CFG) == []
+    image = decode(blob)
+    assert image.layers[0].desc.b_mode == B_MODE_DEPTHWISE
+    rec = image.section_offsets()[SectionKind.LAYERS][0]
+    at = rec + 4 * LAYER_WORDS["desc_b_mode"]
+    patched = bytearray(blob)
+    patched[at:at + 4] = (B_MODE_DEPTHWISE5).to_bytes(4, "little")
+    patched = reseal(bytes(patched))
+    problems = validate(patched, CFG)
+    assert any("BAD_WINDOW: depthwise weights" in p and "CRC-checked part" in p
+               for p in problems), problems
+    mem = bytearray(CFG.dram_bytes)
+    mem[0x1000:0x1000 + len(patched)] = patched
+    assert run_image(mem, 0x1000, CFG).error == ErrorCode.BAD_WINDOW
