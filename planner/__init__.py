@@ -95,8 +95,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
-    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 layer (stride
-    1 or 2, pad 1) the mesh runs (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
+    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 (pad 1) or 5x5
+    (pad 2) layer of stride 1 or 2 the mesh runs (:func:`planner.dwcost.mesh_fits`) with the
+    mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks
     (:func:`planner.dwcost.depthwise_blocks`), and a convolution whose tables do not fit the
@@ -126,7 +127,8 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
                                                         cfg, out_bytes=out_bytes,
-                                                        stride=shape.stride_h), cfg, post=post)
+                                                        stride=shape.stride_h,
+                                                        kernel=shape.kernel_h), cfg, post=post)
                  for c0, c1 in channel_chunks(shape.in_channels, cfg)]
         counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
                                      for k in COUNTER_FIELDS})

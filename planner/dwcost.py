@@ -75,13 +75,14 @@ def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
 
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
-    runs: depthwise (``groups`` = input = output channels), 3x3, stride 1 or 2 (the same on
-    both axes), padding 1 on every side, no dilation."""
-    return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w == 3 and
+    runs: depthwise (``groups`` = input = output channels), 3x3 with padding 1 or 5x5 with
+    padding 2 on every side (:data:`MESH_KERNELS`), stride 1 or 2 (the same on both axes), no
+    dilation."""
+    return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w in MESH_KERNELS and
             shape.stride_h == shape.stride_w in (1, 2) and
             shape.dilation_h == shape.dilation_w == 1
             and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
-            (1, 1, 1, 1))
+            (strip_pad(shape.kernel_h),) * 4)
 
 
 def channel_chunks(channels: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -102,26 +103,37 @@ def mesh_fits(shape, cfg: AccelConfig) -> bool:
 def mesh_refusal(shape, cfg: AccelConfig) -> str | None:
     """Why the depthwise mesh cannot run depthwise convolution ``shape`` on ``cfg`` (None
     when it can, :func:`mesh_fits`); such a layer runs as dense channel blocks. The first
-    reason found: the config, the kernel, the stride, the dilation, the padding, the map's
-    size."""
+    reason found: not depthwise (a channel multiplier named), the config, the kernel, the
+    stride, the dilation, the padding, the map's size."""
     if not is_depthwise(shape):
+        if (isinstance(shape, ConvShape) and shape.groups > 1 and
+                shape.groups == shape.in_channels and shape.out_channels % shape.groups == 0):
+            mult = shape.out_channels // shape.groups
+            return (f"channel multiplier {mult} (out_channels={shape.out_channels} of "
+                    f"groups={shape.groups}); the mesh runs one output channel per input "
+                    f"channel")
         return "not a depthwise convolution"
     if not cfg.dw_mesh:
         return "the config has no depthwise mesh (dw_mesh=0)"
-    if (shape.kernel_h, shape.kernel_w) != (3, 3):
-        return f"{shape.kernel_h}x{shape.kernel_w} kernel; the mesh walks 3x3"
+    if shape.kernel_h != shape.kernel_w or shape.kernel_h not in MESH_KERNELS:
+        return f"{shape.kernel_h}x{shape.kernel_w} kernel; the mesh walks {_KERNELS_TEXT}"
     if not shape.stride_h == shape.stride_w in (1, 2):
         return (f"stride ({shape.stride_h}, {shape.stride_w}); the mesh runs 1 or 2, the same "
                 f"on both axes")
     if (shape.dilation_h, shape.dilation_w) != (1, 1):
         return f"dilation ({shape.dilation_h}, {shape.dilation_w}); the mesh runs 1"
     pads = (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right)
-    if pads != (1, 1, 1, 1):
-        return f"padding {pads} (top, left, bottom, right); the mesh pads 1 on every side"
+    k = shape.kernel_h
+    if pads != (strip_pad(k),) * 4:
+        return (f"padding {pads} (top, left, bottom, right); the mesh pads a {k}x{k} kernel by "
+                f"{strip_pad(k)} on every side")
+    why = kernel_refusal(k, cfg)
+    if why is not None:
+        return why
     c = min(shape.in_channels, cfg.quant_entries)
     d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1,
-                             stride=shape.stride_h)
-    w_bytes = -(-12 * c // 64) * 64
+                             stride=shape.stride_h, kernel=k)
+    w_bytes = -(-4 * depthwise_arrays(d.b_mode) * c // 64) * 64
     x_bytes = c * shape.height * shape.width
     placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
     errs = check(placed, cfg, out_bytes=4)

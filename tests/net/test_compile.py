@@ -772,24 +772,29 @@ def test_golden_device_refuses_register_mode_start():
         asyncio.run(dev.write_register(REG["CTRL"].offset, 1 << CTRL_BITS["START"]))
 
 
-def _dw_chain(second_kernel: int, stride: int = 1):
-    """x (1x3x12x12) -> 1x1 conv to 8 channels -> ReLU -> depthwise 3x3 (pad 1, ``stride``)
-    -> ReLU -> ``second_kernel`` conv (pad k // 2) to 4 channels -> y."""
+def _dw_chain(second_kernel: int, stride: int = 1, kernel: int = 3, h: int = 12, w: int = 12,
+              channels: int = 8):
+    """x (1 x 3 x ``h`` x ``w``) -> 1x1 conv to ``channels`` channels -> ReLU -> depthwise
+    ``kernel`` x ``kernel`` (pad ``kernel // 2``, ``stride``) -> ReLU -> ``second_kernel``
+    conv (pad k // 2) to 4 channels -> y."""
     rng = np.random.default_rng(3)
-    inits = {"w0": rng.normal(0, 0.5, (8, 3, 1, 1)), "w1": rng.normal(0, 0.5, (8, 1, 3, 3)),
-             "w2": rng.normal(0, 0.5, (4, 8, second_kernel, second_kernel))}
+    c = channels
+    inits = {"w0": rng.normal(0, 0.5, (c, 3, 1, 1)),
+             "w1": rng.normal(0, 0.5 * 3 / kernel, (c, 1, kernel, kernel)),
+             "w2": rng.normal(0, 0.5, (4, c, second_kernel, second_kernel))}
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="c0", kernel_shape=[1, 1]),
              helper.make_node("Relu", ["a"], ["ar"], name="r0"),
-             helper.make_node("Conv", ["ar", "w1"], ["b"], name="dw", kernel_shape=[3, 3],
-                              pads=[1] * 4, group=8, strides=[stride] * 2),
+             helper.make_node("Conv", ["ar", "w1"], ["b"], name="dw",
+                              kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4, group=c,
+                              strides=[stride] * 2),
              helper.make_node("Relu", ["b"], ["br"], name="r1"),
              helper.make_node("Conv", ["br", "w2"], ["y"], name="c2",
                               kernel_shape=[second_kernel] * 2,
                               pads=[second_kernel // 2] * 4)]
     graph = helper.make_graph(
-        nodes, "dw_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        nodes, "dw_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                       [1, 4, 12 // stride, 12 // stride])],
+                                       [1, 4, -(-h // stride), -(-w // stride)])],
         [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -823,6 +828,41 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
         ("dw", "the config has no depthwise mesh (dw_mesh=0)")]
 
 
+@pytest.mark.parametrize("stride, h, w", [(1, 13, 19), (2, 13, 19), (2, 18, 10), (1, 30, 7)])
+def test_5x5_depthwise_runs_on_the_mesh_of_default(stride, h, w):
+    """A depthwise 5x5 Conv (group == C, pads 2, stride 1 or 2; maps not multiples of the
+    mesh's tiles, odd and even heights) compiles onto the mesh of ``default``: one record of
+    b_mode 4 (5 with stride 2) with seven weight arrays, 25 useful MACs an output, predicted
+    by layer_cost; the golden device runs the network bit-exactly against the integer
+    reference. On ``small`` (no mesh) it runs as a dense channel block, bit-exact too."""
+    from firmware.image import decode
+    from planner import PostLoad, layer_cost
+    from spec.desc import depthwise_arrays
+
+    q, lowered = _lowered(_dw_chain(1, stride, kernel=5, h=h, w=w, channels=40))
+    feeds = {"x": np.random.default_rng(h + w).normal(0, 1, (1, 3, h, w)).astype(np.float32)}
+    want = reference.run(lowered, feeds)
+    cfg = PRESETS["default"]
+    net = compile_network(lowered, cfg, qmodel=q)
+    assert net.layers["dw"].mesh and net.depthwise_placement() == [("dw", None)]
+    (rec,) = [r for s in net.segments for r in s.records if r.layer == "dw"]
+    oh, ow = -(-h // stride), -(-w // stride)
+    assert rec.macs == 25 * 40 * oh * ow
+    layers = [layer for s in net.segments for layer in decode(s.image).layers
+              if layer.desc.b_mode in (4, 5)]
+    assert [(layer.desc.b_mode, depthwise_arrays(layer.desc.b_mode), layer.desc.m)
+            for layer in layers] == [(3 + stride, 7, 40)]
+    shape = net.layers["dw"].shape
+    assert (shape.kernel_h, shape.pad_top, shape.stride_h) == (5, 2, stride)
+    assert rec.predicted_cycles == layer_cost(shape, cfg,
+                                              post=PostLoad(bias=True, requant=True)).cycles
+    golden = run_network(net, feeds, sim="golden")
+    np.testing.assert_array_equal(golden.outputs["y"], want["y"])
+    off = compile_network(lowered, SMALL, qmodel=q)
+    assert not off.layers["dw"].mesh
+    np.testing.assert_array_equal(run_network(off, feeds, sim="golden").outputs["y"], want["y"])
+
+
 def test_compile_says_where_each_depthwise_layer_runs(tmp_path, capsys):
     """tessera compile prints how many depthwise layers run on the mesh and why each other one
     runs as dense channel blocks; on a config without the mesh, one line says so."""
@@ -840,6 +880,15 @@ def test_compile_says_where_each_depthwise_layer_runs(tmp_path, capsys):
     assert compile_main([str(path), "-o", str(tmp_path / "c.tsr"), "--config", "small"]) == 0
     assert "  depthwise: 1 layer as dense channel blocks (the config has no depthwise mesh, " \
            "dw_mesh=0)" in capsys.readouterr().out
+    onnx.save(_dw_chain(1, 2, kernel=5), path)       # 5x5 on the mesh too
+    assert compile_main([str(path), "-o", str(tmp_path / "d.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "  depthwise: 1 of 1 layers on the mesh\n" in out and "dense channel" not in out
+    onnx.save(_dw_chain(1, 1, kernel=7), path)       # 7x7 is not
+    assert compile_main([str(path), "-o", str(tmp_path / "e.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "  depthwise: 0 of 1 layers on the mesh\n" in out
+    assert "  depthwise: dw: dense channel blocks: 7x7 kernel; the mesh walks 3x3 or 5x5" in out
 
 
 def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, capsys):
@@ -1054,11 +1103,13 @@ def _one_layer(kind: str, c: int, k: int, side: int = 0, kernel: int = 3, stride
     ("default", "conv", dict(c=8, k=16, side=10, groups=8)),    # many small records
     ("default", "conv", dict(c=17, k=17, side=13, stride=2, groups=17)),     # the mesh
     ("default", "conv", dict(c=960, k=960, side=7, groups=960)),             # quadrants
-    ("default", "conv", dict(c=17, k=17, side=14, kernel=5, groups=17)),     # channel blocks
+    ("default", "conv", dict(c=17, k=17, side=14, kernel=5, groups=17)),     # the mesh, 5x5
+    ("default", "conv", dict(c=33, k=33, side=15, kernel=5, stride=2, groups=33)),
+    ("default", "conv", dict(c=17, k=17, side=14, kernel=7, groups=17)),     # channel blocks
     ("tiny", "conv", dict(c=3, k=4, side=68)),                  # bands of rows
     ("tiny", "conv", dict(c=130, k=8, side=8)),                 # K parts: raw records
-], ids=["fc-chunks", "conv-chunks", "grouped", "mesh-s2", "mesh-quad", "dw-blocks", "bands",
-        "k-parts"])
+], ids=["fc-chunks", "conv-chunks", "grouped", "mesh-s2", "mesh-quad", "mesh-5x5",
+        "mesh-5x5-s2", "dw-blocks", "bands", "k-parts"])
 def test_layer_cost_with_post_processing_is_the_compiled_layer(preset, kind, args):
     """layer_cost(..., post=PostLoad(bias, requant)) costs the records the compiler builds for
     the layer on its own (the compiled layer's predictions: the cost entry point and

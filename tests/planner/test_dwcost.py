@@ -28,12 +28,17 @@ def dw(c, h, stride=1, batch=1, pad=1, kernel=3, groups=None):
                      groups=c if groups is None else groups)
 
 
-def test_mesh_shape_is_depthwise_3x3_stride_1_or_2_pad_1():
+def test_mesh_shape_is_depthwise_3x3_pad_1_or_5x5_pad_2_stride_1_or_2():
     assert mesh_shape(dw(32, 112))
     assert mesh_shape(dw(32, 112, stride=2))
     assert not mesh_shape(dw(32, 112, stride=3))
     assert not mesh_shape(dw(32, 112, pad=0))
-    assert not mesh_shape(dw(32, 112, kernel=5, pad=2))
+    assert mesh_shape(dw(32, 112, kernel=5, pad=2))
+    assert mesh_shape(dw(32, 112, kernel=5, pad=2, stride=2))
+    assert not mesh_shape(dw(32, 112, kernel=5, pad=1))
+    assert not mesh_shape(dw(32, 112, kernel=3, pad=2))
+    assert not mesh_shape(dw(32, 112, kernel=7, pad=3))
+    assert not mesh_shape(dw(32, 112, kernel=5, pad=2, stride=3))
     assert not mesh_shape(dw(32, 112, groups=8))
     assert not mesh_shape(dw(32, 112).gemm)
 
@@ -128,12 +133,43 @@ def test_mesh_refusal_names_the_first_reason():
 
     assert mesh_refusal(dw(32, 112), MESH) is None
     assert mesh_refusal(dw(32, 112), PLAIN) == "the config has no depthwise mesh (dw_mesh=0)"
-    assert mesh_refusal(dw(32, 112, kernel=5, pad=2), MESH) == \
-        "5x5 kernel; the mesh walks 3x3"
+    assert mesh_refusal(dw(32, 112, kernel=5, pad=2), MESH) is None
+    assert mesh_refusal(dw(32, 112, kernel=5, pad=2, stride=2), MESH) is None
+    assert mesh_refusal(dw(32, 112, kernel=7, pad=3), MESH) == \
+        "7x7 kernel; the mesh walks 3x3 or 5x5"
+    assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=2), kernel_w=3), MESH) \
+        == "5x3 kernel; the mesh walks 3x3 or 5x5"
     assert mesh_refusal(dw(32, 112, stride=3), MESH) == \
         "stride (3, 3); the mesh runs 1 or 2, the same on both axes"
+    assert mesh_refusal(dw(32, 112, kernel=5, pad=2, stride=3), MESH) == \
+        "stride (3, 3); the mesh runs 1 or 2, the same on both axes"
     assert mesh_refusal(dw(32, 112, pad=0), MESH) == \
-        "padding (0, 0, 0, 0) (top, left, bottom, right); the mesh pads 1 on every side"
+        "padding (0, 0, 0, 0) (top, left, bottom, right); the mesh pads a 3x3 kernel by 1 on " \
+        "every side"
+    assert mesh_refusal(dw(32, 112, kernel=5, pad=1), MESH) == \
+        "padding (1, 1, 1, 1) (top, left, bottom, right); the mesh pads a 5x5 kernel by 2 on " \
+        "every side"
+    assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=2), pad_bottom=1,
+                                            pad_right=1), MESH) == \
+        "padding (2, 2, 1, 1) (top, left, bottom, right); the mesh pads a 5x5 kernel by 2 on " \
+        "every side"
+    assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=4), dilation_h=2,
+                                            dilation_w=2), MESH) == \
+        "dilation (2, 2); the mesh runs 1"
+    # a 5x5 tile needs a 6 x 6 mesh (spec.dwmesh.strip_steps): tiny's 4 x 4 runs 3x3 only
+    tiny = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+    assert mesh_refusal(dw(8, 12), tiny) is None
+    assert mesh_refusal(dw(8, 12, kernel=5, pad=2), tiny) == \
+        "5x5 kernel on a 4 x 4 mesh; its tiles need at least 6 x 6 PEs"
+    assert not layer_cost(dw(8, 12, kernel=5, pad=2), tiny).mesh
+    with pytest.raises(ValueError, match="too small for 5x5 tiles"):
+        strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
+    assert mesh_refusal(dw(8, 12, kernel=5, pad=2),
+                        dataclasses.replace(PRESETS["small"], dw_mesh=1)) is None
+    # a channel multiplier is not depthwise: named
+    assert mesh_refusal(dataclasses.replace(dw(32, 112), out_channels=64), MESH) == \
+        "channel multiplier 2 (out_channels=64 of groups=32); the mesh runs one output channel " \
+        "per input channel"
     assert mesh_refusal(dataclasses.replace(dw(32, 112), dilation_h=2, dilation_w=2,
                                             pad_top=2, pad_left=2, pad_bottom=2,
                                             pad_right=2), MESH) == \
@@ -200,15 +236,18 @@ def test_5x5_layer_cost_is_the_strip_model_of_5x5_tiles(c, h, w, stride):
     """A 5x5 pad-2 depthwise layer on the mesh: b_mode 4 (5 with stride 2), its MAC-active
     cycles 25 taps a tile of spec.dwmesh.strip_steps(kernel=5) (whole-mesh tiles of 12 x 12
     outputs on the 16x16; stride 2 the same tiles and a quarter of the outputs stored), its
-    loads the strips' rows plus seven weight arrays through the A port, its MACs 25 per
-    output."""
+    loads the strips' rows plus seven weight arrays through the A port; layer_cost is that
+    prediction, its MACs 25 per output."""
+    shape = dataclasses.replace(dw(c, h, stride=stride, kernel=5, pad=2), width=w)
     d = depthwise_descriptor(c, h, w, MESH, out_bytes=4, b_addr=1 << 20, c_addr=1 << 24,
                              stride=stride, kernel=5)
     assert d.b_mode == (B_MODE_DEPTHWISE5 if stride == 1 else B_MODE_DEPTHWISE5_S2)
     assert check(d, MESH, out_bytes=4) == []
     p = predict_depthwise(d, MESH)
+    cost = layer_cost(shape, MESH)
+    assert cost.mesh and cost.counters == p
     oh, ow = -(-h // stride), -(-w // stride)
-    assert depthwise_macs(d) == 25 * c * oh * ow
+    assert cost.macs == depthwise_macs(d) == 25 * c * oh * ow
     steps = strip_steps(c, h, w, x_addr=0, out_addr=0, rows=16, cols=16,
                         group=d.partition_m, stride=stride, kernel=5)
     tiles = [t for s in steps for t in s.tiles]
@@ -258,6 +297,23 @@ def test_5x5_layers_load_seven_weight_arrays():
         param_load_cycles(m, none, PLAIN, weight_arrays=7)
     with pytest.raises(ValueError, match="weight_arrays=4 must be 0, or one of"):
         param_load_cycles(m, none, cfg, weight_arrays=4)
+
+
+#: EfficientNet-B0 / MobileNet-V3-shaped 5x5 depthwise layers (channels, map, stride) on the
+#: 16x16 default with the mesh: the model's MAC utilisation (whole-mesh 12 x 12 output tiles,
+#: 33 beats: 25 taps and 8 fills; stride 2 the stride-1 tiles, a quarter stored). As channel
+#: blocks they ran at 0.9-5.2%.
+@pytest.mark.parametrize("c, h, stride, at_least", [
+    (144, 56, 1, 0.37), (240, 28, 1, 0.25), (672, 14, 1, 0.14), (1152, 7, 1, 0.13),
+    (144, 56, 2, 0.09), (672, 14, 2, 0.03)])
+def test_efficientnet_5x5_depthwise_utilisation(c, h, stride, at_least):
+    shape = dw(c, h, stride=stride, kernel=5, pad=2)
+    cost = layer_cost(shape, MESH)
+    assert cost.mesh
+    util = cost.macs / (MESH.macs_per_cycle * cost.cycles)
+    assert at_least <= util < at_least + 0.01
+    plain = layer_cost(shape, PLAIN)
+    assert not plain.mesh and plain.cycles > 3 * cost.cycles
 
 
 def test_kernel_refusal_names_kernels_and_mesh_sizes():
