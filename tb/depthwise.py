@@ -1,26 +1,29 @@
-"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) on the mesh, in
-register mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte
-around the output keeps its fill.
+"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) and 5x5 layers
+(pad 2; ``b_mode`` 4 or 5, seven weight arrays) on the mesh, in register mode, bit-exact against
+``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte around the output keeps its
+fill.
 
 Environment (set by the launcher, tests/sim/test_depthwise.py):
   ACCEL_BUILD       the emitted config directory (its config has ``dw_mesh = 1``)
   TESSERA_SEED      seed of the data and of the cases' output formats
-  TESSERA_DW_CASES  the layers, ``CxHxW[/G][:S]`` separated by commas (``G``: channels a
+  TESSERA_DW_CASES  the layers, ``CxHxW[/G][:S][@K]`` separated by commas (``G``: channels a
                     strip step, default :func:`spec.dwmesh.strip_channels`' choice; ``S``: the
-                    stride, 1 or 2, default 1)
+                    stride, 1 or 2, default 1; ``K``: the kernel, 3 or 5, default 3)
 
-Results (case, counters) go to ``depthwise_results.json``.
+Results (case, counters) go to ``depthwise_results.json``. :func:`build_case` builds a case's
+record, memory and expected output without a simulator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import cocotb
 import numpy as np
 
-from spec.desc import ErrorCode, depthwise_weight_words
+from spec.desc import ErrorCode, GemmDescriptor, depthwise_arrays, depthwise_weight_words
 from spec.golden import conv2d_int8, requantize
 from spec.layouts import OutFormat, PostMode
 from spec.record import check_record, layer_record
@@ -33,30 +36,105 @@ FILL = 0x5A
 GUARD = 64
 
 
-def parse_cases(text: str) -> list[tuple[int, int, int, int | None, int]]:
-    """``CxHxW[/G][:S],..`` -> (channels, h, w, G or None, stride)."""
+def parse_cases(text: str) -> list[tuple[int, int, int, int | None, int, int]]:
+    """``CxHxW[/G][:S][@K],..`` -> (channels, h, w, G or None, stride, kernel)."""
     out = []
     for item in text.split(","):
-        item, _, stride = item.strip().partition(":")
+        item, _, kernel = item.strip().partition("@")
+        item, _, stride = item.partition(":")
         shape, _, group = item.partition("/")
         c, h, w = (int(v) for v in shape.lower().split("x"))
-        out.append((c, h, w, int(group) if group else None, int(stride or 1)))
+        out.append((c, h, w, int(group) if group else None, int(stride or 1),
+                    int(kernel or 3)))
     return out
 
 
 def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
-          base: int = 0x1000, stride: int = 1):
-    """The descriptor and where everything lies: the three weight arrays (64-byte aligned
-    rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of fill on each
-    side, at an odd address: the store's byte lanes)."""
+          base: int = 0x1000, stride: int = 1, kernel: int = 3):
+    """The descriptor and where everything lies: the weight arrays (three, or seven for 5x5;
+    64-byte aligned rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of
+    fill on each side, at an odd address: the store's byte lanes)."""
     a_stride = -(-4 * c // 64) * 64
-    x_addr = base + 3 * a_stride + 64
-    params = -(-(x_addr + c * h * w) // 64) * 64 + 64
-    c_addr = params + 3 * a_stride + GUARD + 3
     d = depthwise_descriptor(c, h, w, cfg, out_bytes=1 if int8 else 4, a_addr=base,
-                             a_stride=a_stride, b_addr=x_addr, c_addr=c_addr, group=group,
-                             stride=stride)
-    return d, params
+                             a_stride=a_stride, group=group, stride=stride, kernel=kernel)
+    x_addr = base + depthwise_arrays(d.b_mode) * a_stride + 64
+    params = -(-(x_addr + c * h * w) // 64) * 64 + 64
+    c_addr = params + 3 * a_stride + GUARD + 3      # (bias, multipliers, shifts)
+    return dataclasses.replace(d, b_addr=x_addr, c_addr=c_addr), params
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One layer of the test: its record, the memory it needs (``loads``: ``(address, bytes)``,
+    the output's fill included), the expected output (``want``: channels x pixels, int8 or
+    int32) at ``lo + GUARD`` (``span`` bytes), and what it was drawn with."""
+
+    ctx: str
+    desc: GemmDescriptor
+    rec: dict
+    loads: list
+    want: np.ndarray
+    lo: int
+    span: int
+    int8: bool
+    with_bias: bool
+    pad: int
+    stride: int
+    kernel: int
+
+
+def build_case(cfg, idx: int, c: int, h: int, w: int, group: int | None, stride: int,
+               kernel: int, rng: np.random.Generator) -> Case:
+    """Case ``idx`` (its output format from the index: int32 for every third) with its data
+    drawn from ``rng``, in the order the cases always drew it."""
+    int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
+    d, params = layer(cfg, c, h, w, group, int8=int8, stride=stride, kernel=kernel)
+    oh, ow = -(-h // stride), -(-w // stride)
+    x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (c, kernel, kernel)).astype(np.int8)
+    x.flat[0], wt.flat[0] = -128, -128
+    words = np.array([depthwise_weight_words(wt[ch].reshape(-1)) for ch in range(c)],
+                     np.uint32)
+    bias = rng.integers(-2**31, 2**31, c, dtype=np.int64).astype(np.int32)
+    mult = rng.integers(1 << 29, 2**31, c, dtype=np.int64).astype(np.int32)
+    shift = rng.integers(-2, 14, c).astype(np.int32)
+    zp, act_min, act_max = int(rng.integers(-20, 20)), -128, 127
+    pad = int(rng.integers(-128, 128)) if idx % 4 else 0    # the input zero point
+    fields = dict(out_format=int(OutFormat.INT8 if int8 else OutFormat.INT32),
+                  post_mode=int(PostMode.NONE), out_zero_point=zp if int8 else 0,
+                  act_min=act_min, act_max=act_max, pad_value=pad & 0xFFFF_FFFF)
+    arrays = []
+    if with_bias:
+        fields.update(bias_present=1, bias_addr=params)
+        arrays.append(bias)
+    if int8:
+        fields.update(mult_addr=params + 4 * c * len(arrays),
+                      shift_addr=params + 4 * c * (len(arrays) + 1))
+        arrays += [mult, shift]
+    rec = layer_record(d, **fields)
+    ctx = (f"case {idx}: {c}x{h}x{w} {kernel}x{kernel} stride {stride} G={d.partition_m} "
+           f"int8={int8} bias={with_bias} pad={pad}")
+    out_bytes = 1 if int8 else 4
+    span = c * oh * ow * out_bytes
+    lo = d.c_addr - GUARD
+    weights = b"".join(np.ascontiguousarray(words[:, t]).astype("<u4").tobytes().ljust(
+        d.a_stride, b"\0") for t in range(depthwise_arrays(d.b_mode)))
+    loads = [(d.a_addr, weights), (d.b_addr, x.tobytes()),
+             (params, b"".join(np.asarray(v, "<i4").tobytes() for v in arrays)),
+             (lo, bytes([FILL]) * (span + 2 * GUARD))]
+    p = (kernel - 1) // 2
+    padded = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
+    acc = conv2d_int8(padded[None], wt[:, None], stride=(stride, stride), groups=c)[0]
+    acc = acc.reshape(c, oh * ow)
+    if int8:
+        want = requantize(acc, multiplier=mult, shift=shift,
+                          bias=bias if with_bias else None, zero_point=zp,
+                          act_min=act_min, act_max=act_max).astype(np.int8)
+    else:
+        wide = acc.astype(np.int64) + (bias.astype(np.int64)[:, None] if with_bias else 0)
+        want = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
+    return Case(ctx=ctx, desc=d, rec=rec, loads=loads, want=want, lo=lo, span=span, int8=int8,
+                with_bias=with_bias, pad=pad, stride=stride, kernel=kernel)
 
 
 @cocotb.test()
@@ -71,58 +149,21 @@ async def run_cases(dut) -> list[dict]:
     seed = int(os.environ.get("TESSERA_SEED", "1"))
     rng = np.random.default_rng(seed)
     records = []
-    for idx, (c, h, w, group, stride) in enumerate(parse_cases(os.environ["TESSERA_DW_CASES"])):
-        int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
-        d, params = layer(cfg, c, h, w, group, int8=int8, stride=stride)
-        oh, ow = -(-h // stride), -(-w // stride)
-        x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
-        wt = rng.integers(-128, 128, (c, 3, 3)).astype(np.int8)
-        x.flat[0], wt.flat[0] = -128, -128
-        words = np.array([depthwise_weight_words(wt[ch].reshape(-1)) for ch in range(c)],
-                         np.uint32)
-        bias = rng.integers(-2**31, 2**31, c, dtype=np.int64).astype(np.int32)
-        mult = rng.integers(1 << 29, 2**31, c, dtype=np.int64).astype(np.int32)
-        shift = rng.integers(-2, 14, c).astype(np.int32)
-        zp, act_min, act_max = int(rng.integers(-20, 20)), -128, 127
-        pad = int(rng.integers(-128, 128)) if idx % 4 else 0    # the input zero point
-        fields = dict(out_format=int(OutFormat.INT8 if int8 else OutFormat.INT32),
-                      post_mode=int(PostMode.NONE), out_zero_point=zp if int8 else 0,
-                      act_min=act_min, act_max=act_max, pad_value=pad & 0xFFFF_FFFF)
-        arrays = []
-        if with_bias:
-            fields.update(bias_present=1, bias_addr=params)
-            arrays.append(bias)
-        if int8:
-            fields.update(mult_addr=params + 4 * c * len(arrays),
-                          shift_addr=params + 4 * c * (len(arrays) + 1))
-            arrays += [mult, shift]
-        rec = layer_record(d, **fields)
-        ctx = (f"case {idx}: {c}x{h}x{w} stride {stride} G={d.partition_m} int8={int8} "
-               f"bias={with_bias} pad={pad}")
-        assert check_record(rec, cfg) == [], f"{ctx}: {check_record(rec, cfg)}"
-        out_bytes = 1 if int8 else 4
-        span = c * oh * ow * out_bytes
-        lo = d.c_addr - GUARD
-        weights = b"".join(np.ascontiguousarray(words[:, t]).astype("<u4").tobytes().ljust(
-            d.a_stride, b"\0") for t in range(3))
-        await h_.load([(d.a_addr, weights), (d.b_addr, x.tobytes()),
-                       (params, b"".join(np.asarray(v, "<i4").tobytes() for v in arrays)),
-                       (lo, bytes([FILL]) * (span + 2 * GUARD))])
-        predicted = predict_depthwise(d, cfg, post=PostLoad(bias=with_bias, requant=int8))
-        result = await h_.run(rec, budget_cycles=2 * predicted.total_cycles + 10_000)
+    cases = parse_cases(os.environ["TESSERA_DW_CASES"])
+    for idx, (c, h, w, group, stride, kernel) in enumerate(cases):
+        case = build_case(cfg, idx, c, h, w, group, stride, kernel, rng)
+        d, ctx, span, lo = case.desc, case.ctx, case.span, case.lo
+        assert check_record(case.rec, cfg) == [], f"{ctx}: {check_record(case.rec, cfg)}"
+        await h_.load(case.loads)
+        predicted = predict_depthwise(d, cfg, post=PostLoad(bias=case.with_bias,
+                                                            requant=case.int8))
+        result = await h_.run(case.rec, budget_cycles=2 * predicted.total_cycles + 10_000)
         assert result.error == ErrorCode.NONE, f"{ctx}: {ErrorCode(result.error).name}"
-        padded = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=pad)
-        acc = conv2d_int8(padded[None], wt[:, None], stride=(stride, stride), groups=c)[0]
-        acc = acc.reshape(c, oh * ow)
-        if int8:
-            want = requantize(acc, multiplier=mult, shift=shift,
-                              bias=bias if with_bias else None, zero_point=zp,
-                              act_min=act_min, act_max=act_max).astype(np.int8)
-        else:
-            wide = acc.astype(np.int64) + (bias.astype(np.int64)[:, None] if with_bias else 0)
-            want = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
+        ow = -(-w // stride)
         raw = await h_.dump(lo, span + 2 * GUARD)
-        got = np.frombuffer(raw[GUARD:GUARD + span], np.int8 if int8 else "<i4").reshape(c, -1)
+        got = np.frombuffer(raw[GUARD:GUARD + span],
+                            np.int8 if case.int8 else "<i4").reshape(c, -1)
+        want = case.want
         if not np.array_equal(got, want):
             bad = np.argwhere(got != want)
             ch, p = bad[0]
@@ -130,10 +171,10 @@ async def run_cases(dut) -> list[dict]:
                                  f"({p // ow}, {p % ow}) = {got[ch, p]} != {want[ch, p]}")
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
-        records.append({"channels": c, "h": h, "w": w, "stride": stride,
-                        "group": d.partition_m, "int8": int8,
-                        "bias": with_bias, "pad": pad, "predicted": predicted.as_dict(),
-                        **result.counters})
+        records.append({"channels": c, "h": h, "w": w, "stride": stride, "kernel": kernel,
+                        "group": d.partition_m, "int8": case.int8,
+                        "bias": case.with_bias, "pad": case.pad,
+                        "predicted": predicted.as_dict(), **result.counters})
     with open(os.path.join(os.getcwd(), "depthwise_results.json"), "w") as f:
         json.dump(records, f, indent=1)
     return records
