@@ -23,7 +23,7 @@ Tensor layouts (what the layers read and write):
   (:func:`spec.desc.row_store`, :func:`planner.convplan.row_store_plan`), else (or when its
   tables do not fit) one record per output row (the tables of row 0, with ``b_addr`` moved
   down ``stride_h`` input rows per row).
-* a depthwise 3x3 (pad 1) or 5x5 (pad 2) layer on the mesh (stride 1 or 2, ``b_mode`` 2 to 5;
+* a depthwise 3x3 (pad 1), 5x5 (pad 2) or 7x7 (pad 3) layer on the mesh (stride 1 or 2, ``b_mode`` 2 to 7;
   configs with ``dw_mesh``) reads its input as dense NCHW (no halo: the record's ``pad_value``
   is the padding) and writes dense NCHW.
 
@@ -101,7 +101,7 @@ class BuiltLayer:
     #: predicted memory-port bytes (rd_a + rd_b + wr_c; on-chip operands cross no port)
     predicted_dram_bytes: int = 0
     #: useful multiply-accumulates: ``m * k * n``, the kernel's taps per output of a depthwise
-    #: record (nine, or 25 for 5x5) and of a block-diagonal one (:meth:`ImageBuilder.conv`)
+    #: record (nine, 25 for 5x5, 49 for 7x7) and of a block-diagonal one (:meth:`ImageBuilder.conv`)
     macs: int = 0
 
 
@@ -447,13 +447,13 @@ class ImageBuilder:
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
                   requant: Requant | None = None, stride: int = 1) -> None:
-        """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1 or 5x5 with pad 2,
+        """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1, 5x5 with pad 2 or 7x7 with pad 3,
         ``stride`` 1 or 2 (``b_mode`` 2 / 3 or 4 / 5, :func:`planner.dwcost.depthwise_b_mode`;
         the kernel is the ``weights``'): the ``C`` channels of the dense NCHW ``h x w`` input
         at ``x_addr``, padded with ``pad_value`` (the input zero point), each with its own
         ``weights`` (``(C, k, k)`` or ``(C, 1, k, k)`` int8), into the dense NCHW output at
         ``out_addr`` (``ceil(h / s) x ceil(w / s)`` maps). The weights are u32 arrays in the
-        QUANT section (under the image's CRC): three for 3x3, seven for 5x5
+        QUANT section (under the image's CRC): three for 3x3, seven for 5x5, thirteen for 7x7
         (:func:`spec.desc.depthwise_weight_words`)."""
         self._claim(name)
         _ints(name, h=h, w=w, x_addr=x_addr, out_addr=out_addr, pad_value=pad_value,

@@ -619,7 +619,7 @@ def format_tables_markdown() -> str:
     contents = {SectionKind.LAYERS: f"`layer_count` records of {LAYER_RECORD_BYTES} bytes",
                 SectionKind.TABLES: "convolution tables (offsets, runs, groups) of conv layers",
                 SectionKind.QUANT: "bias, multiplier and shift int32 arrays; a depthwise "
-                                   "layer's u32 weight arrays (3 for 3x3, 7 for 5x5)",
+                                   "layer's u32 weight arrays (3 for 3x3, 7 for 5x5, 13 for 7x7)",
                 SectionKind.WEIGHTS: "k-major int8 weight matrices (A operands)"}
     for kind in SectionKind:
         sections.append(f"| {kind.value} | {kind.name} | {contents[kind]} |")

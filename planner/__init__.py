@@ -95,8 +95,8 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     """The one cost entry point for a layer: plan it with ``strategy`` (or take ``plan``, one
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
-    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 (pad 1) or 5x5
-    (pad 2) layer of stride 1 or 2 the mesh runs (:func:`planner.dwcost.mesh_fits`) with the
+    input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 (pad 1), 5x5
+    (pad 2) or 7x7 (pad 3) layer of stride 1 or 2 the mesh runs (:func:`planner.dwcost.mesh_fits`) with the
     mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks

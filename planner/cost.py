@@ -35,7 +35,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from spec.config import AccelConfig, require_config
-from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_KERNELS, depthwise_arrays
+from spec.desc import DEPTHWISE_KERNELS, depthwise_arrays
 from spec.layouts import STATS_BYTES
 from spec.record import HEADER_BYTES, record_fetch_beats
 
@@ -452,7 +452,7 @@ def post_consts(consts: ModelConstants, cfg: AccelConfig) -> ModelConstants:
                                store_beat_cycles=rows)
 
 
-#: The weight-array counts of the depthwise ``b_mode`` values (3x3: 3, 5x5: 7).
+#: The weight-array counts of the depthwise ``b_mode`` values (3x3: 3, 5x5: 7, 7x7: 13).
 _WEIGHT_ARRAYS = frozenset(depthwise_arrays(b) for b in DEPTHWISE_KERNELS)
 
 
@@ -480,9 +480,10 @@ def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
     """The parameter loads (:class:`hw.params.ParamLoader`): each loaded array is one burst of
     ``4*m`` bytes in whole beats, one after another through the B port; on a config with
     ``dw_mesh`` a depthwise layer's ``weight_arrays`` weight arrays
-    (:func:`spec.desc.depthwise_arrays` of its ``b_mode``: 3 for 3x3, 7 for 5x5) go through
+    (:func:`spec.desc.depthwise_arrays` of its ``b_mode``: 3 for 3x3, 7 for 5x5, 13 for 7x7) go through
     the A port at the same time, one after another, and the loads end when both ports' are
-    done; any other record's A chain is a 3x3 layer's arrays, skipped. Each port's chain: a
+    done (the A chain ends after a layer's last weight array); any other record's A chain is
+    one skipped slot (:class:`hw.params.ParamLoader`). Each port's chain: a
     loaded array is ``param_ctrl_cycles`` cycles (its state, then the cycle its engine's busy is
     seen low) around its load, the engine busy from the cycle after the state; a skipped one
     ``param_skip_cycles``; then ``param_end_cycles``."""
@@ -492,7 +493,7 @@ def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
                          f"dw_mesh=1 (this one has dw_mesh={cfg.dw_mesh})")
     t = _Timing(cfg, consts)
     slots_a = () if not cfg.dw_mesh else (True,) * weight_arrays if weight_arrays else \
-        (False,) * depthwise_arrays(B_MODE_DEPTHWISE)
+        (False,)
     beats_a, beats_b = -(-4 * m // cfg.a_beat_bytes), -(-4 * m // cfg.b_beat_bytes)
     load_a, load_b, ctrl = param_load_timeline(slots_a, post.arrays, t.load_a(beats_a),
                                                t.load_b(beats_b), consts)

@@ -1,18 +1,18 @@
 """Cycle model of a depthwise layer on the mesh: 3x3 pad 1 (``b_mode`` 2, or 3 for stride 2)
-or 5x5 pad 2 (``b_mode`` 4, or 5 for stride 2; docs/architecture.md,
+5x5 pad 2 (``b_mode`` 4, or 5 for stride 2) or 7x7 pad 3 (6, 7; docs/architecture.md,
 "Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips
 (of the ``b_mode``'s kernel, :data:`spec.desc.DEPTHWISE_KERNELS`).
 
 After the checks, the parameter arrays (the post-processing ones the layer uses through the B
 port, beside them its weight arrays through the A port: :func:`spec.desc.depthwise_arrays`, 3
-for 3x3, 7 for 5x5) and the walk's start, phase ``k`` issues the compute of strip ``k - 1``, the A and
+for 3x3, 7 for 5x5, 13 for 7x7) and the walk's start, phase ``k`` issues the compute of strip ``k - 1``, the A and
 B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute, load A, load B,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
 each, maps of up to ``R / 2 - 1`` rows; ``mesh_quad_start_cycles``, one less for each
 channel fewer than four in its first tile, in the quadrant mode) plus its tiles' beats (``R / 2`` fills and nine taps,
-25 for a 5x5 tile,
+25 for a 5x5 tile, 49 for a 7x7 one,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
 last tap beat: :func:`spec.dwmesh.strip_step_cycles`; the taps are the MAC-active cycles); its
 loads are one beat a row (of every group: stride 2's row phases load two classes of rows into
@@ -21,9 +21,9 @@ them, ``G ceil(h / 2)`` with stride 2; in the quadrant mode, 7 x 7 maps on the 1
 :func:`spec.dwmesh.quad_mode`, ``R / 4`` a channel, two output rows each), after the mesh's
 drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
-less after a strip's first). A 5x5 layer's tiles are whole-mesh stride-1 tiles of ``(R - 4) x
-(C - 4)`` outputs (stride 2: the same tiles, the decimating store), none of the 3x3 layer's
-halves, row phases or quadrants.
+less after a strip's first). A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 tiles of ``(R
+- 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs (stride 2: the same tiles, the decimating
+store), none of the 3x3 layer's halves, row phases or quadrants.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import dataclasses
 
 from spec.config import AccelConfig
 from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DEPTHWISE_UNUSED, GemmDescriptor,
-                       check, depthwise_arrays, depthwise_out)
+                       check, depthwise_arrays, depthwise_kernels, depthwise_out)
 from spec.dwmesh import strip_channels, strip_pad, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
@@ -44,14 +44,15 @@ __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descr
            "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal"]
 
 #: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
-#: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3 and 5.
+#: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3, 5 and 7.
 MESH_KERNELS: tuple[int, ...] = tuple(sorted(set(DEPTHWISE_KERNELS.values())))
 _KERNELS_TEXT = " or ".join(f"{k}x{k}" for k in MESH_KERNELS)
 
 
 def depthwise_b_mode(kernel: int, stride: int) -> int:
     """The ``b_mode`` of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``)
-    of ``stride`` on the mesh: 2 or 3 for 3x3, 4 or 5 for 5x5 (stride 1 or 2)."""
+    of ``stride`` on the mesh: 2 or 3 for 3x3, 4 or 5 for 5x5, 6 or 7 for 7x7 (stride 1 or
+    2)."""
     for b_mode, k in DEPTHWISE_KERNELS.items():
         if k == kernel and DEPTHWISE_STRIDES[b_mode] == stride:
             return b_mode
@@ -61,23 +62,25 @@ def depthwise_b_mode(kernel: int, stride: int) -> int:
 
 def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     """Why ``cfg``'s mesh cannot walk a ``kernel`` x ``kernel`` window (None when it can): the
-    kernel is not one of :data:`MESH_KERNELS`, or a tile of the mesh would not hold two output
-    rows and columns (:func:`spec.dwmesh.strip_steps`: ``R - 2 pad`` by ``C - 2 pad``; a 5x5
-    kernel needs a 6 x 6 mesh, so ``tiny``'s 4 x 4 with ``dw_mesh`` runs 3x3 only)."""
+    kernel is not one of :data:`MESH_KERNELS`, or the mesh is too small for its tiles and
+    strips (:func:`spec.desc.depthwise_kernels`: a 5x5 kernel needs a 6 x 6 mesh, a 7x7 one a
+    9 x 9 mesh, so ``tiny``'s 4 x 4 with ``dw_mesh`` runs 3x3 only, ``small``'s 8 x 8 3x3 and
+    5x5)."""
     if kernel not in MESH_KERNELS:
         return f"{kernel}x{kernel} kernel; the mesh walks {_KERNELS_TEXT}"
-    side = 2 * strip_pad(kernel) + 2
-    if min(cfg.array_rows, cfg.array_cols) < side:
+    if kernel not in depthwise_kernels(cfg):
+        pad = strip_pad(kernel)
+        side = 2 * pad + max(2, pad)
         return (f"{kernel}x{kernel} kernel on a {cfg.array_rows} x {cfg.array_cols} mesh; its "
-                f"tiles need at least {side} x {side} PEs")
+                f"tiles and strips need at least {side} x {side} PEs")
     return None
 
 
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
-    runs: depthwise (``groups`` = input = output channels), 3x3 with padding 1 or 5x5 with
-    padding 2 on every side (:data:`MESH_KERNELS`), stride 1 or 2 (the same on both axes), no
-    dilation."""
+    runs: depthwise (``groups`` = input = output channels), ``k`` x ``k`` with padding ``(k -
+    1) / 2`` on every side for ``k`` in :data:`MESH_KERNELS` (3, 5, 7), stride 1 or 2 (the
+    same on both axes), no dilation."""
     return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w in MESH_KERNELS and
             shape.stride_h == shape.stride_w in (1, 2) and
             shape.dilation_h == shape.dilation_w == 1
@@ -187,7 +190,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
                          stride: int = 1, kernel: int = 3) -> GemmDescriptor:
     """The descriptor of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``;
     3 or 5, ``b_mode`` 2 / 3 or 4 / 5: :func:`depthwise_b_mode`) on the mesh: ``channels``
-    dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, or 7 for 5x5) at ``a_addr``
+    dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, 7 for 5x5, 13 for 7x7) at ``a_addr``
     (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
     (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
     2) at ``c_addr``; ``group`` (``G``) channels a strip step, by default as many as a buffer
@@ -212,7 +215,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
 
 
 def depthwise_macs(d: GemmDescriptor) -> int:
-    """Multiply-accumulates of the layer: a tap per output element (nine, or 25 for 5x5; the
+    """Multiply-accumulates of the layer: a tap per output element (nine, 25 for 5x5, 49 for 7x7; the
     stride-2 layer's outputs: the mesh computes four times as many)."""
     oh, ow = depthwise_out(d)
     return DEPTHWISE_KERNELS[d.b_mode] ** 2 * d.m * oh * ow

@@ -1,5 +1,5 @@
-"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) and 5x5 layers
-(pad 2; ``b_mode`` 4 or 5, seven weight arrays) on the mesh, in register mode, bit-exact against
+"""cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) and 5x5 / 7x7 layers
+(pad 2 / 3; ``b_mode`` 4 to 7, seven / thirteen weight arrays) on the mesh, in register mode, bit-exact against
 ``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte around the output keeps its
 fill.
 
@@ -8,7 +8,7 @@ Environment (set by the launcher, tests/sim/test_depthwise.py):
   TESSERA_SEED      seed of the data and of the cases' output formats
   TESSERA_DW_CASES  the layers, ``CxHxW[/G][:S][@K]`` separated by commas (``G``: channels a
                     strip step, default :func:`spec.dwmesh.strip_channels`' choice; ``S``: the
-                    stride, 1 or 2, default 1; ``K``: the kernel, 3 or 5, default 3)
+                    stride, 1 or 2, default 1; ``K``: the kernel, 3, 5 or 7, default 3)
 
 Results (case, counters) go to ``depthwise_results.json``. :func:`build_case` builds a case's
 record, memory and expected output without a simulator.
@@ -51,7 +51,7 @@ def parse_cases(text: str) -> list[tuple[int, int, int, int | None, int, int]]:
 
 def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
           base: int = 0x1000, stride: int = 1, kernel: int = 3):
-    """The descriptor and where everything lies: the weight arrays (three, or seven for 5x5;
+    """The descriptor and where everything lies: the weight arrays (three, seven for 5x5, thirteen for 7x7;
     64-byte aligned rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of
     fill on each side, at an odd address: the store's byte lanes)."""
     a_stride = -(-4 * c // 64) * 64

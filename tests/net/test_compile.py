@@ -828,18 +828,21 @@ def test_depthwise_on_the_mesh_unless_its_reader_needs_padding(second_kernel, on
         ("dw", "the config has no depthwise mesh (dw_mesh=0)")]
 
 
-@pytest.mark.parametrize("stride, h, w", [(1, 13, 19), (2, 13, 19), (2, 18, 10), (1, 30, 7)])
-def test_5x5_depthwise_runs_on_the_mesh_of_default(stride, h, w):
-    """A depthwise 5x5 Conv (group == C, pads 2, stride 1 or 2; maps not multiples of the
-    mesh's tiles, odd and even heights) compiles onto the mesh of ``default``: one record of
-    b_mode 4 (5 with stride 2) with seven weight arrays, 25 useful MACs an output, predicted
-    by layer_cost; the golden device runs the network bit-exactly against the integer
-    reference. On ``small`` (no mesh) it runs as a dense channel block, bit-exact too."""
+@pytest.mark.parametrize("kernel, stride, h, w", [
+    (5, 1, 13, 19), (5, 2, 13, 19), (5, 2, 18, 10), (5, 1, 30, 7),
+    (7, 1, 13, 19), (7, 2, 18, 10), (7, 1, 22, 7)])
+def test_big_depthwise_kernels_run_on_the_mesh_of_default(kernel, stride, h, w):
+    """A depthwise 5x5 or 7x7 Conv (group == C, pads 2 or 3, stride 1 or 2; maps not
+    multiples of the mesh's tiles, odd and even heights) compiles onto the mesh of
+    ``default``: one record of b_mode 4 or 6 (5 or 7 with stride 2) with seven or thirteen
+    weight arrays, 25 or 49 useful MACs an output, predicted by layer_cost; the golden device
+    runs the network bit-exactly against the integer reference. On ``small`` (no mesh) it runs
+    as a dense channel block, bit-exact too."""
     from firmware.image import decode
     from planner import PostLoad, layer_cost
     from spec.desc import depthwise_arrays
 
-    q, lowered = _lowered(_dw_chain(1, stride, kernel=5, h=h, w=w, channels=40))
+    q, lowered = _lowered(_dw_chain(1, stride, kernel=kernel, h=h, w=w, channels=40))
     feeds = {"x": np.random.default_rng(h + w).normal(0, 1, (1, 3, h, w)).astype(np.float32)}
     want = reference.run(lowered, feeds)
     cfg = PRESETS["default"]
@@ -847,13 +850,14 @@ def test_5x5_depthwise_runs_on_the_mesh_of_default(stride, h, w):
     assert net.layers["dw"].mesh and net.depthwise_placement() == [("dw", None)]
     (rec,) = [r for s in net.segments for r in s.records if r.layer == "dw"]
     oh, ow = -(-h // stride), -(-w // stride)
-    assert rec.macs == 25 * 40 * oh * ow
+    assert rec.macs == kernel * kernel * 40 * oh * ow
+    b_mode = 2 + (kernel - 3) + (stride - 1)
     layers = [layer for s in net.segments for layer in decode(s.image).layers
-              if layer.desc.b_mode in (4, 5)]
+              if layer.desc.b_mode >= 4]
     assert [(layer.desc.b_mode, depthwise_arrays(layer.desc.b_mode), layer.desc.m)
-            for layer in layers] == [(3 + stride, 7, 40)]
+            for layer in layers] == [(b_mode, -(-kernel * kernel // 4), 40)]
     shape = net.layers["dw"].shape
-    assert (shape.kernel_h, shape.pad_top, shape.stride_h) == (5, 2, stride)
+    assert (shape.kernel_h, shape.pad_top, shape.stride_h) == (kernel, kernel // 2, stride)
     assert rec.predicted_cycles == layer_cost(shape, cfg,
                                               post=PostLoad(bias=True, requant=True)).cycles
     golden = run_network(net, feeds, sim="golden")
@@ -884,11 +888,16 @@ def test_compile_says_where_each_depthwise_layer_runs(tmp_path, capsys):
     assert compile_main([str(path), "-o", str(tmp_path / "d.tsr"), "--config", "default"]) == 0
     out = capsys.readouterr().out
     assert "  depthwise: 1 of 1 layers on the mesh\n" in out and "dense channel" not in out
-    onnx.save(_dw_chain(1, 1, kernel=7), path)       # 7x7 is not
+    onnx.save(_dw_chain(1, 1, kernel=7), path)       # 7x7 too, on the 16x16
     assert compile_main([str(path), "-o", str(tmp_path / "e.tsr"), "--config", "default"]) == 0
     out = capsys.readouterr().out
+    assert "  depthwise: 1 of 1 layers on the mesh\n" in out and "dense channel" not in out
+    onnx.save(_dw_chain(1, 1, kernel=9), path)       # 9x9 is not
+    assert compile_main([str(path), "-o", str(tmp_path / "f.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
     assert "  depthwise: 0 of 1 layers on the mesh\n" in out
-    assert "  depthwise: dw: dense channel blocks: 7x7 kernel; the mesh walks 3x3 or 5x5" in out
+    assert ("  depthwise: dw: dense channel blocks: 9x9 kernel; the mesh walks 3x3 or 5x5 or "
+            "7x7") in out
 
 
 def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, capsys):

@@ -28,7 +28,7 @@ def dw(c, h, stride=1, batch=1, pad=1, kernel=3, groups=None):
                      groups=c if groups is None else groups)
 
 
-def test_mesh_shape_is_depthwise_3x3_pad_1_or_5x5_pad_2_stride_1_or_2():
+def test_mesh_shape_is_depthwise_kxk_pad_half_k_stride_1_or_2():
     assert mesh_shape(dw(32, 112))
     assert mesh_shape(dw(32, 112, stride=2))
     assert not mesh_shape(dw(32, 112, stride=3))
@@ -37,7 +37,10 @@ def test_mesh_shape_is_depthwise_3x3_pad_1_or_5x5_pad_2_stride_1_or_2():
     assert mesh_shape(dw(32, 112, kernel=5, pad=2, stride=2))
     assert not mesh_shape(dw(32, 112, kernel=5, pad=1))
     assert not mesh_shape(dw(32, 112, kernel=3, pad=2))
-    assert not mesh_shape(dw(32, 112, kernel=7, pad=3))
+    assert mesh_shape(dw(32, 112, kernel=7, pad=3))
+    assert mesh_shape(dw(32, 112, kernel=7, pad=3, stride=2))
+    assert not mesh_shape(dw(32, 112, kernel=7, pad=2))
+    assert not mesh_shape(dw(32, 112, kernel=9, pad=4))
     assert not mesh_shape(dw(32, 112, kernel=5, pad=2, stride=3))
     assert not mesh_shape(dw(32, 112, groups=8))
     assert not mesh_shape(dw(32, 112).gemm)
@@ -135,10 +138,11 @@ def test_mesh_refusal_names_the_first_reason():
     assert mesh_refusal(dw(32, 112), PLAIN) == "the config has no depthwise mesh (dw_mesh=0)"
     assert mesh_refusal(dw(32, 112, kernel=5, pad=2), MESH) is None
     assert mesh_refusal(dw(32, 112, kernel=5, pad=2, stride=2), MESH) is None
-    assert mesh_refusal(dw(32, 112, kernel=7, pad=3), MESH) == \
-        "7x7 kernel; the mesh walks 3x3 or 5x5"
+    assert mesh_refusal(dw(32, 112, kernel=7, pad=3), MESH) is None
+    assert mesh_refusal(dw(32, 112, kernel=9, pad=4), MESH) == \
+        "9x9 kernel; the mesh walks 3x3 or 5x5 or 7x7"
     assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=2), kernel_w=3), MESH) \
-        == "5x3 kernel; the mesh walks 3x3 or 5x5"
+        == "5x3 kernel; the mesh walks 3x3 or 5x5 or 7x7"
     assert mesh_refusal(dw(32, 112, stride=3), MESH) == \
         "stride (3, 3); the mesh runs 1 or 2, the same on both axes"
     assert mesh_refusal(dw(32, 112, kernel=5, pad=2, stride=3), MESH) == \
@@ -156,11 +160,15 @@ def test_mesh_refusal_names_the_first_reason():
     assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=4), dilation_h=2,
                                             dilation_w=2), MESH) == \
         "dilation (2, 2); the mesh runs 1"
-    # a 5x5 tile needs a 6 x 6 mesh (spec.dwmesh.strip_steps): tiny's 4 x 4 runs 3x3 only
+    # a 5x5 tile needs a 6 x 6 mesh, a 7x7 one a 9 x 9 one (spec.desc.depthwise_kernels):
+    # tiny's 4 x 4 runs 3x3 only, small's 8 x 8 3x3 and 5x5
     tiny = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
     assert mesh_refusal(dw(8, 12), tiny) is None
     assert mesh_refusal(dw(8, 12, kernel=5, pad=2), tiny) == \
-        "5x5 kernel on a 4 x 4 mesh; its tiles need at least 6 x 6 PEs"
+        "5x5 kernel on a 4 x 4 mesh; its tiles and strips need at least 6 x 6 PEs"
+    assert mesh_refusal(dw(8, 12, kernel=7, pad=3),
+                        dataclasses.replace(PRESETS["small"], dw_mesh=1)) == \
+        "7x7 kernel on a 8 x 8 mesh; its tiles and strips need at least 9 x 9 PEs"
     assert not layer_cost(dw(8, 12, kernel=5, pad=2), tiny).mesh
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
@@ -221,12 +229,12 @@ def test_depthwise_blocks_hold_no_more_channels_than_the_offset_table_has_taps_f
 
 
 def test_depthwise_b_modes_of_kernels_and_strides():
-    assert [depthwise_b_mode(k, s) for k in (3, 5) for s in (1, 2)] == [
-        B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2]
-    with pytest.raises(ValueError, match="kernel=7, stride=1: the mesh runs kernels"):
-        depthwise_b_mode(7, 1)
-    with pytest.raises(ValueError, match="kernel=7 must be one of"):
-        depthwise_descriptor(4, 8, 8, MESH, out_bytes=4, kernel=7)
+    assert [depthwise_b_mode(k, s) for k in (3, 5, 7) for s in (1, 2)] == [
+        B_MODE_DEPTHWISE, B_MODE_DEPTHWISE_S2, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2, 6, 7]
+    with pytest.raises(ValueError, match="kernel=9, stride=1: the mesh runs kernels"):
+        depthwise_b_mode(9, 1)
+    with pytest.raises(ValueError, match="kernel=9 must be one of"):
+        depthwise_descriptor(4, 8, 8, MESH, out_bytes=4, kernel=9)
 
 
 @pytest.mark.parametrize("c, h, w, stride", [(144, 56, 56, 1), (40, 29, 23, 1),
@@ -293,7 +301,7 @@ def test_5x5_layers_load_seven_weight_arrays():
     assert [depthwise_arrays(d.b_mode) for d in (d3, d5)] == [3, 7]
     assert predict_depthwise(d5, cfg).rd_a_bytes - predict_depthwise(d3, cfg).rd_a_bytes == \
         seven.read_a - three.read_a
-    with pytest.raises(ValueError, match="weight_arrays=7 must be 0, or one of \\[3, 7\\]"):
+    with pytest.raises(ValueError, match="weight_arrays=7 must be 0, or one of \\[3, 7, 13\\]"):
         param_load_cycles(m, none, PLAIN, weight_arrays=7)
     with pytest.raises(ValueError, match="weight_arrays=4 must be 0, or one of"):
         param_load_cycles(m, none, cfg, weight_arrays=4)
@@ -317,16 +325,17 @@ def test_efficientnet_5x5_depthwise_utilisation(c, h, stride, at_least):
 
 
 def test_kernel_refusal_names_kernels_and_mesh_sizes():
-    """The mesh walks 3x3 and 5x5 windows; a 5x5 tile needs a 6 x 6 mesh
-    (spec.dwmesh.strip_steps), so tiny's 4 x 4 with dw_mesh runs 3x3 only."""
+    """The mesh walks 3x3, 5x5 and 7x7 windows; a 5x5 tile needs a 6 x 6 mesh and a 7x7 one
+    a 9 x 9 mesh (spec.desc.depthwise_kernels), so tiny's 4 x 4 with dw_mesh runs 3x3 only."""
     from planner.dwcost import kernel_refusal
 
     tiny = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
     assert kernel_refusal(3, MESH) is None and kernel_refusal(5, MESH) is None
     assert kernel_refusal(3, tiny) is None
-    assert kernel_refusal(5, tiny) == "5x5 kernel on a 4 x 4 mesh; its tiles need at least " \
-        "6 x 6 PEs"
-    assert kernel_refusal(7, MESH) == "7x7 kernel; the mesh walks 3x3 or 5x5"
+    assert kernel_refusal(5, tiny) == "5x5 kernel on a 4 x 4 mesh; its tiles and strips need " \
+        "at least 6 x 6 PEs"
+    assert kernel_refusal(7, MESH) is None
+    assert kernel_refusal(9, MESH) == "9x9 kernel; the mesh walks 3x3 or 5x5 or 7x7"
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
     strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=6, cols=6, kernel=5)

@@ -399,17 +399,19 @@ def test_builder_depthwise_needs_the_mesh():
 
 @pytest.mark.parametrize("w", [np.zeros((4, 3, 3), np.int16), np.zeros((4, 2, 3, 3), np.int8),
                                np.zeros((4, 3, 2), np.int8), np.zeros((4, 9), np.int8),
-                               np.zeros((4, 5, 3), np.int8), np.zeros((4, 7, 7), np.int8),
+                               np.zeros((4, 5, 3), np.int8), np.zeros((4, 9, 9), np.int8),
                                np.zeros((4, 1, 4, 4), np.int8), np.zeros((4, 2, 5, 5), np.int8)])
 def test_builder_depthwise_weights(w):
     with refused(ValueError, f"d: weights must be int8 of shape (C, k, k) or (C, 1, k, k) with "
-                             f"k in [3, 5] (the mesh's kernels), not {w.dtype} {w.shape}"):
+                             f"k in [3, 5, 7] (the mesh's kernels), not {w.dtype} {w.shape}"):
         _depthwise(weights=w)
 
 
-def test_builder_depthwise_mesh_size():
-    with refused(ValueError, "d: 5x5 kernel on a 4 x 4 mesh; its tiles need at least 6 x 6 PEs"):
-        _depthwise(weights=np.zeros((4, 5, 5), np.int8))
+@pytest.mark.parametrize("kernel, side", [(5, 6), (7, 9)])
+def test_builder_depthwise_mesh_size(kernel, side):
+    with refused(ValueError, f"d: {kernel}x{kernel} kernel on a 4 x 4 mesh; its tiles and "
+                             f"strips need at least {side} x {side} PEs"):
+        _depthwise(weights=np.zeros((4, kernel, kernel), np.int8))
 
 
 @pytest.mark.parametrize("pad", [-129, 128])
