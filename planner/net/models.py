@@ -279,10 +279,12 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
                           blocks=MOBILENET_BLOCKS, stem: int = 16, seed: int = 0):
     """A MobileNet-V2-style network on ``1 x 3 x height x width``: a 3x3 stride-2 stem conv
     (``stem`` channels, ReLU), then one inverted residual block per ``(out, expansion,
-    stride)`` of ``blocks`` — a 1x1 expand conv to ``in * expansion`` channels with ReLU
-    (omitted at expansion 1), a 3x3 depthwise conv (``group`` = its channels, pad 1, the block's
-    stride) with ReLU, a 1x1 project conv to ``out`` channels, and a residual ``Add`` when the
-    stride is 1 and ``in == out`` — then global average pooling, flatten and a Gemm head.
+    stride)`` or ``(out, expansion, stride, kernel)`` of ``blocks`` — a 1x1 expand conv to ``in
+    * expansion`` channels with ReLU (omitted at expansion 1), a ``kernel`` x ``kernel``
+    depthwise conv (3 unless given: 3, 5 or 7; ``group`` = its channels, pad ``kernel // 2``,
+    the block's stride) with ReLU, a 1x1 project conv to ``out`` channels, and a residual
+    ``Add`` when the stride is 1 and ``in == out`` — then global average pooling, flatten and
+    a Gemm head (EfficientNet's MBConv blocks without squeeze-and-excitation, with kernels).
     Input ``x``, output ``logits``."""
     from onnx import helper
 
@@ -304,12 +306,19 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
         return f"{name}_relu"
 
     x, cin = conv("stem", "x", 3, stem, 3, stride=2), stem
-    for i, (cout, t, stride) in enumerate(blocks):
+    for i, block in enumerate(blocks):
+        if len(block) not in (3, 4):
+            raise ValueError(f"inverted_residual_net: blocks[{i}]={block!r} must be (out, "
+                             f"expansion, stride) or (out, expansion, stride, kernel)")
+        cout, t, stride, kernel = (*block, 3)[:4]
         _check(f"blocks[{i}] expansion", t, 1, 64)
         _check(f"blocks[{i}] stride", stride, 1, 2)
+        if kernel not in (3, 5, 7):
+            raise ValueError(f"inverted_residual_net: blocks[{i}] kernel={kernel!r} must be 3, "
+                             f"5 or 7")
         mid = cin * t
         y = conv(f"b{i}_expand", x, cin, mid, 1) if t != 1 else x
-        y = conv(f"b{i}_dw", y, mid, mid, 3, stride=stride, group=mid)
+        y = conv(f"b{i}_dw", y, mid, mid, kernel, stride=stride, group=mid)
         y = conv(f"b{i}_project", y, mid, cout, 1, relu=False)
         if stride == 1 and cin == cout:
             nodes.append(helper.make_node("Add", [y, x], [f"b{i}_add"], name=f"b{i}_add"))
