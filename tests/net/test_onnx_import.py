@@ -154,3 +154,20 @@ def test_deep_conv_model_checks_its_arguments():
         deep_conv(130, groups=3)
     with pytest.raises(ValueError, match=r"stride must be an int in \[1, 8\], not 0"):
         deep_conv(130, stride=0)
+
+
+def test_inverted_residual_net_takes_a_kernel_per_block():
+    """planner.net.models.inverted_residual_net: a block may give its depthwise kernel (3, 5
+    or 7, pad kernel // 2); a bad block or kernel is named."""
+    from planner.net.models import inverted_residual_net
+
+    model = load_model(inverted_residual_net(blocks=((16, 1, 1, 5), (24, 6, 2, 7), (24, 6, 1))))
+    kernels = {n.name: [list(a.ints) for a in n.attribute if a.name in ("kernel_shape", "pads")]
+               for n in model.graph.node if n.name.endswith("_dw")}
+    assert kernels == {"b0_dw": [[5, 5], [2, 2, 2, 2]], "b1_dw": [[7, 7], [3, 3, 3, 3]],
+                       "b2_dw": [[3, 3], [1, 1, 1, 1]]}
+    with pytest.raises(ValueError, match=r"blocks\[0\] kernel=4 must be 3, 5 or 7"):
+        inverted_residual_net(blocks=((16, 1, 1, 4),))
+    with pytest.raises(ValueError, match=r"blocks\[1\]=\(24, 6\) must be \(out, expansion, "
+                                         r"stride\) or \(out, expansion, stride, kernel\)"):
+        inverted_residual_net(blocks=((16, 1, 1), (24, 6)))
