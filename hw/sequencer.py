@@ -357,8 +357,9 @@ class Sequencer(wiring.Component):
                          dw_kern.eq((b_mode[:3] - B_MODE_DEPTHWISE) >> 1)]
             # then WEIGHT_ARRAYS: a 3x3 layer's three, a 5x5 one's seven, a 7x7 one's thirteen
             arrays = [depthwise_arrays(B_MODE_DEPTHWISE + 2 * k) for k in range(3)]
-            q_need = Cat(q_need, *(is_dw & (dw_kern >= k) for k, (lo, hi) in enumerate(
-                zip([0] + arrays, arrays)) for _ in range(hi - lo)))
+            q_need = Cat(q_need, *((is_dw & (dw_kern >= k)) if k else is_dw
+                                   for k, (lo, hi) in enumerate(zip([0] + arrays, arrays))
+                                   for _ in range(hi - lo)))
             assert len(q_need) == 3 + len(WEIGHT_ARRAYS)
             params_needed = post | is_dw
 
