@@ -447,8 +447,9 @@ class ImageBuilder:
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
                   requant: Requant | None = None, stride: int = 1) -> None:
-        """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1, 5x5 with pad 2 or 7x7 with pad 3,
-        ``stride`` 1 or 2 (``b_mode`` 2 / 3 or 4 / 5, :func:`planner.dwcost.depthwise_b_mode`;
+        """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1, 5x5 with pad 2 or
+        7x7 with pad 3, ``stride`` 1 or 2 (``b_mode`` 2 / 3, 4 / 5 or 6 / 7,
+        :func:`planner.dwcost.depthwise_b_mode`;
         the kernel is the ``weights``'): the ``C`` channels of the dense NCHW ``h x w`` input
         at ``x_addr``, padded with ``pad_value`` (the input zero point), each with its own
         ``weights`` (``(C, k, k)`` or ``(C, 1, k, k)`` int8), into the dense NCHW output at

@@ -254,9 +254,9 @@ def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationRe
 
 def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: EmulationResult,
                    track: bool) -> bool:
-    """A depthwise layer (``b_mode`` 2 to 5: a ``K`` x ``K`` kernel,
-    :data:`spec.desc.DEPTHWISE_KERNELS`, 3 or 5, stride 1 or 2): ``m`` channels of ``k x n``
-    maps, dense NCHW, padded by ``(K - 1) / 2`` (1, or 2) with ``pad_value``, convolved with
+    """A depthwise layer (``b_mode`` 2 to 7: a ``K`` x ``K`` kernel,
+    :data:`spec.desc.DEPTHWISE_KERNELS`, 3, 5 or 7, stride 1 or 2): ``m`` channels of ``k x n``
+    maps, dense NCHW, padded by ``(K - 1) / 2`` (1, 2 or 3) with ``pad_value``, convolved with
     each channel's ``K * K`` weights (the :func:`spec.desc.depthwise_arrays` u32 arrays at
     ``a_addr + t a_stride``, taps ``4t .. 4t + 3`` in array ``t``) at the stride; the output is
     dense NCHW, channel ``c`` a row of ``P Q`` (:func:`spec.desc.depthwise_out`)."""

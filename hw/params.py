@@ -29,7 +29,7 @@ WEIGHT_TAPS = 49
 
 def weight_word(taps) -> int:
     """The weight word of one channel (tap ``t`` in bits ``8t .. 8t + 7``, ``8 *``
-    :data:`WEIGHT_TAPS` bits) from its 9 or 25 int8 taps: what :class:`ParamMemories` gives on
+    :data:`WEIGHT_TAPS` bits) from its 9, 25 or 49 int8 taps: what :class:`ParamMemories` gives on
     ``weights``, the arrays' words (:func:`spec.desc.depthwise_weight_words`) side by side."""
     word = 0
     for t, w in enumerate(depthwise_weight_words(taps)):

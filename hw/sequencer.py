@@ -90,7 +90,10 @@ class Sequencer(wiring.Component):
     the stride-1 results (:class:`spec.dwmesh.StripStep`), or, for maps
     :func:`spec.dwmesh.row_phases` takes, its tiles compute only the stride-2 rows (the row
     phases: each load two groups of rows, ``w`` bytes apart, the stores every row's even
-    lanes).
+    lanes). ``b_mode`` 4 and 5 (5x5, pad 2) and 6 and 7 (7x7, pad 3; meshes of at least 9 x
+    9) run the same steps with that kernel's tiles (``p_kernel`` of the walk and the compute
+    engine) and seven or thirteen weight arrays, stride 2 always through the decimating
+    store.
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,

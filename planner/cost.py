@@ -35,7 +35,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from spec.config import AccelConfig, require_config
-from spec.desc import DEPTHWISE_KERNELS, depthwise_arrays
+from spec.desc import B_MODE_DEPTHWISE, DEPTHWISE_KERNELS, depthwise_arrays
 from spec.layouts import STATS_BYTES
 from spec.record import HEADER_BYTES, record_fetch_beats
 
@@ -483,7 +483,8 @@ def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
     (:func:`spec.desc.depthwise_arrays` of its ``b_mode``: 3 for 3x3, 7 for 5x5, 13 for 7x7) go through
     the A port at the same time, one after another, and the loads end when both ports' are
     done (the A chain ends after a layer's last weight array); any other record's A chain is
-    one skipped slot (:class:`hw.params.ParamLoader`). Each port's chain: a
+    a 3x3 layer's three slots, skipped (:class:`hw.params.ParamLoader` walks at least three).
+    Each port's chain: a
     loaded array is ``param_ctrl_cycles`` cycles (its state, then the cycle its engine's busy is
     seen low) around its load, the engine busy from the cycle after the state; a skipped one
     ``param_skip_cycles``; then ``param_end_cycles``."""
@@ -493,7 +494,7 @@ def param_load_cycles(m: int, post: PostLoad, cfg: AccelConfig,
                          f"dw_mesh=1 (this one has dw_mesh={cfg.dw_mesh})")
     t = _Timing(cfg, consts)
     slots_a = () if not cfg.dw_mesh else (True,) * weight_arrays if weight_arrays else \
-        (False,)
+        (False,) * depthwise_arrays(B_MODE_DEPTHWISE)
     beats_a, beats_b = -(-4 * m // cfg.a_beat_bytes), -(-4 * m // cfg.b_beat_bytes)
     load_a, load_b, ctrl = param_load_timeline(slots_a, post.arrays, t.load_a(beats_a),
                                                t.load_b(beats_b), consts)

@@ -66,6 +66,8 @@ def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     strips (:func:`spec.desc.depthwise_kernels`: a 5x5 kernel needs a 6 x 6 mesh, a 7x7 one a
     9 x 9 mesh, so ``tiny``'s 4 x 4 with ``dw_mesh`` runs 3x3 only, ``small``'s 8 x 8 3x3 and
     5x5)."""
+    if not cfg.dw_mesh:
+        return "the config has no depthwise mesh (dw_mesh=0)"
     if kernel not in MESH_KERNELS:
         return f"{kernel}x{kernel} kernel; the mesh walks {_KERNELS_TEXT}"
     if kernel not in depthwise_kernels(cfg):
@@ -189,7 +191,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
                          c_addr: int = 0, group: int | None = None,
                          stride: int = 1, kernel: int = 3) -> GemmDescriptor:
     """The descriptor of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``;
-    3 or 5, ``b_mode`` 2 / 3 or 4 / 5: :func:`depthwise_b_mode`) on the mesh: ``channels``
+    3, 5 or 7, ``b_mode`` 2 / 3, 4 / 5 or 6 / 7: :func:`depthwise_b_mode`) on the mesh: ``channels``
     dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, 7 for 5x5, 13 for 7x7) at ``a_addr``
     (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
     (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
@@ -224,7 +226,7 @@ def depthwise_macs(d: GemmDescriptor) -> int:
 def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
                       post: PostLoad | None = None) -> CycleBreakdown:
-    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 to 5, legal on
+    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 to 7, legal on
     ``cfg``); ``post``: the post-processing arrays it loads (bias, requantisation)."""
     if d.b_mode not in DEPTHWISE_STRIDES:
         raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode "

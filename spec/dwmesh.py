@@ -369,10 +369,10 @@ class StripTile:
     words ``b_base + k`` and the odd ones from buffer-A words ``a_base + k``; the masks stay
     with the rows (``a_lo`` / ``a_hi`` for the even ones, ``b_lo`` / ``b_hi`` for the odd
     ones). ``pre_right``: the patch rotated right by that many columns (0, or the map's left
-    pad in a layer's first strip: 1 for 3x3, 2 for 5x5), as that many ``RIGHT`` moves after the
-    fills would; the feeder rotates every fill row as it enters instead, so it costs no beat.
-    ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 tile is a whole-mesh
-    stride-1 tile: no ``halves``, ``phase1`` or ``quads``). ``channel`` (in the layer) selects the weights; the tile's
+    pad in a layer's first strip: 1 for 3x3, 2 for 5x5, 3 for 7x7), as that many ``RIGHT``
+    moves after the fills would; the feeder rotates every fill row as it enters instead, so it
+    costs no beat. ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 or 7x7
+    tile is a whole-mesh stride-1 tile: no ``halves``, ``phase1`` or ``quads``). ``channel`` (in the layer) selects the weights; the tile's
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
@@ -523,7 +523,8 @@ def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
                 stride: int = 1, kernel: int = 3) -> list[StripStep]:
-    """The steps of a pad-1 depthwise 3x3 layer of ``stride`` 1 or 2 on an ``rows`` x
+    """The steps of a pad-1 depthwise 3x3 layer (or, with ``kernel``, a 5x5 or 7x7 one: below)
+    of ``stride`` 1 or 2 on an ``rows`` x
     ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
     ``x`` at ``x_addr + (c * h + y) * w + x``: no padding in memory) and a dense NCHW output at
     ``out_addr`` (``out_size(h, 1, stride)`` x ``out_size(w, 1, stride)`` maps, addresses in

@@ -185,7 +185,8 @@ def test_loader_runs_the_weight_arrays_on_a_beside_the_others_on_b(need, busy_a,
     want_a = [(t, 0x400 + 0x100 * t) for t in range(13) if need >> (3 + t) & 1]
     assert issued == {"a": want_a, "b": want_b}
     slots_a = [bool(need >> (3 + t) & 1) for t in range(13)]
-    slots_a = slots_a[:max([t + 1 for t, on in enumerate(slots_a) if on] or [1])]
+    # (the A chain walks at least a 3x3 layer's three slots, then ends after the last needed)
+    slots_a = slots_a[:max([t + 1 for t, on in enumerate(slots_a) if on] + [3])]
     load_a, load_b, ctrl = param_load_timeline(slots_a,
                                                [bool(need >> i & 1) for i in range(3)],
                                                busy_a, busy_b)
@@ -245,3 +246,31 @@ def test_memories_refuse_arrays_longer_than_the_load_buffers():
         ParamMemories(dataclasses.replace(cfg, buf_a_bytes=8 * 256), weights=True)
     with pytest.raises(ValueError, match="through the B load engine"):
         ParamMemories(dataclasses.replace(cfg, buf_b_bytes=8 * 256))
+
+
+@pytest.mark.parametrize("need", [0b000, 0b001, 0b111])
+def test_loader_a_chain_walks_a_3x3_layers_slots_without_weights(need):
+    """A record without weight arrays (a GEMM on a dw_mesh config) walks the A chain's first
+    three slots, skipped, as it did before the 5x5 and 7x7 arrays existed (what
+    planner.cost.param_load_cycles models): ``phase_a`` is high three cycles."""
+    from planner.cost import DEFAULT_CONSTANTS
+
+    dut = ParamLoader(PRESETS["small"], weights=True)
+    high = []
+
+    async def bench(ctx):
+        ctx.set(dut.rows, 4)
+        ctx.set(dut.need, need)
+        await ctx.tick()
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(40):
+            high.append(ctx.get(dut.phase_a))
+            if ctx.get(dut.done):
+                break
+            ctx.set(dut.lb.busy, 0)
+            await ctx.tick()
+
+    run_sim(dut, bench)
+    assert sum(high) == 3 * DEFAULT_CONSTANTS.param_skip_cycles

@@ -1114,11 +1114,12 @@ def _one_layer(kind: str, c: int, k: int, side: int = 0, kernel: int = 3, stride
     ("default", "conv", dict(c=960, k=960, side=7, groups=960)),             # quadrants
     ("default", "conv", dict(c=17, k=17, side=14, kernel=5, groups=17)),     # the mesh, 5x5
     ("default", "conv", dict(c=33, k=33, side=15, kernel=5, stride=2, groups=33)),
-    ("default", "conv", dict(c=17, k=17, side=14, kernel=7, groups=17)),     # channel blocks
+    ("default", "conv", dict(c=17, k=17, side=14, kernel=7, groups=17)),     # the mesh, 7x7
+    ("default", "conv", dict(c=17, k=17, side=14, kernel=9, groups=17)),     # channel blocks
     ("tiny", "conv", dict(c=3, k=4, side=68)),                  # bands of rows
     ("tiny", "conv", dict(c=130, k=8, side=8)),                 # K parts: raw records
 ], ids=["fc-chunks", "conv-chunks", "grouped", "mesh-s2", "mesh-quad", "mesh-5x5",
-        "mesh-5x5-s2", "dw-blocks", "bands", "k-parts"])
+        "mesh-5x5-s2", "mesh-7x7", "dw-blocks", "bands", "k-parts"])
 def test_layer_cost_with_post_processing_is_the_compiled_layer(preset, kind, args):
     """layer_cost(..., post=PostLoad(bias, requant)) costs the records the compiler builds for
     the layer on its own (the compiled layer's predictions: the cost entry point and

@@ -290,8 +290,12 @@ def test_5x5_layers_load_seven_weight_arrays():
     full = PostLoad(bias=True, requant=True)
     assert param_load_cycles(m, full, cfg, weight_arrays=7).total > \
         param_load_cycles(m, full, cfg, weight_arrays=3).total
-    # a record without weights skips a 3x3 layer's arrays, as before
-    assert param_load_cycles(m, full, cfg) == param_load_cycles(m, full, cfg, weight_arrays=0)
+    # a record without weights skips a 3x3 layer's three slots, as before the 5x5 and 7x7
+    # arrays existed (hw.params.ParamLoader walks at least three): on a config whose B
+    # chain is shorter than that (no post-processing) the A chain's skips are the loads
+    none_gemm = param_load_cycles(m, none, cfg)
+    assert none_gemm.total == 3 * DEFAULT_CONSTANTS.param_skip_cycles + \
+        DEFAULT_CONSTANTS.param_end_cycles
     assert image_overhead_cycles(0, [(m, full, 7)], cfg) - \
         image_overhead_cycles(0, [(m, full, 3)], cfg) == \
         param_load_cycles(m, full, cfg, weight_arrays=7).total - \
@@ -336,6 +340,7 @@ def test_kernel_refusal_names_kernels_and_mesh_sizes():
         "at least 6 x 6 PEs"
     assert kernel_refusal(7, MESH) is None
     assert kernel_refusal(9, MESH) == "9x9 kernel; the mesh walks 3x3 or 5x5 or 7x7"
+    assert kernel_refusal(3, PLAIN) == "the config has no depthwise mesh (dw_mesh=0)"
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
     strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=6, cols=6, kernel=5)
