@@ -94,25 +94,32 @@ MESH_SMALL = CFG
 DEFAULT = PRESETS["default"]
 
 
-@pytest.mark.parametrize("cfg, c, h, w, stride, pad, int8, groups", [
-    (MESH_SMALL, 11, 30, 21, 1, -128, True, 2),      # 8 channels a step, 6 column strips
-    (MESH_SMALL, 9, 29, 13, 2, 3, False, 9),         # odd h, stride 2: a channel a step
-    (MESH_SMALL, 20, 14, 9, 2, -5, True, 2),
-    (DEFAULT, 40, 29, 23, 1, 7, False, 3),           # odd h, channels stacked
-    (DEFAULT, 37, 30, 45, 2, -128, True, 3),
-    (DEFAULT, 6, 7, 7, 1, 100, True, 1),
-    (DEFAULT, 3, 1, 5, 1, 0, False, 1),              # a one-row map
-    (DEFAULT, 2, 3, 2, 2, 127, True, 2),
+@pytest.mark.parametrize("cfg, c, h, w, stride, pad, int8, groups, kernel", [
+    (MESH_SMALL, 11, 30, 21, 1, -128, True, 2, 5),      # 8 channels a step, 6 column strips
+    (MESH_SMALL, 9, 29, 13, 2, 3, False, 9, 5),         # odd h, stride 2: a channel a step
+    (MESH_SMALL, 20, 14, 9, 2, -5, True, 2, 5),
+    (DEFAULT, 40, 29, 23, 1, 7, False, 3, 5),           # odd h, channels stacked
+    (DEFAULT, 37, 30, 45, 2, -128, True, 3, 5),
+    (DEFAULT, 6, 7, 7, 1, 100, True, 1, 5),
+    (DEFAULT, 3, 1, 5, 1, 0, False, 1, 5),              # a one-row map
+    (DEFAULT, 2, 3, 2, 2, 127, True, 2, 5),
+    # 7x7 kernels (pad 3, thirteen arrays; a mesh of at least 9 x 9: default)
+    (DEFAULT, 40, 29, 23, 1, 7, False, 3, 7),
+    (DEFAULT, 37, 30, 45, 2, -128, True, 3, 7),
+    (DEFAULT, 6, 7, 7, 1, 100, True, 1, 7),
+    (DEFAULT, 3, 1, 5, 2, 0, False, 3, 7),               # odd h, stride 2: a channel a step
 ], ids=["small-s1", "small-s2-odd", "small-s2", "default-s1-odd", "default-s2",
-        "default-7x7", "one-row", "tiny-s2"])
-def test_5x5_depthwise_image_runs_bit_exactly(cfg, c, h, w, stride, pad, int8, groups):
-    """ImageBuilder.depthwise with 5x5 weights: b_mode 4 (5 with stride 2), seven weight arrays
-    of taps 4t .. 4t + 3 in the QUANT section, the image valid and predicted by the 5x5 cycle
-    model; the golden device's output equals the grouped convolution with pad 2 of the pad
-    value (full-range int8 data, int8 and int32 outputs, several channel groups)."""
+        "default-7x7", "one-row", "tiny-s2", "k7-s1-odd", "k7-s2", "k7-7x7", "k7-one-row-s2"])
+def test_big_kernel_depthwise_image_runs_bit_exactly(cfg, c, h, w, stride, pad, int8, groups,
+                                                     kernel):
+    """ImageBuilder.depthwise with 5x5 or 7x7 weights: b_mode 4 or 6 (5 or 7 with stride 2),
+    seven or thirteen weight arrays of taps 4t .. 4t + 3 in the QUANT section, the image valid
+    and predicted by the cycle model; the golden device's output equals the grouped
+    convolution with pad 2 or 3 of the pad value (full-range int8 data, int8 and int32
+    outputs, several channel groups)."""
     rng = np.random.default_rng(c * 1000 + h * 10 + w + stride)
     x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
-    wt = rng.integers(-128, 128, (c, 1, 5, 5)).astype(np.int8)
+    wt = rng.integers(-128, 128, (c, 1, kernel, kernel)).astype(np.int8)
     x.flat[0], wt.flat[0], wt.flat[-1] = -128, -128, 127
     bias = rng.integers(-2**31, 2**31, c, dtype=np.int64).astype(np.int32)
     rq = Requant(multiplier=rng.integers(1 << 29, 1 << 31, c).astype(np.int32),
@@ -130,27 +137,31 @@ def test_5x5_depthwise_image_runs_bit_exactly(cfg, c, h, w, stride, pad, int8, g
     layer = image.layers[0]
     d = layer.desc
     assert layer.op_kind == OpKind.DEPTHWISE and layer.pad_value == pad and layer.a_crc == 0
-    assert d.b_mode == (B_MODE_DEPTHWISE5 if stride == 1 else B_MODE_DEPTHWISE5_S2)
+    assert d.b_mode == (B_MODE_DEPTHWISE5 if stride == 1 else B_MODE_DEPTHWISE5_S2) + \
+        (kernel - 5)
     assert -(-c // d.partition_m) == groups
-    # seven u32 arrays of one word a channel, array t at a_addr + t a_stride, in QUANT
+    # seven or thirteen u32 arrays of one word a channel, array t at a_addr + t a_stride
+    n_arrays = -(-kernel * kernel // 4)
     quant = image.sections[SectionKind.QUANT]
     at = d.a_addr - image_addr - image.section_offsets()[SectionKind.QUANT][0]
-    arrays = np.frombuffer(quant[at:at + 7 * d.a_stride], "<u4").reshape(7, -1)[:, :c]
+    arrays = np.frombuffer(quant[at:at + n_arrays * d.a_stride],
+                           "<u4").reshape(n_arrays, -1)[:, :c]
     want_words = np.array([depthwise_weight_words(wt[ch].reshape(-1)) for ch in range(c)])
     np.testing.assert_array_equal(arrays.T, want_words)
     predicted = predict_depthwise(d, cfg, post=PostLoad(bias=True, requant=int8))
     assert built[0].predicted_cycles == predicted.total_cycles
-    assert built[0].macs == 25 * c * oh * ow
+    assert built[0].macs == kernel * kernel * c * oh * ow
     crc_bytes = image.section_offsets()[SectionKind.WEIGHTS][0]
     assert image_overhead(blob, cfg) == image_overhead_cycles(
-        crc_bytes, [(c, PostLoad(bias=True, requant=int8), 7)], cfg)
+        crc_bytes, [(c, PostLoad(bias=True, requant=int8), n_arrays)], cfg)
     mem = zeroed_memory(cfg.dram_bytes)
     mem[image_addr:image_addr + len(blob)] = blob
     mem[x_addr:x_addr + x.size] = x.tobytes()
     result = run_image(mem, image_addr, cfg)
     assert result.error == ErrorCode.NONE
     acc = _taps_reference(x, wt[:, 0], pad, stride)
-    padded = np.pad(x, ((0, 0), (2, 2), (2, 2)), constant_values=pad)
+    p = kernel // 2
+    padded = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
     np.testing.assert_array_equal(
         acc, conv2d_int8(padded[None], wt, stride=(stride, stride), groups=c)[0].reshape(c, -1))
     if int8:

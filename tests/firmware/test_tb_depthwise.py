@@ -28,7 +28,8 @@ def test_cases_parse_kernels_strides_and_groups():
 @pytest.mark.parametrize("cfg, cases", [
     (SMALL, "3x12x13@5,2x7x9:2@5,5x6x20/2@5,1x1x5@5,4x10x7/3:2@5,9x3x3@5,2x16x20:2@5,"
             "3x12x13,2x7x9:2"),
-    (DEFAULT, "20x29x23@5,13x30x45:2@5,11x7x7@5,5x14x14:2@5,7x5x11@5,144x18x17/7:2@5"),
+    (DEFAULT, "20x29x23@5,13x30x45:2@5,11x7x7@5,5x14x14:2@5,7x5x11@5,144x18x17/7:2@5,"
+              "9x23x17@7,5x12x30:2@7,3x1x1@7,40x7x7/9@7"),
 ], ids=["small", "default"])
 def test_depthwise_cases_build_records_the_golden_layer_runs(cfg, cases):
     rng = np.random.default_rng(11)
