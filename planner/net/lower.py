@@ -1001,8 +1001,27 @@ class _Lowerer:
     def static(self, name: str) -> tuple[int, ...]:
         t = self.g.tensors.get(name)
         if t is None or not t.is_static:
-            raise _NoMatch(f"tensor {name!r} has no static shape (give input shapes)")
+            custom = self._unshaped_custom(name)
+            why = (f": shape inference stops at {custom}, an op of domain {custom.domain!r} "
+                   "whose output shapes it does not know" if custom is not None
+                   else " (give input shapes)")
+            raise _NoMatch(f"tensor {name!r} has no static shape{why}")
         return tuple(t.shape)
+
+    def _unshaped_custom(self, name: str):
+        """The first node of a non-ONNX domain above tensor ``name`` along tensors without a
+        static shape (what stopped shape inference there), or None."""
+        todo, seen = [name], set()
+        while todo:
+            node = self.producers.get(todo.pop())
+            if node is None or node.name in seen:
+                continue
+            seen.add(node.name)
+            if node.domain not in ("", "ai.onnx"):
+                return node
+            todo += [i for i in node.inputs if i and not getattr(self.g.tensors.get(i),
+                                                                 "is_static", False)]
+        return None
 
     def bias(self, name: str, m: int, xs: float, ws: np.ndarray) -> np.ndarray:
         """int32 bias at scale ``xs * ws[m]``: the quantised bias behind a DequantizeLinear when

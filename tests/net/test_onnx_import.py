@@ -171,3 +171,29 @@ def test_inverted_residual_net_takes_a_kernel_per_block():
     with pytest.raises(ValueError, match=r"blocks\[1\]=\(24, 6\) must be \(out, expansion, "
                                          r"stride\) or \(out, expansion, stride, kernel\)"):
         inverted_residual_net(blocks=((16, 1, 1), (24, 6)))
+
+
+def test_a_conv_behind_a_custom_op_names_where_shape_inference_stopped():
+    """A quantised Conv whose input comes from an op of another domain (onnxruntime's
+    com.microsoft QLinear* ops, say) has no static shape; lowering names that op instead of
+    asking for input shapes, which would not help."""
+    from planner.net.lower import lower
+
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
+             helper.make_tensor("z", TensorProto.INT8, [], [0]),
+             helper.make_tensor("wq", TensorProto.INT8, [8, 4, 3, 3],
+                                rng.integers(-50, 50, 8 * 4 * 9).tolist())]
+    nodes = [helper.make_node("Fancy", ["x"], ["f"], name="fancy", domain="com.example"),
+             helper.make_node("QuantizeLinear", ["f", "s", "z"], ["fq"], name="q0"),
+             helper.make_node("DequantizeLinear", ["fq", "s", "z"], ["fd"], name="dq0"),
+             helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"], name="dqw"),
+             helper.make_node("Conv", ["fd", "wd"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"], name="q1"),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"], name="dq1")]
+    g = import_onnx(_tiny(nodes, [x], [y], inits, domains=["com.example"]))
+    assert lower(g).unmatched["conv"] == (
+        "tensor 'fq' has no static shape: shape inference stops at Fancy node 'fancy', an op "
+        "of domain 'com.example' whose output shapes it does not know")
