@@ -34,6 +34,7 @@ from flow.execute import compare_outputs, layer_rows, run_network
 from flow.outputs import check_writable
 from flow.report import html_report
 from planner.conv import k_parts
+from planner.dwcost import is_depthwise
 from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
@@ -278,15 +279,22 @@ def compile_main(argv: list[str] | None = None) -> int:
                   f"{sh.batch} image run{'s' if sh.batch > 1 else ''}, int32 partial sums "
                   f"added and requantised on the host")
     placed = net.depthwise_placement()
+    # (a convolution with a channel multiplier is not depthwise: one convolution per group)
+    per_group = [(layer, why) for layer, why in placed
+                 if not is_depthwise(net.layers[layer].shape)]
+    blocks = len(placed) - len(per_group)
     if placed and not cfg.dw_mesh:
-        print(f"  depthwise: {len(placed)} layer{'s' if len(placed) > 1 else ''} as dense "
-              f"channel blocks (the config has no depthwise mesh, dw_mesh=0)")
+        if blocks:
+            print(f"  depthwise: {blocks} layer{'s' if blocks > 1 else ''} as dense "
+                  f"channel blocks (the config has no depthwise mesh, dw_mesh=0)")
     elif placed:
         mesh = sum(why is None for _, why in placed)
         print(f"  depthwise: {mesh} of {len(placed)} layers on the mesh")
         for layer, why in placed:
-            if why is not None:
+            if why is not None and (layer, why) not in per_group:
                 print(f"  depthwise: {layer}: dense channel blocks: {why}")
+    for layer, why in per_group:
+        print(f"  depthwise: {layer}: one convolution per group: {why}")
     for seg in net.segments:
         for producer, consumer, tensor in seg.fused:
             print(f"  fused: {producer} -> {consumer} ({tensor!r} stays on chip)")

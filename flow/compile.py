@@ -992,11 +992,15 @@ class CompiledNetwork:
         """Where each depthwise convolution run on the accelerator runs, in network order:
         ``(layer, None)`` on the depthwise mesh, ``(layer, reason)`` as dense channel blocks
         (:func:`planner.dwcost.mesh_refusal`'s reason, or its output read padded, which the
-        mesh cannot write: :func:`on_mesh`). ``tessera compile`` prints it."""
+        mesh cannot write: :func:`on_mesh`), or, for a convolution with a channel multiplier
+        (``groups`` = its input channels, more output channels; not depthwise), as one
+        convolution per group, the reason naming the multiplier. ``tessera compile`` prints
+        it."""
         on_host = {s.layer for s in self.steps if s.kind == "host_layer"}
         out = []
         for name, l in self.layers.items():
-            if l.kind != "conv" or not is_depthwise(l.shape) or name in on_host:
+            if l.kind != "conv" or name in on_host or not (
+                    is_depthwise(l.shape) or _channel_multiplier(l.shape)):
                 continue
             why = None if l.mesh else mesh_refusal(l.shape, self.cfg) or (
                 "a convolution off the mesh reads its output padded, and the mesh writes "
@@ -1109,6 +1113,14 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     return CompiledNetwork(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=inputs, outputs=list(g.outputs), opset=g.opset,
                            strategy=strategy, name=name or g.name, qmodel=q)
+
+
+def _channel_multiplier(shape) -> bool:
+    """``shape`` is a depthwise convolution with a channel multiplier: ``groups`` = its input
+    channels (more than one), its output channels a larger multiple of them."""
+    return (isinstance(shape, ConvShape) and shape.groups > 1
+            and shape.groups == shape.in_channels
+            and shape.out_channels % shape.groups == 0 and shape.out_channels > shape.groups)
 
 
 def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:

@@ -773,15 +773,15 @@ def test_golden_device_refuses_register_mode_start():
 
 
 def _dw_chain(second_kernel: int, stride: int = 1, kernel: int = 3, h: int = 12, w: int = 12,
-              channels: int = 8):
+              channels: int = 8, multiplier: int = 1):
     """x (1 x 3 x ``h`` x ``w``) -> 1x1 conv to ``channels`` channels -> ReLU -> depthwise
-    ``kernel`` x ``kernel`` (pad ``kernel // 2``, ``stride``) -> ReLU -> ``second_kernel``
-    conv (pad k // 2) to 4 channels -> y."""
+    ``kernel`` x ``kernel`` (pad ``kernel // 2``, ``stride``; ``multiplier`` output channels
+    an input channel) -> ReLU -> ``second_kernel`` conv (pad k // 2) to 4 channels -> y."""
     rng = np.random.default_rng(3)
     c = channels
     inits = {"w0": rng.normal(0, 0.5, (c, 3, 1, 1)),
-             "w1": rng.normal(0, 0.5 * 3 / kernel, (c, 1, kernel, kernel)),
-             "w2": rng.normal(0, 0.5, (4, c, second_kernel, second_kernel))}
+             "w1": rng.normal(0, 0.5 * 3 / kernel, (multiplier * c, 1, kernel, kernel)),
+             "w2": rng.normal(0, 0.5, (4, multiplier * c, second_kernel, second_kernel))}
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="c0", kernel_shape=[1, 1]),
              helper.make_node("Relu", ["a"], ["ar"], name="r0"),
              helper.make_node("Conv", ["ar", "w1"], ["b"], name="dw",
@@ -898,6 +898,17 @@ def test_compile_says_where_each_depthwise_layer_runs(tmp_path, capsys):
     assert "  depthwise: 0 of 1 layers on the mesh\n" in out
     assert ("  depthwise: dw: dense channel blocks: 9x9 kernel; the mesh walks 3x3 or 5x5 or "
             "7x7") in out
+    # a channel multiplier (group == C, 2 C outputs) is not depthwise: one conv per group
+    onnx.save(_dw_chain(1, 2, kernel=5, multiplier=2), path)
+    for config in ("default", "small"):
+        assert compile_main([str(path), "-o", str(tmp_path / "g.tsr"), "--config",
+                             config]) == 0
+        out = capsys.readouterr().out
+        assert "dense channel" not in out
+        assert ("  depthwise: dw: one convolution per group: channel multiplier 2 "
+                "(out_channels=16 of groups=8); the mesh runs one output channel per input "
+                "channel") in out
+    assert "  depthwise: 0 of 1 layers on the mesh\n" not in out      # (small: no mesh line)
 
 
 def test_conv_with_more_taps_than_the_offset_table_runs_in_k_parts(tmp_path, capsys):
