@@ -53,8 +53,8 @@ from firmware.runtime import image_budget_cycles
 from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
-from planner.dwcost import (block_channels, channel_chunks, is_depthwise, mesh_fits,
-                             mesh_refusal)
+from planner.dwcost import (block_channels, channel_chunks, channel_multiplier, is_depthwise,
+                             mesh_fits, mesh_refusal)
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner import DATA_FRACTIONS, runs_in_k_parts
 from planner.conv import k_part_shape, k_parts
@@ -1000,7 +1000,7 @@ class CompiledNetwork:
         out = []
         for name, l in self.layers.items():
             if l.kind != "conv" or name in on_host or not (
-                    is_depthwise(l.shape) or _channel_multiplier(l.shape)):
+                    is_depthwise(l.shape) or channel_multiplier(l.shape)):
                 continue
             why = None if l.mesh else mesh_refusal(l.shape, self.cfg) or (
                 "a convolution off the mesh reads its output padded, and the mesh writes "
@@ -1113,14 +1113,6 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     return CompiledNetwork(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=inputs, outputs=list(g.outputs), opset=g.opset,
                            strategy=strategy, name=name or g.name, qmodel=q)
-
-
-def _channel_multiplier(shape) -> bool:
-    """``shape`` is a depthwise convolution with a channel multiplier: ``groups`` = its input
-    channels (more than one), its output channels a larger multiple of them."""
-    return (isinstance(shape, ConvShape) and shape.groups > 1
-            and shape.groups == shape.in_channels
-            and shape.out_channels % shape.groups == 0 and shape.out_channels > shape.groups)
 
 
 def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:

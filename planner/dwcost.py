@@ -32,7 +32,8 @@ import dataclasses
 
 from spec.config import AccelConfig
 from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DEPTHWISE_UNUSED, GemmDescriptor,
-                       check, depthwise_arrays, depthwise_kernels, depthwise_out)
+                       check, depthwise_arrays, depthwise_kernels, depthwise_mesh_side,
+                       depthwise_out)
 from spec.dwmesh import strip_channels, strip_pad, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
@@ -41,7 +42,8 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
            "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
-           "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal"]
+           "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal",
+           "channel_multiplier"]
 
 #: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
 #: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3, 5 and 7.
@@ -60,6 +62,17 @@ def depthwise_b_mode(kernel: int, stride: int) -> int:
                      f"kernels {list(MESH_KERNELS)} with stride 1 or 2")
 
 
+def channel_multiplier(shape) -> int:
+    """The channel multiplier of a convolution ``shape`` that is depthwise but for it
+    (``groups`` = its input channels, more than one, its output channels a larger multiple of
+    them): the multiple; 0 for any other shape (a depthwise one included)."""
+    if not (isinstance(shape, ConvShape) and shape.groups > 1 and
+            shape.groups == shape.in_channels and shape.out_channels % shape.groups == 0):
+        return 0
+    mult = shape.out_channels // shape.groups
+    return mult if mult > 1 else 0
+
+
 def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     """Why ``cfg``'s mesh cannot walk a ``kernel`` x ``kernel`` window (None when it can): the
     kernel is not one of :data:`MESH_KERNELS`, or the mesh is too small for its tiles and
@@ -71,8 +84,7 @@ def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     if kernel not in MESH_KERNELS:
         return f"{kernel}x{kernel} kernel; the mesh walks {_KERNELS_TEXT}"
     if kernel not in depthwise_kernels(cfg):
-        pad = strip_pad(kernel)
-        side = 2 * pad + max(2, pad)
+        side = depthwise_mesh_side(kernel)
         return (f"{kernel}x{kernel} kernel on a {cfg.array_rows} x {cfg.array_cols} mesh; its "
                 f"tiles and strips need at least {side} x {side} PEs")
     return None
@@ -111,9 +123,8 @@ def mesh_refusal(shape, cfg: AccelConfig) -> str | None:
     reason found: not depthwise (a channel multiplier named), the config, the kernel, the
     stride, the dilation, the padding, the map's size."""
     if not is_depthwise(shape):
-        if (isinstance(shape, ConvShape) and shape.groups > 1 and
-                shape.groups == shape.in_channels and shape.out_channels % shape.groups == 0):
-            mult = shape.out_channels // shape.groups
+        mult = channel_multiplier(shape)
+        if mult:
             return (f"channel multiplier {mult} (out_channels={shape.out_channels} of "
                     f"groups={shape.groups}); the mesh runs one output channel per input "
                     f"channel")

@@ -65,6 +65,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "depthwise_out", "depthwise_words", "depthwise_weight_words", "ROW_FIELDS",
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
+           "depthwise_mesh_side",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -229,15 +230,22 @@ def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
     return gk >> 1, (gk + 1) >> 1
 
 
+def depthwise_mesh_side(kernel: int) -> int:
+    """The fewest rows and columns a mesh walking a ``kernel`` x ``kernel`` depthwise kernel
+    has: with pad ``p = (kernel - 1) / 2``, ``2 p + max(2, p)`` (tiles of ``2 p`` fewer outputs
+    than the mesh, at least two; strips at least ``p`` wide: :func:`spec.dwmesh.strip_steps`):
+    4 for 3x3, 6 for 5x5, 9 for 7x7."""
+    pad = (kernel - 1) // 2
+    return 2 * pad + max(2, pad)
+
+
 def depthwise_kernels(cfg: AccelConfig) -> tuple[int, ...]:
-    """The depthwise kernels ``cfg``'s mesh walks (none without ``dw_mesh``): a ``k`` x ``k``
-    kernel with pad ``p = (k - 1) / 2`` needs at least ``2 p + max(2, p)`` rows and columns
-    (tiles of ``2 p`` fewer outputs than the mesh, strips at least ``p`` wide:
-    :func:`spec.dwmesh.strip_steps`): 3x3 from 4, 5x5 from 6, 7x7 from 9."""
+    """The depthwise kernels ``cfg``'s mesh walks (none without ``dw_mesh``): those of
+    :data:`DEPTHWISE_KERNELS` whose :func:`depthwise_mesh_side` the array reaches (3x3 from 4 x
+    4, 5x5 from 6 x 6, 7x7 from 9 x 9)."""
     side = min(cfg.array_rows, cfg.array_cols)
     kernels = sorted(set(DEPTHWISE_KERNELS.values()))
-    return tuple(k for k in kernels if side >= (k - 1) + max(2, (k - 1) // 2)) \
-        if cfg.dw_mesh else ()
+    return tuple(k for k in kernels if side >= depthwise_mesh_side(k)) if cfg.dw_mesh else ()
 
 
 def depthwise_arrays(b_mode: int) -> int:
@@ -510,7 +518,7 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     kernel = DEPTHWISE_KERNELS[d.b_mode]
     if kernel not in depthwise_kernels(cfg):
         bad(ErrorCode.BAD_FLAGS, f"b_mode={d.b_mode} (depthwise {kernel}x{kernel}) needs a mesh "
-                                 f"of at least {(kernel - 1) + max(2, (kernel - 1) // 2)} rows "
+                                 f"of at least {depthwise_mesh_side(kernel)} rows "
                                  f"and columns; this one is {cfg.array_rows}x{cfg.array_cols} "
                                  f"(it walks {', '.join(f'{k}x{k}' for k in depthwise_kernels(cfg))})")
     used = [name for name in DEPTHWISE_UNUSED if getattr(d, name)]

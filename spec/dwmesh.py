@@ -53,6 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .desc import depthwise_mesh_side
+
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
@@ -592,9 +594,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     th_max, tw_max = rows - 2 * pad, cols - 2 * pad
     # (a strip after the first starts its loads pad columns left of its outputs: at column 0
     # or later, so a strip is at least pad columns wide)
-    if min(th_max, tw_max) < max(2, pad):
+    if min(rows, cols) < depthwise_mesh_side(kernel):
         raise ValueError(f"strip_steps: a {rows}x{cols} mesh is too small for {kernel}x{kernel} "
-                         f"tiles (it needs at least {2 * pad + max(2, pad)} rows and columns)")
+                         f"tiles (it needs at least {depthwise_mesh_side(kernel)} rows and "
+                         f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
     phases = modes and row_phases(h, rows=rows, stride=stride)

@@ -178,6 +178,10 @@ def test_mesh_refusal_names_the_first_reason():
     assert mesh_refusal(dataclasses.replace(dw(32, 112), out_channels=64), MESH) == \
         "channel multiplier 2 (out_channels=64 of groups=32); the mesh runs one output channel " \
         "per input channel"
+    from planner.dwcost import channel_multiplier
+    assert channel_multiplier(dataclasses.replace(dw(32, 112), out_channels=96)) == 3
+    assert channel_multiplier(dw(32, 112)) == 0 and channel_multiplier(dw(32, 112).gemm) == 0
+    assert channel_multiplier(dataclasses.replace(dw(32, 112), out_channels=48)) == 0
     assert mesh_refusal(dataclasses.replace(dw(32, 112), dilation_h=2, dilation_w=2,
                                             pad_top=2, pad_left=2, pad_bottom=2,
                                             pad_right=2), MESH) == \
