@@ -181,7 +181,7 @@ def test_mesh_refusal_names_the_first_reason():
     from planner.dwcost import channel_multiplier
     assert channel_multiplier(dataclasses.replace(dw(32, 112), out_channels=96)) == 3
     assert channel_multiplier(dw(32, 112)) == 0 and channel_multiplier(dw(32, 112).gemm) == 0
-    assert channel_multiplier(dataclasses.replace(dw(32, 112), out_channels=48)) == 0
+    assert channel_multiplier(dataclasses.replace(dw(32, 112), groups=16, out_channels=64)) == 0
     assert mesh_refusal(dataclasses.replace(dw(32, 112), dilation_h=2, dilation_w=2,
                                             pad_top=2, pad_left=2, pad_bottom=2,
                                             pad_right=2), MESH) == \
