@@ -5,8 +5,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE7_S2, DEPTHWISE_KERNELS,
-                        DEPTHWISE_UNUSED, DESC_FIELDS, depthwise_kernels,
+from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE7,
+                        B_MODE_DEPTHWISE7_S2, DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS,
+                        depthwise_arrays, depthwise_kernels,
                        MAX_DIM, ROW_FIELDS, ErrorCode)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
@@ -33,7 +34,23 @@ EARLY_STAGES = 3
 # DIGITS + 2 - EARLY_STAGES = 11 cycles with 24-bit dimensions).
 assert EARLY_STAGES <= DIGITS + 2, "a record-only term is not final at the compares stage"
 
-__all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members"]
+__all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members",
+           "depthwise_mode", "times"]
+
+
+def depthwise_mode(b_mode):
+    """``(is_dw, stride2, kernel)`` of a descriptor's ``b_mode`` value: a depthwise record
+    (``b_mode`` 2 to 7, :data:`spec.desc.DEPTHWISE_KERNELS`), its stride 2 (odd ``b_mode``) and
+    its kernel code (``(b_mode - 2) >> 1``: 0 3x3, 1 5x5, 2 7x7), as the sequencer and the
+    checker decode it."""
+    is_dw = (b_mode >= B_MODE_DEPTHWISE) & (b_mode <= B_MODE_DEPTHWISE7_S2)
+    return is_dw, b_mode[0] & is_dw, (b_mode[:3] - B_MODE_DEPTHWISE) >> 1
+
+
+def times(value, n: int):
+    """``value * n`` for a constant ``n >= 0`` as the shifts of ``n``'s bits added (no
+    multiplier)."""
+    return sum((value << b for b in range(n.bit_length()) if n >> b & 1), start=Const(0))
 
 
 def record_members(cfg: AccelConfig) -> dict:
@@ -204,12 +221,10 @@ class RecordChecker(wiring.Component):
         max_b_mode = max((b for b, k in DEPTHWISE_KERNELS.items()
                           if k in depthwise_kernels(cfg)), default=1)
         # a depthwise record: b_mode 2 + 2 kernel (0 3x3, 1 5x5, 2 7x7), + 1 with stride 2
-        is_dw = reg((d["b_mode"] >= B_MODE_DEPTHWISE) & (d["b_mode"] <= B_MODE_DEPTHWISE7_S2), 1,
-                    name="is_dw") if dw else Const(0, 1)
-        dw_s2 = reg(d["b_mode"][0] & (d["b_mode"] >= B_MODE_DEPTHWISE) &
-                    (d["b_mode"] <= B_MODE_DEPTHWISE7_S2), 1, name="dw_s2") if dw else None
-        dw_kern = reg((d["b_mode"][:3] - B_MODE_DEPTHWISE) >> 1, 2, name="dw_kernel") \
-            if dw else None
+        mode = depthwise_mode(d["b_mode"])
+        is_dw = reg(mode[0], 1, name="is_dw") if dw else Const(0, 1)
+        dw_s2 = reg(mode[1], 1, name="dw_s2") if dw else None
+        dw_kern = reg(mode[2], 2, name="dw_kernel") if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -291,10 +306,9 @@ class RecordChecker(wiring.Component):
         if dw:
             # the last weight array's end: a_addr + (arrays - 1) a_stride + 4 m (3, 7 or 13
             # arrays: 2, 6 or 12 strides)
-            a_st = d["a_stride"]
-            dw_a_hi = reg(d["a_addr"] + Array([a_st << 1, (a_st << 2) + (a_st << 1),
-                                              (a_st << 3) + (a_st << 2), 0])[dw_kern] +
-                          (M << 2), name="dw_a_hi")
+            spans = [times(d["a_stride"], depthwise_arrays(b) - 1)
+                     for b in (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE7)]
+            dw_a_hi = reg(d["a_addr"] + Array(spans + [0])[dw_kern] + (M << 2), name="dw_a_hi")
             dw_b_hi, dw_c_hi = Signal(64, name="dw_b_hi"), Signal(64, name="dw_c_hi")
             dw_words_a, dw_words_b, dw_acc_need = (Signal(64, name=f"dw_{n}")
                                                    for n in ("words_a", "words_b", "acc_need"))

@@ -7,14 +7,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE7_S2, DESC_FIELDS, DIM_BITS,
-                        ErrorCode, depthwise_arrays)
+from spec.desc import B_MODE_DEPTHWISE, DESC_FIELDS, DIM_BITS, ErrorCode, depthwise_arrays
 from spec.layouts import OutFormat
 from spec.regmap import COUNTERS
 
 from .addrgen import AddrGen
 from .bits import log2
-from .checker import LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, record_members
+from .checker import (LAYER_FIELDS, PARAM_ARRAYS, RecordChecker, depthwise_mode,
+                      record_members, times)
 from .collide import read_data
 from .compute import ComputeEngine, drain_cycles, mesh_drain_cycles
 from .counters import CATEGORIES, PerfCounters
@@ -352,12 +352,8 @@ class Sequencer(wiring.Component):
         dw_kern = Signal(2, name="dw_kernel")
         params_needed = post                          # the run loads parameter arrays
         if dw:
-            b_mode = d["b_mode"]
-            m.d.sync += [is_dw.eq((b_mode >= B_MODE_DEPTHWISE) &
-                                  (b_mode <= B_MODE_DEPTHWISE7_S2)),
-                         dw_s2.eq(b_mode[0] & (b_mode >= B_MODE_DEPTHWISE) &
-                                  (b_mode <= B_MODE_DEPTHWISE7_S2)),
-                         dw_kern.eq((b_mode[:3] - B_MODE_DEPTHWISE) >> 1)]
+            m.d.sync += [reg.eq(v) for reg, v in zip((is_dw, dw_s2, dw_kern),
+                                                     depthwise_mode(d["b_mode"]))]
             # then WEIGHT_ARRAYS: a 3x3 layer's three, a 5x5 one's seven, a 7x7 one's thirteen
             arrays = [depthwise_arrays(B_MODE_DEPTHWISE + 2 * k) for k in range(3)]
             q_need = Cat(q_need, *((is_dw & (dw_kern >= k)) if k else is_dw
@@ -679,10 +675,7 @@ class Sequencer(wiring.Component):
             # long after the latch)
             w_a0, w_st = d["a_addr"], d["a_stride"]
             w_addrs = [Signal(32, name=f"dw_w{t}_addr") for t in range(len(WEIGHT_ARRAYS))]
-            # a_addr + t a_stride: the shifts of t's bits added (no multiplier)
-            m.d.sync += [addr.eq(sum((w_st << b for b in range(t.bit_length()) if t >> b & 1),
-                                     start=w_a0))
-                         for t, addr in enumerate(w_addrs)]
+            m.d.sync += [addr.eq(w_a0 + times(w_st, t)) for t, addr in enumerate(w_addrs)]
             m.d.comb += [getattr(pl, f"addr_{name}").eq(w_addrs[t])
                          for t, name in enumerate(WEIGHT_ARRAYS)]
         # ISSUE's load starts as registers, set with the move into ISSUE (with `shift_all`)
