@@ -46,6 +46,12 @@ Memory layouts (element addresses, in bytes from the start of the memory):
   :func:`depthwise_weight_words`, :func:`depthwise_arrays`). ``b_mode = 6`` and ``7``
   (:data:`B_MODE_DEPTHWISE7`, :data:`B_MODE_DEPTHWISE7_S2`) are the same for a 7x7 layer with
   pad 3: 13 weight arrays of the channel's 49 taps.
+* A stride-2 depthwise ``b_mode`` (3, 5 or 7) plus :data:`B_MODE_ODD_ROWS` (8) and / or
+  :data:`B_MODE_ODD_COLS` (16) is the same layer with a top (left) pad one less than the
+  kernel's: pads ``(p - 1, p)``, TF/Keras ``"SAME"`` padding of a map of even height (width).
+  Its outputs are the stride-1 results' odd rows (columns), which the store keeps instead of
+  the even ones (:func:`depthwise_odd`); ``k`` (``n``) must then be even, and the output maps
+  are the same sizes.
 
 Loop nest (seed 000 step 5): outer partitions (``m`` outside ``n`` when ``outer_m`` is 1, else
 ``n`` outside ``m``) -> split-K partitions -> inner tiles (``tile_m`` x ``tile_n``) -> array tiles
@@ -65,7 +71,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "depthwise_out", "depthwise_words", "depthwise_weight_words", "ROW_FIELDS",
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
-           "depthwise_mesh_side",
+           "depthwise_mesh_side", "B_MODE_ODD_ROWS", "B_MODE_ODD_COLS", "depthwise_odd",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -183,14 +189,25 @@ B_MODE_DEPTHWISE5_S2 = 5
 B_MODE_DEPTHWISE7 = 6
 #: ``b_mode`` of a depthwise 7x7 layer with stride 2 (pad 3) on the mesh.
 B_MODE_DEPTHWISE7_S2 = 7
-#: The depthwise ``b_mode`` values and their strides.
-DEPTHWISE_STRIDES: dict[int, int] = {B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2,
-                                     B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2,
-                                     B_MODE_DEPTHWISE7: 1, B_MODE_DEPTHWISE7_S2: 2}
-#: The depthwise ``b_mode`` values and their kernels (``k`` x ``k``, pad ``(k - 1) / 2``).
-DEPTHWISE_KERNELS: dict[int, int] = {B_MODE_DEPTHWISE: 3, B_MODE_DEPTHWISE_S2: 3,
-                                     B_MODE_DEPTHWISE5: 5, B_MODE_DEPTHWISE5_S2: 5,
-                                     B_MODE_DEPTHWISE7: 7, B_MODE_DEPTHWISE7_S2: 7}
+#: ``b_mode`` bit of a stride-2 depthwise layer whose top pad is one less than the kernel's
+#: ``p = (k - 1) / 2`` (``p - 1`` above, ``p`` below: TF/Keras ``"SAME"`` or ONNX
+#: ``SAME_UPPER`` padding of a map of even height): its outputs are the stride-1 results' odd
+#: rows, which the store keeps instead of the even ones. The map's height ``k`` must be even.
+B_MODE_ODD_ROWS = 8
+#: The same for the columns (left pad ``p - 1``, right pad ``p``; the map's width ``n`` even).
+B_MODE_ODD_COLS = 16
+_STRIDE2 = (B_MODE_DEPTHWISE_S2, B_MODE_DEPTHWISE5_S2, B_MODE_DEPTHWISE7_S2)
+_ODD = (B_MODE_ODD_ROWS, B_MODE_ODD_COLS, B_MODE_ODD_ROWS | B_MODE_ODD_COLS)
+#: The depthwise ``b_mode`` values and their strides: ``2 + 2 kernel code + (stride 2)``, the
+#: stride-2 ones also with :data:`B_MODE_ODD_ROWS` and / or :data:`B_MODE_ODD_COLS`
+#: (:func:`depthwise_odd`).
+DEPTHWISE_STRIDES: dict[int, int] = {
+    B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2, B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2,
+    B_MODE_DEPTHWISE7: 1, B_MODE_DEPTHWISE7_S2: 2, **{b | odd: 2 for b in _STRIDE2 for odd in _ODD}}
+#: The depthwise ``b_mode`` values and their kernels (``k`` x ``k``, pad ``(k - 1) / 2``, or
+#: ``p - 1`` on the top or left with :func:`depthwise_odd`).
+DEPTHWISE_KERNELS: dict[int, int] = {
+    b: 3 + 2 * ((b & 7) - B_MODE_DEPTHWISE >> 1) for b in DEPTHWISE_STRIDES}
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
@@ -216,10 +233,19 @@ def c_span(d: GemmDescriptor, out_bytes: int, *, lanes: int = 1) -> int:
 
 
 def depthwise_out(d: GemmDescriptor) -> tuple[int, int]:
-    """The output map of a depthwise descriptor (``b_mode`` 2 to 7): ``(k, n)`` with stride 1,
-    ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a k x k window with pad ``(k - 1) / 2``)."""
+    """The output map of a depthwise descriptor (:data:`DEPTHWISE_STRIDES`): ``(k, n)`` with
+    stride 1, ``(ceil(k / 2), ceil(n / 2))`` with stride 2 (a k x k window with pad ``(k - 1) /
+    2``; with :func:`depthwise_odd` the map's even side gives as many outputs either way)."""
     s = DEPTHWISE_STRIDES[d.b_mode]
     return -(-d.k // s), -(-d.n // s)
+
+
+def depthwise_odd(b_mode: int) -> tuple[bool, bool]:
+    """Whether a depthwise ``b_mode`` keeps the odd rows and the odd columns of the stride-1
+    results (:data:`B_MODE_ODD_ROWS`, :data:`B_MODE_ODD_COLS`): ``(odd_rows, odd_cols)``. A
+    stride-2 layer with pads ``(top, bottom)`` = ``(p, p)`` keeps the even rows, one with
+    ``(p - 1, p)`` (and an even height) the odd ones; the same for the columns."""
+    return bool(b_mode & B_MODE_ODD_ROWS), bool(b_mode & B_MODE_ODD_COLS)
 
 
 def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
@@ -291,7 +317,7 @@ def tensor_extents(d: GemmDescriptor, cfg: AccelConfig, *,
     ``out_bytes`` is the size of a C element: 4 (int32 output) or 1 (int8 output). With the
     row store C's rows are ``c_rows`` rows of pixels each (:func:`c_span`).
 
-    A depthwise layer (``b_mode`` 2 to 7) has ``a``: its weight arrays, ``b``: the input's
+    A depthwise layer (:data:`DEPTHWISE_STRIDES`) has ``a``: its weight arrays, ``b``: the input's
     ``m`` channels at ``b_stride``, ``c``: the output's at ``c_stride`` (written exactly). Its
     row loads are beats too: the last one may read up to ``array_cols - 1`` bytes past ``b``
     (masked, never written anywhere), which these extents do not count, so a depthwise input
@@ -476,17 +502,18 @@ def check(d: GemmDescriptor, cfg: AccelConfig, *,
 def _b_mode_text(b_mode: int, cfg: AccelConfig) -> str:
     if cfg.dw_mesh:
         return (f"b_mode={b_mode} must be 0 to 7 (2 to 7: depthwise 3x3, 5x5 or 7x7, stride 1 "
-                "or 2)")
+                f"or 2) or a stride-2 depthwise value (3, 5, 7) plus {B_MODE_ODD_ROWS} (odd "
+                f"rows) and / or {B_MODE_ODD_COLS} (odd columns)")
     if b_mode in DEPTHWISE_STRIDES:
         k = DEPTHWISE_KERNELS[b_mode]
         return (f"b_mode={b_mode} (depthwise {k}x{k} on the mesh) needs a config with "
                 "dw_mesh=1; this one has none")
-    return f"b_mode={b_mode} must be 0 or 1 (2 to 7, depthwise, need dw_mesh=1)"
+    return f"b_mode={b_mode} must be 0 or 1 (2 to 7 and the odd-pad values, depthwise, need dw_mesh=1)"
 
 
 def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      out_bytes: int) -> list[tuple[ErrorCode, str]]:
-    """The rules of a depthwise descriptor (``b_mode`` 2 to 7 on a ``dw_mesh`` config) after the
+    """The rules of a depthwise descriptor (:data:`DEPTHWISE_STRIDES` on a ``dw_mesh`` config) after the
     shape's, in the RTL's priority order (:func:`check`)."""
     errs: list[tuple[ErrorCode, str]] = []
 
@@ -521,6 +548,15 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                                  f"of at least {depthwise_mesh_side(kernel)} rows "
                                  f"and columns; this one is {cfg.array_rows}x{cfg.array_cols} "
                                  f"(it walks {', '.join(f'{k}x{k}' for k in depthwise_kernels(cfg))})")
+    odd_rows, odd_cols = depthwise_odd(d.b_mode)
+    for odd, side, name, size in ((odd_rows, "rows", "height k", h),
+                                  (odd_cols, "columns", "width n", w)):
+        if odd and size % 2:
+            bad(ErrorCode.BAD_FLAGS, f"b_mode={d.b_mode} keeps the odd output {side} of the "
+                                     f"stride-1 results, which needs an even map {name}, not "
+                                     f"{name[-1]}={size} (an odd side's stride-2 pads are the "
+                                     "same on both ends: it keeps the even ones)")
+            break
     used = [name for name in DEPTHWISE_UNUSED if getattr(d, name)]
     if used:
         bad(ErrorCode.BAD_FLAGS, f"a depthwise descriptor (b_mode={d.b_mode}) uses none of "

@@ -454,6 +454,9 @@ class StripStep:
     rows and the even lanes (``acc_rstride = lane_step = 2``, ``ch_rows = ceil(h / 2)``): a
     stride-2, pad-1 output is the stride-1 output at even rows and columns; in row phases
     (:func:`row_phases`) every row and the even lanes (``acc_rstride`` 1, ``lane_step`` 2).
+    ``row0`` / ``lane0`` (1 for a layer with :func:`spec.desc.depthwise_odd` rows / columns,
+    else 0): the store's first accumulator row and lane, so such a stride-2 store keeps the odd
+    rows / lanes instead.
     In the quadrant mode (:func:`quad_mode`, ``half_last``) a store row is two output rows of a
     channel (``ch_rows = rows / 4`` of them a channel, ``out_tw = 2 w`` elements, ``out_row_stride
     = 2 w``), and a channel's last row is its map's last output row alone: ``out_tw / 2``
@@ -473,15 +476,18 @@ class StripStep:
     acc_rstride: int = 1
     lane_step: int = 1
     half_last: bool = False
+    row0: int = 0
+    lane0: int = 0
 
     def store_rows(self) -> list[tuple[int, int, int]]:
         """``(accumulator row, address, elements)`` of each row the store writes, in order:
-        elements ``0, lane_step, 2 lane_step, ..`` of the accumulator row, at consecutive
-        addresses (:class:`StripStep`)."""
+        elements ``lane0, lane0 + lane_step, lane0 + 2 lane_step, ..`` of the accumulator row,
+        at consecutive addresses (:class:`StripStep`)."""
         rows, addr = [], self.out_addr
         for r in range(self.out_rows):
             short = self.half_last and r % self.ch_rows == self.ch_rows - 1
-            rows.append((r * self.acc_rstride, addr, self.out_tw // 2 if short else self.out_tw))
+            rows.append((self.row0 + r * self.acc_rstride, addr,
+                         self.out_tw // 2 if short else self.out_tw))
             addr += self.out_row_stride // 2 if short else self.out_row_stride
         return rows
 
@@ -524,7 +530,8 @@ def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
 
 def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 rows: int = 16, cols: int = 16, group: int = 1,
-                stride: int = 1, kernel: int = 3) -> list[StripStep]:
+                stride: int = 1, kernel: int = 3, odd_rows: bool = False,
+                odd_cols: bool = False) -> list[StripStep]:
     """The steps of a pad-1 depthwise 3x3 layer (or, with ``kernel``, a 5x5 or 7x7 one: below)
     of ``stride`` 1 or 2 on an ``rows`` x
     ``cols`` mesh, for a dense NCHW int8 input at ``x_addr`` (channel ``c``, row ``y``, column
@@ -577,7 +584,13 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     a channel starting at an even stacked row, and both of the first tile's first fill words
     are the top pad, ``a_lo = b_lo = 1``; with pad 3 ``a_lo = 2``, ``b_lo = 1``); the first
     strip loads ``cols - pad`` bytes from column 0 and its tiles are rotated right by ``pad``
-    (``pre_right``), later strips start their loads ``pad`` columns left of their outputs."""
+    (``pre_right``), later strips start their loads ``pad`` columns left of their outputs.
+
+    ``odd_rows`` / ``odd_cols`` (stride 2, an even ``h`` / ``w``: :data:`spec.desc.B_MODE_ODD_ROWS`,
+    :data:`spec.desc.B_MODE_ODD_COLS`): the layer's top / left pad is ``pad - 1`` (TF "SAME"),
+    so its outputs are the stride-1 results' odd rows / columns: the steps are the stride-1
+    ones (no row phases with ``odd_rows``) and the store keeps those (``row0`` / ``lane0``
+    1)."""
     if kernel not in KERNELS:
         raise ValueError(f"strip_steps: kernel={kernel!r} must be one of {KERNELS}")
     if h < 1 or w < 1 or channels < 1:
@@ -590,6 +603,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     if group < 1 or (h % 2 and stride == 2 and group != 1):
         raise ValueError(f"strip_steps: group={group} must be >= 1, and 1 when h={h} is odd "
                          f"with stride 2")
+    if (odd_rows or odd_cols) and (stride != 2 or (odd_rows and h % 2) or
+                                   (odd_cols and w % 2)):
+        raise ValueError(f"strip_steps: odd_rows={odd_rows}, odd_cols={odd_cols} need stride 2 "
+                         f"(not {stride}) and an even side (h={h}, w={w})")
     pad = strip_pad(kernel)
     th_max, tw_max = rows - 2 * pad, cols - 2 * pad
     # (a strip after the first starts its loads pad columns left of its outputs: at column 0
@@ -600,7 +617,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
-    phases = modes and row_phases(h, rows=rows, stride=stride)
+    phases = modes and not odd_rows and row_phases(h, rows=rows, stride=stride)
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
     steps = []
@@ -632,8 +649,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             tw = min(tw_max, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
-                                   out_rows=g_count * oh, out_tw=-(-tw // stride), ch_rows=oh,
-                                   acc_rstride=1 if phases else stride, lane_step=stride))
+                                   out_rows=g_count * oh,
+                                   out_tw=tw // 2 if odd_cols else -(-tw // stride), ch_rows=oh,
+                                   acc_rstride=1 if phases else stride, lane_step=stride,
+                                   row0=int(odd_rows), lane0=int(odd_cols)))
     return steps
 
 

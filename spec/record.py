@@ -144,7 +144,8 @@ def check_record(rec: Mapping[str, int], cfg: AccelConfig, *,
             bad(ErrorCode.BAD_LAYER, f"{name}={signed32(rec[name])} is outside int8 [-128, 127]")
     if rec["pad_value"] and rec["desc_b_mode"] not in DEPTHWISE_STRIDES:
         bad(ErrorCode.BAD_LAYER, f"pad_value={signed32(rec['pad_value'])} must be 0: only a "
-                                 "depthwise layer (b_mode 2 to 7) pads its input")
+                                 "depthwise layer (b_mode 2 to 7, or a stride-2 one plus 8 "
+                                 "or 16) pads its input")
     if signed32(rec["act_min"]) > signed32(rec["act_max"]):
         bad(ErrorCode.BAD_LAYER, f"act_min={signed32(rec['act_min'])} > "
                                  f"act_max={signed32(rec['act_max'])}")

@@ -66,8 +66,48 @@ def test_depthwise_needs_the_mesh():
     assert (ErrorCode.BAD_FLAGS, "b_mode=4 (depthwise 5x5 on the mesh) needs a config with "
             "dw_mesh=1; this one has none") in check(dw_desc(b_mode=4), PRESETS["small"],
                                                      out_bytes=1)
-    assert (ErrorCode.BAD_FLAGS, "b_mode=8 must be 0 to 7 (2 to 7: depthwise 3x3, 5x5 or "
-            "7x7, stride 1 or 2)") in check(dw_desc(b_mode=8), CFG, out_bytes=1)
+    for b_mode in (8, 10, 12, 16, 17, 24, 32, 35):
+        assert (ErrorCode.BAD_FLAGS, f"b_mode={b_mode} must be 0 to 7 (2 to 7: depthwise 3x3, "
+                "5x5 or 7x7, stride 1 or 2) or a stride-2 depthwise value (3, 5, 7) plus 8 "
+                "(odd rows) and / or 16 (odd columns)") in check(dw_desc(b_mode=b_mode), CFG,
+                                                                  out_bytes=1)
+
+
+@pytest.mark.parametrize("b_mode,kernel,odd", [
+    (11, 3, (True, False)), (19, 3, (False, True)), (27, 3, (True, True)),
+    (13, 5, (True, False)), (29, 5, (True, True)), (23, 7, (False, True)),
+    (31, 7, (True, True))])
+def test_odd_stride2_b_modes(b_mode, kernel, odd):
+    """A stride-2 b_mode plus 8 / 16: the same layer with a top / left pad one less (TF
+    "SAME"), legal with an even side, its output the same size; an odd side is refused naming
+    the side and the rule."""
+    from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, depthwise_odd,
+                           depthwise_out)
+    assert (DEPTHWISE_KERNELS[b_mode], DEPTHWISE_STRIDES[b_mode], depthwise_odd(b_mode)) == (
+        kernel, 2, odd)
+    arrays = depthwise_arrays(b_mode)
+    big = PRESETS["default"]                    # (7x7 needs a 9 x 9 mesh)
+    d = dw_desc(b_mode=b_mode, c_stride=60, a_stride=4 * M,
+                acc_buffer_needed=(G * H + big.array_rows) * big.c_beat_bytes)
+    assert depthwise_out(d) == (6, 10)
+    assert check(d, big, out_bytes=1) == []
+    assert arrays == {3: 3, 5: 7, 7: 13}[kernel]
+    rows, cols = odd
+    if rows:
+        assert (ErrorCode.BAD_FLAGS, f"b_mode={b_mode} keeps the odd output rows of the "
+                "stride-1 results, which needs an even map height k, not k=13 (an odd side's "
+                "stride-2 pads are the same on both ends: it keeps the even ones)") in check(
+                    dataclasses.replace(d, k=13, partition_m=1, b_stride=13 * W, c_stride=70),
+                    big, out_bytes=1)
+    if cols:
+        assert (ErrorCode.BAD_FLAGS, f"b_mode={b_mode} keeps the odd output columns of the "
+                "stride-1 results, which needs an even map width n, not n=21 (an odd side's "
+                "stride-2 pads are the same on both ends: it keeps the even ones)") in check(
+                    dataclasses.replace(d, n=21, b_stride=H * 21, c_stride=66), big,
+                    out_bytes=1)
+    rec = layer_record(d, op_kind=int(OpKind.DEPTHWISE), out_format=int(OutFormat.INT8),
+                       mult_addr=D // 16, shift_addr=D // 16 + 1024)
+    assert check_record(rec, big) == []
 
 
 def test_5x5_descriptors_take_seven_weight_arrays():
@@ -180,7 +220,8 @@ def test_depthwise_pad_value():
                           c_stride=32)
     errs = check_record(layer_record(gemm, pad_value=3), CFG)
     assert errs == [(ErrorCode.BAD_LAYER, "pad_value=3 must be 0: only a depthwise layer "
-                                          "(b_mode 2 to 7) pads its input")]
+                                          "(b_mode 2 to 7, or a stride-2 one plus 8 or 16) "
+                                          "pads its input")]
 
 
 def test_depthwise_image_rules():

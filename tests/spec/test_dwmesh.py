@@ -167,7 +167,7 @@ def test_strip_steps_replayed_on_random_shapes(c, h, w, size, group, stride, see
     _replay(c, h, w, size, min(group, c), stride, seed=seed)
 
 
-def _replay(c, h, w, size, group, stride, *, seed, kernel=3):
+def _replay(c, h, w, size, group, stride, *, seed, kernel=3, odd_rows=False, odd_cols=False):
     if h % 2 and stride == 2:
         group = 1                 # odd maps with stride 2: one channel a step
     rng = np.random.default_rng(seed)
@@ -179,7 +179,8 @@ def _replay(c, h, w, size, group, stride, *, seed, kernel=3):
     out_mem = np.full(80_000, -999, np.int64)
     written = np.zeros(80_000, bool)      # (an output may well be -999 itself)
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=out_addr, rows=size, cols=size,
-                        group=group, stride=stride, kernel=kernel)
+                        group=group, stride=stride, kernel=kernel, odd_rows=odd_rows,
+                        odd_cols=odd_cols)
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
@@ -199,12 +200,14 @@ def _replay(c, h, w, size, group, stride, *, seed, kernel=3):
         assert step.out_rows == step.channels * step.ch_rows
         assert step.ch_rows == (-(-oh // 2) if step.half_last else oh)
         for acc_row, addr, elems in step.store_rows():
-            out_mem[addr:addr + elems] = acc[acc_row, ::step.lane_step][:elems]
+            out_mem[addr:addr + elems] = acc[acc_row, step.lane0::step.lane_step][:elems]
             written[addr:addr + elems] = True
     got = out_mem[out_addr:out_addr + c * oh * ow].reshape(c, oh, ow)
     wrapped = ((got + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
     p = (kernel - 1) // 2
-    padded = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
+    # (TF "SAME" on an even side: one less pad above / on the left, the kernel's below / right)
+    top, left = p - odd_rows, p - odd_cols
+    padded = np.pad(x, ((0, 0), (top, p), (left, p)), constant_values=pad)
     np.testing.assert_array_equal(wrapped, _reference(padded, wt, stride, 0))
     assert np.flatnonzero(written).tolist() == list(range(out_addr,
                                                                   out_addr + c * oh * ow))
@@ -251,6 +254,48 @@ def test_big_kernel_strip_steps_replayed_on_random_shapes(kernel, c, h, w, size,
     if kernel == 7 and size < 10:
         size = 10                   # (a 7x7 kernel needs a mesh of at least 9 x 9)
     _replay(c, h, w, size, min(group, c), stride, seed=seed, kernel=kernel)
+
+
+@pytest.mark.parametrize("kernel", [3, 5, 7])
+@pytest.mark.parametrize("c,h,w,size,group,odd_rows,odd_cols", [
+    (3, 14, 14, 16, 3, True, True),      # TF "SAME" stride 2: pads (p - 1, p) on both axes
+    (2, 56, 20, 16, 2, True, True),      # tall maps (3x3: what would run in row phases)
+    (2, 28, 30, 16, 2, True, True),      # a second strip
+    (3, 16, 9, 16, 3, True, False),      # odd width: symmetric columns
+    (1, 9, 12, 16, 1, False, True),      # odd height: symmetric rows, one channel a step
+    (4, 6, 6, 16, 4, True, True),        # small maps (3x3: two channels a tile)
+    (2, 2, 2, 16, 2, True, True),
+    (3, 12, 18, 10, 3, True, True),      # a smaller mesh
+])
+def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
+        kernel, c, h, w, size, group, odd_rows, odd_cols):
+    """Stride 2 with a top / left pad one less than the kernel's (TF/Keras "SAME" of an even
+    side): the stride-1 steps, the store keeping the odd rows / columns (``row0`` / ``lane0``);
+    the same replay on a memory with garbage around it, against the convolution with those
+    pads."""
+    steps = _replay(c, h, w, size, group, 2, seed=c * 31 + h + w + size + kernel,
+                    kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
+    assert {(s.row0, s.lane0, s.acc_rstride, s.lane_step) for s in steps} == {
+        (int(odd_rows), int(odd_cols), 2, 2)}
+    assert not any(t.phase1 or t.quads for s in steps for t in s.tiles)
+
+
+@settings(max_examples=40, deadline=None)
+@given(c=st.integers(1, 6), h=st.integers(1, 20), w=st.integers(1, 34),
+       kernel=st.sampled_from([3, 5, 7]), size=st.sampled_from([10, 16]),
+       group=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_odd_stride2_strip_steps_replayed_on_random_shapes(c, h, w, kernel, size, group, seed):
+    """The same on random maps: the odd rows / columns wherever the side is even."""
+    _replay(c, h, w, size, min(group, c), 2, seed=seed, kernel=kernel,
+            odd_rows=h % 2 == 0, odd_cols=w % 2 == 0)
+
+
+def test_odd_stride2_needs_stride_2_and_even_sides():
+    for kwargs in (dict(stride=1, odd_rows=True), dict(h=7, odd_rows=True),
+                   dict(w=9, odd_cols=True)):
+        args = dict(h=8, w=8, stride=2) | kwargs
+        with pytest.raises(ValueError, match="odd_rows=.*need stride 2"):
+            strip_steps(2, args.pop("h"), args.pop("w"), x_addr=0, out_addr=0, **args)
 
 
 def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
