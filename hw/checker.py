@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE7,
-                        B_MODE_DEPTHWISE7_S2, DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS,
+                        B_MODE_ODD_COLS, B_MODE_ODD_ROWS, DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS,
                         depthwise_arrays, depthwise_kernels,
                        MAX_DIM, ROW_FIELDS, ErrorCode)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
@@ -39,12 +39,18 @@ __all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members",
 
 
 def depthwise_mode(b_mode):
-    """``(is_dw, stride2, kernel)`` of a descriptor's ``b_mode`` value: a depthwise record
-    (``b_mode`` 2 to 7, :data:`spec.desc.DEPTHWISE_KERNELS`), its stride 2 (odd ``b_mode``) and
-    its kernel code (``(b_mode - 2) >> 1``: 0 3x3, 1 5x5, 2 7x7), as the sequencer and the
-    checker decode it."""
-    is_dw = (b_mode >= B_MODE_DEPTHWISE) & (b_mode <= B_MODE_DEPTHWISE7_S2)
-    return is_dw, b_mode[0] & is_dw, (b_mode[:3] - B_MODE_DEPTHWISE) >> 1
+    """``(is_dw, stride2, kernel, odd_rows, odd_cols)`` of a descriptor's ``b_mode`` value, as
+    the sequencer and the checker decode it: a depthwise record
+    (:data:`spec.desc.DEPTHWISE_KERNELS`: ``2 + 2 kernel + stride2`` in bits 0-2, 2 to 7, and
+    for stride 2 :data:`spec.desc.B_MODE_ODD_ROWS` and :data:`spec.desc.B_MODE_ODD_COLS` in
+    bits 3 and 4, no higher bit), its stride 2 (bit 0), its kernel code (``(b_mode[:3] - 2)
+    >> 1``: 0 3x3, 1 5x5, 2 7x7) and the store's odd rows and columns
+    (:func:`spec.desc.depthwise_odd`)."""
+    base, odd = b_mode[:3], b_mode[3:5]
+    assert (B_MODE_ODD_ROWS, B_MODE_ODD_COLS) == (1 << 3, 1 << 4)
+    is_dw = (b_mode[5:] == 0) & (base >= B_MODE_DEPTHWISE) & ((odd == 0) | base[0])
+    return (is_dw, base[0] & is_dw, (base - B_MODE_DEPTHWISE) >> 1, odd[0] & is_dw,
+            odd[1] & is_dw)
 
 
 def times(value, n: int):
@@ -216,15 +222,16 @@ class RecordChecker(wiring.Component):
 
         # -- bases (registered while the products run) ----------------------------------------
         is_conv = reg(d["b_mode"] == 1, 1)
-        # the largest b_mode the mesh runs: its largest kernel's, stride 2
-        # (spec.desc.depthwise_kernels: 7x7 needs a mesh of at least 9 rows and columns)
-        max_b_mode = max((b for b, k in DEPTHWISE_KERNELS.items()
-                          if k in depthwise_kernels(cfg)), default=1)
-        # a depthwise record: b_mode 2 + 2 kernel (0 3x3, 1 5x5, 2 7x7), + 1 with stride 2
+        # the largest kernel code the mesh runs (spec.desc.depthwise_kernels: 7x7 needs a
+        # mesh of at least 9 rows and columns)
+        max_kern = max(((k - 3) // 2 for k in depthwise_kernels(cfg)), default=0)
+        # a depthwise record: b_mode 2 + 2 kernel (0 3x3, 1 5x5, 2 7x7), + 1 with stride 2,
+        # + 8 / 16 for the odd rows / columns of stride 2
         mode = depthwise_mode(d["b_mode"])
         is_dw = reg(mode[0], 1, name="is_dw") if dw else Const(0, 1)
         dw_s2 = reg(mode[1], 1, name="dw_s2") if dw else None
         dw_kern = reg(mode[2], 2, name="dw_kernel") if dw else None
+        dw_odd = reg(Cat(mode[3], mode[4]), 2, name="dw_odd") if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -386,7 +393,8 @@ class RecordChecker(wiring.Component):
                                            "acc_half"))
         rule(ErrorCode.BAD_FLAGS, gemm(early(d["outer_m"] > 1, "outer_m") |
                                        early(d["need_splitk"] > 1, "need_splitk")) |
-             early(d["b_mode"] > (max_b_mode if dw else 1), "b_mode"))
+             early((d["b_mode"] > 1) & ~(is_dw & (dw_kern <= max_kern)) if dw else
+                   d["b_mode"] > 1, "b_mode"))
         row_any = early(Cat(*(d[name] != 0 for name in ROW_FIELDS)).any(), "row_any")
         if rows_built:
             # (a depthwise record's are in its unused fields)
@@ -403,6 +411,9 @@ class RecordChecker(wiring.Component):
             rule(ErrorCode.BUF_B_OVERFLOW, is_dw & (dw_words_b > cfg.buf_b_depth // 2))
             rule(ErrorCode.ACC_OVERFLOW, is_dw & (dw_acc_need > d["acc_buffer_needed"]))
             rule(ErrorCode.BAD_FLAGS, is_dw & dw_unused)
+            # the odd rows / columns of an even side only (spec.desc._check_depthwise)
+            rule(ErrorCode.BAD_FLAGS, is_dw & early((dw_odd[0] & K[0]) | (dw_odd[1] & N[0]),
+                                                    "dw_odd_side"))
         # (gn_all + 1 > entries as gn_all >= entries: no adder before the compare)
         rule(ErrorCode.BAD_TABLE, is_conv & (
             early(K > cfg.conv_offset_entries, "k_offsets") |

@@ -295,7 +295,8 @@ class StoreEngine(wiring.Component):
         ``p_even_lanes`` (a stride-2 depthwise step's store: element ``j`` of a row is the
         accumulator row's lane ``2 j``, so with ``elems <= array_cols / 2`` the row's even
         lanes are written, packed; the lanes are selected as the accumulator word is
-        registered), and ``p_half_last`` (the depthwise quadrant mode's store,
+        registered; with ``p_odd_lanes`` too, lane ``2 j + 1``: the odd lanes,
+        :attr:`spec.dwmesh.StripStep.lane0`), and ``p_half_last`` (the depthwise quadrant mode's store,
         :attr:`spec.dwmesh.StripStep.half_last`: a row holds two output rows of a channel, and
         a channel's last row, one output row, writes ``elems / 2`` elements, the next row
         starting ``stride / 2`` after it; only for rows of one beat, ``p_groups`` 1, as every
@@ -305,8 +306,8 @@ class StoreEngine(wiring.Component):
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_acc_base, p_acc_rstride : ``In(...)``
-    p_ch_rows : ``In(DIM_BITS)``, p_even_lanes, p_half_last : ``In(1)`` (only with
-    ``channel_rows``;
+    p_ch_rows : ``In(DIM_BITS)``, p_even_lanes, p_odd_lanes, p_half_last : ``In(1)`` (only
+    with ``channel_rows``;
     ``p_ch_rows`` at least 1)
     p_post, p_int8, p_bias, p_ch0, p_zero_point, p_act_min, p_act_max : ``In(...)``
     p_win_lo, p_win_hi : ``In(dram_addr_bits + 1)``
@@ -324,7 +325,8 @@ class StoreEngine(wiring.Component):
         ab = cfg.dram_addr_bits
         super().__init__({
             **_grid_members(ab),
-            **({"p_ch_rows": In(DIM_BITS), "p_even_lanes": In(1), "p_half_last": In(1)}
+            **({"p_ch_rows": In(DIM_BITS), "p_even_lanes": In(1), "p_odd_lanes": In(1),
+                "p_half_last": In(1)}
                if channel_rows else {}),
             "p_acc_base": In(range(cfg.acc_depth)),
             "p_acc_rstride": In(DIM_BITS),
@@ -588,12 +590,15 @@ class StoreEngine(wiring.Component):
         acc_word = self.acc_rdata
         if self._channel_rows:
             # a stride-2 depthwise store: the even lanes first (then the odd ones, past
-            # `elems`, never written); a register set with the start selects
-            even_lanes = Signal(name="even_lanes")
+            # `elems`, never written), or with p_odd_lanes the odd ones first; registers set
+            # with the start select
+            even_lanes, odd_lanes = Signal(name="even_lanes"), Signal(name="odd_lanes")
             with m.If(self.start):
-                m.d.sync += even_lanes.eq(self.p_even_lanes)
+                m.d.sync += [even_lanes.eq(self.p_even_lanes & ~self.p_odd_lanes),
+                             odd_lanes.eq(self.p_even_lanes & self.p_odd_lanes)]
             lanes = [self.acc_rdata.word_select(j, 8 * E) for j in range(cols)]
-            acc_word = Mux(even_lanes, Cat(*lanes[0::2], *lanes[1::2]), self.acc_rdata)
+            acc_word = Mux(even_lanes, Cat(*lanes[0::2], *lanes[1::2]),
+                           Mux(odd_lanes, Cat(*lanes[1::2], *lanes[0::2]), self.acc_rdata))
         with m.If(~word_hold):
             m.d.sync += [w_dec[name].eq(q_dec[name]) for name in w_dec]
             m.d.sync += [q_bias.eq(self.q_bias[:32 * words]), q_lane.eq(self.q_lane),

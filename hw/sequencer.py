@@ -93,7 +93,10 @@ class Sequencer(wiring.Component):
     lanes). ``b_mode`` 4 and 5 (5x5, pad 2) and 6 and 7 (7x7, pad 3; meshes of at least 9 x
     9) run the same steps with that kernel's tiles (``p_kernel`` of the walk and the compute
     engine) and seven or thirteen weight arrays, stride 2 always through the decimating
-    store.
+    store. A stride-2 ``b_mode`` plus :data:`spec.desc.B_MODE_ODD_ROWS` (8) /
+    :data:`spec.desc.B_MODE_ODD_COLS` (16) (a top / left pad one less, TF "SAME") runs the
+    stride-1 steps (no row phases with odd rows) and its stores take the odd rows / lanes,
+    from accumulator row 1 / lane 1 (:attr:`spec.dwmesh.StripStep.row0`, ``lane0``).
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
@@ -156,6 +159,7 @@ class Sequencer(wiring.Component):
         R, C = cfg.array_rows, cfg.array_cols
         lr, lc = log2(R), log2(C)
         half_a, half_b, half_acc = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2, cfg.acc_depth // 2
+        assert half_acc % 2 == 0 or not cfg.dw_mesh     # (a depthwise store's odd rows: below)
 
         # -- on-chip memories --------------------------------------------------------------------
         m.submodules.buf_a = buf_a = Memory(shape=8 * cfg.a_beat_bytes, depth=cfg.buf_a_depth,
@@ -350,9 +354,12 @@ class Sequencer(wiring.Component):
         dw_s2 = Signal(name="dw_s2")                  # ... with stride 2
         # ... its kernel: 0 3x3, 1 5x5, 2 7x7 (b_mode 2 + 2 kernel, + 1 with stride 2)
         dw_kern = Signal(2, name="dw_kernel")
+        # ... and with stride 2 the store's odd rows and odd columns (spec.desc.depthwise_odd)
+        dw_odd_rows, dw_odd_cols = Signal(name="dw_odd_rows"), Signal(name="dw_odd_cols")
         params_needed = post                          # the run loads parameter arrays
         if dw:
-            m.d.sync += [reg.eq(v) for reg, v in zip((is_dw, dw_s2, dw_kern),
+            m.d.sync += [reg.eq(v) for reg, v in zip((is_dw, dw_s2, dw_kern, dw_odd_rows,
+                                                      dw_odd_cols),
                                                      depthwise_mode(d["b_mode"]))]
             # then WEIGHT_ARRAYS: a 3x3 layer's three, a 5x5 one's seven, a 7x7 one's thirteen
             arrays = [depthwise_arrays(B_MODE_DEPTHWISE + 2 * k) for k in range(3)]
@@ -493,7 +500,8 @@ class Sequencer(wiring.Component):
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
                          dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
-                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern)]
+                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern),
+                         dww.p_odd_rows.eq(dw_odd_rows)]
             m.d.comb += [
                 ce.p_m_kernel.eq(dw_kern),
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
@@ -581,12 +589,16 @@ class Sequencer(wiring.Component):
                 se.p_rows.eq(by_mode(st["me"], dw_st["st_rows"])),
                 se.p_groups.eq(by_mode(st["gne"], 1)),
                 se.p_elems.eq(by_mode(st_elems, dw_st["st_elems"])),
-                se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0)),
+                # (from row 1 for the odd rows, spec.dwmesh.StripStep.row0: the half's first
+                # row is even)
+                se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0) |
+                                 (is_dw & dw_odd_rows)),
                 # stride 2: every other accumulator row (every row in row phases), its even
-                # lanes
+                # lanes, or its odd ones (StripStep.lane0)
                 se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2 & ~dww.phases, 2, 1))),
                 se.p_ch_rows.eq(by_mode(1, Mux(dww.quad, cfg.array_rows // 4, dw_oh))),
                 se.p_even_lanes.eq(is_dw & dw_s2), se.p_half_last.eq(is_dw & dww.quad),
+                se.p_odd_lanes.eq(is_dw & dw_odd_cols),
             ]
         else:
             m.d.comb += [

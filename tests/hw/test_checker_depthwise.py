@@ -44,6 +44,14 @@ def depthwise_records(cfg, rng, count):
                       c_addr=D // 2, c_stride=ob * -(-h // s) * -(-w // s),
                       b_mode=B_MODE_DEPTHWISE + (kernel - 3) + (s - 1),
                       **{name: 0 for name in DEPTHWISE_UNUSED})
+        if s == 2 and rng.random() < 0.5:
+            # the odd rows and / or columns (TF "SAME"): legal on even sides, some odd ones
+            values["b_mode"] |= rng.choice([8, 16, 24])
+            if rng.random() < 0.7:
+                values.update(k=h + h % 2, n=w + w % 2)
+                values.update(b_stride=values["k"] * values["n"],
+                              c_stride=ob * values["k"] // 2 * values["n"] // 2,
+                              acc_buffer_needed=(g * values["k"] + R) * cfg.c_beat_bytes)
         for name in rng.sample(DESC_FIELDS, rng.randrange(0, 4)):
             values[name] = (rng.choice(edges) if rng.random() < 0.6 else
                             values[name] + rng.choice([-4, -1, 1, 4])) & 0xFFFF_FFFF
@@ -152,6 +160,23 @@ def depthwise_boundaries(cfg):
                 rec(g=e * (MAX_DIM + 1) + (1 - e), b_mode=B_MODE_DEPTHWISE7),
                 rec(b_mode=B_MODE_DEPTHWISE7, fields=dict(out_window_hi=D // 2 + 5 * 42 - e)),
                 rec(b_mode=B_MODE_DEPTHWISE7_S2, c_stride=12,
+                    fields=dict(out_window_hi=D // 2 + 5 * 12 - e)),
+                # the odd rows / columns (b_mode + 8 / 16, TF "SAME"): stride 2 only, no other
+                # bit, an even side (6 x 8 maps: 3 x 4 outputs)
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 8 - e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE5_S2 + 16 - e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE7_S2 + 24 - e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 24 + 8 * e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 24 + 32 * e),
+                rec(w=8, b_stride=48, c_stride=12,
+                    b_mode=B_MODE_DEPTHWISE5_S2 + 8 + (1 << 31) * e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 8 + e),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 16 - e),
+                rec(h=5 + e, g=1, w=8, b_stride=(5 + e) * 8, c_stride=12,
+                    b_mode=B_MODE_DEPTHWISE_S2 + 8),
+                rec(w=7 + e, b_stride=6 * (7 + e), c_stride=12, b_mode=B_MODE_DEPTHWISE5_S2 + 16),
+                rec(w=7 + e, b_stride=6 * (7 + e), c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 8),
+                rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE7_S2 + 24,
                     fields=dict(out_window_hi=D // 2 + 5 * 12 - e))]
     return out
 

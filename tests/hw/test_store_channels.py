@@ -36,14 +36,15 @@ class _Harness(Elaboratable):
 
 
 def set_params(ctx, se, *, rows, post, bias, ch0, ch_rows, even=0, elems=None, rstride=1,
-               half_last=0):
+               half_last=0, odd=0, acc_base=0):
     """An int32 store of ``rows`` dense rows of ``elems`` (``array_cols``) elements at 0x100
-    (row pitch ``4 * array_cols``), the accumulator from row 0 at ``rstride``, the window all
-    of memory; ``even``: the rows' even lanes."""
+    (row pitch ``4 * array_cols``), the accumulator from row ``acc_base`` at ``rstride``, the
+    window all of memory; ``even``: the rows' even lanes (with ``odd`` their odd ones)."""
     C = CFG.array_cols
     for name, value in (("p_addr", 0x100), ("p_stride", 4 * C), ("p_rows", rows),
                         ("p_groups", 1), ("p_elems", C if elems is None else elems),
-                        ("p_acc_base", 0), ("p_even_lanes", even), ("p_half_last", half_last),
+                        ("p_acc_base", acc_base), ("p_even_lanes", even),
+                        ("p_odd_lanes", odd), ("p_half_last", half_last),
                         ("p_acc_rstride", rstride), ("p_post", post), ("p_int8", 0),
                         ("p_bias", bias),
                         ("p_ch0", ch0), ("p_ch_rows", ch_rows), ("p_act_min", -128),
@@ -131,3 +132,27 @@ def test_half_last_rows(rows, ch_rows):
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
         assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r, :elems]]
         addr += 4 * elems
+
+
+@pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
+def test_odd_lanes_of_every_other_row_from_row_1(rows, ch_rows, elems):
+    """The TF "SAME" stride-2 store (``p_odd_lanes`` with ``p_even_lanes``, the accumulator
+    from row 1 at a stride of 2: spec.dwmesh.StripStep.row0 / lane0): element ``j`` of store
+    row ``r`` is lane ``2 j + 1`` of accumulator row ``2 r + 1``; nothing past ``elems``. And
+    ``p_odd_lanes`` alone (no ``p_even_lanes``) selects nothing: every lane in order."""
+    C = CFG.array_cols
+    rng = np.random.default_rng(rows * 5 + elems)
+    acc = rng.integers(-1000, 1000, (2 * rows + 1, C))
+    out, biases = _store(acc, rng, rows=rows, ch0=1, ch_rows=ch_rows, even=1, odd=1,
+                         elems=elems, rstride=2, acc_base=1)
+    assert len(out) == rows
+    for r in range(rows):
+        bias = biases[1 + r // ch_rows]
+        word, strb = out[0x100 + r * 4 * C]
+        assert strb == (1 << 4 * elems) - 1
+        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r + 1, 1::2][:elems]]
+    out, biases = _store(acc, rng, rows=1, ch0=0, ch_rows=1, odd=1)
+    word, _ = out[0x100]
+    assert [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)] == [
+        (int(v) + biases[0]) & 0xFFFFFFFF for v in acc[0]]
