@@ -276,7 +276,8 @@ MOBILENET_BLOCKS = ((16, 1, 1), (24, 6, 2), (24, 6, 1), (32, 6, 2), (32, 6, 1))
 
 
 def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 10,
-                          blocks=MOBILENET_BLOCKS, stem: int = 16, seed: int = 0):
+                          blocks=MOBILENET_BLOCKS, stem: int = 16, seed: int = 0,
+                          tf_same: bool = False):
     """A MobileNet-V2-style network on ``1 x 3 x height x width``: a 3x3 stride-2 stem conv
     (``stem`` channels, ReLU), then one inverted residual block per ``(out, expansion,
     stride)`` or ``(out, expansion, stride, kernel)`` of ``blocks`` — a 1x1 expand conv to ``in
@@ -285,20 +286,33 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
     the block's stride) with ReLU, a 1x1 project conv to ``out`` channels, and a residual
     ``Add`` when the stride is 1 and ``in == out`` — then global average pooling, flatten and
     a Gemm head (EfficientNet's MBConv blocks without squeeze-and-excitation, with kernels).
-    Input ``x``, output ``logits``."""
+    With ``tf_same`` every convolution is padded as TF/Keras ``"SAME"`` pads it (what a
+    Keras-exported EfficientNet carries): a stride-2 one on an even side by ``kernel // 2 -
+    1`` before and ``kernel // 2`` after, the others symmetrically. Input ``x``, output
+    ``logits``."""
     from onnx import helper
 
     _check("stem", stem, 1, 4096)
     rng, inits, nodes = _image_model(height, width, classes, seed, min_side=8)
+
+    side = [height, width]                      # the map's size at the current layer
+
+    def same(n, k, stride):                     # TF "SAME": (before, after) for a side of n
+        total = max((-(-n // stride) - 1) * stride + k - n, 0)
+        return total // 2, total - total // 2
 
     def conv(name, x, cin, cout, k, stride=1, group=1, relu=True):
         w = rng.normal(0, math.sqrt(2 / (cin // group * k * k)),
                        (cout, cin // group, k, k)).astype(np.float32)
         inits[f"{name}_w"] = w
         inits[f"{name}_b"] = rng.normal(0, 0.05, cout).astype(np.float32)
-        pad = k // 2
+        if tf_same:
+            (top, bottom), (left, right) = (same(n, k, stride) for n in side)
+        else:
+            top = bottom = left = right = k // 2
+        side[:] = [-(-n // stride) for n in side]
         nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name], name=name,
-                                      kernel_shape=[k, k], pads=[pad] * 4,
+                                      kernel_shape=[k, k], pads=[top, left, bottom, right],
                                       strides=[stride, stride], group=group))
         if not relu:
             return name
