@@ -14,7 +14,8 @@ from planner.dwcost import (depthwise_b_mode, depthwise_blocks, depthwise_descri
 from planner.shapes import ConvShape
 from spec.config import PRESETS
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
-                       B_MODE_DEPTHWISE_S2, check, depthwise_arrays)
+                       B_MODE_DEPTHWISE_S2, B_MODE_ODD_ROWS, check, depthwise_arrays,
+                       depthwise_odd)
 from spec.dwmesh import strip_steps
 
 MESH = PRESETS["default"]
@@ -348,3 +349,27 @@ def test_kernel_refusal_names_kernels_and_mesh_sizes():
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
     strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=6, cols=6, kernel=5)
+
+
+def test_odd_b_modes_of_depthwise_b_mode_and_depthwise_descriptor():
+    """Stride 2 plus B_MODE_ODD_ROWS (8) / B_MODE_ODD_COLS (16) (the top / left pad one less,
+    TF "SAME"); refused with stride 1. predict_depthwise lists the depthwise b_modes, no longer
+    a range."""
+    assert [depthwise_b_mode(k, 2, odd_rows=r, odd_cols=c) for k in (3, 5, 7)
+            for r, c in ((True, False), (False, True), (True, True))] == [
+        11, 19, 27, 13, 21, 29, 15, 23, 31]
+    assert depthwise_b_mode(5, 2, odd_rows=False, odd_cols=False) == B_MODE_DEPTHWISE5_S2
+    for kwargs in (dict(odd_rows=True), dict(odd_cols=True)):
+        with pytest.raises(ValueError, match=r"depthwise_b_mode: odd_rows=\w+, odd_cols=\w+ "
+                                             r"need stride 2, not stride=1"):
+            depthwise_b_mode(3, 1, **kwargs)
+        with pytest.raises(ValueError, match="need stride 2, not stride=1"):
+            depthwise_descriptor(4, 8, 8, MESH, out_bytes=4, **kwargs)
+    d = depthwise_descriptor(40, 28, 15, MESH, out_bytes=1, stride=2, kernel=5, odd_rows=True,
+                             b_addr=1 << 20, c_addr=1 << 24)
+    assert d.b_mode == B_MODE_DEPTHWISE5_S2 | B_MODE_ODD_ROWS and depthwise_odd(d.b_mode) == \
+        (True, False)
+    assert d.c_stride == 14 * 8 and check(d, MESH, out_bytes=1) == []
+    with pytest.raises(ValueError, match=r"b_mode one of \[2, 3, 4, 5, 6, 7, 11, 13, 15, 19, "
+                                         r"21, 23, 27, 29, 31\]\), not b_mode=1"):
+        predict_depthwise(dataclasses.replace(d, b_mode=1), MESH)
