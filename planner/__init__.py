@@ -23,7 +23,7 @@ from .conv import ConvProgram, block_plan, k_part_shape, k_parts, row_bands
 from .convcost import predict_conv
 from .convplan import conv_descriptor
 from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
-                     mesh_fits, predict_depthwise)
+                     mesh_fits, mesh_odd, predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout, padded_dims
@@ -125,10 +125,13 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
+        odd_rows, odd_cols = mesh_odd(shape)
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
                                                         cfg, out_bytes=out_bytes,
                                                         stride=shape.stride_h,
-                                                        kernel=shape.kernel_h), cfg, post=post)
+                                                        kernel=shape.kernel_h,
+                                                        odd_rows=odd_rows, odd_cols=odd_cols),
+                                   cfg, post=post)
                  for c0, c1 in channel_chunks(shape.in_channels, cfg)]
         counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
                                      for k in COUNTER_FIELDS})

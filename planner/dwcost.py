@@ -5,7 +5,7 @@
 (left) pad is one less, ``p - 1`` before and ``p`` after an even side (TF/Keras ``"SAME"``,
 ONNX ``SAME_UPPER``), has the stride-2 ``b_mode`` plus :data:`spec.desc.B_MODE_ODD_ROWS` (8)
 (:data:`spec.desc.B_MODE_ODD_COLS`, 16): its strips are the stride-1 ones, the store keeping
-the odd rows (columns; :func:`spec.desc.depthwise_odd`).
+the odd rows (columns; :func:`spec.desc.depthwise_odd`, :func:`mesh_odd`).
 
 After the checks, the parameter arrays (the post-processing ones the layer uses through the B
 port, beside them its weight arrays through the A port: :func:`spec.desc.depthwise_arrays`, 3
@@ -47,7 +47,7 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
            "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
            "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal",
-           "channel_multiplier"]
+           "channel_multiplier", "mesh_pads", "mesh_odd"]
 
 #: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
 #: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3, 5 and 7.
@@ -60,7 +60,7 @@ def depthwise_b_mode(kernel: int, stride: int, *, odd_rows: bool = False,
     """The ``b_mode`` of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``)
     of ``stride`` on the mesh: 2 or 3 for 3x3, 4 or 5 for 5x5, 6 or 7 for 7x7 (stride 1 or
     2). ``odd_rows`` / ``odd_cols`` (stride 2 only): the layer's top / left pad is one less
-    (TF ``"SAME"`` of an even side), the stride-2 value plus
+    (TF ``"SAME"`` of an even side, :func:`mesh_odd`), the stride-2 value plus
     :data:`spec.desc.B_MODE_ODD_ROWS` (8) / :data:`spec.desc.B_MODE_ODD_COLS` (16): 11, 19 or
     27 for 3x3, 13, 21, 29 for 5x5, 15, 23, 31 for 7x7."""
     odd = (bool(odd_rows), bool(odd_cols))
@@ -103,16 +103,42 @@ def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     return None
 
 
+def mesh_pads(kernel: int, stride: int, size: int) -> tuple[tuple[int, int], ...]:
+    """The ``(before, after)`` pads the mesh takes on an axis of ``size`` inputs of a
+    ``kernel`` x ``kernel`` layer of ``stride``: ``(p, p)`` (``p = (kernel - 1) / 2``), and
+    with stride 2 on an even ``size`` also ``(p - 1, p)`` (TF/Keras ``"SAME"``, ONNX
+    ``SAME_UPPER``: the stride-1 results' odd rows or columns, :func:`mesh_odd`)."""
+    p = strip_pad(kernel)
+    return ((p, p), (p - 1, p)) if stride == 2 and size % 2 == 0 else ((p, p),)
+
+
+def _pads_fit(shape) -> bool:
+    k, s = shape.kernel_h, shape.stride_h
+    return ((shape.pad_top, shape.pad_bottom) in mesh_pads(k, s, shape.height) and
+            (shape.pad_left, shape.pad_right) in mesh_pads(k, s, shape.width))
+
+
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
-    runs: depthwise (``groups`` = input = output channels), ``k`` x ``k`` with padding ``(k -
-    1) / 2`` on every side for ``k`` in :data:`MESH_KERNELS` (3, 5, 7), stride 1 or 2 (the
-    same on both axes), no dilation."""
+    runs: depthwise (``groups`` = input = output channels), ``k`` x ``k`` for ``k`` in
+    :data:`MESH_KERNELS` (3, 5, 7), stride 1 or 2 (the same on both axes), no dilation, and
+    on each axis the pads :func:`mesh_pads` allows: ``(k - 1) / 2`` on both ends, or with
+    stride 2 one less before an even side (TF ``"SAME"``)."""
     return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w in MESH_KERNELS and
             shape.stride_h == shape.stride_w in (1, 2) and
-            shape.dilation_h == shape.dilation_w == 1
-            and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
-            (strip_pad(shape.kernel_h),) * 4)
+            shape.dilation_h == shape.dilation_w == 1 and _pads_fit(shape))
+
+
+def mesh_odd(shape) -> tuple[bool, bool]:
+    """``(odd_rows, odd_cols)`` of a :func:`mesh_shape` convolution: its top (left) pad is
+    ``p - 1``, so the mesh keeps the stride-1 results' odd rows (columns)
+    (:func:`depthwise_b_mode`, :func:`spec.desc.depthwise_odd`). Raises ``ValueError`` for a
+    shape the mesh does not run."""
+    if not mesh_shape(shape):
+        raise ValueError(f"mesh_odd needs a convolution the depthwise mesh runs "
+                         f"(planner.dwcost.mesh_shape), not {shape}")
+    p = strip_pad(shape.kernel_h)
+    return shape.pad_top == p - 1, shape.pad_left == p - 1
 
 
 def channel_chunks(channels: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -152,16 +178,19 @@ def mesh_refusal(shape, cfg: AccelConfig) -> str | None:
     if (shape.dilation_h, shape.dilation_w) != (1, 1):
         return f"dilation ({shape.dilation_h}, {shape.dilation_w}); the mesh runs 1"
     pads = (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right)
-    k = shape.kernel_h
-    if pads != (strip_pad(k),) * 4:
-        return (f"padding {pads} (top, left, bottom, right); the mesh pads a {k}x{k} kernel by "
-                f"{strip_pad(k)} on every side")
+    k, p = shape.kernel_h, strip_pad(shape.kernel_h)
+    if not _pads_fit(shape):
+        return (f"padding {pads} (top, left, bottom, right) of a {shape.height} x "
+                f"{shape.width} map; the mesh pads a {k}x{k} kernel by {p} before and after, "
+                f"or with stride 2 by {p - 1} before and {p} after an even side (TF \"SAME\")")
     why = kernel_refusal(k, cfg)
     if why is not None:
         return why
     c = min(shape.in_channels, cfg.quant_entries)
+    odd_rows, odd_cols = mesh_odd(shape)
     d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1,
-                             stride=shape.stride_h, kernel=k)
+                             stride=shape.stride_h, kernel=k, odd_rows=odd_rows,
+                             odd_cols=odd_cols)
     w_bytes = -(-4 * depthwise_arrays(d.b_mode) * c // 64) * 64
     x_bytes = c * shape.height * shape.width
     placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
@@ -218,7 +247,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
     """The descriptor of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``;
     3, 5 or 7, ``b_mode`` 2 / 3, 4 / 5 or 6 / 7: :func:`depthwise_b_mode`; with ``odd_rows``
     / ``odd_cols``, stride 2 and an even ``h`` / ``w``, the top / left pad one less, the
-    ``b_mode`` plus 8 / 16) on the mesh: ``channels``
+    ``b_mode`` plus 8 / 16: :func:`mesh_odd` gives them of a shape) on the mesh: ``channels``
     dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, 7 for 5x5, 13 for 7x7) at ``a_addr``
     (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
     (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
