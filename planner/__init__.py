@@ -96,8 +96,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
     input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 (pad 1), 5x5
-    (pad 2) or 7x7 (pad 3) layer of stride 1 or 2 the mesh runs (:func:`planner.dwcost.mesh_fits`) with the
-    mesh's model (one record per
+    (pad 2) or 7x7 (pad 3) layer of stride 1 or 2 (with stride 2 also padded one less before
+    an even side, TF "SAME": :func:`planner.dwcost.mesh_pads`) the mesh runs
+    (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks
     (:func:`planner.dwcost.depthwise_blocks`), and a convolution whose tables do not fit the
