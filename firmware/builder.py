@@ -24,8 +24,9 @@ Tensor layouts (what the layers read and write):
   tables do not fit) one record per output row (the tables of row 0, with ``b_addr`` moved
   down ``stride_h`` input rows per row).
 * a depthwise 3x3 (pad 1), 5x5 (pad 2) or 7x7 (pad 3) layer on the mesh (stride 1 or 2, ``b_mode`` 2 to 7;
-  configs with ``dw_mesh``) reads its input as dense NCHW (no halo: the record's ``pad_value``
-  is the padding) and writes dense NCHW.
+  with stride 2 the top / left pad may be one less on an even side, TF ``"SAME"``: ``b_mode``
+  3, 5 or 7 plus 8 / 16; configs with ``dw_mesh``) reads its input as dense NCHW (no halo: the
+  record's ``pad_value`` is the padding) and writes dense NCHW.
 
 Every layer is planned by :mod:`planner` (``strategy``), and every record passes
 :func:`spec.record.check_record` before the image is sealed.
@@ -446,11 +447,14 @@ class ImageBuilder:
     @_all_or_nothing
     def depthwise(self, name: str, *, weights: np.ndarray, h: int, w: int, x_addr: int,
                   out_addr: int, pad_value: int = 0, bias=None,
-                  requant: Requant | None = None, stride: int = 1) -> None:
+                  requant: Requant | None = None, stride: int = 1, odd_rows: bool = False,
+                  odd_cols: bool = False) -> None:
         """A depthwise ``k`` x ``k`` convolution on the mesh, 3x3 with pad 1, 5x5 with pad 2 or
         7x7 with pad 3, ``stride`` 1 or 2 (``b_mode`` 2 / 3, 4 / 5 or 6 / 7,
         :func:`planner.dwcost.depthwise_b_mode`;
-        the kernel is the ``weights``'): the ``C`` channels of the dense NCHW ``h x w`` input
+        the kernel is the ``weights``'; with ``odd_rows`` / ``odd_cols``, stride 2 and an even
+        ``h`` / ``w``, the top / left pad is ``p - 1``, TF ``"SAME"``: the ``b_mode`` plus 8 /
+        16, :func:`spec.desc.depthwise_odd`): the ``C`` channels of the dense NCHW ``h x w`` input
         at ``x_addr``, padded with ``pad_value`` (the input zero point), each with its own
         ``weights`` (``(C, k, k)`` or ``(C, 1, k, k)`` int8), into the dense NCHW output at
         ``out_addr`` (``ceil(h / s) x ceil(w / s)`` maps). The weights are u32 arrays in the
@@ -464,6 +468,11 @@ class ImageBuilder:
         if stride not in (1, 2):
             raise ValueError(f"{name}: stride={stride!r} must be 1 or 2 (a depthwise layer on "
                              f"the mesh)")
+        if (odd_rows or odd_cols) and (stride != 2 or (odd_rows and h % 2) or
+                                       (odd_cols and w % 2)):
+            raise ValueError(f"{name}: odd_rows={odd_rows}, odd_cols={odd_cols} (a top / left "
+                             f"pad one less, TF \"SAME\") need stride 2 and an even h / w, not "
+                             f"stride={stride}, h={h}, w={w}")
         if not self.cfg.dw_mesh:
             raise ValueError(f"{name}: a depthwise layer on the mesh needs a config with "
                              f"dw_mesh=1; this one has none")
@@ -484,7 +493,7 @@ class ImageBuilder:
         a_ref = self._blob(SectionKind.QUANT, np.ascontiguousarray(words.T).tobytes())
         probe = depthwise_descriptor(c, h, w, self.cfg, out_bytes=1 if requant else 4,
                                      b_addr=x_addr, c_addr=out_addr, stride=stride,
-                                     kernel=kernel)
+                                     kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
         desc = {**dataclasses.asdict(probe), "a_addr": a_ref}
         fields = {"op_kind": OpKind.DEPTHWISE, "pad_value": int(pad_value),
                   **self._quant(c, bias, requant, name)}

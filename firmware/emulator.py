@@ -31,7 +31,7 @@ import numpy as np
 from planner.offsets import ConvTables, gather_b
 from spec.config import AccelConfig
 from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DESC_FIELDS, depthwise_arrays,
-                       depthwise_out, ErrorCode, GemmDescriptor,
+                       depthwise_odd, depthwise_out, ErrorCode, GemmDescriptor,
                        groups_n, row_store)
 from spec.golden import conv2d_int8, gemm_int8, requantize
 from spec.layouts import (HEADER_WORDS, IMAGE_HEADER_WORDS, LAYER_WORDS, STATS_BYTES, STATS_WORDS,
@@ -254,9 +254,11 @@ def _run_layer(m: DeviceMemory, rec: dict, cfg: AccelConfig, result: EmulationRe
 
 def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: EmulationResult,
                    track: bool) -> bool:
-    """A depthwise layer (``b_mode`` 2 to 7: a ``K`` x ``K`` kernel,
+    """A depthwise layer (:data:`spec.desc.DEPTHWISE_STRIDES`: a ``K`` x ``K`` kernel,
     :data:`spec.desc.DEPTHWISE_KERNELS`, 3, 5 or 7, stride 1 or 2): ``m`` channels of ``k x n``
-    maps, dense NCHW, padded by ``(K - 1) / 2`` (1, 2 or 3) with ``pad_value``, convolved with
+    maps, dense NCHW, padded by ``p = (K - 1) / 2`` (1, 2 or 3) with ``pad_value`` (on the top
+    and the left ``p - 1`` with :func:`spec.desc.depthwise_odd`'s odd rows and columns: pads
+    ``(p - odd_rows, p - odd_cols, p, p)``, top, left, bottom, right), convolved with
     each channel's ``K * K`` weights (the :func:`spec.desc.depthwise_arrays` u32 arrays at
     ``a_addr + t a_stride``, taps ``4t .. 4t + 3`` in array ``t``) at the stride; the output is
     dense NCHW, channel ``c`` a row of ``P Q`` (:func:`spec.desc.depthwise_out`)."""
@@ -275,7 +277,8 @@ def _run_depthwise(m: DeviceMemory, rec: dict, d: GemmDescriptor, result: Emulat
                                                                           dtype=np.int64), m.size)
         for name in ("bias_addr", "mult_addr", "shift_addr"):
             result.reads += _ranges(rec[name] + np.arange(4 * c, dtype=np.int64), m.size)
-    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad)),
+    odd_rows, odd_cols = depthwise_odd(d.b_mode)
+    padded = np.pad(x, ((0, 0), (pad - odd_rows, pad), (pad - odd_cols, pad)),
                     constant_values=signed32(rec["pad_value"]))
     acc = conv2d_int8(padded[None], taps.reshape(c, 1, kernel, kernel), stride=(s, s),
                       groups=c)[0].reshape(c, oh * ow)

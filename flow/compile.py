@@ -54,7 +54,7 @@ from planner.fusion import channels, fusible_pairs, fusion_op
 from planner.net.assign import FunctionLibrary, Thresholds, decide, one_line
 from planner.net.graph import Graph, ModelError, Node, Tensor
 from planner.dwcost import (block_channels, channel_chunks, channel_multiplier, is_depthwise,
-                             mesh_fits, mesh_refusal)
+                             mesh_fits, mesh_odd, mesh_refusal)
 from planner.net.lower import AccelLayer, HostOp, Lowered
 from planner import DATA_FRACTIONS, runs_in_k_parts
 from planner.conv import k_part_shape, k_parts
@@ -514,8 +514,11 @@ def _add_conv(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorB
 def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: TensorBuffer,
                    yb: TensorBuffer, cfg: AccelConfig) -> None:
     """A depthwise layer on the mesh (``l.mesh``): one record per image and chunk of at most
-    ``quant_entries`` channels, from and into dense NCHW buffers."""
+    ``quant_entries`` channels, from and into dense NCHW buffers (a stride-2 layer with the
+    top / left pad one less, TF "SAME", keeps the odd rows / columns:
+    :func:`planner.dwcost.mesh_odd`)."""
     s = l.shape
+    odd_rows, odd_cols = mesh_odd(s)
     if xb.pads != (0, 0, 0, 0) or yb.pads != (0, 0, 0, 0):
         raise ValueError(f"{l.name}: a depthwise layer on the mesh reads and writes unpadded "
                          f"NCHW, not input pads {xb.pads} / output pads {yb.pads}")
@@ -529,7 +532,8 @@ def _add_depthwise(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq, xb: Te
             at = n * s.in_channels + c0
             b.depthwise(name, weights=w[c0:c1], h=s.height, w=s.width,
                         x_addr=xb.addr + at * plane, out_addr=yb.addr + at * out_plane,
-                        pad_value=l.halo, bias=bias[c0:c1], requant=rqc, stride=s.stride_h)
+                        pad_value=l.halo, bias=bias[c0:c1], requant=rqc, stride=s.stride_h,
+                        odd_rows=odd_rows, odd_cols=odd_cols)
 
 
 def _add_depthwise_blocks(b, l: AccelLayer, w: np.ndarray, bias: np.ndarray, rq,

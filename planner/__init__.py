@@ -23,7 +23,7 @@ from .conv import ConvProgram, block_plan, k_part_shape, k_parts, row_bands
 from .convcost import predict_conv
 from .convplan import conv_descriptor
 from .dwcost import (depthwise_blocks, depthwise_descriptor, is_depthwise, channel_chunks,
-                     mesh_fits, predict_depthwise)
+                     mesh_fits, mesh_odd, predict_depthwise)
 from .cost import (COUNTER_FIELDS, DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad,
                    lower_bound_cycles, predict, predict_reference, utilisation)
 from .layout import Layout, padded_dims
@@ -96,8 +96,9 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     group's GEMM tiling) and predict its counters, a GEMM with :func:`predict` and a
     convolution with the convolution model of its compiled tables (:mod:`planner.convcost`,
     input in ``layout``; what ``bench`` and the compiler use), a depthwise 3x3 (pad 1), 5x5
-    (pad 2) or 7x7 (pad 3) layer of stride 1 or 2 the mesh runs (:func:`planner.dwcost.mesh_fits`) with the
-    mesh's model (one record per
+    (pad 2) or 7x7 (pad 3) layer of stride 1 or 2 (with stride 2 also padded one less before
+    an even side, TF "SAME": :func:`planner.dwcost.mesh_pads`) the mesh runs
+    (:func:`planner.dwcost.mesh_fits`) with the mesh's model (one record per
     image and ``quant_entries`` channels; ``plan`` is then its per-group GEMM's), any other
     depthwise layer as the dense convolutions of its channel blocks
     (:func:`planner.dwcost.depthwise_blocks`), and a convolution whose tables do not fit the
@@ -125,10 +126,13 @@ def layer_cost(shape: GemmShape | ConvShape, cfg: AccelConfig, strategy: Strateg
     if mesh_fits(shape, cfg):
         # one record per image and chunk of quant_entries channels (flow.compile)
         plan = plan or plan_gemm(shape.gemm, cfg, "seed")
+        odd_rows, odd_cols = mesh_odd(shape)
         parts = [predict_depthwise(depthwise_descriptor(c1 - c0, shape.height, shape.width,
                                                         cfg, out_bytes=out_bytes,
                                                         stride=shape.stride_h,
-                                                        kernel=shape.kernel_h), cfg, post=post)
+                                                        kernel=shape.kernel_h,
+                                                        odd_rows=odd_rows, odd_cols=odd_cols),
+                                   cfg, post=post)
                  for c0, c1 in channel_chunks(shape.in_channels, cfg)]
         counters = CycleBreakdown(**{k: shape.batch * sum(getattr(p, k) for p in parts)
                                      for k in COUNTER_FIELDS})

@@ -1,7 +1,11 @@
 """Cycle model of a depthwise layer on the mesh: 3x3 pad 1 (``b_mode`` 2, or 3 for stride 2)
 5x5 pad 2 (``b_mode`` 4, or 5 for stride 2) or 7x7 pad 3 (6, 7; docs/architecture.md,
 "Depthwise convolution"): the sequencer's phases over :func:`spec.dwmesh.strip_steps`' strips
-(of the ``b_mode``'s kernel, :data:`spec.desc.DEPTHWISE_KERNELS`).
+(of the ``b_mode``'s kernel, :data:`spec.desc.DEPTHWISE_KERNELS`). A stride-2 layer whose top
+(left) pad is one less, ``p - 1`` before and ``p`` after an even side (TF/Keras ``"SAME"``,
+ONNX ``SAME_UPPER``), has the stride-2 ``b_mode`` plus :data:`spec.desc.B_MODE_ODD_ROWS` (8)
+(:data:`spec.desc.B_MODE_ODD_COLS`, 16): its strips are the stride-1 ones, the store keeping
+the odd rows (columns; :func:`spec.desc.depthwise_odd`, :func:`mesh_odd`).
 
 After the checks, the parameter arrays (the post-processing ones the layer uses through the B
 port, beside them its weight arrays through the A port: :func:`spec.desc.depthwise_arrays`, 3
@@ -33,7 +37,7 @@ import dataclasses
 from spec.config import AccelConfig
 from spec.desc import (DEPTHWISE_KERNELS, DEPTHWISE_STRIDES, DEPTHWISE_UNUSED, GemmDescriptor,
                        check, depthwise_arrays, depthwise_kernels, depthwise_mesh_side,
-                       depthwise_out)
+                       depthwise_odd, depthwise_out)
 from spec.dwmesh import strip_channels, strip_pad, strip_step_cycles, strip_steps
 
 from .shapes import ConvShape
@@ -43,7 +47,7 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
            "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
            "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal",
-           "channel_multiplier"]
+           "channel_multiplier", "mesh_pads", "mesh_odd"]
 
 #: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
 #: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3, 5 and 7.
@@ -51,12 +55,21 @@ MESH_KERNELS: tuple[int, ...] = tuple(sorted(set(DEPTHWISE_KERNELS.values())))
 _KERNELS_TEXT = " or ".join(f"{k}x{k}" for k in MESH_KERNELS)
 
 
-def depthwise_b_mode(kernel: int, stride: int) -> int:
+def depthwise_b_mode(kernel: int, stride: int, *, odd_rows: bool = False,
+                     odd_cols: bool = False) -> int:
     """The ``b_mode`` of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``)
     of ``stride`` on the mesh: 2 or 3 for 3x3, 4 or 5 for 5x5, 6 or 7 for 7x7 (stride 1 or
-    2)."""
+    2). ``odd_rows`` / ``odd_cols`` (stride 2 only): the layer's top / left pad is one less
+    (TF ``"SAME"`` of an even side, :func:`mesh_odd`), the stride-2 value plus
+    :data:`spec.desc.B_MODE_ODD_ROWS` (8) / :data:`spec.desc.B_MODE_ODD_COLS` (16): 11, 19 or
+    27 for 3x3, 13, 21, 29 for 5x5, 15, 23, 31 for 7x7."""
+    odd = (bool(odd_rows), bool(odd_cols))
+    if any(odd) and stride != 2:
+        raise ValueError(f"depthwise_b_mode: odd_rows={odd_rows}, odd_cols={odd_cols} need "
+                         f"stride 2, not stride={stride!r} (a stride-1 layer on the mesh pads "
+                         f"by (kernel - 1) / 2 on every side)")
     for b_mode, k in DEPTHWISE_KERNELS.items():
-        if k == kernel and DEPTHWISE_STRIDES[b_mode] == stride:
+        if k == kernel and DEPTHWISE_STRIDES[b_mode] == stride and depthwise_odd(b_mode) == odd:
             return b_mode
     raise ValueError(f"depthwise_b_mode: kernel={kernel!r}, stride={stride!r}: the mesh runs "
                      f"kernels {list(MESH_KERNELS)} with stride 1 or 2")
@@ -90,16 +103,42 @@ def kernel_refusal(kernel: int, cfg: AccelConfig) -> str | None:
     return None
 
 
+def mesh_pads(kernel: int, stride: int, size: int) -> tuple[tuple[int, int], ...]:
+    """The ``(before, after)`` pads the mesh takes on an axis of ``size`` inputs of a
+    ``kernel`` x ``kernel`` layer of ``stride``: ``(p, p)`` (``p = (kernel - 1) / 2``), and
+    with stride 2 on an even ``size`` also ``(p - 1, p)`` (TF/Keras ``"SAME"``, ONNX
+    ``SAME_UPPER``: the stride-1 results' odd rows or columns, :func:`mesh_odd`)."""
+    p = strip_pad(kernel)
+    return ((p, p), (p - 1, p)) if stride == 2 and size % 2 == 0 else ((p, p),)
+
+
+def _pads_fit(shape) -> bool:
+    k, s = shape.kernel_h, shape.stride_h
+    return ((shape.pad_top, shape.pad_bottom) in mesh_pads(k, s, shape.height) and
+            (shape.pad_left, shape.pad_right) in mesh_pads(k, s, shape.width))
+
+
 def mesh_shape(shape) -> bool:
     """``shape`` (a :class:`planner.shapes.ConvShape`) is a convolution the depthwise mesh
-    runs: depthwise (``groups`` = input = output channels), ``k`` x ``k`` with padding ``(k -
-    1) / 2`` on every side for ``k`` in :data:`MESH_KERNELS` (3, 5, 7), stride 1 or 2 (the
-    same on both axes), no dilation."""
+    runs: depthwise (``groups`` = input = output channels), ``k`` x ``k`` for ``k`` in
+    :data:`MESH_KERNELS` (3, 5, 7), stride 1 or 2 (the same on both axes), no dilation, and
+    on each axis the pads :func:`mesh_pads` allows: ``(k - 1) / 2`` on both ends, or with
+    stride 2 one less before an even side (TF ``"SAME"``)."""
     return (is_depthwise(shape) and shape.kernel_h == shape.kernel_w in MESH_KERNELS and
             shape.stride_h == shape.stride_w in (1, 2) and
-            shape.dilation_h == shape.dilation_w == 1
-            and (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right) ==
-            (strip_pad(shape.kernel_h),) * 4)
+            shape.dilation_h == shape.dilation_w == 1 and _pads_fit(shape))
+
+
+def mesh_odd(shape) -> tuple[bool, bool]:
+    """``(odd_rows, odd_cols)`` of a :func:`mesh_shape` convolution: its top (left) pad is
+    ``p - 1``, so the mesh keeps the stride-1 results' odd rows (columns)
+    (:func:`depthwise_b_mode`, :func:`spec.desc.depthwise_odd`). Raises ``ValueError`` for a
+    shape the mesh does not run."""
+    if not mesh_shape(shape):
+        raise ValueError(f"mesh_odd needs a convolution the depthwise mesh runs "
+                         f"(planner.dwcost.mesh_shape), not {shape}")
+    p = strip_pad(shape.kernel_h)
+    return shape.pad_top == p - 1, shape.pad_left == p - 1
 
 
 def channel_chunks(channels: int, cfg: AccelConfig) -> list[tuple[int, int]]:
@@ -139,16 +178,19 @@ def mesh_refusal(shape, cfg: AccelConfig) -> str | None:
     if (shape.dilation_h, shape.dilation_w) != (1, 1):
         return f"dilation ({shape.dilation_h}, {shape.dilation_w}); the mesh runs 1"
     pads = (shape.pad_top, shape.pad_left, shape.pad_bottom, shape.pad_right)
-    k = shape.kernel_h
-    if pads != (strip_pad(k),) * 4:
-        return (f"padding {pads} (top, left, bottom, right); the mesh pads a {k}x{k} kernel by "
-                f"{strip_pad(k)} on every side")
+    k, p = shape.kernel_h, strip_pad(shape.kernel_h)
+    if not _pads_fit(shape):
+        return (f"padding {pads} (top, left, bottom, right) of a {shape.height} x "
+                f"{shape.width} map; the mesh pads a {k}x{k} kernel by {p} before and after, "
+                f"or with stride 2 by {p - 1} before and {p} after an even side (TF \"SAME\")")
     why = kernel_refusal(k, cfg)
     if why is not None:
         return why
     c = min(shape.in_channels, cfg.quant_entries)
+    odd_rows, odd_cols = mesh_odd(shape)
     d = depthwise_descriptor(c, shape.height, shape.width, cfg, out_bytes=4, group=1,
-                             stride=shape.stride_h, kernel=k)
+                             stride=shape.stride_h, kernel=k, odd_rows=odd_rows,
+                             odd_cols=odd_cols)
     w_bytes = -(-4 * depthwise_arrays(d.b_mode) * c // 64) * 64
     x_bytes = c * shape.height * shape.width
     placed = dataclasses.replace(d, a_addr=0, b_addr=w_bytes, c_addr=w_bytes + x_bytes)
@@ -200,9 +242,12 @@ def depthwise_blocks(shape: ConvShape, cfg: AccelConfig) -> list[tuple[ConvShape
 def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out_bytes: int,
                          a_addr: int = 0, a_stride: int | None = None, b_addr: int = 0,
                          c_addr: int = 0, group: int | None = None,
-                         stride: int = 1, kernel: int = 3) -> GemmDescriptor:
+                         stride: int = 1, kernel: int = 3, odd_rows: bool = False,
+                         odd_cols: bool = False) -> GemmDescriptor:
     """The descriptor of a depthwise ``kernel`` x ``kernel`` layer (pad ``(kernel - 1) / 2``;
-    3, 5 or 7, ``b_mode`` 2 / 3, 4 / 5 or 6 / 7: :func:`depthwise_b_mode`) on the mesh: ``channels``
+    3, 5 or 7, ``b_mode`` 2 / 3, 4 / 5 or 6 / 7: :func:`depthwise_b_mode`; with ``odd_rows``
+    / ``odd_cols``, stride 2 and an even ``h`` / ``w``, the top / left pad one less, the
+    ``b_mode`` plus 8 / 16: :func:`mesh_odd` gives them of a shape) on the mesh: ``channels``
     dense NCHW ``h x w`` maps at ``b_addr``, the weight arrays (3, 7 for 5x5, 13 for 7x7) at ``a_addr``
     (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
     (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
@@ -223,7 +268,8 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,
                           b_addr=b_addr, b_stride=h * w, c_addr=c_addr,
                           c_stride=out_bytes * -(-h // stride) * -(-w // stride),
-                          b_mode=depthwise_b_mode(kernel, stride),
+                          b_mode=depthwise_b_mode(kernel, stride, odd_rows=odd_rows,
+                                                  odd_cols=odd_cols),
                           **{name: 0 for name in DEPTHWISE_UNUSED})
 
 
@@ -237,12 +283,13 @@ def depthwise_macs(d: GemmDescriptor) -> int:
 def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                       consts: ModelConstants = DEFAULT_CONSTANTS, *,
                       post: PostLoad | None = None) -> CycleBreakdown:
-    """Predicted RTL counters of the depthwise descriptor ``d`` (``b_mode`` 2 to 7, legal on
-    ``cfg``); ``post``: the post-processing arrays it loads (bias, requantisation)."""
+    """Predicted RTL counters of the depthwise descriptor ``d`` (a
+    :data:`spec.desc.DEPTHWISE_STRIDES` ``b_mode``, legal on ``cfg``); ``post``: the
+    post-processing arrays it loads (bias, requantisation)."""
     if d.b_mode not in DEPTHWISE_STRIDES:
-        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode "
-                         f"{min(DEPTHWISE_STRIDES)} to {max(DEPTHWISE_STRIDES)}), not "
-                         f"b_mode={d.b_mode}")
+        raise ValueError(f"predict_depthwise needs a depthwise descriptor (b_mode one of "
+                         f"{sorted(DEPTHWISE_STRIDES)}), not b_mode={d.b_mode}")
+    odd_rows, odd_cols = depthwise_odd(d.b_mode)
     post = post or PostLoad(bias=False, requant=False)
     layer_consts = post_consts(consts, cfg) if post.active else consts
     R = cfg.array_rows
@@ -250,7 +297,8 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
     t.wait = R + consts.mesh_drain_extra_cycles - consts.step_ctrl_cycles
     steps = strip_steps(d.m, d.k, d.n, x_addr=0, out_addr=0, rows=R, cols=cfg.array_cols,
                         group=d.partition_m, stride=DEPTHWISE_STRIDES[d.b_mode],
-                        kernel=DEPTHWISE_KERNELS[d.b_mode])
+                        kernel=DEPTHWISE_KERNELS[d.b_mode], odd_rows=odd_rows,
+                        odd_cols=odd_cols)
     mac = drain = sa = sb = ss = 0
     ctrl = consts.start_cycles + consts.dw_walk_cycles
     rd_a = rd_b = wr_c = 0

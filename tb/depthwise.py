@@ -1,14 +1,19 @@
 """cocotb test: depthwise 3x3 layers (pad 1, stride 1 or 2; ``b_mode`` 2 or 3) and 5x5 / 7x7 layers
-(pad 2 / 3; ``b_mode`` 4 to 7, seven / thirteen weight arrays) on the mesh, in register mode, bit-exact against
-``spec.golden.conv2d_int8(groups=C)`` and ``requantize``; every byte around the output keeps its
-fill.
+(pad 2 / 3; ``b_mode`` 4 to 7, seven / thirteen weight arrays) on the mesh, and stride-2 ones with
+TF/Keras "SAME" padding (the top / left pad one less on an even side: ``b_mode`` 3, 5 or 7 plus 8
+/ 16), in register mode, bit-exact against ``spec.golden.conv2d_int8(groups=C)`` and
+``requantize``; every byte around the output keeps its fill.
 
 Environment (set by the launcher, tests/sim/test_depthwise.py):
   ACCEL_BUILD       the emitted config directory (its config has ``dw_mesh = 1``)
   TESSERA_SEED      seed of the data and of the cases' output formats
   TESSERA_DW_CASES  the layers, ``CxHxW[/G][:S][@K]`` separated by commas (``G``: channels a
                     strip step, default :func:`spec.dwmesh.strip_channels`' choice; ``S``: the
-                    stride, 1 or 2, default 1; ``K``: the kernel, 3, 5 or 7, default 3)
+                    stride, 1 or 2, default 1, or ``2s``: stride 2 with TF/Keras "SAME"
+                    padding, ``p - 1`` before and ``p`` after each even side, whose outputs
+                    are the stride-1 results' odd rows / columns, ``(p, p)`` on an odd one;
+                    ``K``: the kernel, 3, 5 or 7, default 3). E.g. ``24x28x15:2s@5``: a 5x5
+                    layer keeping the odd rows (``b_mode`` 5 + 8 = 13) and the even columns.
 
 Results (case, counters) go to ``depthwise_results.json``. :func:`build_case` builds a case's
 record, memory and expected output without a simulator.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import NamedTuple
 
 import cocotb
 import numpy as np
@@ -36,27 +42,55 @@ FILL = 0x5A
 GUARD = 64
 
 
-def parse_cases(text: str) -> list[tuple[int, int, int, int | None, int, int]]:
-    """``CxHxW[/G][:S][@K],..`` -> (channels, h, w, G or None, stride, kernel)."""
+class DwCase(NamedTuple):
+    """One case of ``$TESSERA_DW_CASES`` (:func:`parse_cases`)."""
+
+    channels: int
+    h: int
+    w: int
+    group: int | None
+    stride: int
+    kernel: int
+    same: bool = False          # ``:2s``: TF "SAME" padding (:func:`odd_sides`)
+
+
+def parse_cases(text: str) -> list[DwCase]:
+    """``CxHxW[/G][:S][@K],..`` -> :class:`DwCase` (channels, h, w, G or None, stride, kernel,
+    same); ``S`` is 1, 2 or ``2s`` (stride 2, TF "SAME" padding). Raises ``ValueError`` naming
+    a stride that is none of them."""
     out = []
     for item in text.split(","):
         item, _, kernel = item.strip().partition("@")
         item, _, stride = item.partition(":")
         shape, _, group = item.partition("/")
         c, h, w = (int(v) for v in shape.lower().split("x"))
-        out.append((c, h, w, int(group) if group else None, int(stride or 1),
-                    int(kernel or 3)))
+        stride = stride.strip().lower() or "1"
+        if stride not in ("1", "2", "2s"):
+            raise ValueError(f"TESSERA_DW_CASES: {item.strip()!r}: the stride must be 1, 2 or 2s "
+                             f"(stride 2 with TF \"SAME\" padding), not {stride!r}")
+        out.append(DwCase(c, h, w, int(group) if group else None, int(stride[0]),
+                          int(kernel or 3), stride == "2s"))
     return out
 
 
+def odd_sides(h: int, w: int, same: bool) -> tuple[bool, bool]:
+    """``(odd_rows, odd_cols)`` of a stride-2 case with TF "SAME" padding (``same``): each even
+    side is padded ``p - 1`` before and ``p`` after (:func:`spec.desc.depthwise_odd`), an odd
+    one ``(p, p)``; ``(False, False)`` without ``same``."""
+    return same and h % 2 == 0, same and w % 2 == 0
+
+
 def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,
-          base: int = 0x1000, stride: int = 1, kernel: int = 3):
+          base: int = 0x1000, stride: int = 1, kernel: int = 3, odd_rows: bool = False,
+          odd_cols: bool = False):
     """The descriptor and where everything lies: the weight arrays (three, seven for 5x5, thirteen for 7x7;
     64-byte aligned rows), the input, the parameter arrays, the output (with ``GUARD`` bytes of
-    fill on each side, at an odd address: the store's byte lanes)."""
+    fill on each side, at an odd address: the store's byte lanes). ``odd_rows`` / ``odd_cols``:
+    the top / left pad one less (stride 2, :func:`planner.dwcost.depthwise_descriptor`)."""
     a_stride = -(-4 * c // 64) * 64
     d = depthwise_descriptor(c, h, w, cfg, out_bytes=1 if int8 else 4, a_addr=base,
-                             a_stride=a_stride, group=group, stride=stride, kernel=kernel)
+                             a_stride=a_stride, group=group, stride=stride, kernel=kernel,
+                             odd_rows=odd_rows, odd_cols=odd_cols)
     x_addr = base + depthwise_arrays(d.b_mode) * a_stride + 64
     params = -(-(x_addr + c * h * w) // 64) * 64 + 64
     c_addr = params + 3 * a_stride + GUARD + 3      # (bias, multipliers, shifts)
@@ -81,14 +115,19 @@ class Case:
     pad: int
     stride: int
     kernel: int
+    odd_rows: bool = False
+    odd_cols: bool = False
 
 
 def build_case(cfg, idx: int, c: int, h: int, w: int, group: int | None, stride: int,
-               kernel: int, rng: np.random.Generator) -> Case:
+               kernel: int, rng: np.random.Generator, *, same: bool = False) -> Case:
     """Case ``idx`` (its output format from the index: int32 for every third) with its data
-    drawn from ``rng``, in the order the cases always drew it."""
+    drawn from ``rng``, in the order the cases always drew it; ``same`` (stride 2): TF "SAME"
+    padding, the odd rows / columns of each even side (:func:`odd_sides`)."""
     int8, with_bias = bool(idx % 3 != 2), bool(rng.integers(0, 2))
-    d, params = layer(cfg, c, h, w, group, int8=int8, stride=stride, kernel=kernel)
+    odd_rows, odd_cols = odd_sides(h, w, same)
+    d, params = layer(cfg, c, h, w, group, int8=int8, stride=stride, kernel=kernel,
+                      odd_rows=odd_rows, odd_cols=odd_cols)
     oh, ow = -(-h // stride), -(-w // stride)
     x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
     wt = rng.integers(-128, 128, (c, kernel, kernel)).astype(np.int8)
@@ -112,7 +151,8 @@ def build_case(cfg, idx: int, c: int, h: int, w: int, group: int | None, stride:
                       shift_addr=params + 4 * c * (len(arrays) + 1))
         arrays += [mult, shift]
     rec = layer_record(d, **fields)
-    ctx = (f"case {idx}: {c}x{h}x{w} {kernel}x{kernel} stride {stride} G={d.partition_m} "
+    ctx = (f"case {idx}: {c}x{h}x{w} {kernel}x{kernel} stride {stride}"
+           f"{' SAME' if same else ''} (b_mode {d.b_mode}) G={d.partition_m} "
            f"int8={int8} bias={with_bias} pad={pad}")
     out_bytes = 1 if int8 else 4
     span = c * oh * ow * out_bytes
@@ -123,7 +163,7 @@ def build_case(cfg, idx: int, c: int, h: int, w: int, group: int | None, stride:
              (params, b"".join(np.asarray(v, "<i4").tobytes() for v in arrays)),
              (lo, bytes([FILL]) * (span + 2 * GUARD))]
     p = (kernel - 1) // 2
-    padded = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
+    padded = np.pad(x, ((0, 0), (p - odd_rows, p), (p - odd_cols, p)), constant_values=pad)
     acc = conv2d_int8(padded[None], wt[:, None], stride=(stride, stride), groups=c)[0]
     acc = acc.reshape(c, oh * ow)
     if int8:
@@ -134,7 +174,8 @@ def build_case(cfg, idx: int, c: int, h: int, w: int, group: int | None, stride:
         wide = acc.astype(np.int64) + (bias.astype(np.int64)[:, None] if with_bias else 0)
         want = (((wide + 2**31) % 2**32) - 2**31).astype("<i4")
     return Case(ctx=ctx, desc=d, rec=rec, loads=loads, want=want, lo=lo, span=span, int8=int8,
-                with_bias=with_bias, pad=pad, stride=stride, kernel=kernel)
+                with_bias=with_bias, pad=pad, stride=stride, kernel=kernel, odd_rows=odd_rows,
+                odd_cols=odd_cols)
 
 
 @cocotb.test()
@@ -150,8 +191,8 @@ async def run_cases(dut) -> list[dict]:
     rng = np.random.default_rng(seed)
     records = []
     cases = parse_cases(os.environ["TESSERA_DW_CASES"])
-    for idx, (c, h, w, group, stride, kernel) in enumerate(cases):
-        case = build_case(cfg, idx, c, h, w, group, stride, kernel, rng)
+    for idx, (c, h, w, group, stride, kernel, same) in enumerate(cases):
+        case = build_case(cfg, idx, c, h, w, group, stride, kernel, rng, same=same)
         d, ctx, span, lo = case.desc, case.ctx, case.span, case.lo
         assert check_record(case.rec, cfg) == [], f"{ctx}: {check_record(case.rec, cfg)}"
         await h_.load(case.loads)
@@ -172,6 +213,7 @@ async def run_cases(dut) -> list[dict]:
         guard = raw[:GUARD] + raw[GUARD + span:]
         assert guard == bytes([FILL]) * (2 * GUARD), f"{ctx}: bytes outside the output written"
         records.append({"channels": c, "h": h, "w": w, "stride": stride, "kernel": kernel,
+                        "odd_rows": case.odd_rows, "odd_cols": case.odd_cols,
                         "group": d.partition_m, "int8": case.int8,
                         "bias": case.with_bias, "pad": case.pad,
                         "predicted": predicted.as_dict(), **result.counters})

@@ -10,10 +10,10 @@ from firmware.builder import ImageBuilder, Requant, image_overhead
 from firmware.emulator import run_image, zeroed_memory
 from firmware.image import decode, encode, reseal, validate
 from planner.cost import PostLoad, image_overhead_cycles
-from planner.dwcost import predict_depthwise
+from planner.dwcost import depthwise_b_mode, predict_depthwise
 from spec.config import PRESETS
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2, ErrorCode,
-                       depthwise_weight_words)
+                       depthwise_odd, depthwise_weight_words)
 from spec.golden import conv2d_int8, requantize
 from spec.layouts import LAYER_WORDS, OpKind, SectionKind
 
@@ -204,3 +204,74 @@ def test_5x5_weight_arrays_must_lie_in_the_crc_checked_part():
     mem = bytearray(CFG.dram_bytes)
     mem[0x1000:0x1000 + len(patched)] = patched
     assert run_image(mem, 0x1000, CFG).error == ErrorCode.BAD_WINDOW
+
+
+@pytest.mark.parametrize("cfg, c, h, w, kernel, odd_rows, odd_cols, pad, int8", [
+    (MESH_SMALL, 5, 12, 14, 3, True, True, -128, True),    # TF "SAME": pads (p - 1, p)
+    (MESH_SMALL, 9, 12, 9, 3, True, False, 0, False),      # odd rows only (an odd width)
+    (MESH_SMALL, 4, 7, 10, 5, False, True, 3, True),       # odd columns only (an odd height)
+    (DEFAULT, 20, 28, 28, 3, True, True, 0, True),         # (symmetric: in row phases)
+    (DEFAULT, 13, 30, 45, 5, True, False, 100, False),
+    (DEFAULT, 6, 14, 14, 7, True, True, -7, True),
+    (DEFAULT, 3, 2, 2, 7, True, True, 0, False),
+    (DEFAULT, 5, 9, 20, 7, False, True, 0, True),
+], ids=["3x3", "3x3-rows", "5x5-cols", "3x3-28", "5x5-rows", "7x7", "7x7-2x2", "7x7-cols"])
+def test_tf_same_stride_2_depthwise_image_runs_bit_exactly(cfg, c, h, w, kernel, odd_rows,
+                                                           odd_cols, pad, int8):
+    """ImageBuilder.depthwise with odd_rows / odd_cols (stride 2, the top / left pad p - 1 on
+    an even side, TF "SAME"): b_mode 3, 5 or 7 plus 8 / 16, the image valid and predicted by
+    the cycle model of those strips; the golden device's output equals conv2d_int8 with pads
+    (p - odd_rows, p - odd_cols, p, p) of the pad value (the input zero point), which with a
+    nonzero pad value is the input padded with it, then convolved unpadded."""
+    rng = np.random.default_rng(c * 1000 + h * 10 + w + kernel)
+    x = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
+    wt = rng.integers(-128, 128, (c, 1, kernel, kernel)).astype(np.int8)
+    x.flat[0], wt.flat[0], wt.flat[-1] = -128, -128, 127
+    # (int8: scales that keep most outputs off the clamps, so that they tell the pads apart)
+    bias = rng.integers(-5000, 5000, c).astype(np.int32)
+    rq = Requant(multiplier=rng.integers(1 << 29, 1 << 31, c).astype(np.int32),
+                 shift=rng.integers(11, 15, c).astype(np.int32), zero_point=-7) if int8 else None
+    image_addr = 0x1000
+    b = ImageBuilder(cfg, image_addr=image_addr, data_addr=cfg.dram_bytes // 2)
+    oh, ow = -(-h // 2), -(-w // 2)
+    ob = 1 if int8 else 4
+    x_addr, y_addr = b.buffer("x", c * h * w), b.buffer("y", ob * c * oh * ow)
+    b.depthwise("dw", weights=wt, h=h, w=w, x_addr=x_addr, out_addr=y_addr, pad_value=pad,
+                bias=bias, requant=rq, stride=2, odd_rows=odd_rows, odd_cols=odd_cols)
+    blob, built = b.build()
+    assert validate(blob, cfg) == []
+    d = decode(blob).layers[0].desc
+    assert d.b_mode == depthwise_b_mode(kernel, 2) + 8 * odd_rows + 16 * odd_cols
+    assert depthwise_odd(d.b_mode) == (odd_rows, odd_cols)
+    predicted = predict_depthwise(d, cfg, post=PostLoad(bias=True, requant=int8))
+    assert built[0].predicted_cycles == predicted.total_cycles
+    assert built[0].macs == kernel * kernel * c * oh * ow
+    mem = zeroed_memory(cfg.dram_bytes)
+    mem[image_addr:image_addr + len(blob)] = blob
+    mem[x_addr:x_addr + x.size] = x.tobytes()
+    result = run_image(mem, image_addr, cfg)
+    assert result.error == ErrorCode.NONE
+    p = kernel // 2
+    pads = (p - odd_rows, p - odd_cols, p, p)
+    if pad == 0:
+        acc = conv2d_int8(x[None], wt, stride=(2, 2), pads=pads, groups=c)[0]
+    else:
+        padded = np.pad(x, ((0, 0), (pads[0], p), (pads[1], p)), constant_values=pad)
+        acc = conv2d_int8(padded[None], wt, stride=(2, 2), groups=c)[0]
+    assert acc.shape == (c, oh, ow)
+    acc = acc.reshape(c, -1)
+    if int8:
+        want = requantize(acc, multiplier=rq.multiplier, shift=rq.shift, bias=bias,
+                          zero_point=-7).astype(np.int8)
+        assert (np.abs(want.astype(np.int32)) < 127).mean() > 0.8
+        got = np.frombuffer(bytes(mem[y_addr:y_addr + c * oh * ow]), np.int8).reshape(c, -1)
+    else:
+        want = acc + bias[:, None]
+        got = np.frombuffer(bytes(mem[y_addr:y_addr + 4 * c * oh * ow]), "<i4").reshape(c, -1)
+    np.testing.assert_array_equal(got, want)
+    # the stride-1 results' odd rows / columns (the even ones are the symmetric layer's)
+    full = np.pad(x, ((0, 0), (p, p), (p, p)), constant_values=pad)
+    one = conv2d_int8(full[None], wt, groups=c)[0][:, odd_rows::2, odd_cols::2]
+    np.testing.assert_array_equal(acc, one.reshape(c, -1))
+    assert not np.frombuffer(bytes(mem[y_addr + ob * c * oh * ow:y_addr + ob * c * oh * ow
+                                       + 256]), np.uint8).any()

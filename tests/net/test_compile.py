@@ -1167,3 +1167,102 @@ def test_a_segment_with_large_tensors_moves_its_data_region_down():
     assert net.summary()["host_layers"] == {}
     feeds = _x((1, 3, 160, 160))
     assert np.array_equal(run_network(net, feeds).outputs["y"], reference.run(low, feeds)["y"])
+
+
+def _tf_same_net(h: int = 40, w: int = 38, channels: int = 24):
+    """x (1 x 3 x ``h`` x ``w``) -> 1x1 conv -> ReLU, then three stride-2 depthwise layers with
+    TF/Keras "SAME" padding, each followed by ReLU and a 1x1 conv (-> ReLU): ``dw3`` 3x3 with
+    explicit pads [0, 0, 1, 1] (ONNX order: top, left, bottom, right), ``dw5`` 5x5 with
+    ``auto_pad=SAME_UPPER`` on a map of even height and odd width (pads (1, 2) on the rows,
+    (2, 2) on the columns), ``dw7`` 7x7 behind a zero ``Pad`` of (2, 3) a side and pads 0 (the
+    ``ZeroPadding2D`` + ``valid`` pair of Keras' EfficientNet; fold_pad makes it the Conv's
+    padding) -> y."""
+    rng = np.random.default_rng(7)
+    c = channels
+    inits = {"w0": rng.normal(0, 0.5, (c, 3, 1, 1))}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"], name="c0", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["a0"], ["r0"], name="relu0")]
+    x, hw = "r0", (h, w)
+    for i, (k, how) in enumerate(((3, "pads"), (5, "same_upper"), (7, "pad_node"))):
+        inits[f"wd{k}"] = rng.normal(0, 1.5 / k, (c, 1, k, k))
+        inits[f"wp{k}"] = rng.normal(0, 0.4, (c, c, 1, 1))
+        attrs = dict(kernel_shape=[k, k], group=c, strides=[2, 2])
+        if how == "pads":
+            attrs["pads"] = [k // 2 - 1, k // 2 - 1, k // 2, k // 2]
+        elif how == "same_upper":
+            attrs["auto_pad"] = "SAME_UPPER"
+        else:
+            inits[f"pads{k}"] = np.array([0, 0, k // 2 - 1, k // 2 - 1, 0, 0, k // 2, k // 2],
+                                         np.int64)
+            nodes.append(helper.make_node("Pad", [x, f"pads{k}"], [f"padded{k}"],
+                                          name=f"pad{k}"))
+            x, attrs["pads"] = f"padded{k}", [0, 0, 0, 0]
+        nodes += [helper.make_node("Conv", [x, f"wd{k}"], [f"d{k}"], name=f"dw{k}", **attrs),
+                  helper.make_node("Relu", [f"d{k}"], [f"rd{k}"], name=f"relu_d{k}"),
+                  helper.make_node("Conv", [f"rd{k}", f"wp{k}"], [f"p{k}"], name=f"pw{k}",
+                                   kernel_shape=[1, 1])]
+        x = f"p{k}"
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [x], [f"rp{k}"], name=f"relu_p{k}"))
+            x = f"rp{k}"
+        hw = (-(-hw[0] // 2), -(-hw[1] // 2))
+    nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        nodes, "tf_same", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, *hw])],
+        [onnx.numpy_helper.from_array(v if v.dtype == np.int64 else v.astype(np.float32), k)
+         for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_tf_same_stride_2_depthwise_layers_run_on_the_mesh(tmp_path, capsys):
+    """Stride-2 depthwise Convs padded one less before an even side (TF "SAME": explicit pads
+    [p - 1, p - 1, p, p], auto_pad=SAME_UPPER, a zero Pad folded into the Conv) lower to
+    shapes the mesh takes (planner.dwcost.mesh_shape), compile onto the mesh of default with
+    b_mode 3, 5, 7 plus 8 / 16 where the side is even (dw5's 20 x 19 map: odd rows only), each
+    record predicted by predict_depthwise (= layer_cost), and the golden device runs the
+    network bit-exactly against the int8 reference, which is within 2 LSB of onnxruntime.
+    tessera compile prints them on the mesh."""
+    from firmware.image import decode
+    from flow.cli import prepare_model
+    from planner import PostLoad, layer_cost
+    from planner.dwcost import mesh_odd, mesh_shape, predict_depthwise
+    from planner.net.reference import compare_with_onnxruntime
+    from spec.desc import DEPTHWISE_STRIDES
+
+    path = tmp_path / "tf_same.onnx"
+    onnx.save(_tf_same_net(), path)
+    q, lowered = prepare_model(str(path), {})
+    cfg = PRESETS["default"]
+    net = compile_network(lowered, cfg, qmodel=q)
+    # input map, pads (top, left, bottom, right), odd rows / columns, b_mode
+    want = {"dw3": ((40, 38), (0, 0, 1, 1), (True, True), 3 | 8 | 16),
+            "dw5": ((20, 19), (1, 2, 2, 2), (True, False), 5 | 8),
+            "dw7": ((10, 10), (2, 2, 3, 3), (True, True), 7 | 8 | 16)}
+    assert net.depthwise_placement() == [(name, None) for name in want]
+    b_modes = {}
+    for seg in net.segments:
+        for rec, layer in zip(seg.records, decode(seg.image).layers):
+            if layer.desc.b_mode in DEPTHWISE_STRIDES:
+                b_modes[rec.layer] = layer.desc.b_mode
+                assert rec.predicted_cycles == predict_depthwise(
+                    layer.desc, cfg, post=PostLoad(bias=True, requant=True)).total_cycles
+    for name, (in_hw, pads, odd, b_mode) in want.items():
+        layer = net.layers[name]
+        s = layer.shape
+        assert layer.mesh and mesh_shape(s) and mesh_odd(s) == odd, name
+        assert ((s.height, s.width), (s.pad_top, s.pad_left, s.pad_bottom, s.pad_right)) == \
+            (in_hw, pads), name
+        assert b_modes[name] == b_mode
+        (rec,) = [r for seg in net.segments for r in seg.records if r.layer == name]
+        assert rec.predicted_cycles == layer_cost(
+            s, cfg, post=PostLoad(bias=True, requant=True)).cycles
+    feeds = {"x": np.random.default_rng(11).normal(0, 1, (1, 3, 40, 38)).astype(np.float32)}
+    ref = reference.run(lowered, feeds)
+    assert np.unique(ref["y"]).size > 100           # (the three layers are one segment: y)
+    np.testing.assert_array_equal(run_network(net, feeds, sim="golden").outputs["y"], ref["y"])
+    (cmp,) = compare_with_onnxruntime(q, lowered, feeds)
+    assert cmp.max_abs_diff_lsb <= 2 and cmp.pct_equal >= 50
+    assert compile_main([str(path), "-o", str(tmp_path / "n.tsr"), "--config", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "  depthwise: 3 of 3 layers on the mesh\n" in out and "dense channel" not in out

@@ -10,11 +10,13 @@ from planner.cost import CycleBreakdown
 from planner.cost import DEFAULT_CONSTANTS, PostLoad, _Timing, image_overhead_cycles, \
     param_load_cycles
 from planner.dwcost import (depthwise_b_mode, depthwise_blocks, depthwise_descriptor,
-                            depthwise_macs, is_depthwise, mesh_shape, predict_depthwise)
+                            depthwise_macs, is_depthwise, mesh_odd, mesh_pads, mesh_refusal,
+                            mesh_shape, predict_depthwise)
 from planner.shapes import ConvShape
 from spec.config import PRESETS
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
-                       B_MODE_DEPTHWISE_S2, check, depthwise_arrays)
+                       B_MODE_DEPTHWISE_S2, B_MODE_ODD_ROWS, check, depthwise_arrays,
+                       depthwise_odd)
 from spec.dwmesh import strip_steps
 
 MESH = PRESETS["default"]
@@ -148,15 +150,18 @@ def test_mesh_refusal_names_the_first_reason():
     assert mesh_refusal(dw(32, 112, kernel=5, pad=2, stride=3), MESH) == \
         "stride (3, 3); the mesh runs 1 or 2, the same on both axes"
     assert mesh_refusal(dw(32, 112, pad=0), MESH) == \
-        "padding (0, 0, 0, 0) (top, left, bottom, right); the mesh pads a 3x3 kernel by 1 on " \
-        "every side"
+        "padding (0, 0, 0, 0) (top, left, bottom, right) of a 112 x 112 map; the mesh pads a " \
+        "3x3 kernel by 1 before and after, or with stride 2 by 0 before and 1 after an " \
+        "even side (TF \"SAME\")"
     assert mesh_refusal(dw(32, 112, kernel=5, pad=1), MESH) == \
-        "padding (1, 1, 1, 1) (top, left, bottom, right); the mesh pads a 5x5 kernel by 2 on " \
-        "every side"
+        "padding (1, 1, 1, 1) (top, left, bottom, right) of a 112 x 112 map; the mesh pads a " \
+        "5x5 kernel by 2 before and after, or with stride 2 by 1 before and 2 after an " \
+        "even side (TF \"SAME\")"
     assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=2), pad_bottom=1,
                                             pad_right=1), MESH) == \
-        "padding (2, 2, 1, 1) (top, left, bottom, right); the mesh pads a 5x5 kernel by 2 on " \
-        "every side"
+        "padding (2, 2, 1, 1) (top, left, bottom, right) of a 112 x 112 map; the mesh pads a " \
+        "5x5 kernel by 2 before and after, or with stride 2 by 1 before and 2 after an " \
+        "even side (TF \"SAME\")"
     assert mesh_refusal(dataclasses.replace(dw(32, 112, kernel=5, pad=4), dilation_h=2,
                                             dilation_w=2), MESH) == \
         "dilation (2, 2); the mesh runs 1"
@@ -348,3 +353,102 @@ def test_kernel_refusal_names_kernels_and_mesh_sizes():
     with pytest.raises(ValueError, match="too small for 5x5 tiles"):
         strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=4, cols=4, kernel=5)
     strip_steps(1, 4, 4, x_addr=0, out_addr=0, rows=6, cols=6, kernel=5)
+
+
+def test_odd_b_modes_of_depthwise_b_mode_and_depthwise_descriptor():
+    """Stride 2 plus B_MODE_ODD_ROWS (8) / B_MODE_ODD_COLS (16) (the top / left pad one less,
+    TF "SAME"); refused with stride 1. predict_depthwise lists the depthwise b_modes, no longer
+    a range."""
+    assert [depthwise_b_mode(k, 2, odd_rows=r, odd_cols=c) for k in (3, 5, 7)
+            for r, c in ((True, False), (False, True), (True, True))] == [
+        11, 19, 27, 13, 21, 29, 15, 23, 31]
+    assert depthwise_b_mode(5, 2, odd_rows=False, odd_cols=False) == B_MODE_DEPTHWISE5_S2
+    for kwargs in (dict(odd_rows=True), dict(odd_cols=True)):
+        with pytest.raises(ValueError, match=r"depthwise_b_mode: odd_rows=\w+, odd_cols=\w+ "
+                                             r"need stride 2, not stride=1"):
+            depthwise_b_mode(3, 1, **kwargs)
+        with pytest.raises(ValueError, match="need stride 2, not stride=1"):
+            depthwise_descriptor(4, 8, 8, MESH, out_bytes=4, **kwargs)
+    d = depthwise_descriptor(40, 28, 15, MESH, out_bytes=1, stride=2, kernel=5, odd_rows=True,
+                             b_addr=1 << 20, c_addr=1 << 24)
+    assert d.b_mode == B_MODE_DEPTHWISE5_S2 | B_MODE_ODD_ROWS and depthwise_odd(d.b_mode) == \
+        (True, False)
+    assert d.c_stride == 14 * 8 and check(d, MESH, out_bytes=1) == []
+    with pytest.raises(ValueError, match=r"b_mode one of \[2, 3, 4, 5, 6, 7, 11, 13, 15, 19, "
+                                         r"21, 23, 27, 29, 31\]\), not b_mode=1"):
+        predict_depthwise(dataclasses.replace(d, b_mode=1), MESH)
+
+
+def tf_same(c, h, w, kernel=3, stride=2):
+    """A depthwise layer with TF/Keras "SAME" padding: of stride 2, ``p - 1`` before and ``p``
+    after an even side, ``(p, p)`` on an odd one; of stride 1, ``(p, p)``."""
+    p = (kernel - 1) // 2
+    top = p - 1 if stride == 2 and h % 2 == 0 else p
+    left = p - 1 if stride == 2 and w % 2 == 0 else p
+    return ConvShape(batch=1, in_channels=c, height=h, width=w, out_channels=c, kernel_h=kernel,
+                     kernel_w=kernel, stride_h=stride, stride_w=stride, pad_top=top,
+                     pad_left=left, pad_bottom=p, pad_right=p, groups=c)
+
+
+@pytest.mark.parametrize("kernel", [3, 5, 7])
+def test_mesh_shape_takes_tf_same_padding_of_stride_2_on_even_sides(kernel):
+    """Per axis the mesh takes (p, p), or with stride 2 on an even side (p - 1, p) (TF "SAME":
+    the stride-1 results' odd rows / columns); mesh_odd says which axes."""
+    p = (kernel - 1) // 2
+    for h, w, odd in ((56, 56, (True, True)), (56, 15, (True, False)), (15, 56, (False, True)),
+                      (15, 15, (False, False))):
+        shape = tf_same(8, h, w, kernel)
+        assert mesh_shape(shape) and mesh_odd(shape) == odd, (h, w)
+        assert mesh_refusal(shape, MESH) is None
+        assert (shape.out_h, shape.out_w) == (-(-h // 2), -(-w // 2))
+    assert mesh_pads(kernel, 2, 56) == ((p, p), (p - 1, p))
+    assert mesh_pads(kernel, 2, 15) == mesh_pads(kernel, 1, 56) == ((p, p),)
+    assert mesh_odd(tf_same(8, 56, 56, kernel, stride=1)) == (False, False)
+    refused = [
+        dataclasses.replace(tf_same(8, 56, 56, kernel), stride_h=1, stride_w=1),   # stride 1
+        dataclasses.replace(tf_same(8, 56, 56, kernel), pad_top=p, pad_bottom=p - 1),
+        dataclasses.replace(tf_same(8, 56, 56, kernel), pad_left=p, pad_right=p - 1),
+        dataclasses.replace(tf_same(8, 56, 55, kernel), pad_left=p - 1),           # odd width
+        dataclasses.replace(tf_same(8, 55, 56, kernel), pad_top=p - 1),            # odd height
+    ]
+    for shape in refused:
+        assert not mesh_shape(shape)
+        assert mesh_refusal(shape, MESH).startswith(
+            f"padding ({shape.pad_top}, {shape.pad_left}, {shape.pad_bottom}, "
+            f"{shape.pad_right}) (top, left, bottom, right) of a {shape.height} x "
+            f"{shape.width} map; the mesh pads a {kernel}x{kernel} kernel by {p} before and "
+            f"after, or with stride 2 by {p - 1} before and {p} after an even side")
+        with pytest.raises(ValueError, match="mesh_odd needs a convolution the depthwise mesh"):
+            mesh_odd(shape)
+
+
+#: EfficientNet-shaped stride-2 layers with Keras "SAME" padding (and one of an odd width: odd
+#: columns kept only); the test prints the cycles on the mesh and as channel blocks.
+@pytest.mark.parametrize("c, h, w, kernel", [(144, 56, 56, 3), (96, 112, 112, 3),
+                                             (672, 14, 14, 3), (40, 28, 15, 3),
+                                             (144, 56, 56, 5), (96, 56, 56, 7)])
+def test_tf_same_stride_2_costs_the_odd_strip_model(c, h, w, kernel):
+    """A TF "SAME" stride-2 layer costs predict_depthwise of its odd b_mode: the strips of
+    strip_steps(odd_rows=, odd_cols=) (for 3x3 on a tall map no row phases: the stride-1
+    tiles, the store keeping the odd rows and columns), at least twice as cheap as the dense
+    channel blocks the planner ran it as when it refused the padding."""
+    shape = tf_same(c, h, w, kernel)
+    odd_rows, odd_cols = mesh_odd(shape)
+    cost = layer_cost(shape, MESH)
+    d = depthwise_descriptor(c, h, w, MESH, out_bytes=4, b_addr=1 << 20, c_addr=1 << 24,
+                             stride=2, kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
+    assert check(d, MESH, out_bytes=4) == []
+    p = predict_depthwise(d, MESH)
+    assert cost.mesh and cost.counters == p
+    assert cost.macs == kernel ** 2 * c * shape.out_h * shape.out_w
+    steps = strip_steps(c, h, w, x_addr=0, out_addr=0, rows=16, cols=16, group=d.partition_m,
+                        stride=2, kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
+    tiles = [t for s in steps for t in s.tiles]
+    assert p.mac_active_cycles == kernel ** 2 * len(tiles)
+    assert not any(t.phase1 for t in tiles)
+    assert p.rd_b_bytes == sum(s.b_load.beats for s in steps) * MESH.b_beat_bytes
+    assert p.wr_c_bytes == sum(s.out_rows for s in steps) * MESH.c_beat_bytes
+    blocks = sum(layer_cost(sub, MESH).cycles * n for sub, n in depthwise_blocks(shape, MESH))
+    print(f"{c}x{h}x{w} {kernel}x{kernel} TF SAME stride 2: {cost.cycles} cycles on the mesh, "
+          f"{blocks} as channel blocks ({blocks / cost.cycles:.2f}x)")
+    assert 2 * cost.cycles <= blocks

@@ -23,7 +23,7 @@ another function without this table following; line moves inside a function do n
 | firmware/builder.py | ImageBuilder.build.read_words | ImageError | 1 | internal: read_words only sees the builder's own QUANT references; no public input reaches it |
 | firmware/builder.py | ImageBuilder.conv | ValueError | 5 | image: test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride, test_builder_conv_rows, test_builder_conv_diagonal |
 | firmware/builder.py | ImageBuilder.gemm | ValueError | 2 | image: test_builder_gemm_weights, test_builder_gemm_op_kind |
-| firmware/builder.py | ImageBuilder.depthwise | ValueError | 6 | image: test_builder_depthwise_needs_the_mesh, test_builder_depthwise_weights, test_builder_depthwise_mesh_size, test_builder_depthwise_pad_value, test_builder_depthwise_stride, test_builder_depthwise_map_size |
+| firmware/builder.py | ImageBuilder.depthwise | ValueError | 7 | image: test_builder_depthwise_needs_the_mesh, test_builder_depthwise_weights, test_builder_depthwise_mesh_size, test_builder_depthwise_pad_value, test_builder_depthwise_stride, test_builder_depthwise_odd, test_builder_depthwise_map_size |
 | firmware/builder.py | _ints | ValueError | 1 | image: test_builder_integer_arguments |
 | firmware/builder.py | _int_array | ValueError | 2 | image: test_builder_quant_shapes, test_builder_quant_values |
 | firmware/image.py | Image.__post_init__ | ImageError | 3 | image: test_image_header_fields, test_image_layers_type, test_image_sections_blob_kinds |

@@ -427,6 +427,19 @@ def test_builder_depthwise_stride(stride):
         _depthwise(stride=stride)
 
 
+@pytest.mark.parametrize("over, got", [
+    (dict(odd_rows=True), "odd_rows=True, odd_cols=False"),
+    (dict(stride=2, odd_cols=True), "odd_rows=False, odd_cols=True"),
+    (dict(stride=2, odd_rows=True, h=7, w=6), "odd_rows=True, odd_cols=False")])
+def test_builder_depthwise_odd(over, got):
+    """A top / left pad one less (TF "SAME") needs stride 2 and an even side (w=5 and h=7 are
+    odd)."""
+    stride, h, w = over.get("stride", 1), over.get("h", 6), over.get("w", 5)
+    with refused(ValueError, f"d: {got} (a top / left pad one less, TF \"SAME\") need stride 2 "
+                             f"and an even h / w, not stride={stride}, h={h}, w={w}"):
+        _depthwise(**over)
+
+
 @pytest.mark.parametrize("h, w", [(0, 4), (4, -1)])
 def test_builder_depthwise_map_size(h, w):
     with refused(ValueError, f"d: h={h}, w={w}: the map must be at least 1 x 1"):
