@@ -23,7 +23,7 @@ class OpKind(enum.IntEnum):
     GEMM = 0          # C = A @ B, B a dense matrix (b_mode = 0)
     CONV = 1          # implicit-im2col convolution through the tables (b_mode = 1)
     FC = 2            # fully connected: a GEMM whose B is the activations (b_mode = 0)
-    DEPTHWISE = 3     # depthwise 3x3 convolution, pad 1, on the mesh (b_mode 2: stride 1, 3: 2)
+    DEPTHWISE = 3     # depthwise convolution on the mesh (spec.desc.DEPTHWISE_STRIDES)
 
 
 class PostMode(enum.IntEnum):

@@ -337,21 +337,27 @@ CONVNEXT_7X7 = ((96, 4, 1, 7), (96, 4, 1, 7), (192, 4, 2, 7), (192, 4, 1, 7), (3
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("name, side, blocks, stem, macs", [
-    ("efficientnet_b0", 224, EFFICIENTNET_B0, 32, 363_840_352),
-    ("convnext_7x7", 56, CONVNEXT_7X7, 96, 366_050_304)])
+@pytest.mark.parametrize("name, side, blocks, stem, macs, tf_same", [
+    ("efficientnet_b0", 224, EFFICIENTNET_B0, 32, 363_840_352, False),
+    ("convnext_7x7", 56, CONVNEXT_7X7, 96, 366_050_304, False),
+    ("efficientnet_b0_keras", 224, EFFICIENTNET_B0, 32, 363_840_352, True),
+    ("convnext_7x7_keras", 56, CONVNEXT_7X7, 96, 366_050_304, True)])
 def test_5x5_and_7x7_depthwise_networks_through_tessera_on_default(name, side, blocks, stem,
-                                                                   macs, tmp_path):
+                                                                   macs, tf_same, tmp_path):
     """Depthwise 5x5 and 7x7 layers (session 37): an EfficientNet-B0-shaped network (3x3 and
     5x5 MBConv blocks, 224 x 224) and one of ConvNeXt-T's widths with 7x7 depthwise kernels
     through ``tessera compile`` and ``tessera run --sim verilator --compare`` on ``default``:
     every depthwise layer on the mesh, bit-exact against the golden device, every layer's
     cycles as predicted, at least 50% MAC utilisation over the whole network (2,429,425 and
     2,465,634 cycles, 58.5% and 58.0%; 5,877,355 and 8,284,015 cycles, 24.2% and 17.3%, with
-    the 5x5 and 7x7 layers as dense channel blocks before)."""
+    the 5x5 and 7x7 layers as dense channel blocks before). The same networks padded as
+    Keras exports them (``tf_same``: a stride-2 layer one less before than after an even
+    side; session 38) on the mesh too: 2,461,357 and 2,465,634 cycles (3,605,205 and
+    3,938,763 with their stride-2 depthwise layers as channel blocks before)."""
     needs("verilator")
     path, tsr, report = tmp_path / f"{name}.onnx", tmp_path / f"{name}.tsr", tmp_path / "r.json"
-    onnx.save(inverted_residual_net(height=side, width=side, blocks=blocks, stem=stem), path)
+    onnx.save(inverted_residual_net(height=side, width=side, blocks=blocks, stem=stem,
+                                    tf_same=tf_same), path)
     assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "default"]) == 0
     assert tessera.main(["run", str(tsr), "--sim", "verilator", "--compare", "--json",
                          str(report), "--workdir", str(tmp_path / "sim")]) == 0
