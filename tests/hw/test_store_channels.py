@@ -93,22 +93,36 @@ def test_channel_advances_every_ch_rows_rows(rows, ch_rows, ch0):
 
 
 @pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
-def test_even_lanes_of_every_other_row(rows, ch_rows, elems):
+@pytest.mark.parametrize("odd", [0, 1])
+def test_even_or_odd_lanes_of_every_other_row(rows, ch_rows, elems, odd):
     """A stride-2 depthwise step's store (``p_even_lanes``, accumulator rows at a stride of
     2): element ``j`` of store row ``r`` is lane ``2 j`` of accumulator row ``2 r``, the
-    channel advancing every ``ch_rows`` rows; nothing is written past ``elems``."""
+    channel advancing every ``ch_rows`` rows; nothing is written past ``elems``. With ``odd``
+    (the TF "SAME" store: ``p_odd_lanes`` too, the accumulator from row 1,
+    spec.dwmesh.StripStep.row0 / lane0) lane ``2 j + 1`` of row ``2 r + 1``."""
     C = CFG.array_cols
-    rng = np.random.default_rng(rows * 7 + elems)
-    acc = rng.integers(-1000, 1000, (2 * rows, C))
-    out, biases = _store(acc, rng, rows=rows, ch0=1, ch_rows=ch_rows, even=1, elems=elems,
-                         rstride=2)
+    rng = np.random.default_rng(rows * 7 + elems + 50 * odd)
+    acc = rng.integers(-1000, 1000, (2 * rows + 1, C))
+    out, biases = _store(acc, rng, rows=rows, ch0=1, ch_rows=ch_rows, even=1, odd=odd,
+                         elems=elems, rstride=2, acc_base=odd)
     assert len(out) == rows
     for r in range(rows):
         bias = biases[1 + r // ch_rows]
         word, strb = out[0x100 + r * 4 * C]
         assert strb == (1 << 4 * elems) - 1
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
-        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r, 0::2][:elems]]
+        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r + odd, odd::2][:elems]]
+
+
+def test_odd_lanes_alone_select_nothing():
+    """``p_odd_lanes`` without ``p_even_lanes``: every lane in order."""
+    C = CFG.array_cols
+    rng = np.random.default_rng(3)
+    acc = rng.integers(-1000, 1000, (1, C))
+    out, biases = _store(acc, rng, rows=1, ch0=0, ch_rows=1, odd=1)
+    word, _ = out[0x100]
+    assert [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)] == [
+        (int(v) + biases[0]) & 0xFFFFFFFF for v in acc[0]]
 
 
 @pytest.mark.parametrize("rows,ch_rows", [(7, 3), (4, 2), (3, 1), (5, 5)])
@@ -132,27 +146,3 @@ def test_half_last_rows(rows, ch_rows):
         got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
         assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[r, :elems]]
         addr += 4 * elems
-
-
-@pytest.mark.parametrize("rows,ch_rows,elems", [(3, 3, 2), (4, 2, 2), (2, 1, 1)])
-def test_odd_lanes_of_every_other_row_from_row_1(rows, ch_rows, elems):
-    """The TF "SAME" stride-2 store (``p_odd_lanes`` with ``p_even_lanes``, the accumulator
-    from row 1 at a stride of 2: spec.dwmesh.StripStep.row0 / lane0): element ``j`` of store
-    row ``r`` is lane ``2 j + 1`` of accumulator row ``2 r + 1``; nothing past ``elems``. And
-    ``p_odd_lanes`` alone (no ``p_even_lanes``) selects nothing: every lane in order."""
-    C = CFG.array_cols
-    rng = np.random.default_rng(rows * 5 + elems)
-    acc = rng.integers(-1000, 1000, (2 * rows + 1, C))
-    out, biases = _store(acc, rng, rows=rows, ch0=1, ch_rows=ch_rows, even=1, odd=1,
-                         elems=elems, rstride=2, acc_base=1)
-    assert len(out) == rows
-    for r in range(rows):
-        bias = biases[1 + r // ch_rows]
-        word, strb = out[0x100 + r * 4 * C]
-        assert strb == (1 << 4 * elems) - 1
-        got = [(word >> (32 * j)) & 0xFFFFFFFF for j in range(elems)]
-        assert got == [(int(v) + bias) & 0xFFFFFFFF for v in acc[2 * r + 1, 1::2][:elems]]
-    out, biases = _store(acc, rng, rows=1, ch0=0, ch_rows=1, odd=1)
-    word, _ = out[0x100]
-    assert [(word >> (32 * j)) & 0xFFFFFFFF for j in range(C)] == [
-        (int(v) + biases[0]) & 0xFFFFFFFF for v in acc[0]]
