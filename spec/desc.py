@@ -96,7 +96,9 @@ class ErrorCode(enum.IntEnum):
     BAD_ADDRESS = 9         # a tensor reaches outside the memory, or C overlaps A or B; a B
                             # or C in the local buffer that it cannot serve (local_problem)
     BAD_FLAGS = 10          # outer_m or need_splitk is neither 0 nor 1, b_mode is not 0, 1
-                            # (or 2 with dw_mesh), or a depthwise layer sets an unused field
+                            # (or with dw_mesh a DEPTHWISE_STRIDES value whose kernel the mesh
+                            # walks), or a depthwise layer sets an unused field or an odd-row
+                            # (column) bit on an odd height (width)
     BAD_TABLE = 11          # convolution tables larger than the on-chip table memories
     # layer record rules (spec.record.check_record)
     BAD_LAYER = 12          # op_kind / out_format / post_mode / bias_present / int8 fields,

@@ -111,6 +111,9 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
             lambda r: r.get("odd_cols", False),
         "TF SAME with one odd side (odd rows or columns alone)":
             lambda r: r.get("odd_rows", False) != r.get("odd_cols", False),
+        "row phases keeping the odd columns (2c)": lambda r: row_phases(
+            r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_cols", False)
+            and not r.get("odd_rows"),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

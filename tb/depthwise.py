@@ -11,7 +11,8 @@ Environment (set by the launcher, tests/sim/test_depthwise.py):
                     strip step, default :func:`spec.dwmesh.strip_channels`' choice; ``S``: the
                     stride, 1 or 2, default 1, or ``2s``: stride 2 with TF/Keras "SAME"
                     padding, ``p - 1`` before and ``p`` after each even side, whose outputs
-                    are the stride-1 results' odd rows / columns, ``(p, p)`` on an odd one;
+                    are the stride-1 results' odd rows / columns, ``(p, p)`` on an odd one,
+                    ``2r`` / ``2c``: that padding on the rows / columns alone;
                     ``K``: the kernel, 3, 5 or 7, default 3). E.g. ``24x28x15:2s@5``: a 5x5
                     layer keeping the odd rows (``b_mode`` 5 + 8 = 13) and the even columns.
 
@@ -51,13 +52,14 @@ class DwCase(NamedTuple):
     group: int | None
     stride: int
     kernel: int
-    same: bool = False          # ``:2s``: TF "SAME" padding (:func:`odd_sides`)
+    same: str = ""              # ``:2s`` / ``:2r`` / ``:2c``: TF "SAME" (:func:`odd_sides`)
 
 
 def parse_cases(text: str) -> list[DwCase]:
     """``CxHxW[/G][:S][@K],..`` -> :class:`DwCase` (channels, h, w, G or None, stride, kernel,
-    same); ``S`` is 1, 2 or ``2s`` (stride 2, TF "SAME" padding). Raises ``ValueError`` naming
-    a stride that is none of them."""
+    same); ``S`` is 1, 2 or ``2s`` (stride 2, TF "SAME" padding), ``2r`` or ``2c`` (the same
+    on the rows or the columns alone, the other axis symmetric: a layer no TF export has, which
+    the planner takes too). Raises ``ValueError`` naming a stride that is none of them."""
     out = []
     for item in text.split(","):
         item, _, kernel = item.strip().partition("@")
@@ -65,19 +67,22 @@ def parse_cases(text: str) -> list[DwCase]:
         shape, _, group = item.partition("/")
         c, h, w = (int(v) for v in shape.lower().split("x"))
         stride = stride.strip().lower() or "1"
-        if stride not in ("1", "2", "2s"):
+        if stride not in ("1", "2", "2s", "2r", "2c"):
             raise ValueError(f"TESSERA_DW_CASES: {item.strip()!r}: the stride must be 1, 2 or 2s "
-                             f"(stride 2 with TF \"SAME\" padding), not {stride!r}")
+                             f"(stride 2 with TF \"SAME\" padding; 2r, 2c: on the rows, the "
+                             f"columns alone), not {stride!r}")
         out.append(DwCase(c, h, w, int(group) if group else None, int(stride[0]),
-                          int(kernel or 3), stride == "2s"))
+                          int(kernel or 3), stride[1:]))
     return out
 
 
-def odd_sides(h: int, w: int, same: bool) -> tuple[bool, bool]:
-    """``(odd_rows, odd_cols)`` of a stride-2 case with TF "SAME" padding (``same``): each even
-    side is padded ``p - 1`` before and ``p`` after (:func:`spec.desc.depthwise_odd`), an odd
-    one ``(p, p)``; ``(False, False)`` without ``same``."""
-    return same and h % 2 == 0, same and w % 2 == 0
+def odd_sides(h: int, w: int, same: bool | str) -> tuple[bool, bool]:
+    """``(odd_rows, odd_cols)`` of a stride-2 case with TF "SAME" padding (``same``: ``"s"`` or
+    True): each even side is padded ``p - 1`` before and ``p`` after
+    (:func:`spec.desc.depthwise_odd`), an odd one ``(p, p)``; ``"r"`` / ``"c"``: the rows /
+    the columns only; ``(False, False)`` without ``same``."""
+    rows, cols = (True, True) if same is True else (same in ("s", "r"), same in ("s", "c"))
+    return bool(same) and rows and h % 2 == 0, bool(same) and cols and w % 2 == 0
 
 
 def layer(cfg, c: int, h: int, w: int, group: int | None, *, int8: bool,

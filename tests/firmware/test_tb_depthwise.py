@@ -29,13 +29,16 @@ def test_cases_parse_kernels_strides_and_groups():
 def test_cases_parse_tf_same_stride_2():
     """``:2s``: stride 2 with TF "SAME" padding (odd rows / columns on each even side); any
     other stride text is refused naming the case."""
-    cases = parse_cases("24x28x15:2s@5, 3x6x6/3:2S,2x7x9:2")
-    assert cases == [(24, 28, 15, None, 2, 5, True), (3, 6, 6, 3, 2, 3, True),
-                     (2, 7, 9, None, 2, 3, False)]
+    cases = parse_cases("24x28x15:2s@5, 3x6x6/3:2S,2x7x9:2,4x16x16:2c,4x16x16:2r@7")
+    assert cases == [(24, 28, 15, None, 2, 5, "s"), (3, 6, 6, 3, 2, 3, "s"),
+                     (2, 7, 9, None, 2, 3, ""), (4, 16, 16, None, 2, 3, "c"),
+                     (4, 16, 16, None, 2, 7, "r")]
     assert cases[0].same and cases[0].kernel == 5 and not cases[2].same
-    assert [odd_sides(c.h, c.w, c.same) for c in cases] == [(True, False), (True, True),
-                                                            (False, False)]
-    for text, bad in (("2x8x8:1s", "1s"), ("2x8x8:3", "3"), ("2x8x8:s2@5", "s2")):
+    assert [odd_sides(c.h, c.w, c.same) for c in cases] == [
+        (True, False), (True, True), (False, False), (False, True), (True, False)]
+    assert odd_sides(6, 6, True) == (True, True)
+    for text, bad in (("2x8x8:1s", "1s"), ("2x8x8:3", "3"), ("2x8x8:s2@5", "s2"),
+                      ("2x8x8:2x", "2x")):
         with pytest.raises(ValueError, match=f"TESSERA_DW_CASES: '2x8x8': the stride must be "
                                              f"1, 2 or 2s .*, not '{bad}'"):
             parse_cases(text)
