@@ -106,7 +106,9 @@ class ComputeEngine(wiring.Component):
     of ``R - 1`` output rows: its fill words from the four classes of the step's stacked rows,
     ``p_m_words`` words each (buffer A: classes 0 and 1 from ``p_a_base``, B: 2 and 3 from
     ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
-    results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``.
+    results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``; with
+    ``p_m_odd_rows`` (stride 2 keeping the odd rows, TF "SAME": no top pad) phase 0 the even
+    input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``).
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
     rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
@@ -142,7 +144,8 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right, p_m_phases, p_m_quad : ``In(1)``; p_m_kernel : ``In(2)``;
+    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_odd_rows : ``In(1)``; p_m_kernel :
+    ``In(2)``;
     p_m_channels, p_m_tiles, p_m_h, p_m_na,
     p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``;
     p_m_pad : ``In(8)``; p_m_cols :
@@ -156,7 +159,7 @@ class ComputeEngine(wiring.Component):
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
-                 "p_m_kernel": In(2),
+                 "p_m_kernel": In(2), "p_m_odd_rows": In(1),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
                                                       "words")},
                  "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
@@ -561,7 +564,16 @@ class ComputeEngine(wiring.Component):
         def hi(r):                  # fill words whose padded row p0 + 4 k + r is a map row
             return clamp(((prem - r) >> 2) + 1)
 
-        with m.If(phases):
+        # With the odd rows (TF "SAME", the top pad 0) phase 0 takes the even input rows, the
+        # first groups at the offsets above, and phase 1 the odd ones, the second groups at
+        # the same offsets; both swapped if odd (spec.dwmesh._phase_tiles)
+        orow = Signal(name="mesh_odd_rows")
+        with m.If(phases & orow):
+            m.d.sync += [n_a_base.eq(ph_a1 + u + odd), n_b_base.eq(ph_b1 + u),
+                         n_a_hi.eq(hi(1)), n_b_hi.eq(hi(3)), n_swap.eq(odd),
+                         n_a_base1.eq(ph_a0 + u + odd), n_b_base1.eq(ph_b0 + u),
+                         n_a_hi1.eq(hi(2)), n_b_hi1.eq(hi(4))]
+        with m.Elif(phases):
             m.d.sync += [n_a_base.eq(ph_a0 + u), n_b_base.eq(ph_b0 + u - 1 + odd),
                          n_a_hi.eq(hi(0)), n_b_hi.eq(hi(2)), n_swap.eq(~odd),
                          n_a_base1.eq(ph_a1 + u + odd), n_b_base1.eq(ph_b1 + u),
@@ -572,7 +584,9 @@ class ComputeEngine(wiring.Component):
                          n_b_hi.eq(clamp(b_left)), n_swap.eq(par ^ k5)]
         # (a 5x5 tile's first two patch rows are the top pads: both first fill words)
         # (and a 7x7 tile's first three: two even fill words, one odd)
-        m.d.sync += [n_a_lo.eq(Mux(first, 1 + k7, 0)), n_b_lo.eq(first & big),
+        # (no top pad row in odd-row phases)
+        m.d.sync += [n_a_lo.eq(Mux(first & ~(phases & orow), 1 + k7, 0)),
+                     n_b_lo.eq(first & big),
                      n_tag.eq(acc_pos), fresh.eq(0)]
         # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
         # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
@@ -650,7 +664,7 @@ class ComputeEngine(wiring.Component):
         with m.If(phases):                      # the second row phase
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
-                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap)]
+                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(n_swap ^ ~orow)]
         with m.If(quad):                        # the quadrant mode's tile
             m.d.comb += [feed.p_quads.eq(q_n), feed.p_split.eq(SystolicArray.SPLITS[(2, 2)]),
                          feed.p_a_base.eq(q_a), feed.p_b_base.eq(q_b), feed.p_tag.eq(q_tag),
@@ -685,7 +699,8 @@ class ComputeEngine(wiring.Component):
                 halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2) & ~self.p_m_quad
                           & (self.p_m_kernel == 0) if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
-                phases.eq(self.p_m_phases), pq.eq(0), pq_ch.eq(0), prem.eq(self.p_m_h),
+                phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),
+                prem.eq(self.p_m_h),
                 ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
                 ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),
                 quad.eq(self.p_m_quad if R % 4 == 0 else 0), q_left.eq(self.p_m_channels),

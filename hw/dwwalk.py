@@ -41,9 +41,6 @@ class DwWalker(wiring.Component):
     p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no row
     phases, no quadrant mode).
 
-    ``p_odd_rows`` (stride 2 keeping the stride-1 results' odd rows,
-    :data:`spec.desc.B_MODE_ODD_ROWS`): no row phases, which compute the even ones only.
-
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
     take two rows a word (``nbytes = 2 w``, ``(G h - 1) // 2`` A words, ``G h // 2`` B words)
@@ -63,7 +60,7 @@ class DwWalker(wiring.Component):
     -------
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
-    ``In(dram_addr_bits + 1)``; p_int8, p_s2, p_odd_rows : ``In(1)``; p_kernel : ``In(2)``
+    ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``; p_kernel : ``In(2)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
     first_strip, phases, quad : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
@@ -84,7 +81,7 @@ class DwWalker(wiring.Component):
             "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
-            "p_kernel": In(2), "p_odd_rows": In(1),
+            "p_kernel": In(2),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
             "first_strip": Out(1), "phases": Out(1), "quad": Out(1),
@@ -118,8 +115,7 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)) --
         R = cfg.array_rows
-        phases_in = ((self.p_kernel == 0) & self.p_s2 & ~self.p_odd_rows & (self.p_h[:2] == 0)
-                     & (self.p_h > R - 2))
+        phases_in = (self.p_kernel == 0) & self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)

@@ -95,8 +95,9 @@ class Sequencer(wiring.Component):
     engine) and seven or thirteen weight arrays, stride 2 always through the decimating
     store. A stride-2 ``b_mode`` plus :data:`spec.desc.B_MODE_ODD_ROWS` (8) /
     :data:`spec.desc.B_MODE_ODD_COLS` (16) (a top / left pad one less, TF "SAME") runs the
-    stride-1 steps (no row phases with odd rows) and its stores take the odd rows / lanes,
-    from accumulator row 1 / lane 1 (:attr:`spec.dwmesh.StripStep.row0`, ``lane0``).
+    stride-1 steps and its stores take the odd rows / lanes, from accumulator row 1 / lane 1
+    (:attr:`spec.dwmesh.StripStep.row0`, ``lane0``); in row phases (odd rows: phase 0 the even
+    input rows) every accumulator row and the odd lanes.
 
     The rest of the layer record (``l_<field>`` for :data:`LAYER_FIELDS`) selects the
     post-processing: with a bias or int8 output the run first loads the per-channel bias,
@@ -500,10 +501,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
                          dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
-                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern),
-                         dww.p_odd_rows.eq(dw_odd_rows)]
+                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern)]
             m.d.comb += [
-                ce.p_m_kernel.eq(dw_kern),
+                ce.p_m_kernel.eq(dw_kern), ce.p_m_odd_rows.eq(dw_odd_rows),
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
@@ -590,9 +590,9 @@ class Sequencer(wiring.Component):
                 se.p_groups.eq(by_mode(st["gne"], 1)),
                 se.p_elems.eq(by_mode(st_elems, dw_st["st_elems"])),
                 # (from row 1 for the odd rows, spec.dwmesh.StripStep.row0: the half's first
-                # row is even)
+                # row is even; not in row phases, whose rows are the outputs')
                 se.p_acc_base.eq(Mux(by_mode(st["slot"], dw_st_slot), half_acc, 0) |
-                                 (is_dw & dw_odd_rows)),
+                                 (is_dw & dw_odd_rows & ~dww.phases)),
                 # stride 2: every other accumulator row (every row in row phases), its even
                 # lanes, or its odd ones (StripStep.lane0)
                 se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2 & ~dww.phases, 2, 1))),

@@ -617,7 +617,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
-    phases = modes and not odd_rows and row_phases(h, rows=rows, stride=stride)
+    phases = modes and row_phases(h, rows=rows, stride=stride)
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
     steps = []
@@ -635,7 +635,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             tiles = []
             if phases:
                 a_load, b_load, tiles = _phase_tiles(c0, g_count, h, base, w, nbytes, first,
-                                                     rows)
+                                                     rows, odd_rows)
             for g in range(0 if phases else g_count):
                 for oy0 in range(0, h, th_max):
                     tiles.append(StripTile(
@@ -652,7 +652,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                                    out_rows=g_count * oh,
                                    out_tw=tw // 2 if odd_cols else -(-tw // stride), ch_rows=oh,
                                    acc_rstride=1 if phases else stride, lane_step=stride,
-                                   row0=int(odd_rows), lane0=int(odd_cols)))
+                                   row0=int(odd_rows and not phases), lane0=int(odd_cols)))
     return steps
 
 
@@ -679,8 +679,15 @@ def kernel_tile(g: int, h: int, oy0: int, *, pad: int, rows: int) -> dict:
 
 
 def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, first: bool,
-                 rows: int) -> tuple[BlockLoad, BlockLoad, list[StripTile]]:
-    """A row-phase step's loads and tiles (:func:`strip_steps`, :attr:`StripTile.phase1`)."""
+                 rows: int, odd_rows: bool = False) -> tuple[BlockLoad, BlockLoad,
+                                                            list[StripTile]]:
+    """A row-phase step's loads and tiles (:func:`strip_steps`, :attr:`StripTile.phase1`).
+    With ``odd_rows`` (the top pad 0, TF "SAME": output row ``oy`` from input rows ``2 oy ..
+    2 oy + 2``) phase 0 takes the even input rows ``2 oy0 + 2 i``, which are the symmetric
+    tile's phase-1 rows (the first groups: stacked rows ``q + 4 k``, ``q + 2 + 4 k``), and
+    phase 1 the odd ones, the symmetric phase-0 rows of the tile two padded rows further (the
+    second groups from ``q + 1``): the same word offsets, ``u + odd`` and ``u``, in either
+    group, ``swap`` by ``odd`` in both phases, no top pad row."""
     half, oh, words = rows // 2, h // 2, g_count * h // 4
     # classes 0, 1 of the stacked rows into A, classes 2, 3 into B: row 4 j + c in word j of
     # its group
@@ -698,6 +705,15 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
 
             common = dict(channel=c0 + g, oy0=oy0, th=min(rows - 1, oh - oy0),
                           pre_right=first, acc_row=g * oh + oy0, cols=nbytes)
+            if odd_rows:
+                # phase 0: input rows p0 + 2 i (stacked q + 4 k, q + 2 + 4 k: the first
+                # groups), phase 1: input rows p0 + 1 + 2 i (the second groups); input row
+                # p0 + 4 k + r is padded row p0 + 4 k + r + 1: masks hi(r + 1)
+                ph1 = StripTile(**common, a_base=words + u + odd, a_lo=0, a_hi=hi(2),
+                                b_base=words + u, b_hi=hi(4), swap=bool(odd))
+                tiles.append(StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1),
+                                       b_base=u, b_hi=hi(3), swap=bool(odd), phase1=ph1))
+                continue
             # phase 1: padded rows p0 + 1 + 2 i, stacked rows q + 4 k (class q mod 4) and
             # q + 2 + 4 k: the first groups
             ph1 = StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1), b_base=u,

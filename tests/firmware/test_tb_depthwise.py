@@ -22,8 +22,8 @@ DEFAULT = PRESETS["default"]
 
 def test_cases_parse_kernels_strides_and_groups():
     assert parse_cases("3x12x13, 5x6x20/2:2,4x10x7/3:2@5,9x3x3@5,2x7x9:1@3") == [
-        (3, 12, 13, None, 1, 3, False), (5, 6, 20, 2, 2, 3, False), (4, 10, 7, 3, 2, 5, False),
-        (9, 3, 3, None, 1, 5, False), (2, 7, 9, None, 1, 3, False)]
+        (3, 12, 13, None, 1, 3, ""), (5, 6, 20, 2, 2, 3, ""), (4, 10, 7, 3, 2, 5, ""),
+        (9, 3, 3, None, 1, 5, ""), (2, 7, 9, None, 1, 3, "")]
 
 
 def test_cases_parse_tf_same_stride_2():

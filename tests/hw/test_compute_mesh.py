@@ -60,6 +60,9 @@ def _unpack_row(word, cols):
         # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the
         # second starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
         (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
+        # ... keeping the odd rows (TF "SAME", "2r"): phase 0 the even input rows, no top pad
+        (3, 16, 13, 3, "2r"), (3, 12, 9, 2, "2r"), (1, 8, 20, 1, "2r"), (2, 20, 6, 2, "2r"),
+        (5, 12, 4, 5, "2r"),
         # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4 in a
         # step's last, packed rows
         (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
@@ -85,10 +88,11 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
-    quad = stride == "quad"
-    stride = 1 if stride in ("quad", "k5", "k7") else stride
+    quad, odd_rows = stride == "quad", stride == "2r"
+    stride = 1 if stride in ("quad", "k5", "k7") else 2 if odd_rows else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
-                        stride=stride, kernel=kernel)
+                        stride=stride, kernel=kernel, odd_rows=odd_rows)
+    assert all(bool(t.phase1) == odd_rows for s in steps for t in s.tiles) or not odd_rows
     assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
     pad = int(rng.integers(-128, 128))
     depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
@@ -115,7 +119,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
                       "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,
-                      "p_m_cols": step.a_load.nbytes}
+                      "p_m_cols": step.a_load.nbytes, "p_m_odd_rows": odd_rows}
             for name, value in params.items():
                 ctx.set(getattr(ce, name), value)
             ctx.set(ce.m_start, 1)

@@ -52,9 +52,10 @@ def test_walk_states_the_models_7x7_steps(channels, h, w, group, int8, stride):
     (3, 2, 6, 16, 2, 1, 1), (3, 3, 20, 31, 1, 1, 0), (5, 3, 56, 30, 3, 0, 1),
     (5, 2, 12, 12, 2, 0, 1), (7, 3, 56, 56, 3, 0, 1), (7, 2, 10, 11, 2, 0, 0)])
 def test_walk_states_the_models_odd_row_steps(kernel, channels, h, w, group, int8, odd_cols):
-    """Stride 2 keeping the odd rows (p_odd_rows, TF "SAME"): the stride-1 steps, no row
-    phases even where the symmetric layer takes them (112 x 112, 56 x 30, 28 x 28 3x3); the
-    store's elements the same (``out_tw``: the odd columns of a strip of even width)."""
+    """Stride 2 keeping the odd rows and columns (TF "SAME"): the model's steps are the
+    symmetric layer's, row phases included (112 x 112, 56 x 30, 28 x 28 3x3), so the walk
+    needs no term of its own; the store's elements the same (``out_tw``: the odd columns of a
+    strip of even width)."""
     _walk("default", channels, h, w, group, int8, 2, kernel=kernel, odd_rows=True,
           odd_cols=bool(odd_cols))
 
@@ -75,8 +76,7 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
         for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
                             ("p_group", group), ("p_x_addr", x_addr),
                             ("p_out_addr", out_addr), ("p_int8", int8),
-                            ("p_s2", int(stride == 2)), ("p_kernel", (kernel - 3) // 2),
-                            ("p_odd_rows", int(odd_rows))):
+                            ("p_s2", int(stride == 2)), ("p_kernel", (kernel - 3) // 2)):
             ctx.set(getattr(dut, name), value)
         ctx.set(dut.start, 1)
         await ctx.tick()

@@ -43,7 +43,7 @@ CASES = {
                "7x13x20/3@5,96x56x56@7,192x28x28@7,384x14x14@7,768x7x7@7,5x9x23:2@7,"
                "7x13x20/3@7,"
                "96x112x112:2s,240x28x28:2s,5x28x15/2:2s,4x6x6/4:2s,144x56x56:2s@5,"
-               "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,32x32x32:2c,"
+               "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,8x32x32:2c,"
                "6x28x28/3:2c@5,4x16x20:2r",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
+from spec.desc import depthwise_mesh_side
 from spec.dwmesh import (PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
                          mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
@@ -266,6 +267,9 @@ def test_big_kernel_strip_steps_replayed_on_random_shapes(kernel, c, h, w, size,
     (4, 6, 6, 16, 4, True, True),        # small maps (3x3: two channels a tile)
     (2, 2, 2, 16, 2, True, True),
     (3, 12, 18, 10, 3, True, True),      # a smaller mesh
+    (3, 32, 20, 16, 3, True, False),     # 3x3: row phases with the odd rows, several tiles
+    (2, 16, 16, 8, 2, False, True),      # 3x3: row phases keeping the odd columns
+    (5, 12, 9, 8, 5, True, False),       # 3x3 on the 8 x 8: odd channel counts in phases
 ])
 def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
         kernel, c, h, w, size, group, odd_rows, odd_cols):
@@ -273,11 +277,16 @@ def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
     side): the stride-1 steps, the store keeping the odd rows / columns (``row0`` / ``lane0``);
     the same replay on a memory with garbage around it, against the convolution with those
     pads."""
+    if size < depthwise_mesh_side(kernel):
+        size = 10                       # (7x7 walks meshes of 9 x 9 and up; the 3x3 shape)
     steps = _replay(c, h, w, size, group, 2, seed=c * 31 + h + w + size + kernel,
                     kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
+    # (3x3 maps of a multiple of 4 rows above the tile's run in row phases, the odd rows too:
+    # phase 0 the even input rows; their accumulator rows are the output rows)
+    phases = kernel == 3 and row_phases(h, rows=size, stride=2)
     assert {(s.row0, s.lane0, s.acc_rstride, s.lane_step) for s in steps} == {
-        (int(odd_rows), int(odd_cols), 2, 2)}
-    assert not any(t.phase1 or t.quads for s in steps for t in s.tiles)
+        (int(odd_rows and not phases), int(odd_cols), 1 if phases else 2, 2)}
+    assert all(bool(t.phase1) == phases and not t.quads for s in steps for t in s.tiles)
 
 
 @settings(max_examples=40, deadline=None)
