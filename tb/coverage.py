@@ -98,13 +98,12 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "padding with a nonzero pad value": lambda r: r["pad"] != 0,
         "stride 2 (even rows and lanes stored)": lambda r: r.get("stride", 1) == 2,
         "stride 2 with an odd map": lambda r: r.get("stride", 1) == 2 and r["h"] % 2 == 1,
-        # (spec.dwmesh.row_phases, with the record's array size as C: the mesh is square;
-        # none with the odd rows)
+        # (spec.dwmesh.row_phases, with the record's array size as C: the mesh is square)
         "stride 2 in row phases (two load groups a buffer)": lambda r: row_phases(
-            r["h"], rows=r["C"], stride=r.get("stride", 1)) and not r.get("odd_rows"),
+            r["h"], rows=r["C"], stride=r.get("stride", 1)),
         "stride 2 in row phases, two tiles a channel":
             lambda r: row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1))
-            and r["h"] // 2 > r["C"] - 1 and not r.get("odd_rows"),
+            and r["h"] // 2 > r["C"] - 1,
         # TF "SAME" (b_mode + 8 / 16: the store from accumulator row 1, the odd lanes)
         "stride 2 keeping the odd rows (TF SAME, even h)": lambda r: r.get("odd_rows", False),
         "stride 2 keeping the odd columns (TF SAME, even w)":
@@ -114,6 +113,8 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "row phases keeping the odd columns (2c)": lambda r: row_phases(
             r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_cols", False)
             and not r.get("odd_rows"),
+        "row phases keeping the odd rows (phase 0 the even input rows)": lambda r: row_phases(
+            r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_rows", False),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,
