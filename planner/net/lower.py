@@ -198,7 +198,8 @@ def fold_pad(model):
     """A copy of ``model`` in which every zero ``Pad`` feeding a 2-D ``Conv`` (constant mode,
     value 0 or none, constant pads, nothing added to the batch and channel axes; the
     ``ZeroPadding2D`` of Keras models before a stride-2 convolution) is the convolution's own
-    padding: the Conv reads the Pad's input with its ``pads`` increased by the Pad's. A Pad
+    padding: the Conv reads the Pad's input with its ``pads`` increased by the Pad's (a Conv
+    with ``auto_pad=VALID`` has none of its own; other ``auto_pad`` values are left alone). A Pad
     whose output other nodes read too stays for them. The float function is unchanged: a
     convolution pads with zeros. (On the accelerator the padding is the padded input layout's
     halo, so the Pad costs nothing; as a host op it split the segment and made the Conv an
@@ -230,14 +231,17 @@ def fold_pad(model):
             value = float(arrays[ins[2]].reshape(-1)[0]) if ins[2] else 0.0
         kernel = _attr(conv, "kernel_shape", None)
         rank = len(pads) // 2
+        auto = _text(_attr(conv, "auto_pad", "NOTSET"))
         if value != 0.0 or rank != 4 or any(pads[i] or pads[i + rank] for i in (0, 1)) or \
-                any(p < 0 for p in pads) or _text(_attr(conv, "auto_pad", "NOTSET")) != "NOTSET" \
+                any(p < 0 for p in pads) or auto not in ("NOTSET", "VALID") \
                 or (kernel is not None and len(kernel) != 2):
             continue
-        own = list(_attr(conv, "pads", [0, 0, 0, 0]))
+        # (auto_pad VALID: no padding of its own, as a TF export of ZeroPadding2D + a "valid"
+        # Conv may write it)
+        own = list(_attr(conv, "pads", [0, 0, 0, 0])) if auto == "NOTSET" else [0, 0, 0, 0]
         new = [own[0] + pads[2], own[1] + pads[3], own[2] + pads[6], own[3] + pads[7]]
         attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute
-                 if a.name != "pads"}
+                 if a.name not in ("pads", "auto_pad")}
         replacement = helper.make_node("Conv", [pad.input[0], *conv.input[1:]],
                                        list(conv.output), name=conv.name, pads=new, **attrs)
         conv.CopyFrom(replacement)

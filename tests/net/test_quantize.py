@@ -388,7 +388,7 @@ def test_seeded_weights_keep_operator_parameters():
 
 
 def _pad_conv_model(*, pads=(0, 0, 0, 0, 0, 0, 1, 1), value=None, mode="constant",
-                    conv_pads=(0, 0, 0, 0), extra_reader=False, opset=13):
+                    conv_pads=(0, 0, 0, 0), extra_reader=False, opset=13, auto_pad=None):
     """x (1, 4, 8, 8) -> Pad -> Conv 3x3 stride 2 (-> y), optionally also Pad -> Relu (-> z)."""
     rng = np.random.default_rng(5)
     inits = [numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w"),
@@ -399,7 +399,8 @@ def _pad_conv_model(*, pads=(0, 0, 0, 0, 0, 0, 1, 1), value=None, mode="constant
         pad_in.append("value")
     nodes = [helper.make_node("Pad", pad_in, ["p"], name="pad", mode=mode),
              helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[2, 2],
-                              pads=list(conv_pads))]
+                              **({"auto_pad": auto_pad} if auto_pad else
+                                 {"pads": list(conv_pads)}))]
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ("n", "c", "h", "w"))]
     if extra_reader:
         nodes.append(helper.make_node("Relu", ["p"], ["z"], name="relu"))
@@ -418,6 +419,8 @@ def _pad_conv_model(*, pads=(0, 0, 0, 0, 0, 0, 1, 1), value=None, mode="constant
     (dict(value=1.5), False, None),
     (dict(mode="reflect"), False, None),
     (dict(pads=(1, 0, 0, 0, 0, 0, 0, 0)), False, None),             # pads the batch
+    (dict(auto_pad="VALID"), True, [0, 0, 1, 1]),                   # a TF "valid" Conv
+    (dict(auto_pad="SAME_UPPER"), False, None),                     # pads of its own
 ])
 def test_fold_pad_makes_a_zero_pad_the_convolutions_padding(kw, folded, conv_pads):
     """A zero Pad before a Conv (Keras' ZeroPadding2D) becomes the Conv's own padding, so the
@@ -435,6 +438,7 @@ def test_fold_pad_makes_a_zero_pad_the_convolutions_padding(kw, folded, conv_pad
         return
     assert conv.input[0] == "x"
     assert [a.ints for a in conv.attribute if a.name == "pads"] == [conv_pads]
+    assert not [a for a in conv.attribute if a.name == "auto_pad"]
     assert ("Pad" in [n.op_type for n in out.graph.node]) == kw.get("extra_reader", False)
     low = lower(import_onnx(quantize_qdq(out, samples=2, seed=1)))
     (layer,) = low.layers
