@@ -205,11 +205,13 @@ _ODD = (B_MODE_ODD_ROWS, B_MODE_ODD_COLS, B_MODE_ODD_ROWS | B_MODE_ODD_COLS)
 #: (:func:`depthwise_odd`).
 DEPTHWISE_STRIDES: dict[int, int] = {
     B_MODE_DEPTHWISE: 1, B_MODE_DEPTHWISE_S2: 2, B_MODE_DEPTHWISE5: 1, B_MODE_DEPTHWISE5_S2: 2,
-    B_MODE_DEPTHWISE7: 1, B_MODE_DEPTHWISE7_S2: 2, **{b | odd: 2 for b in _STRIDE2 for odd in _ODD}}
+    B_MODE_DEPTHWISE7: 1, B_MODE_DEPTHWISE7_S2: 2,
+    **{b | odd: 2 for b in _STRIDE2 for odd in _ODD}}
 #: The depthwise ``b_mode`` values and their kernels (``k`` x ``k``, pad ``(k - 1) / 2``, or
-#: ``p - 1`` on the top or left with :func:`depthwise_odd`).
+#: ``p - 1`` on the top or left with :func:`depthwise_odd`): the kernel code ``(b_mode[2:0] -
+#: 2) >> 1`` (0 3x3, 1 5x5, 2 7x7), as :func:`hw.checker.depthwise_mode` decodes it.
 DEPTHWISE_KERNELS: dict[int, int] = {
-    b: 3 + 2 * ((b & 7) - B_MODE_DEPTHWISE >> 1) for b in DEPTHWISE_STRIDES}
+    b: 3 + 2 * (((b & 7) - B_MODE_DEPTHWISE) >> 1) for b in DEPTHWISE_STRIDES}
 #: Descriptor fields a depthwise layer does not use: they must be 0 (``BAD_FLAGS``).
 DEPTHWISE_UNUSED: tuple[str, ...] = ("partition_n", "partition_k", "tile_m", "tile_n",
                                      "outer_m", "need_splitk", "off_addr", "run_addr",
