@@ -122,7 +122,10 @@ class ComputeEngine(wiring.Component):
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) every tile is a
     whole-mesh tile of that kernel (its 25- or 49-tap walk, the weight word's taps), ``R/2 - p``
     words and ``R - 2 p`` accumulator rows further per tile, its bases and masks those of
-    :func:`spec.dwmesh.kernel_tile` (no halves, row phases or quadrants).
+    :func:`spec.dwmesh.kernel_tile` (no halves, row phases or quadrants); a 5x5 layer with
+    ``p_m_passes`` (row passes, :func:`spec.dwmesh.row_passes`) fills each tile twice, the
+    second time from the patch three rows further down (:attr:`spec.dwmesh.StripTile.phase1`),
+    ``R/2 - 1`` words and ``R - 2`` accumulator rows further per tile.
     ``p_m_pre_right`` gives every tile the left pad's rotation (``p`` lanes); the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
@@ -144,7 +147,8 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_odd_rows : ``In(1)``; p_m_kernel :
+    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_odd_rows, p_m_passes : ``In(1)``;
+    p_m_kernel :
     ``In(2)``;
     p_m_channels, p_m_tiles, p_m_h, p_m_na,
     p_m_nb, p_m_words : ``In(DIM_BITS)``; p_m_c0 : ``In(range(quant_entries))``;
@@ -159,7 +163,7 @@ class ComputeEngine(wiring.Component):
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
-                 "p_m_kernel": In(2), "p_m_odd_rows": In(1),
+                 "p_m_kernel": In(2), "p_m_odd_rows": In(1), "p_m_passes": In(1),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
                                                       "words")},
                  "p_m_pad": In(ob), "p_m_cols": In(range(cfg.array_cols + 1)),
@@ -490,8 +494,10 @@ class ComputeEngine(wiring.Component):
         # the kernel: 0 3x3, 1 5x5, 2 7x7 (pad kern + 1)
         kern = Signal(2, name="mesh_kernel")
         k5, k7, big = kern == 1, kern == 2, kern != 0
-        # fill words from one tile's patch to the next's: R/2 - pad
-        tstep = half - 1 - kern
+        # 5x5 row passes (spec.dwmesh.row_passes): two fills a tile, R - 2 output rows
+        passes = Signal(name="mesh_passes")
+        # fill words from one tile's patch to the next's: R/2 - pad (R/2 - 1 in row passes)
+        tstep = Mux(passes, half - 1, half - 1 - kern)
         m.submodules.feed = feed = DwFeeder(cfg, tag_bits=len(arr.i_tag))
         m.d.comb += [arr.i_mesh.eq(feed.o_mesh), arr.i_move.eq(feed.o_move),
                      arr.i_split.eq(feed.o_split), arr.i_fill.eq(feed.o_fill),
@@ -582,6 +588,12 @@ class ComputeEngine(wiring.Component):
             # (a 5x5 channel's even patch rows are in B when it starts at an even stacked row)
             m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_hi.eq(clamp(a_left)),
                          n_b_hi.eq(clamp(b_left)), n_swap.eq(par ^ k5)]
+            # 5x5 row passes: pass 1's patch three rows down (kernel_tile at oy0 + 3): its even
+            # rows are the odd-row source's a word on, its odd rows the even-row source's two
+            # on, the buffers traded (with swap the even rows are in B)
+            sw = par ^ k5
+            m.d.sync += [n_a_base1.eq(a_pos + 2 - sw), n_b_base1.eq(b_pos + 1 + sw),
+                         n_a_hi1.eq(clamp(b_left - 1)), n_b_hi1.eq(clamp(a_left - 2))]
         # (a 5x5 tile's first two patch rows are the top pads: both first fill words)
         # (and a 7x7 tile's first three: two even fill words, one odd)
         # (no top pad row in odd-row phases)
@@ -641,6 +653,7 @@ class ComputeEngine(wiring.Component):
             feed.start.eq(issue | q_issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
             feed.p_pre_right.eq(Mux(pre_right, kern + 1, 0)), feed.p_kernel.eq(kern),
+            feed.p_passes.eq(passes),
             feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
             feed.p_halves.eq(halves),
             # the bottom half: the walk's current tile (all padding when lone)
@@ -665,6 +678,10 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
                          feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(n_swap ^ ~orow)]
+        with m.If(passes):                      # a 5x5 tile's second row pass
+            m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
+                         feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
+                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap)]
         with m.If(quad):                        # the quadrant mode's tile
             m.d.comb += [feed.p_quads.eq(q_n), feed.p_split.eq(SystolicArray.SPLITS[(2, 2)]),
                          feed.p_a_base.eq(q_a), feed.p_b_base.eq(q_b), feed.p_tag.eq(q_tag),
@@ -700,6 +717,7 @@ class ComputeEngine(wiring.Component):
                           & (self.p_m_kernel == 0) if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),
+                passes.eq(self.p_m_passes),
                 prem.eq(self.p_m_h),
                 ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
                 ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),
@@ -718,7 +736,8 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
                              b_left.eq(b_left - tstep),
-                             acc_pos.eq(acc_pos + Mux(phases, R - 1, R - 2 - (kern << 1))),
+                             acc_pos.eq(acc_pos + Mux(phases, R - 1,
+                                                      Mux(passes, R - 2, R - 2 - (kern << 1)))),
                              pq.eq(pq + 2 * (R - 1)), prem.eq(prem - 2 * (R - 1))]
             with m.Elif(g_left != 0):               # the next channel's first tile
                 # its first stacked row is h further: half of that, rounded by the parity

@@ -12,17 +12,18 @@ from .array import SystolicArray
 __all__ = ["DwFeeder", "tile_program"]
 
 
-def tile_program(rows: int, stride: int,
-                 kernel: int = 3) -> list[tuple[str, int, int | None, bool, bool]]:
+def tile_program(rows: int, stride: int, kernel: int = 3, *,
+                 passes: bool = False) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = kernel * dy + dx``,
     None for a beat that does not tap) multiplies, then makes ``move``. A row phase's first
     fill beat is the previous phase's last tap beat (a tap multiplies the registers the fill
     then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 or 7x7 tile (stride 1) is
-    ``rows / 2 + 25`` or ``rows / 2 + 49``."""
+    ``rows / 2 + 25`` or ``rows / 2 + 49``; a 5x5 tile in row passes (``passes``,
+    :func:`spec.dwmesh.row_passes`) two fills like a stride-2 one, ``rows + 24``."""
     beats, taps, count = [], 0, kernel * kernel
-    for phase, walk in enumerate(walks(stride, kernel)):
+    for phase, walk in enumerate(walks(stride, kernel, passes=passes)):
         fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
         if phase:                               # its first fill beat in the last tap beat
             move, _, tap, first, last = beats.pop()
@@ -63,7 +64,9 @@ class DwFeeder(wiring.Component):
     fill words (``R/2 .. R - 1`` of the program) are read with the same ``*1`` parameters:
     word ``R/2 + k`` is word ``k`` of ``p_a_base1`` .. ``p_swap1`` (a strip tile's
     :attr:`spec.dwmesh.StripTile.phase1`; ``p_a_base + R/2`` etc. for the patches of
-    :func:`spec.dwmesh.tile_patches` stored phase after phase). With ``p_quads`` (1 to 4: the
+    :func:`spec.dwmesh.tile_patches` stored phase after phase); so does a 5x5 tile with
+    ``p_passes`` (row passes, :func:`spec.dwmesh.row_passes`: two fills, the window rows 0 to 2
+    from the first, 3 and 4 from the second). With ``p_quads`` (1 to 4: the
     quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
     quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -84,7 +87,7 @@ class DwFeeder(wiring.Component):
     -------
     start : ``In(1)``; ready, running : ``Out(1)``; issue_tap : ``Out(1)``: a tap beat issues
     in this cycle (it reaches the array as ``o_tap`` :attr:`FEED_CYCLES` later)
-    p_stride2 : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
+    p_stride2, p_passes : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
     p_a_lo, p_a_hi, p_b_lo, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_kernel : ``In(2)``;
     p_swap : ``In(1)``
     p_a_base, p_b_base : buffer rows; p_w : ``In(49 * 8)`` (four regions' nine taps, region
@@ -117,7 +120,7 @@ class DwFeeder(wiring.Component):
         super().__init__({
             "start": In(1), "ready": Out(1), "running": Out(1),
             "p_stride2": In(1), "p_split": In(2), "p_pre_right": In(2), "p_swap": In(1),
-            "p_kernel": In(2),
+            "p_kernel": In(2), "p_passes": In(1),
             "p_a_lo": In(range(cfg.array_rows + 1)), "p_a_hi": In(range(cfg.array_rows + 1)),
             "p_b_lo": In(range(cfg.array_rows + 1)), "p_b_hi": In(range(cfg.array_rows + 1)),
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
@@ -142,10 +145,10 @@ class DwFeeder(wiring.Component):
         n, quarter = R // 2 - 1, R // 4          # the quadrant mode's maps, fill words a half
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5),
-                    tile_program(R, 1, kernel=7)]
+                    tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True)]
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
-        start2, start5, start7 = starts[1:]             # stride 2, 5x5, 7x7
+        start2, start5, start7, start5p = starts[1:]    # stride 2, 5x5, 7x7, 5x5 passes
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
@@ -186,7 +189,7 @@ class DwFeeder(wiring.Component):
         with m.If(take):
             m.d.sync += [self.running.eq(1),
                          pc.eq(Mux(self.p_kernel[1], start7,
-                                   Mux(self.p_kernel[0], start5,
+                                   Mux(self.p_kernel[0], Mux(self.p_passes, start5p, start5),
                                        Mux(self.p_stride2, start2, 0))) + merge),
                          rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
@@ -203,14 +206,16 @@ class DwFeeder(wiring.Component):
                 m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
 
         # the fill word within its half's tile or its row phase: with halves, words from R/4
-        # on are the bottom half's; in a stride-2 program, words from R/2 on phase 1's; both
-        # read with the *1 parameters (a tile is never both: halves are stride-1 strip tiles)
+        # on are the bottom half's; in a stride-2 or 5x5-pass program, words from R/2 on
+        # phase 1's; both read with the *1 parameters (a tile is never both: halves are
+        # stride-1 3x3 strip tiles)
         fill, bottom = Signal(), Signal(name="dw_bottom")
         stride2 = Signal(name="dw_stride2")
         word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            stride2.eq((pc >= start2) & (pc < start5)),        # (the 5x5 and 7x7 after it)
+            # (the 5x5 and 7x7 after stride 2's, the 5x5 passes' last)
+            stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.desc import DIM_BITS
+from spec.dwmesh import row_pass_ranges
 
 from .bits import log2
 
@@ -39,7 +40,8 @@ class DwWalker(wiring.Component):
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
     p`` columns wide, a channel's tiles ``ceil(h / (R - 2 p))``, the first strip's loads ``C -
     p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no row
-    phases, no quadrant mode).
+    phases, no quadrant mode); a 5x5 layer whose ``h`` :func:`spec.dwmesh.row_passes` takes
+    runs in row passes (``passes``, set at ``start``): ``ceil(h / (R - 2))`` tiles a channel.
 
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
@@ -63,7 +65,7 @@ class DwWalker(wiring.Component):
     ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``; p_kernel : ``In(2)``
     c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
     ``Out(DIM_BITS)``;
-    first_strip, phases, quad : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
+    first_strip, phases, quad, passes : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
     #: Cycles from ``advance`` to the next step's ``valid``.
@@ -84,7 +86,7 @@ class DwWalker(wiring.Component):
             "p_kernel": In(2),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
                                           "nbytes", "st_rows", "st_elems", "tiles")},
-            "first_strip": Out(1), "phases": Out(1), "quad": Out(1),
+            "first_strip": Out(1), "phases": Out(1), "quad": Out(1), "passes": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
 
@@ -120,6 +122,9 @@ class DwWalker(wiring.Component):
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
+        # 5x5 row passes (spec.dwmesh.row_passes): the heights of row_pass_ranges
+        passes_in = (self.p_kernel == 1) & Cat(
+            (self.p_h > lo) & (self.p_h <= hi) for lo, hi in row_pass_ranges(R, 5)).any()
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")
@@ -129,8 +134,9 @@ class DwWalker(wiring.Component):
         with m.If(self.start):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
                          quo.eq(0),
-                         tile_rows.eq(Mux(phases_in, R - 1, R - 2 - (self.p_kernel << 1))),
-                         kern.eq(self.p_kernel),
+                         tile_rows.eq(Mux(phases_in, R - 1,
+                                          Mux(passes_in, R - 2, R - 2 - (self.p_kernel << 1)))),
+                         kern.eq(self.p_kernel), self.passes.eq(passes_in),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),

@@ -508,7 +508,8 @@ class Sequencer(wiring.Component):
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
                 ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
                 # stride 2's row phases: the classes' words (a group of each load)
-                ce.p_m_phases.eq(dww.phases), ce.p_m_words.eq(dw_cp["a_words"]),
+                ce.p_m_phases.eq(dww.phases), ce.p_m_passes.eq(dww.passes),
+                ce.p_m_words.eq(dw_cp["a_words"]),
                 # the quadrant mode (7 x 7 maps: four channels a tile)
                 ce.p_m_quad.eq(dww.quad),
                 # the padding: the layer's pad value in the lanes past the strip's loaded bytes

@@ -47,13 +47,15 @@ will cost; :func:`spec.golden.conv2d_int8` with ``groups == C`` is its reference
 
 from __future__ import annotations
 
+import fractions
+import functools
 import dataclasses
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
-from .desc import depthwise_mesh_side
+from .desc import DIM_BITS, depthwise_mesh_side
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
@@ -62,7 +64,7 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
-           "PHASE_TAPS"]
+           "PHASE_TAPS", "PASS_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles (stride 2 through the decimating
@@ -218,11 +220,39 @@ def padded_input(x: np.ndarray, pad: int) -> np.ndarray:
     return padded
 
 
-def walks(stride: int, kernel: int = 3) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
+def _serpentine_rows(kernel: int, dys: range) -> tuple[tuple[tuple[int, int], str | None], ...]:
+    """The serpentine over the window rows ``dys`` of a ``kernel``-wide window, from its top
+    left corner (a fresh fill): ``((dy, dx), move after)``, ``dy`` the kernel's row."""
+    taps = []
+    for i, dy in enumerate(dys):
+        xs = range(kernel) if i % 2 == 0 else range(kernel - 1, -1, -1)
+        along = "LEFT" if i % 2 == 0 else "RIGHT"
+        for j, dx in enumerate(xs):
+            move = along if j < kernel - 1 else ("UP" if i < len(dys) - 1 else None)
+            taps.append(((dy, dx), move))
+    return tuple(taps)
+
+
+#: The row passes of a 5x5 tile (:func:`row_passes`): the window rows of each pass. Pass 0's
+#: patch starts at the tile's first padded row, pass 1's ``PASS_ROWS[5][0][-1] + 1`` rows
+#: further down, so that the tile's ``rows - 2`` output rows need no patch row past the mesh.
+PASS_ROWS = {5: (range(0, 3), range(3, 5))}
+
+
+def walks(stride: int, kernel: int = 3, *,
+          passes: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
     """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1 (the
-    :func:`serpentine` of ``kernel``); stride 2's row phases are 3x3 only."""
+    :func:`serpentine` of ``kernel``); stride 2's row phases are 3x3 only. With ``passes`` (a
+    5x5 tile in row passes, :func:`row_passes`; its ``stride`` is 1, a stride-2 layer's tiles
+    being stride-1 ones) one serpentine per pass over its window rows
+    (:data:`PASS_ROWS`), each from the top left of its own fill."""
     if kernel not in KERNELS:
         raise ValueError(f"walks: kernel={kernel!r} must be one of {KERNELS}")
+    if passes:
+        if kernel not in PASS_ROWS or stride != 1:
+            raise ValueError(f"walks: row passes walk stride-1 windows of "
+                             f"{sorted(PASS_ROWS)}, not stride {stride} {kernel}x{kernel}")
+        return [_serpentine_rows(kernel, dys) for dys in PASS_ROWS[kernel]]
     if stride == 1:
         return [serpentine(kernel)]
     if kernel != 3:
@@ -374,7 +404,8 @@ class StripTile:
     pad in a layer's first strip: 1 for 3x3, 2 for 5x5, 3 for 7x7), as that many ``RIGHT``
     moves after the fills would; the feeder rotates every fill row as it enters instead, so it
     costs no beat. ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 or 7x7
-    tile is a whole-mesh stride-1 tile: no ``halves``, ``phase1`` or ``quads``). ``channel`` (in the layer) selects the weights; the tile's
+    tile is a whole-mesh stride-1 tile: no ``halves`` or ``quads``, and ``phase1`` only for a 5x5
+    tile in row passes, below). ``channel`` (in the layer) selects the weights; the tile's
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
@@ -397,7 +428,11 @@ class StripTile:
     ``phase1``'s (``a_base``, ``a_hi``, ``b_base``, ``b_hi``, ``swap``; ``a_lo`` 0) with the
     odd ones for the taps with ``dy = 1``; mesh row ``i`` column ``2 j`` is then stride-2
     output ``(oy0 + i, ox0 / 2 + j)``, and the tile writes every mesh row ``i`` into
-    ``acc_row + i`` (``th`` up to ``rows - 1``).
+    ``acc_row + i`` (``th`` up to ``rows - 1``). A 5x5 tile with ``phase1`` is in row passes
+    (:func:`row_passes`): the fields above fill the mesh from patch row ``oy0 - 2`` for the
+    window rows 0 to 2, then ``phase1``'s (:func:`kernel_tile` three rows on: the other
+    buffer's words, ``swap`` flipped, no top pad) for rows 3 and 4 (:func:`walks` with
+    ``passes``); mesh row ``i`` is output row ``oy0 + i`` (``th`` up to ``rows - 2``).
 
     With ``quads`` (1 to 4: the quadrant mode, :func:`quad_mode`: maps of ``n = rows / 2 - 1``
     rows and columns) the tile holds channels ``channel .. channel + quads - 1``,
@@ -517,6 +552,67 @@ def row_phases(h: int, *, rows: int, stride: int) -> bool:
     return stride == 2 and h % 4 == 0 and h > rows - 2
 
 
+def pass_tile_beats(kernel: int, rows: int) -> int:
+    """Beats of a tile in row passes alone (:func:`strip_tile_cycles`): ``rows / 2`` fill beats
+    a pass, a beat a tap, each pass after the first making its first fill beat in the last
+    tap beat of the one before."""
+    passes = len(PASS_ROWS[kernel])
+    return passes * (rows // 2) + kernel * kernel - (passes - 1)
+
+
+def _pass_better(h: int, rows: int, kernel: int) -> bool:
+    # a channel's tiles back to back (each after the first a beat shorter: strip_step_cycles):
+    # in row passes rows - 2 output rows a tile, whole-mesh tiles rows - 2 pad
+    a, b = pass_tile_beats(kernel, rows) - 1, rows // 2 + kernel * kernel - 1
+    return -(-h // (rows - 2)) * a < -(-h // (rows - kernel + 1)) * b
+
+
+@functools.lru_cache(maxsize=None)
+def row_pass_ranges(rows: int, kernel: int) -> tuple[tuple[int, int], ...]:
+    """The map heights :func:`row_passes` takes for a ``kernel`` x ``kernel`` layer on a mesh
+    of ``rows`` rows, as ``(lo, hi)`` ranges ``lo < h <= hi`` (the RTL compares with them),
+    ``hi`` up to ``2 ** DIM_BITS - 1``: for 5x5 on the 16x16 ``(12, 14)``, ``(24, 28)``,
+    ``(36, 42)``, ``(48, 56)``, ``(96, 98)``, ``(108, 112)``, ``(120, 126)`` and ``(180, 182)``.
+    A pass tile costs ``A = pass_tile_beats - 1`` beats for ``rows - 2`` output rows, a
+    whole-mesh tile ``B = rows / 2 + k^2 - 1`` for ``rows - 2 p``; the tile counts' rounding
+    decides up to a height past which the per-row costs do: passes never win again above
+    ``B / (A / (rows - 2) - B / (rows - 2 p))`` where ``A / (rows - 2)`` is the larger, and
+    always win above ``A / (B / (rows - 2 p) - A / (rows - 2))`` where it is the smaller
+    (the last range then open to the largest height)."""
+    if kernel not in PASS_ROWS or rows % 2 or rows < depthwise_mesh_side(kernel):
+        return ()
+    a = fractions.Fraction(pass_tile_beats(kernel, rows) - 1, rows - 2)
+    b = fractions.Fraction(rows // 2 + kernel * kernel - 1, rows - kernel + 1)
+    top, last = (1 << DIM_BITS) - 1, None
+    if a > b:                                    # passes lose for good above this
+        top = min(top, int(b * (rows - kernel + 1) / (a - b)) + 1)
+    elif a < b:                                  # ... win for good above this
+        top = min(top, int(a * (rows - 2) / (b - a)) + 1)
+        last = (1 << DIM_BITS) - 1
+    ranges, start = [], None
+    for h in range(1, top + 2):
+        if h <= top and _pass_better(h, rows, kernel):
+            start = h - 1 if start is None else start
+        elif start is not None:
+            ranges.append((start, h - 1))
+            start = None
+    if last is not None and ranges and ranges[-1][1] == top:
+        ranges[-1] = (ranges[-1][0], last)
+    return tuple(ranges)
+
+
+def row_passes(h: int, *, rows: int, kernel: int) -> bool:
+    """A layer of ``h``-row maps and a ``kernel`` of :data:`PASS_ROWS` (5x5) runs in row passes
+    (:attr:`StripTile.phase1` on a 5x5 tile): each tile fills the mesh twice, from its first
+    padded row for the window rows 0 to 2 and three rows further down for rows 3 and 4, the
+    accumulators carrying the sum across, so a tile gives ``rows - 2`` output rows in ``rows
+    + 24`` beats instead of ``rows - 4`` in ``rows / 2 + 25``. Taken where that needs fewer
+    beats a channel (:func:`row_pass_ranges`): a 14 x 14 map on the 16x16 is one tile a strip
+    instead of two. Stride 2 too (its tiles are the stride-1 ones, the store keeping every
+    other row)."""
+    return any(lo < h <= hi for lo, hi in row_pass_ranges(rows, kernel))
+
+
 def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
     """A layer runs in the quadrant mode (:attr:`StripTile.quads`: four channels a tile, two
     output rows a store beat): stride 1, maps of exactly ``rows / 2 - 1`` rows and columns (7 x
@@ -582,7 +678,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     rows in A, even ones in B); patch row ``r`` is input row ``oy0 - pad + r``
     (:func:`kernel_tile`: with pad 2 the even patch rows are the even input rows, ``swap`` for
     a channel starting at an even stacked row, and both of the first tile's first fill words
-    are the top pad, ``a_lo = b_lo = 1``; with pad 3 ``a_lo = 2``, ``b_lo = 1``); the first
+    are the top pad, ``a_lo = b_lo = 1``; with pad 3 ``a_lo = 2``, ``b_lo = 1``); a 5x5 layer
+    of a height :func:`row_passes` takes has tiles of ``rows - 2`` output rows in two row
+    passes (:attr:`StripTile.phase1`, the same loads); the first
     strip loads ``cols - pad`` bytes from column 0 and its tiles are rotated right by ``pad``
     (``pre_right``), later strips start their loads ``pad`` columns left of their outputs.
 
@@ -618,6 +716,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
     phases = modes and row_phases(h, rows=rows, stride=stride)
+    passes = row_passes(h, rows=rows, kernel=kernel)
+    if passes:                                   # 5x5 row passes: rows - 2 output rows a tile
+        th_max = rows - 2
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
     steps = []
@@ -638,10 +739,15 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                                                      rows, odd_rows)
             for g in range(0 if phases else g_count):
                 for oy0 in range(0, h, th_max):
-                    tiles.append(StripTile(
-                        channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
-                        pre_right=pad if first else 0, acc_row=g * h + oy0, cols=nbytes,
-                        kernel=kernel, **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
+                    common = dict(channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
+                                  pre_right=pad if first else 0, acc_row=g * h + oy0,
+                                  cols=nbytes, kernel=kernel)
+                    # row passes: pass 1's patch starts PASS_ROWS[kernel][1][0] rows down
+                    ph1 = StripTile(**common, **kernel_tile(
+                        g, h, oy0 + PASS_ROWS[kernel][1][0], pad=pad, rows=rows)) \
+                        if passes else None
+                    tiles.append(StripTile(**common, phase1=ph1,
+                                           **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
             if modes and 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
                 tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
@@ -810,7 +916,7 @@ def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
     a row phase, a beat a tap (``kernel ** 2``); phase 1's first fill beat is phase 0's last
     tap beat."""
-    return rows + 8 if tile.phase1 else rows // 2 + tile.kernel ** 2
+    return rows + tile.kernel ** 2 - 1 if tile.phase1 else rows // 2 + tile.kernel ** 2
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
@@ -835,8 +941,11 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     for q in range(1, tile.quads):              # the quadrant mode: a channel a quadrant
         qi, qj = divmod(q, 2)
         w[qi * half:(qi + 1) * half, qj * half:(qj + 1) * half] = weights[tile.channel + q]
-    phases = [(tile, serpentine(k))] if tile.phase1 is None else \
-        [(tile, walks(2)[0]), (tile.phase1, walks(2)[1])]
+    if tile.phase1 is None:
+        phases = [(tile, serpentine(k))]
+    else:                                       # stride 2's row phases or 5x5 row passes
+        two = walks(2) if k == 3 else walks(1, k, passes=True)
+        phases = [(tile, two[0]), (tile.phase1, two[1])]
     acc = np.zeros((rows, a_words.shape[1]), np.int64)
     for fill, walk in phases:
         mesh = strip_patch(fill, a_words, b_words, rows, pad)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec.desc import ErrorCode
-from spec.dwmesh import row_phases
+from spec.dwmesh import row_passes, row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
@@ -115,6 +115,14 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
             and not r.get("odd_rows"),
         "row phases keeping the odd rows (phase 0 the even input rows)": lambda r: row_phases(
             r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_rows", False),
+        # 5x5 row passes (spec.dwmesh.row_passes: two fills a tile, rows - 2 output rows)
+        "5x5 in row passes": lambda r: row_passes(r["h"], rows=r["C"], kernel=r["kernel"]),
+        "5x5 row passes, several tiles a channel": lambda r: row_passes(
+            r["h"], rows=r["C"], kernel=r["kernel"]) and r["h"] > r["C"] - 2,
+        "5x5 row passes with stride 2 (a quarter stored)": lambda r: row_passes(
+            r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("stride", 1) == 2,
+        "5x5 row passes keeping the odd rows (TF SAME)": lambda r: row_passes(
+            r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("odd_rows", False),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

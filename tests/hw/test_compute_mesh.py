@@ -68,10 +68,13 @@ def _unpack_row(word, cols):
         (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
         (8, 3, 3, 8, "quad"), (1, 3, 3, 1, "quad"),
         # depthwise 5x5 (pad 2): 4 x 4 outputs a tile on the 8x8, channels at odd and even
-        # stacked rows, ragged tiles, a one-pixel map
+        # stacked rows, ragged tiles, a one-pixel map; in row passes (10, 5 and 9 rows: 6 x
+        # 4 outputs a tile, two fills) several tiles a channel, the last ragged
         (3, 10, 13, 3, "k5"), (2, 5, 4, 2, "k5"), (3, 7, 9, 3, "k5"), (2, 1, 1, 2, "k5"),
         (4, 9, 5, 3, "k5"))),
     ("default", 3, 14, 14, 3, "k5"), ("default", 2, 13, 20, 2, "k5"),
+    # (row passes on the 16x16: 14 x 12 outputs a tile, 28 rows two tiles; 16 rows none)
+    ("default", 2, 28, 13, 2, "k5"), ("default", 2, 16, 9, 2, "k5"),
     # depthwise 7x7 (pad 3): 10 x 10 outputs a tile on the 16x16
     ("default", 3, 12, 13, 3, "k7"), ("default", 2, 7, 7, 2, "k7"), ("default", 3, 21, 5, 2, "k7"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
@@ -111,11 +114,15 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
         result, written = {}, []
 
         async def bench(ctx, step=step):
-            phases = step.tiles[0].phase1 is not None
+            # two fills a tile: stride 2's row phases (3x3) or the row passes (5x5)
+            phases = step.tiles[0].phase1 is not None and kernel == 3
+            passes = step.tiles[0].phase1 is not None and kernel == 5
             params = {"p_m_channels": step.channels,
                       "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else
+                      -(-h // (R - 2)) if passes else
                       -(-h // (R - kernel + 1)), "p_m_kernel": (kernel - 3) // 2,
-                      "p_m_phases": phases, "p_m_words": step.a_load.words, "p_m_quad": quad,
+                      "p_m_phases": phases, "p_m_passes": passes,
+                      "p_m_words": step.a_load.words, "p_m_quad": quad,
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
                       "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,

@@ -14,7 +14,7 @@ from hw.dwfeed import DwFeeder, tile_program
 from spec.config import PRESETS
 from spec.dwmesh import (mesh_depthwise, padded_input, plan_tiles, run_strip_tile, serpentine,
                          scatter_results, strip_steps, strip_tile_cycles, tile_cycles,
-                         tile_patches, tile_weights)
+                         tile_patches, tile_weights, walks)
 
 from .test_array import pack, unpack_signed
 from .util import run_sim
@@ -136,7 +136,8 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     # the quadrant mode: 3 x 3 maps on the 8x8, four a tile, 1 to 4 in a step's last
     (7, 3, 3, 7, 1, True, 3), (6, 3, 3, 6, 1, True, 3), (9, 3, 3, 9, 1, True, 3),
     (4, 3, 3, 4, 1, True, 3), (1, 3, 3, 1, 1, True, 3),
-    # depthwise 5x5: the 25-tap walk, both top pad rows masked, two lanes of pre-rotation
+    # depthwise 5x5: the 25-tap walk, both top pad rows masked, two lanes of pre-rotation;
+    # maps row_passes takes (5, 9, 10 rows on the 8x8: two fills a tile, 6 output rows)
     (2, 10, 13, 2, 1, False, 5), (1, 5, 6, 1, 1, False, 5), (3, 4, 9, 3, 1, False, 5),
     (3, 7, 5, 3, 1, False, 5), (1, 1, 1, 1, 1, False, 5), (2, 9, 10, 2, 1, False, 5),
     # depthwise 7x7 (on the 16x16: 10 x 10 outputs a tile): three top pad rows (two even
@@ -184,7 +185,9 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                 weights = [wt[tile.channel + q if q < tile.quads else tile.channel]
                            for q in range(4)]
             split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
-            return {"p_stride2": tile.phase1 is not None, "p_quads": tile.quads,
+            two = tile.phase1 is not None       # row phases (3x3) or row passes (5x5)
+            return {"p_stride2": two and tile.kernel == 3, "p_quads": tile.quads,
+                    "p_passes": two and tile.kernel == 5,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
@@ -242,6 +245,19 @@ def test_big_kernel_tile_program_is_the_models_schedule(kernel):
     taps = [b for b in prog if b[2] is not None]
     assert [b[2] for b in taps] == [kernel * dy + dx for (dy, dx), _ in serpentine(kernel)]
     assert [b[0] for b in taps] == [mv or "HOLD" for _, mv in serpentine(kernel)]
+    assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
+
+
+def test_pass_tile_program_is_the_models_schedule():
+    """A 5x5 tile in row passes: two fills (words 0 .. R/2 - 1, then R/2 .. R - 1, the
+    second's first in pass 0's last tap), each pass's serpentine from its fill's top left."""
+    prog = tile_program(16, 1, kernel=5, passes=True)
+    assert len(prog) == 16 + 25 - 1
+    taps = [b for b in prog if b[2] is not None]
+    two = walks(1, 5, passes=True)
+    assert [b[2] for b in taps] == [5 * dy + dx for w in two for (dy, dx), _ in w]
+    assert [b[1] for b in prog if b[0] == "FILL"] == list(range(16))
+    assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == [("FILL", 8, 14)]
     assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
 
 

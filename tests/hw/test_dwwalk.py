@@ -32,8 +32,9 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
     ("small", 3, 12, 13, 2, 1), ("small", 2, 13, 6, 1, 0), ("small", 4, 5, 5, 3, 1)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_5x5_steps(preset, channels, h, w, group, int8, stride):
-    """Depthwise 5x5 (p_kernel 1): strips of C - 4 columns, tiles of R - 4 rows, the loads
-    two columns left of a later strip's outputs."""
+    """Depthwise 5x5 (p_kernel 1): strips of C - 4 columns, tiles of R - 4 rows (R - 2 in row
+    passes: 14, 13, 28 and 56 rows on the 16x16, 13 and 5 on the 8x8), the loads two columns
+    left of a later strip's outputs."""
     _walk(preset, channels, h, w, group, int8, stride, kernel=5)
 
 
@@ -92,7 +93,7 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
                 "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles",
-                "phases", "quad")})
+                "phases", "quad", "passes")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -115,10 +116,12 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             "st_elems": step.out_tw,
             "last": int(step is expect[-1]),
             "tiles": sum(t.channel == step.c0 for t in step.tiles),     # a channel's tiles
-            "phases": int(step.tiles[0].phase1 is not None),
+            # (two fills a tile: stride 2's row phases on 3x3, the row passes on 5x5)
+            "phases": int(step.tiles[0].phase1 is not None and kernel == 3),
+            "passes": int(step.tiles[0].phase1 is not None and kernel == 5),
             "quad": int(bool(step.tiles[0].quads))}
         assert step.a_load.nbytes == step.b_load.nbytes
-        phases = step.tiles[0].phase1 is not None
+        phases = step.tiles[0].phase1 is not None and kernel == 3
         assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
         assert (step.a_load.groups, step.a_load.gaddr, step.a_load.gwords) == \
             ((2, w, step.a_load.words) if phases else (1, 0, 0))

@@ -5,12 +5,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
-from spec.desc import depthwise_mesh_side
-from spec.dwmesh import (PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
+from spec.desc import DIM_BITS, depthwise_mesh_side
+from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
                          mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
-                         tile_weights, serpentine, strip_tile_cycles, walks)
+                         tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
+                         row_pass_ranges)
 from spec.golden import conv2d_int8
 
 
@@ -240,10 +241,15 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     steps = _replay(c, h, w, size, group, stride, seed=c * 17 + h + w + size + kernel,
                     kernel=kernel)
     tiles = [t for s in steps for t in s.tiles]
-    assert all(t.kernel == kernel and not (t.halves or t.phase1 or t.quads) for t in tiles)
+    # (5x5 maps of the heights row_passes takes: two fills a tile, size - 2 output rows)
+    passes = row_passes(h, rows=size, kernel=kernel)
+    assert all(t.kernel == kernel and not (t.halves or t.quads) and bool(t.phase1) == passes
+               for t in tiles)
     assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {kernel // 2}
     assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == {{5: (1, 1), 7: (2, 1)}[kernel]}
-    assert all(strip_tile_cycles(t, size) == size // 2 + kernel ** 2 for t in tiles)
+    assert all(strip_tile_cycles(t, size) == (size + kernel ** 2 - 1 if passes else
+                                              size // 2 + kernel ** 2) for t in tiles)
+    assert {t.th for t in tiles if t.oy0 == 0} == {min(h, size - (2 if passes else kernel - 1))}
 
 
 @settings(max_examples=60, deadline=None)
@@ -286,7 +292,9 @@ def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
     phases = kernel == 3 and row_phases(h, rows=size, stride=2)
     assert {(s.row0, s.lane0, s.acc_rstride, s.lane_step) for s in steps} == {
         (int(odd_rows and not phases), int(odd_cols), 1 if phases else 2, 2)}
-    assert all(bool(t.phase1) == phases and not t.quads for s in steps for t in s.tiles)
+    # (5x5 maps row_passes takes: two fills a tile, the store the same)
+    two = phases or row_passes(h, rows=size, kernel=kernel)
+    assert all(bool(t.phase1) == two and not t.quads for s in steps for t in s.tiles)
 
 
 @settings(max_examples=40, deadline=None)
@@ -332,6 +340,49 @@ def test_strip_steps_refuse_a_kernel_they_do_not_walk():
     # a 7x7 strip after the first starts three columns left of its outputs: at least 3 wide
     with pytest.raises(ValueError, match=r"too small for 7x7 tiles \(it needs at least 9 rows"):
         strip_steps(1, 8, 8, x_addr=0, out_addr=0, rows=8, cols=8, kernel=7)
+
+
+def test_row_passes_where_they_pay_and_what_a_tile_takes():
+    """5x5 tiles in row passes (session 39): two fills a tile, the window rows 0 to 2 then 3
+    and 4 from a patch three rows further down, ``rows - 2`` output rows in ``rows + 24``
+    beats; taken for the heights where a channel's tiles then take fewer beats."""
+    assert row_pass_ranges(16, 5) == ((12, 14), (24, 28), (36, 42), (48, 56), (96, 98),
+                                      (108, 112), (120, 126), (180, 182))
+    # (on the 8 x 8 passes cost fewer beats an output row: from 9 rows up, for good)
+    assert row_pass_ranges(8, 5) == ((4, 6), (8, (1 << DIM_BITS) - 1))
+    assert row_pass_ranges(4, 5) == row_pass_ranges(16, 3) == ()
+    taken = [h for h in range(1, 300) if row_passes(h, rows=16, kernel=5)]
+    assert taken == [h for lo, hi in row_pass_ranges(16, 5) for h in range(lo + 1, hi + 1)]
+    for rows in (6, 8, 10, 12, 14, 16, 20, 32):   # exactly where a channel's beats drop
+        for h in range(1, 3000):
+            passes, plain = -(-h // (rows - 2)), -(-h // (rows - 4))
+            assert row_passes(h, rows=rows, kernel=5) == (
+                passes * (rows + 23) < plain * (rows // 2 + 24)), (rows, h)
+    assert not any(row_passes(h, rows=16, kernel=k) for h in (14, 28) for k in (3, 7))
+    # the walks: every tap once, each pass from the top left of its own fill
+    two = walks(1, 5, passes=True)
+    assert [sorted({dy for (dy, _), _ in w}) for w in two] == [[0, 1, 2], [3, 4]]
+    assert sorted(t for w in two for t, _ in w) == [(dy, dx) for dy in range(5)
+                                                    for dx in range(5)]
+    assert [w[0][0] for w in two] == [(0, 0), (3, 0)] and [w[-1][1] for w in two] == [None] * 2
+    assert tuple(tuple(sorted({dy for (dy, _), _ in w})) for w in two) == \
+        tuple(tuple(r) for r in PASS_ROWS[5])
+    for bad in ((2, 5), (1, 3), (1, 7)):
+        with pytest.raises(ValueError, match="row passes"):
+            walks(*bad, passes=True)
+    # a 14 x 14 map: one tile a strip (two strips: 12 and 2 output columns), 14 rows each
+    steps = strip_steps(3, 14, 14, x_addr=0, out_addr=0, group=3, kernel=5)
+    assert [len(s.tiles) for s in steps] == [3, 3]
+    tile = steps[0].tiles[1]
+    assert (tile.th, tile.acc_row, tile.phase1.acc_row) == (14, 14, 14)
+    # pass 1's patch starts at input row oy0 + 1: the channel's fill words a word or two on,
+    # the buffers traded, no top pad
+    assert (tile.phase1.swap, tile.phase1.a_lo, tile.phase1.b_lo) == (not tile.swap, 0, 0)
+    assert (tile.phase1.a_base, tile.phase1.b_base) == (
+        (tile.a_base + 1, tile.b_base + 2) if tile.swap else (tile.a_base + 2, tile.b_base + 1))
+    assert strip_step_cycles(steps[0], 16) == 3 * 40 - 2        # against 6 * 33 - 5
+    assert [len(s.tiles) for s in strip_steps(1, 16, 14, x_addr=0, out_addr=0,
+                                              kernel=5)] == [2, 2]     # (no passes: 2 either way)
 
 
 def test_strip_steps_beats_and_channel_groups():
