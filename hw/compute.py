@@ -125,7 +125,8 @@ class ComputeEngine(wiring.Component):
     :func:`spec.dwmesh.kernel_tile` (no halves, row phases or quadrants); a 5x5 layer with
     ``p_m_passes`` (row passes, :func:`spec.dwmesh.row_passes`) fills each tile twice, the
     second time from the patch three rows further down (:attr:`spec.dwmesh.StripTile.phase1`),
-    ``R/2 - 1`` words and ``R - 2`` accumulator rows further per tile.
+    a 7x7 one three times, the third from six rows down (``phase2``), ``R/2 - 1`` words and
+    ``R - 2`` accumulator rows further per tile.
     ``p_m_pre_right`` gives every tile the left pad's rotation (``p`` lanes); the fill words' lanes from
     ``p_m_cols`` on, and the masked words, enter as ``p_m_pad`` (the layer's pad value, its
     input zero point). ``busy`` stays high
@@ -494,7 +495,8 @@ class ComputeEngine(wiring.Component):
         # the kernel: 0 3x3, 1 5x5, 2 7x7 (pad kern + 1)
         kern = Signal(2, name="mesh_kernel")
         k5, k7, big = kern == 1, kern == 2, kern != 0
-        # 5x5 row passes (spec.dwmesh.row_passes): two fills a tile, R - 2 output rows
+        # row passes (spec.dwmesh.row_passes): two fills a 5x5 tile, three a 7x7 one, R - 2
+        # output rows
         passes = Signal(name="mesh_passes")
         # fill words from one tile's patch to the next's: R/2 - pad (R/2 - 1 in row passes)
         tstep = Mux(passes, half - 1, half - 1 - kern)
@@ -566,6 +568,9 @@ class ComputeEngine(wiring.Component):
         n_a_hi1, n_b_hi1 = (Signal.like(feed.p_a_hi, name=f"mesh_n_{n}1") for n in ("a_hi",
                                                                                   "b_hi"))
         u, odd = pq[2:], pq[1]
+        n_a_base2, n_b_base2 = Signal.like(feed.p_a_base2), Signal.like(feed.p_b_base2)
+        n_a_hi2, n_b_hi2 = (Signal.like(feed.p_a_hi2, name=f"mesh_n_{n}2") for n in ("a_hi",
+                                                                                  "b_hi"))
 
         def hi(r):                  # fill words whose padded row p0 + 4 k + r is a map row
             return clamp(((prem - r) >> 2) + 1)
@@ -593,7 +598,11 @@ class ComputeEngine(wiring.Component):
             # on, the buffers traded (with swap the even rows are in B)
             sw = par ^ k5
             m.d.sync += [n_a_base1.eq(a_pos + 2 - sw), n_b_base1.eq(b_pos + 1 + sw),
-                         n_a_hi1.eq(clamp(b_left - 1)), n_b_hi1.eq(clamp(a_left - 2))]
+                         n_a_hi1.eq(clamp(b_left - 1)), n_b_hi1.eq(clamp(a_left - 2)),
+                         # a 7x7 tile's third pass six rows down: the same buffers three
+                         # words on
+                         n_a_base2.eq(a_pos + 3), n_b_base2.eq(b_pos + 3),
+                         n_a_hi2.eq(clamp(a_left - 3)), n_b_hi2.eq(clamp(b_left - 3))]
         # (a 5x5 tile's first two patch rows are the top pads: both first fill words)
         # (and a 7x7 tile's first three: two even fill words, one odd)
         # (no top pad row in odd-row phases)
@@ -678,10 +687,13 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
                          feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(n_swap ^ ~orow)]
-        with m.If(passes):                      # a 5x5 tile's second row pass
+        with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
-                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap)]
+                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(~n_swap),
+                         feed.p_a_base2.eq(n_a_base2), feed.p_b_base2.eq(n_b_base2),
+                         feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
+                         feed.p_swap2.eq(n_swap)]
         with m.If(quad):                        # the quadrant mode's tile
             m.d.comb += [feed.p_quads.eq(q_n), feed.p_split.eq(SystolicArray.SPLITS[(2, 2)]),
                          feed.p_a_base.eq(q_a), feed.p_b_base.eq(q_b), feed.p_tag.eq(q_tag),

@@ -21,7 +21,8 @@ def tile_program(rows: int, stride: int, kernel: int = 3, *,
     fill beat is the previous phase's last tap beat (a tap multiplies the registers the fill
     then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 or 7x7 tile (stride 1) is
     ``rows / 2 + 25`` or ``rows / 2 + 49``; a 5x5 tile in row passes (``passes``,
-    :func:`spec.dwmesh.row_passes`) two fills like a stride-2 one, ``rows + 24``."""
+    :func:`spec.dwmesh.row_passes`) two fills like a stride-2 one, ``rows + 24``, a 7x7 one
+    three (fill words ``0 .. 3 rows / 2 - 1``), ``3 rows / 2 + 47``."""
     beats, taps, count = [], 0, kernel * kernel
     for phase, walk in enumerate(walks(stride, kernel, passes=passes)):
         fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
@@ -66,7 +67,9 @@ class DwFeeder(wiring.Component):
     :attr:`spec.dwmesh.StripTile.phase1`; ``p_a_base + R/2`` etc. for the patches of
     :func:`spec.dwmesh.tile_patches` stored phase after phase); so does a 5x5 tile with
     ``p_passes`` (row passes, :func:`spec.dwmesh.row_passes`: two fills, the window rows 0 to 2
-    from the first, 3 and 4 from the second). With ``p_quads`` (1 to 4: the
+    from the first, 3 and 4 from the second), and a 7x7 tile with ``p_passes`` the same with a
+    third fill (window row 6) whose words (``R .. 3 R / 2 - 1`` of the program) are read with
+    the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask). With ``p_quads`` (1 to 4: the
     quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
     quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -94,7 +97,8 @@ class DwFeeder(wiring.Component):
     ``q``'s tap ``t`` in bits ``8 (9 q + t)``; or a 5x5 / 7x7 tile's taps); p_tag :
     ``In(tag_bits)``
     p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
-    half's (with ``p_halves``)
+    half's (with ``p_halves``), or the second fill's
+    p_swap2 : ``In(1)``; p_a_base2, p_b_base2, p_a_hi2, p_b_hi2: a 7x7 pass tile's third fill
     p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
@@ -128,6 +132,9 @@ class DwFeeder(wiring.Component):
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
             "p_b_hi1": In(range(cfg.array_rows + 1)),
             "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
+            "p_swap2": In(1), "p_a_hi2": In(range(cfg.array_rows + 1)),
+            "p_b_hi2": In(range(cfg.array_rows + 1)),
+            "p_a_base2": In(range(cfg.buf_a_depth)), "p_b_base2": In(range(cfg.buf_b_depth)),
             "p_w": In(self.W_TAPS * ob), "p_tag": In(tag_bits), "p_quads": In(3),
             "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
@@ -145,14 +152,16 @@ class DwFeeder(wiring.Component):
         n, quarter = R // 2 - 1, R // 4          # the quadrant mode's maps, fill words a half
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5),
-                    tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True)]
+                    tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True),
+                    tile_program(R, 1, kernel=7, passes=True)]
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
-        start2, start5, start7, start5p = starts[1:]    # stride 2, 5x5, 7x7, 5x5 passes
+        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes
+        start2, start5, start7, start5p, start7p = starts[1:]
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
-        word_t = Array(Const(b[1], range(R)) for b in rom)
+        word_t = Array(Const(b[1], range(3 * R // 2)) for b in rom)
         tap_t = Array(Const(b[2] or 0, range(self.W_TAPS)) for b in rom)
         taps_t = Array(Const(b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
@@ -172,6 +181,10 @@ class DwFeeder(wiring.Component):
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
                                                                          "b_hi1"))
+        # a 7x7 pass tile's third fill
+        swap2 = Signal(name="dw_swap2")
+        a_base2, b_base2 = Signal.like(a_base, name="a_base2"), Signal.like(b_base, name="b_base2")
+        a_hi2, b_hi2 = (Signal.like(self.p_a_lo, name=n) for n in ("a_hi2", "b_hi2"))
         quads = Signal(3, name="dw_quads")          # the quadrant mode's channels (0: off)
         quad = Signal(name="dw_quad")
         m.d.comb += quad.eq(quads != 0)
@@ -188,7 +201,7 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_kernel[1], start7,
+                         pc.eq(Mux(self.p_kernel[1], Mux(self.p_passes, start7p, start7),
                                    Mux(self.p_kernel[0], Mux(self.p_passes, start5p, start5),
                                        Mux(self.p_stride2, start2, 0))) + merge),
                          rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
@@ -200,7 +213,10 @@ class DwFeeder(wiring.Component):
                          swap.eq(self.p_swap), halves.eq(self.p_halves),
                          swap1.eq(self.p_swap1), a_base1.eq(self.p_a_base1),
                          b_base1.eq(self.p_b_base1), a_lo1.eq(self.p_a_lo1),
-                         a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1), quads.eq(self.p_quads)]
+                         a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1), quads.eq(self.p_quads),
+                         swap2.eq(self.p_swap2), a_base2.eq(self.p_a_base2),
+                         b_base2.eq(self.p_b_base2), a_hi2.eq(self.p_a_hi2),
+                         b_hi2.eq(self.p_b_hi2)]
             # the quadrant mode's bottom half: its left channel's rows n words on
             with m.If(self.p_quads != 0):
                 m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
@@ -209,16 +225,19 @@ class DwFeeder(wiring.Component):
         # on are the bottom half's; in a stride-2 or 5x5-pass program, words from R/2 on
         # phase 1's; both read with the *1 parameters (a tile is never both: halves are
         # stride-1 3x3 strip tiles)
+        # (and in a 7x7 pass program words from R on the third fill's, with the *2 ones)
         fill, bottom = Signal(), Signal(name="dw_bottom")
-        stride2 = Signal(name="dw_stride2")
+        stride2, third = Signal(name="dw_stride2"), Signal(name="dw_third")
         word = Signal(range(R), name="dw_word")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            # (the 5x5 and 7x7 after stride 2's, the 5x5 passes' last)
+            # (the 5x5 and 7x7 after stride 2's, the passes' last)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
+            third.eq((pc >= start7p) & (word_t[pc] >= R)),
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
-            word.eq(Mux(bottom, word_t[pc] - Mux(stride2, R // 2, R // 4), word_t[pc])),
+            word.eq(Mux(bottom, word_t[pc] - Mux(third, R, Mux(stride2, R // 2, R // 4)),
+                        word_t[pc])),
             self.rd_en.eq(fill | merge),
         ]
         # the quadrant mode's words: A at (kk - 1) mod R/4, B at 0 or R/4 - 1 + kk
@@ -228,8 +247,9 @@ class DwFeeder(wiring.Component):
         m.d.comb += [
             # a merged first fill beat reads the new tile's word 0
             self.a_raddr.eq(Mux(merge, self.p_a_base + Mux(self.p_quads != 0, quarter - 1, 0),
-                                Mux(bottom, a_base1, a_base) + a_off)),
-            self.b_raddr.eq(Mux(merge, self.p_b_base, Mux(bottom, b_base1, b_base) + b_off)),
+                                Mux(bottom, Mux(third, a_base2, a_base1), a_base) + a_off)),
+            self.b_raddr.eq(Mux(merge, self.p_b_base,
+                                Mux(bottom, Mux(third, b_base2, b_base1), b_base) + b_off)),
         ]
         # the tap's weights, one per region (a 5x5 or 7x7 tile: region 0's, tap t at bits 8t)
         tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
@@ -276,13 +296,15 @@ class DwFeeder(wiring.Component):
                          s1_rot.eq(Mux(self.p_quads == 0, self.p_pre_right, 0)),
                          s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
         with m.Else():
-            m.d.sync += [zero_a.eq(Mux(quad, word == 0, (word < Mux(bottom, a_lo1, a_lo)) |
-                                       (word >= Mux(bottom, a_hi1, a_hi)))),
-                         zero_b.eq(~quad & ((word >= Mux(bottom, b_hi1, b_hi)) |
+            m.d.sync += [zero_a.eq(Mux(quad, word == 0,
+                                       (word < Mux(bottom, Mux(third, 0, a_lo1), a_lo)) |
+                                       (word >= Mux(bottom, Mux(third, a_hi2, a_hi1), a_hi)))),
+                         zero_b.eq(~quad & ((word >= Mux(bottom, Mux(third, b_hi2, b_hi1),
+                                                         b_hi)) |
                                             (~bottom & (word < b_lo)))),
                          s1_pad.eq(pad),
                          s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
-                         s1_swap.eq(~quad & Mux(bottom, swap1, swap)),
+                         s1_swap.eq(~quad & Mux(bottom, Mux(third, swap2, swap1), swap)),
                          s1_rot.eq(Mux(quad, 0, rot)),
                          s1_quad.eq(quad), s1_kk0.eq(word == 0)]
 

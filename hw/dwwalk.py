@@ -40,8 +40,9 @@ class DwWalker(wiring.Component):
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
     p`` columns wide, a channel's tiles ``ceil(h / (R - 2 p))``, the first strip's loads ``C -
     p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no row
-    phases, no quadrant mode); a 5x5 layer whose ``h`` :func:`spec.dwmesh.row_passes` takes
-    runs in row passes (``passes``, set at ``start``): ``ceil(h / (R - 2))`` tiles a channel.
+    phases, no quadrant mode); a 5x5 or 7x7 layer whose ``h`` :func:`spec.dwmesh.row_passes`
+    takes runs in row passes (``passes``, set at ``start``): ``ceil(h / (R - 2))`` tiles a
+    channel.
 
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
@@ -122,9 +123,12 @@ class DwWalker(wiring.Component):
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
-        # 5x5 row passes (spec.dwmesh.row_passes): the heights of row_pass_ranges
-        passes_in = (self.p_kernel == 1) & Cat(
-            (self.p_h > lo) & (self.p_h <= hi) for lo, hi in row_pass_ranges(R, 5)).any()
+        # row passes (spec.dwmesh.row_passes): the heights of row_pass_ranges
+        def in_ranges(kernel):
+            return Cat(Const(0, 1), *((self.p_h > lo) & (self.p_h <= hi)
+                                      for lo, hi in row_pass_ranges(R, kernel))).any()
+        passes_in = (((self.p_kernel == 1) & in_ranges(5)) |
+                     ((self.p_kernel == 2) & in_ranges(7)))
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")

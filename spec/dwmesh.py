@@ -233,10 +233,11 @@ def _serpentine_rows(kernel: int, dys: range) -> tuple[tuple[tuple[int, int], st
     return tuple(taps)
 
 
-#: The row passes of a 5x5 tile (:func:`row_passes`): the window rows of each pass. Pass 0's
-#: patch starts at the tile's first padded row, pass 1's ``PASS_ROWS[5][0][-1] + 1`` rows
-#: further down, so that the tile's ``rows - 2`` output rows need no patch row past the mesh.
-PASS_ROWS = {5: (range(0, 3), range(3, 5))}
+#: The row passes of a 5x5 or 7x7 tile (:func:`row_passes`): the window rows of each pass,
+#: three at most, so that the tile's ``rows - 2`` output rows need no patch row past the mesh.
+#: A pass's patch starts its first window row further down than the tile's first padded
+#: row (:attr:`StripTile.phase1`, :attr:`StripTile.phase2`).
+PASS_ROWS = {5: (range(0, 3), range(3, 5)), 7: (range(0, 3), range(3, 6), range(6, 7))}
 
 
 def walks(stride: int, kernel: int = 3, *,
@@ -404,8 +405,8 @@ class StripTile:
     pad in a layer's first strip: 1 for 3x3, 2 for 5x5, 3 for 7x7), as that many ``RIGHT``
     moves after the fills would; the feeder rotates every fill row as it enters instead, so it
     costs no beat. ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 or 7x7
-    tile is a whole-mesh stride-1 tile: no ``halves`` or ``quads``, and ``phase1`` only for a 5x5
-    tile in row passes, below). ``channel`` (in the layer) selects the weights; the tile's
+    tile is a whole-mesh stride-1 tile: no ``halves`` or ``quads``, and ``phase1`` only in row
+    passes, below). ``channel`` (in the layer) selects the weights; the tile's
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
@@ -432,7 +433,10 @@ class StripTile:
     (:func:`row_passes`): the fields above fill the mesh from patch row ``oy0 - 2`` for the
     window rows 0 to 2, then ``phase1``'s (:func:`kernel_tile` three rows on: the other
     buffer's words, ``swap`` flipped, no top pad) for rows 3 and 4 (:func:`walks` with
-    ``passes``); mesh row ``i`` is output row ``oy0 + i`` (``th`` up to ``rows - 2``).
+    ``passes``); mesh row ``i`` is output row ``oy0 + i`` (``th`` up to ``rows - 2``). A 7x7
+    tile in row passes has three: the window rows 0 to 2 from patch row ``oy0 - 3``, rows 3
+    to 5 from ``phase1`` (three rows on) and row 6 from ``phase2`` (:func:`kernel_tile` six
+    rows on: the same buffers, three words on, no top pad).
 
     With ``quads`` (1 to 4: the quadrant mode, :func:`quad_mode`: maps of ``n = rows / 2 - 1``
     rows and columns) the tile holds channels ``channel .. channel + quads - 1``,
@@ -467,6 +471,7 @@ class StripTile:
     halves: bool = False
     pair: StripTile | None = None
     phase1: StripTile | None = None
+    phase2: StripTile | None = None
     quads: int = 0
 
 
@@ -602,14 +607,15 @@ def row_pass_ranges(rows: int, kernel: int) -> tuple[tuple[int, int], ...]:
 
 
 def row_passes(h: int, *, rows: int, kernel: int) -> bool:
-    """A layer of ``h``-row maps and a ``kernel`` of :data:`PASS_ROWS` (5x5) runs in row passes
-    (:attr:`StripTile.phase1` on a 5x5 tile): each tile fills the mesh twice, from its first
-    padded row for the window rows 0 to 2 and three rows further down for rows 3 and 4, the
-    accumulators carrying the sum across, so a tile gives ``rows - 2`` output rows in ``rows
-    + 24`` beats instead of ``rows - 4`` in ``rows / 2 + 25``. Taken where that needs fewer
-    beats a channel (:func:`row_pass_ranges`): a 14 x 14 map on the 16x16 is one tile a strip
-    instead of two. Stride 2 too (its tiles are the stride-1 ones, the store keeping every
-    other row)."""
+    """A layer of ``h``-row maps and a ``kernel`` of :data:`PASS_ROWS` runs in row passes
+    (:attr:`StripTile.phase1`, and :attr:`StripTile.phase2` for 7x7): each tile fills the mesh
+    once a pass, from its first padded row for the window rows 0 to 2 and then three rows
+    further down for rows 3 and 4 (5x5), or for rows 3 to 5 and six rows down for row 6
+    (7x7), the accumulators carrying the sum across, so a tile gives ``rows - 2`` output rows
+    in :func:`pass_tile_beats` (``rows + 24`` and ``3 rows / 2 + 47``) instead of ``rows - 2
+    p`` in ``rows / 2 + k^2``. Taken where that needs fewer beats a channel
+    (:func:`row_pass_ranges`): a 14 x 14 map on the 16x16 is one tile a strip instead of two.
+    Stride 2 too (its tiles are the stride-1 ones, the store keeping every other row)."""
     return any(lo < h <= hi for lo, hi in row_pass_ranges(rows, kernel))
 
 
@@ -680,7 +686,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     a channel starting at an even stacked row, and both of the first tile's first fill words
     are the top pad, ``a_lo = b_lo = 1``; with pad 3 ``a_lo = 2``, ``b_lo = 1``); a 5x5 layer
     of a height :func:`row_passes` takes has tiles of ``rows - 2`` output rows in two row
-    passes (:attr:`StripTile.phase1`, the same loads); the first
+    passes (:attr:`StripTile.phase1`, the same loads; a 7x7 layer three, with
+    :attr:`StripTile.phase2`); the first
     strip loads ``cols - pad`` bytes from column 0 and its tiles are rotated right by ``pad``
     (``pre_right``), later strips start their loads ``pad`` columns left of their outputs.
 
@@ -742,11 +749,12 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                     common = dict(channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
                                   pre_right=pad if first else 0, acc_row=g * h + oy0,
                                   cols=nbytes, kernel=kernel)
-                    # row passes: pass 1's patch starts PASS_ROWS[kernel][1][0] rows down
-                    ph1 = StripTile(**common, **kernel_tile(
-                        g, h, oy0 + PASS_ROWS[kernel][1][0], pad=pad, rows=rows)) \
-                        if passes else None
-                    tiles.append(StripTile(**common, phase1=ph1,
+                    # row passes: pass n's patch starts PASS_ROWS[kernel][n][0] rows down
+                    later = [StripTile(**common, **kernel_tile(g, h, oy0 + dys[0], pad=pad,
+                                                               rows=rows))
+                             for dys in PASS_ROWS[kernel][1:]] if passes else []
+                    later += [None] * (2 - len(later))
+                    tiles.append(StripTile(**common, phase1=later[0], phase2=later[1],
                                            **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
             if modes and 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
@@ -916,7 +924,8 @@ def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
     a row phase, a beat a tap (``kernel ** 2``); phase 1's first fill beat is phase 0's last
     tap beat."""
-    return rows + tile.kernel ** 2 - 1 if tile.phase1 else rows // 2 + tile.kernel ** 2
+    fills = 1 + (tile.phase1 is not None) + (tile.phase2 is not None)
+    return fills * (rows // 2) + tile.kernel ** 2 - (fills - 1)
 
 
 def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
@@ -943,9 +952,9 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
         w[qi * half:(qi + 1) * half, qj * half:(qj + 1) * half] = weights[tile.channel + q]
     if tile.phase1 is None:
         phases = [(tile, serpentine(k))]
-    else:                                       # stride 2's row phases or 5x5 row passes
-        two = walks(2) if k == 3 else walks(1, k, passes=True)
-        phases = [(tile, two[0]), (tile.phase1, two[1])]
+    else:                                       # stride 2's row phases or the row passes
+        fills = [f for f in (tile, tile.phase1, tile.phase2) if f is not None]
+        phases = list(zip(fills, walks(2) if k == 3 else walks(1, k, passes=True)))
     acc = np.zeros((rows, a_words.shape[1]), np.int64)
     for fill, walk in phases:
         mesh = strip_patch(fill, a_words, b_words, rows, pad)

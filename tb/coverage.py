@@ -115,13 +115,17 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
             and not r.get("odd_rows"),
         "row phases keeping the odd rows (phase 0 the even input rows)": lambda r: row_phases(
             r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_rows", False),
-        # 5x5 row passes (spec.dwmesh.row_passes: two fills a tile, rows - 2 output rows)
-        "5x5 in row passes": lambda r: row_passes(r["h"], rows=r["C"], kernel=r["kernel"]),
-        "5x5 row passes, several tiles a channel": lambda r: row_passes(
+        # row passes (spec.dwmesh.row_passes: two fills a 5x5 tile, three a 7x7 one, rows - 2
+        # output rows)
+        "5x5 in row passes": lambda r: r["kernel"] == 5 and row_passes(
+            r["h"], rows=r["C"], kernel=5),
+        "7x7 in row passes (three fills a tile)": lambda r: r["kernel"] == 7 and row_passes(
+            r["h"], rows=r["C"], kernel=7),
+        "row passes, several tiles a channel": lambda r: row_passes(
             r["h"], rows=r["C"], kernel=r["kernel"]) and r["h"] > r["C"] - 2,
-        "5x5 row passes with stride 2 (a quarter stored)": lambda r: row_passes(
+        "row passes with stride 2 (a quarter stored)": lambda r: row_passes(
             r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("stride", 1) == 2,
-        "5x5 row passes keeping the odd rows (TF SAME)": lambda r: row_passes(
+        "row passes keeping the odd rows (TF SAME)": lambda r: row_passes(
             r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("odd_rows", False),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)

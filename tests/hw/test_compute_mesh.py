@@ -77,6 +77,8 @@ def _unpack_row(word, cols):
     ("default", 2, 28, 13, 2, "k5"), ("default", 2, 16, 9, 2, "k5"),
     # depthwise 7x7 (pad 3): 10 x 10 outputs a tile on the 16x16
     ("default", 3, 12, 13, 3, "k7"), ("default", 2, 7, 7, 2, "k7"), ("default", 3, 21, 5, 2, "k7"),
+    # (row passes, three fills a tile: 12 and 21 rows above; 28 rows two tiles a channel)
+    ("default", 2, 28, 12, 2, "k7"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
@@ -116,7 +118,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
         async def bench(ctx, step=step):
             # two fills a tile: stride 2's row phases (3x3) or the row passes (5x5)
             phases = step.tiles[0].phase1 is not None and kernel == 3
-            passes = step.tiles[0].phase1 is not None and kernel == 5
+            passes = step.tiles[0].phase1 is not None and kernel > 3
             params = {"p_m_channels": step.channels,
                       "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else
                       -(-h // (R - 2)) if passes else

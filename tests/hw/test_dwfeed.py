@@ -141,8 +141,9 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (2, 10, 13, 2, 1, False, 5), (1, 5, 6, 1, 1, False, 5), (3, 4, 9, 3, 1, False, 5),
     (3, 7, 5, 3, 1, False, 5), (1, 1, 1, 1, 1, False, 5), (2, 9, 10, 2, 1, False, 5),
     # depthwise 7x7 (on the 16x16: 10 x 10 outputs a tile): three top pad rows (two even
-    # fill words, one odd), three lanes of pre-rotation
-    (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7)])
+    # fill words, one odd), three lanes of pre-rotation; 12 and 28 rows in row passes
+    # (three fills a tile, 14 x 10 outputs; 28 rows two tiles a channel)
+    (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7), (2, 28, 9, 2, 1, False, 7)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
                                                                        quad, kernel):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
@@ -187,7 +188,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
             two = tile.phase1 is not None       # row phases (3x3) or row passes (5x5)
             return {"p_stride2": two and tile.kernel == 3, "p_quads": tile.quads,
-                    "p_passes": two and tile.kernel == 5,
+                    "p_passes": two and tile.kernel > 3,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
@@ -196,6 +197,11 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                     "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
+                    # a 7x7 pass tile's third fill
+                    **({"p_a_base2": tile.phase2.a_base % depth,
+                        "p_b_base2": tile.phase2.b_base, "p_a_hi2": tile.phase2.a_hi,
+                        "p_b_hi2": tile.phase2.b_hi, "p_swap2": tile.phase2.swap}
+                       if tile.phase2 else {}),
                     "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
                                        (0, 49 - kernel * kernel * len(weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
@@ -245,6 +251,20 @@ def test_big_kernel_tile_program_is_the_models_schedule(kernel):
     taps = [b for b in prog if b[2] is not None]
     assert [b[2] for b in taps] == [kernel * dy + dx for (dy, dx), _ in serpentine(kernel)]
     assert [b[0] for b in taps] == [mv or "HOLD" for _, mv in serpentine(kernel)]
+    assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
+
+
+def test_7x7_pass_tile_program_is_the_models_schedule():
+    """A 7x7 tile in row passes: three fills (words 0 .. 3 R/2 - 1), each after the first in
+    the last tap of the pass before."""
+    prog = tile_program(16, 1, kernel=7, passes=True)
+    assert len(prog) == 3 * 8 + 49 - 2
+    taps = [b for b in prog if b[2] is not None]
+    assert [b[2] for b in taps] == [7 * dy + dx for w in walks(1, 7, passes=True)
+                                    for (dy, dx), _ in w]
+    assert [b[1] for b in prog if b[0] == "FILL"] == list(range(24))
+    assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == [
+        ("FILL", 8, 7 * 2 + 6), ("FILL", 16, 7 * 5 + 6)]
     assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
 
 

@@ -118,7 +118,7 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             "tiles": sum(t.channel == step.c0 for t in step.tiles),     # a channel's tiles
             # (two fills a tile: stride 2's row phases on 3x3, the row passes on 5x5)
             "phases": int(step.tiles[0].phase1 is not None and kernel == 3),
-            "passes": int(step.tiles[0].phase1 is not None and kernel == 5),
+            "passes": int(step.tiles[0].phase1 is not None and kernel > 3),
             "quad": int(bool(step.tiles[0].quads))}
         assert step.a_load.nbytes == step.b_load.nbytes
         phases = step.tiles[0].phase1 is not None and kernel == 3

@@ -324,23 +324,33 @@ def test_5x5_layers_load_seven_weight_arrays():
         param_load_cycles(m, none, cfg, weight_arrays=4)
 
 
-#: EfficientNet-B0 / MobileNet-V3-shaped 5x5 depthwise layers (channels, map, stride) on the
-#: 16x16 default with the mesh: the model's MAC utilisation (whole-mesh 12 x 12 output tiles,
-#: 33 beats: 25 taps and 8 fills; 56-, 28- and 14-row maps in row passes, 14 x 12 outputs a
-#: 40-beat tile, spec.dwmesh.row_passes; stride 2 the stride-1 tiles, a quarter stored). As
+#: EfficientNet-B0 / MobileNet-V3-shaped 5x5 and ConvNeXt-T-shaped 7x7 depthwise layers
+#: (kernel, channels, map, stride) on the 16x16 default with the mesh: the model's MAC
+#: utilisation (whole-mesh tiles of 12 x 12 outputs in 33 beats for 5x5, 10 x 10 in 57 for
+#: 7x7; 56-, 28- and 14-row maps in row passes, spec.dwmesh.row_passes: 14 x 12 outputs a
+#: 40-beat tile, 14 x 10 a 71-beat one; stride 2 the stride-1 tiles, a quarter stored). As
 #: channel blocks they ran at 0.9-5.2%; without the row passes (session 37) at 37.7%, 25.9%,
-#: 14.6%, 13.8%, 9.4% and 3.7%.
-@pytest.mark.parametrize("c, h, stride, at_least", [
-    (144, 56, 1, 0.38), (240, 28, 1, 0.31), (672, 14, 1, 0.23), (1152, 7, 1, 0.13),
-    (144, 56, 2, 0.09), (672, 14, 2, 0.05)])
-def test_efficientnet_5x5_depthwise_utilisation(c, h, stride, at_least):
-    shape = dw(c, h, stride=stride, kernel=5, pad=2)
+#: 14.6%, 13.8%, 9.4%, 3.7% (5x5) and 29.5%, 29.2%, 16.2%, 15.4%, 7.3% (7x7).
+@pytest.mark.parametrize("kernel, c, h, stride, at_least", [
+    (5, 144, 56, 1, 0.38), (5, 240, 28, 1, 0.31), (5, 672, 14, 1, 0.23), (5, 1152, 7, 1, 0.13),
+    (5, 144, 56, 2, 0.09), (5, 672, 14, 2, 0.05),
+    (7, 96, 56, 1, 0.35), (7, 192, 28, 1, 0.34), (7, 384, 14, 1, 0.25), (7, 768, 7, 1, 0.15),
+    (7, 192, 28, 2, 0.08)])
+def test_big_kernel_depthwise_utilisation(kernel, c, h, stride, at_least):
+    shape = dw(c, h, stride=stride, kernel=kernel, pad=kernel // 2)
     cost = layer_cost(shape, MESH)
     assert cost.mesh
     util = cost.macs / (MESH.macs_per_cycle * cost.cycles)
     assert at_least <= util < at_least + 0.01
     plain = layer_cost(shape, PLAIN)
     assert not plain.mesh and plain.cycles > 3 * cost.cycles
+    group = depthwise_descriptor(c, h, h, MESH, out_bytes=4, stride=stride,
+                                 kernel=kernel).partition_m
+    tiles = [t for s in strip_steps(c, h, h, x_addr=0, out_addr=0, stride=stride,
+                                    kernel=kernel, group=group) for t in s.tiles]
+    # (every map but the 7 x 7 ones in row passes: a second fill, a third for 7x7)
+    assert all(bool(t.phase1) == (h != 7) and bool(t.phase2) == (h != 7 and kernel == 7)
+               for t in tiles)
 
 
 def test_kernel_refusal_names_kernels_and_mesh_sizes():

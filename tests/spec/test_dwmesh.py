@@ -11,7 +11,7 @@ from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_boun
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
-                         row_pass_ranges)
+                         row_pass_ranges, pass_tile_beats)
 from spec.golden import conv2d_int8
 
 
@@ -241,13 +241,14 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     steps = _replay(c, h, w, size, group, stride, seed=c * 17 + h + w + size + kernel,
                     kernel=kernel)
     tiles = [t for s in steps for t in s.tiles]
-    # (5x5 maps of the heights row_passes takes: two fills a tile, size - 2 output rows)
+    # (maps of the heights row_passes takes: two fills a tile for 5x5, three for 7x7,
+    # size - 2 output rows)
     passes = row_passes(h, rows=size, kernel=kernel)
     assert all(t.kernel == kernel and not (t.halves or t.quads) and bool(t.phase1) == passes
-               for t in tiles)
+               and bool(t.phase2) == (passes and kernel == 7) for t in tiles)
     assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {kernel // 2}
     assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == {{5: (1, 1), 7: (2, 1)}[kernel]}
-    assert all(strip_tile_cycles(t, size) == (size + kernel ** 2 - 1 if passes else
+    assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes else
                                               size // 2 + kernel ** 2) for t in tiles)
     assert {t.th for t in tiles if t.oy0 == 0} == {min(h, size - (2 if passes else kernel - 1))}
 
@@ -358,7 +359,21 @@ def test_row_passes_where_they_pay_and_what_a_tile_takes():
             passes, plain = -(-h // (rows - 2)), -(-h // (rows - 4))
             assert row_passes(h, rows=rows, kernel=5) == (
                 passes * (rows + 23) < plain * (rows // 2 + 24)), (rows, h)
-    assert not any(row_passes(h, rows=16, kernel=k) for h in (14, 28) for k in (3, 7))
+    assert not any(row_passes(h, rows=16, kernel=3) for h in range(1, 300))
+    # 7x7: three passes (window rows 0-2, 3-5, 6), 14 rows in 71 beats against 10 in 57: fewer
+    # beats a row, so from 100 rows up for good
+    assert row_pass_ranges(16, 7) == ((10, 14), (20, 28), (30, 42), (50, 56), (60, 98),
+                                      (100, (1 << DIM_BITS) - 1))
+    assert pass_tile_beats(7, 16) == 3 * 8 + 49 - 2 and pass_tile_beats(5, 16) == 40
+    for rows in (10, 12, 16, 20):
+        for h in range(1, 3000):
+            passes, plain = -(-h // (rows - 2)), -(-h // (rows - 6))
+            assert row_passes(h, rows=rows, kernel=7) == (
+                passes * (3 * rows // 2 + 46) < plain * (rows // 2 + 48)), (rows, h)
+    three = walks(1, 7, passes=True)
+    assert [sorted({dy for (dy, _), _ in w}) for w in three] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert sorted(t for w in three for t, _ in w) == [(dy, dx) for dy in range(7)
+                                                      for dx in range(7)]
     # the walks: every tap once, each pass from the top left of its own fill
     two = walks(1, 5, passes=True)
     assert [sorted({dy for (dy, _), _ in w}) for w in two] == [[0, 1, 2], [3, 4]]
@@ -367,7 +382,7 @@ def test_row_passes_where_they_pay_and_what_a_tile_takes():
     assert [w[0][0] for w in two] == [(0, 0), (3, 0)] and [w[-1][1] for w in two] == [None] * 2
     assert tuple(tuple(sorted({dy for (dy, _), _ in w})) for w in two) == \
         tuple(tuple(r) for r in PASS_ROWS[5])
-    for bad in ((2, 5), (1, 3), (1, 7)):
+    for bad in ((2, 5), (1, 3), (2, 7)):
         with pytest.raises(ValueError, match="row passes"):
             walks(*bad, passes=True)
     # a 14 x 14 map: one tile a strip (two strips: 12 and 2 output columns), 14 rows each
@@ -383,6 +398,15 @@ def test_row_passes_where_they_pay_and_what_a_tile_takes():
     assert strip_step_cycles(steps[0], 16) == 3 * 40 - 2        # against 6 * 33 - 5
     assert [len(s.tiles) for s in strip_steps(1, 16, 14, x_addr=0, out_addr=0,
                                               kernel=5)] == [2, 2]     # (no passes: 2 either way)
+    # 7x7 on a 14 x 14 map: one tile a strip (10 and 4 output columns), three passes, the
+    # third's patch six rows on: the same buffers three words on
+    steps = strip_steps(2, 14, 14, x_addr=0, out_addr=0, group=2, kernel=7)
+    assert [len(s.tiles) for s in steps] == [2, 2]
+    tile = steps[0].tiles[1]
+    assert (tile.th, tile.phase1.swap, tile.phase2.swap) == (14, not tile.swap, tile.swap)
+    assert (tile.phase2.a_base, tile.phase2.b_base, tile.phase2.a_lo, tile.phase2.b_lo) == (
+        tile.a_base + 3, tile.b_base + 3, 0, 0)
+    assert strip_step_cycles(steps[0], 16) == 2 * 71 - 1         # against 4 * 57 - 3
 
 
 def test_strip_steps_beats_and_channel_groups():
