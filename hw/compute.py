@@ -579,7 +579,23 @@ class ComputeEngine(wiring.Component):
         # first groups at the offsets above, and phase 1 the odd ones, the second groups at
         # the same offsets; both swapped if odd (spec.dwmesh._phase_tiles)
         orow = Signal(name="mesh_odd_rows")
-        with m.If(phases & orow):
+        # A 5x5 layer's row phases (spec.dwmesh._phase_tiles): phase 0 the window rows 0, 2, 4,
+        # phase 1 rows 1, 3. Symmetric: phase 0 the first groups at the 3x3 phase 0's offsets
+        # (input rows p0 - 2 + 2 i), phase 1 the 3x3 phase 0 (second groups), both with the
+        # top pad; with the odd rows phase 0 the 3x3 phase 0, phase 1 the 3x3 phase 1
+        n_a_lo1 = Signal.like(feed.p_a_lo1, name="mesh_n_a_lo1")
+        m.d.sync += n_a_lo1.eq(first & k5 & ~orow)
+        with m.If(phases & k5 & orow):
+            m.d.sync += [n_a_base.eq(ph_a0 + u), n_b_base.eq(ph_b0 + u - 1 + odd),
+                         n_a_hi.eq(hi(0)), n_b_hi.eq(hi(2)), n_swap.eq(~odd),
+                         n_a_base1.eq(ph_a1 + u + odd), n_b_base1.eq(ph_b1 + u),
+                         n_a_hi1.eq(hi(1)), n_b_hi1.eq(hi(3))]
+        with m.Elif(phases & k5):
+            m.d.sync += [n_a_base.eq(ph_a1 + u), n_b_base.eq(ph_b1 + u - 1 + odd),
+                         n_a_hi.eq(hi(-1)), n_b_hi.eq(hi(1)), n_swap.eq(~odd),
+                         n_a_base1.eq(ph_a0 + u), n_b_base1.eq(ph_b0 + u - 1 + odd),
+                         n_a_hi1.eq(hi(0)), n_b_hi1.eq(hi(2))]
+        with m.Elif(phases & orow):
             m.d.sync += [n_a_base.eq(ph_a1 + u + odd), n_b_base.eq(ph_b1 + u),
                          n_a_hi.eq(hi(1)), n_b_hi.eq(hi(3)), n_swap.eq(odd),
                          n_a_base1.eq(ph_a0 + u + odd), n_b_base1.eq(ph_b0 + u),
@@ -606,8 +622,10 @@ class ComputeEngine(wiring.Component):
         # (a 5x5 tile's first two patch rows are the top pads: both first fill words)
         # (and a 7x7 tile's first three: two even fill words, one odd)
         # (no top pad row in odd-row phases)
-        m.d.sync += [n_a_lo.eq(Mux(first & ~(phases & orow), 1 + k7, 0)),
-                     n_b_lo.eq(first & big),
+        # (a 5x5 layer's row phases: the top pad row in phase 0's even rows, whether odd rows
+        # or not, and none in its odd rows)
+        m.d.sync += [n_a_lo.eq(Mux(first & ~(phases & orow & ~k5), 1 + k7, 0)),
+                     n_b_lo.eq(first & big & ~phases),
                      n_tag.eq(acc_pos), fresh.eq(0)]
         # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
         # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
@@ -684,9 +702,11 @@ class ComputeEngine(wiring.Component):
                 feed.p_w.eq(self.w_rdata),      # region 0's taps; the other regions unused
             ]
         with m.If(phases):                      # the second row phase
+            # (a 5x5 layer's: the same swap as phase 0, traded with the odd rows)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
-                         feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
-                         feed.p_b_hi1.eq(n_b_hi1), feed.p_swap1.eq(n_swap ^ ~orow)]
+                         feed.p_a_lo1.eq(n_a_lo1), feed.p_a_hi1.eq(n_a_hi1),
+                         feed.p_b_hi1.eq(n_b_hi1),
+                         feed.p_swap1.eq(Mux(k5, n_swap ^ orow, n_swap ^ ~orow))]
         with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
@@ -748,9 +768,11 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
                              b_left.eq(b_left - tstep),
-                             acc_pos.eq(acc_pos + Mux(phases, R - 1,
+                             acc_pos.eq(acc_pos + Mux(phases, Mux(k5, R - 2, R - 1),
                                                       Mux(passes, R - 2, R - 2 - (kern << 1)))),
-                             pq.eq(pq + 2 * (R - 1)), prem.eq(prem - 2 * (R - 1))]
+                             # (a phase tile's stride-2 rows: R - 1, R - 2 for 5x5)
+                             pq.eq(pq + Mux(k5, 2 * (R - 2), 2 * (R - 1))),
+                             prem.eq(prem - Mux(k5, 2 * (R - 2), 2 * (R - 1)))]
             with m.Elif(g_left != 0):               # the next channel's first tile
                 # its first stacked row is h further: half of that, rounded by the parity
                 # (h even: na = nb = h / 2; h odd: na from an even start, nb from an odd one)

@@ -69,7 +69,8 @@ class DwFeeder(wiring.Component):
     ``p_passes`` (row passes, :func:`spec.dwmesh.row_passes`: two fills, the window rows 0 to 2
     from the first, 3 and 4 from the second), and a 7x7 tile with ``p_passes`` the same with a
     third fill (window row 6) whose words (``R .. 3 R / 2 - 1`` of the program) are read with
-    the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask). With ``p_quads`` (1 to 4: the
+    the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask); a 5x5 tile with
+    ``p_stride2`` is in row phases (window rows 0, 2, 4, then 1, 3). With ``p_quads`` (1 to 4: the
     quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
     quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -153,11 +154,11 @@ class DwFeeder(wiring.Component):
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5),
                     tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True),
-                    tile_program(R, 1, kernel=7, passes=True)]
+                    tile_program(R, 1, kernel=7, passes=True), tile_program(R, 2, kernel=5)]
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
-        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes
-        start2, start5, start7, start5p, start7p = starts[1:]
+        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 stride 2's row phases
+        start2, start5, start7, start5p, start7p, start5s2 = starts[1:]
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
@@ -202,7 +203,9 @@ class DwFeeder(wiring.Component):
         with m.If(take):
             m.d.sync += [self.running.eq(1),
                          pc.eq(Mux(self.p_kernel[1], Mux(self.p_passes, start7p, start7),
-                                   Mux(self.p_kernel[0], Mux(self.p_passes, start5p, start5),
+                                   Mux(self.p_kernel[0],
+                                       Mux(self.p_passes, start5p,
+                                           Mux(self.p_stride2, start5s2, start5)),
                                        Mux(self.p_stride2, start2, 0))) + merge),
                          rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
@@ -233,7 +236,7 @@ class DwFeeder(wiring.Component):
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
             # (the 5x5 and 7x7 after stride 2's, the passes' last)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
-            third.eq((pc >= start7p) & (word_t[pc] >= R)),
+            third.eq((pc >= start7p) & (pc < start5s2) & (word_t[pc] >= R)),
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(third, R, Mux(stride2, R // 2, R // 4)),

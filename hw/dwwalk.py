@@ -118,7 +118,10 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)) --
         R = cfg.array_rows
-        phases_in = (self.p_kernel == 0) & self.p_s2 & (self.p_h[:2] == 0) & (self.p_h > R - 2)
+        # (and a 5x5 one above R - 4 rows: spec.dwmesh.row_phases)
+        phases_in = self.p_s2 & (self.p_h[:2] == 0) & (
+            ((self.p_kernel == 0) & (self.p_h > R - 2)) |
+            ((self.p_kernel == 1) & (self.p_h > R - 4)))
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
@@ -127,8 +130,8 @@ class DwWalker(wiring.Component):
         def in_ranges(kernel):
             return Cat(Const(0, 1), *((self.p_h > lo) & (self.p_h <= hi)
                                       for lo, hi in row_pass_ranges(R, kernel))).any()
-        passes_in = (((self.p_kernel == 1) & in_ranges(5)) |
-                     ((self.p_kernel == 2) & in_ranges(7)))
+        passes_in = ~phases_in & (((self.p_kernel == 1) & in_ranges(5)) |
+                                  ((self.p_kernel == 2) & in_ranges(7)))
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")
@@ -138,7 +141,7 @@ class DwWalker(wiring.Component):
         with m.If(self.start):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
                          quo.eq(0),
-                         tile_rows.eq(Mux(phases_in, R - 1,
+                         tile_rows.eq(Mux(phases_in, Mux(self.p_kernel == 0, R - 1, R - 2),
                                           Mux(passes_in, R - 2, R - 2 - (self.p_kernel << 1)))),
                          kern.eq(self.p_kernel), self.passes.eq(passes_in),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]

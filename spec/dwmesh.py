@@ -67,8 +67,8 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "PHASE_TAPS", "PASS_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
-#: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles (stride 2 through the decimating
-#: store).
+#: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles or in row passes (stride 2
+#: through the decimating store, or for 5x5 in row phases).
 KERNELS = (3, 5, 7)
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
@@ -256,9 +256,13 @@ def walks(stride: int, kernel: int = 3, *,
         return [_serpentine_rows(kernel, dys) for dys in PASS_ROWS[kernel]]
     if stride == 1:
         return [serpentine(kernel)]
-    if kernel != 3:
-        raise ValueError(f"walks: stride 2's row phases walk 3x3 windows, not {kernel}x{kernel}")
-    return [tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
+    if kernel == 3:
+        return [tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
+    if kernel != 5:
+        raise ValueError(f"walks: stride 2's row phases walk 3x3 and 5x5 windows, not "
+                         f"{kernel}x{kernel}")
+    # (phase 0 the even window rows, phase 1 the odd ones: one phase row apart each)
+    return [_serpentine_rows(kernel, range(p, kernel, 2)) for p in (0, 1)]
 
 
 def tile_patches(tile: MeshTile, padded: np.ndarray, *, stride: int, rows: int,
@@ -406,7 +410,7 @@ class StripTile:
     moves after the fills would; the feeder rotates every fill row as it enters instead, so it
     costs no beat. ``kernel``: the window the tile walks (:func:`serpentine`; a 5x5 or 7x7
     tile is a whole-mesh stride-1 tile: no ``halves`` or ``quads``, and ``phase1`` only in row
-    passes, below). ``channel`` (in the layer) selects the weights; the tile's
+    passes, below, or in a 5x5 layer's stride-2 row phases: window rows 0, 2, 4, then 1, 3). ``channel`` (in the layer) selects the weights; the tile's
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
@@ -472,6 +476,7 @@ class StripTile:
     pair: StripTile | None = None
     phase1: StripTile | None = None
     phase2: StripTile | None = None
+    passes: bool = False
     quads: int = 0
 
 
@@ -547,14 +552,18 @@ def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
     return max(1, min(channels, by_buf, by_acc))
 
 
-def row_phases(h: int, *, rows: int, stride: int) -> bool:
+def row_phases(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     """A stride-2 layer of ``h``-row maps runs in row phases (:attr:`StripTile.phase1`): with
     ``h`` a multiple of 4 (so that a step's stacked maps split into four equal classes of rows
     by their index mod 4, two a buffer) and taller than a stride-1 tile's ``rows - 2`` output
     rows, where a ``rows + 8``-beat phase tile giving ``rows - 1`` stride-2 output rows beats
     the stride-1 tiles (``rows - 2`` rows each, half of them kept). Otherwise stride 2 runs as
-    stride 1 with a decimating store."""
-    return stride == 2 and h % 4 == 0 and h > rows - 2
+    stride 1 with a decimating store. A 5x5 layer (``kernel`` 5, session 39) the same above a
+    whole-mesh tile's ``rows - 4`` rows: ``rows + 24``-beat phase tiles of ``rows - 2``
+    stride-2 output rows; 7x7 layers have no row phases."""
+    if kernel not in (3, 5):
+        return False
+    return stride == 2 and h % 4 == 0 and h > rows - kernel + 1
 
 
 def pass_tile_beats(kernel: int, rows: int) -> int:
@@ -680,7 +689,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     ``kernel = 5`` or ``7``: a depthwise 5x5 (pad 2) or 7x7 (pad 3) layer, in whole-mesh
     tiles of the 25- or 49-tap :func:`serpentine` walk, ``rows - 2 pad`` x ``cols - 2 pad``
     outputs a tile (stride 2: the stride-1 results, the decimating store keeping the even rows
-    and columns; no halves, row phases or quadrants). The loads are the 3x3 layer's (odd input
+    and columns; no halves or quadrants, and row phases for 5x5 only, :func:`row_phases`,
+    ``_phase_tiles``). The loads are the 3x3 layer's (odd input
     rows in A, even ones in B); patch row ``r`` is input row ``oy0 - pad + r``
     (:func:`kernel_tile`: with pad 2 the even patch rows are the even input rows, ``swap`` for
     a channel starting at an even stacked row, and both of the first tile's first fill words
@@ -721,9 +731,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"tiles (it needs at least {depthwise_mesh_side(kernel)} rows and "
                          f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
-    modes = kernel == 3                          # halves, row phases, quadrants: 3x3 only
-    phases = modes and row_phases(h, rows=rows, stride=stride)
-    passes = row_passes(h, rows=rows, kernel=kernel)
+    modes = kernel == 3                          # halves, quadrants: 3x3 only
+    phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)   # (3x3 and 5x5)
+    passes = not phases and row_passes(h, rows=rows, kernel=kernel)
     if passes:                                   # 5x5 row passes: rows - 2 output rows a tile
         th_max = rows - 2
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
@@ -743,7 +753,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
             tiles = []
             if phases:
                 a_load, b_load, tiles = _phase_tiles(c0, g_count, h, base, w, nbytes, first,
-                                                     rows, odd_rows)
+                                                     rows, odd_rows, kernel)
             for g in range(0 if phases else g_count):
                 for oy0 in range(0, h, th_max):
                     common = dict(channel=c0 + g, oy0=oy0, th=min(th_max, h - oy0),
@@ -755,6 +765,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                              for dys in PASS_ROWS[kernel][1:]] if passes else []
                     later += [None] * (2 - len(later))
                     tiles.append(StripTile(**common, phase1=later[0], phase2=later[1],
+                                           passes=passes,
                                            **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
             if modes and 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
@@ -793,50 +804,74 @@ def kernel_tile(g: int, h: int, oy0: int, *, pad: int, rows: int) -> dict:
 
 
 def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, first: bool,
-                 rows: int, odd_rows: bool = False) -> tuple[BlockLoad, BlockLoad,
-                                                            list[StripTile]]:
+                 rows: int, odd_rows: bool = False,
+                 kernel: int = 3) -> tuple[BlockLoad, BlockLoad, list[StripTile]]:
     """A row-phase step's loads and tiles (:func:`strip_steps`, :attr:`StripTile.phase1`).
     With ``odd_rows`` (the top pad 0, TF "SAME": output row ``oy`` from input rows ``2 oy ..
     2 oy + 2``) phase 0 takes the even input rows ``2 oy0 + 2 i``, which are the symmetric
     tile's phase-1 rows (the first groups: stacked rows ``q + 4 k``, ``q + 2 + 4 k``), and
     phase 1 the odd ones, the symmetric phase-0 rows of the tile two padded rows further (the
     second groups from ``q + 1``): the same word offsets, ``u + odd`` and ``u``, in either
-    group, ``swap`` by ``odd`` in both phases, no top pad row."""
+    group, ``swap`` by ``odd`` in both phases, no top pad row.
+
+    A 5x5 layer (pad 2, ``kernel`` 5): phase 0 takes the window rows 0, 2, 4 (input rows
+    ``2 oy0 - 2 + 2 i``: a 3x3 tile's phase-1 rows one row pair up, so the first groups at the
+    3x3 phase 0's word offsets), phase 1 the rows 1, 3 (input rows ``2 oy0 - 1 + 2 i``: the 3x3
+    phase 0's rows), both with the top pad row in a channel's first tile, ``rows - 2`` output
+    rows a tile; with ``odd_rows`` (pad 1 above) phase 0 the odd input rows ``2 oy0 - 1 + 2 i``
+    (the 3x3 phase 0's) and phase 1 the even ones ``2 oy0 + 2 i`` (the 3x3 phase 1's)."""
     half, oh, words = rows // 2, h // 2, g_count * h // 4
+    pad = strip_pad(kernel)
+    th_max = rows - 1 if kernel == 3 else rows - 2
     # classes 0, 1 of the stacked rows into A, classes 2, 3 into B: row 4 j + c in word j of
     # its group
     a_load = BlockLoad(base, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
     b_load = BlockLoad(base + 2 * w, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
     tiles = []
     for g in range(g_count):
-        for oy0 in range(0, oh, rows - 1):
-            p0 = 2 * oy0                         # the tile's first padded row
+        for oy0 in range(0, oh, th_max):
+            p0 = 2 * oy0                         # the tile's first padded row (3x3)
             q = g * h + p0                       # its stacked row + 1: even
             u, odd = q >> 2, (q >> 1) & 1
 
             def hi(r):                           # fill words whose padded row p0 + 4 k + r
                 return max(0, min(half, (h - p0 - r) // 4 + 1))     # is a row of the map
 
-            common = dict(channel=c0 + g, oy0=oy0, th=min(rows - 1, oh - oy0),
-                          pre_right=first, acc_row=g * oh + oy0, cols=nbytes)
+            common = dict(channel=c0 + g, oy0=oy0, th=min(th_max, oh - oy0),
+                          pre_right=pad if first else 0, acc_row=g * oh + oy0, cols=nbytes,
+                          kernel=kernel)
+            top = 1 if p0 == 0 else 0
+            # the 3x3 phase 0's rows (input p0 - 1 + 2 i: the second groups) and phase 1's
+            # (input p0 + 2 i: the first groups)
+            second = dict(a_base=words + u, a_lo=top, a_hi=hi(0), b_base=words + u - 1 + odd,
+                          b_hi=hi(2), swap=not odd)
+            firsts = dict(a_base=u + odd, a_lo=0, a_hi=hi(1), b_base=u, b_hi=hi(3),
+                          swap=bool(odd))
+            if kernel == 5 and not odd_rows:
+                # phase 0: input rows p0 - 2 + 2 i, the first groups at the second's offsets
+                early = dict(a_base=u, a_lo=top, a_hi=hi(-1), b_base=u - 1 + odd, b_hi=hi(1),
+                             swap=not odd)
+                tiles.append(StripTile(**common, **early,
+                                       phase1=StripTile(**common, **second)))
+                continue
             if odd_rows:
                 # phase 0: input rows p0 + 2 i (stacked q + 4 k, q + 2 + 4 k: the first
                 # groups), phase 1: input rows p0 + 1 + 2 i (the second groups); input row
                 # p0 + 4 k + r is padded row p0 + 4 k + r + 1: masks hi(r + 1)
+                if kernel == 5:                  # (one pad row above: the 3x3 phases')
+                    tiles.append(StripTile(**common, **second,
+                                           phase1=StripTile(**common, **firsts)))
+                    continue
                 ph1 = StripTile(**common, a_base=words + u + odd, a_lo=0, a_hi=hi(2),
                                 b_base=words + u, b_hi=hi(4), swap=bool(odd))
                 tiles.append(StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1),
                                        b_base=u, b_hi=hi(3), swap=bool(odd), phase1=ph1))
                 continue
             # phase 1: padded rows p0 + 1 + 2 i, stacked rows q + 4 k (class q mod 4) and
-            # q + 2 + 4 k: the first groups
-            ph1 = StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1), b_base=u,
-                            b_hi=hi(3), swap=bool(odd))
-            # phase 0: padded rows p0 + 2 i, stacked rows q - 1 + 4 k and q + 1 + 4 k: the
-            # second groups (with q = 0 the top pad, word -1 of B's second group, masked)
-            tiles.append(StripTile(**common, a_base=words + u, a_lo=1 if p0 == 0 else 0,
-                                   a_hi=hi(0), b_base=words + u - 1 + odd, b_hi=hi(2),
-                                   swap=not odd, phase1=ph1))
+            # q + 2 + 4 k: the first groups; phase 0: padded rows p0 + 2 i, stacked rows
+            # q - 1 + 4 k and q + 1 + 4 k: the second groups (with q = 0 the top pad, word -1
+            # of B's second group, masked)
+            tiles.append(StripTile(**common, **second, phase1=StripTile(**common, **firsts)))
     return a_load, b_load, tiles
 
 
@@ -954,7 +989,7 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
         phases = [(tile, serpentine(k))]
     else:                                       # stride 2's row phases or the row passes
         fills = [f for f in (tile, tile.phase1, tile.phase2) if f is not None]
-        phases = list(zip(fills, walks(2) if k == 3 else walks(1, k, passes=True)))
+        phases = list(zip(fills, walks(1, k, passes=True) if tile.passes else walks(2, k)))
     acc = np.zeros((rows, a_words.shape[1]), np.int64)
     for fill, walk in phases:
         mesh = strip_patch(fill, a_words, b_words, rows, pad)

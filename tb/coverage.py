@@ -99,34 +99,32 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "stride 2 (even rows and lanes stored)": lambda r: r.get("stride", 1) == 2,
         "stride 2 with an odd map": lambda r: r.get("stride", 1) == 2 and r["h"] % 2 == 1,
         # (spec.dwmesh.row_phases, with the record's array size as C: the mesh is square)
-        "stride 2 in row phases (two load groups a buffer)": lambda r: row_phases(
-            r["h"], rows=r["C"], stride=r.get("stride", 1)),
+        "stride 2 in row phases (two load groups a buffer)": lambda r: _phases(r),
         "stride 2 in row phases, two tiles a channel":
-            lambda r: row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1))
-            and r["h"] // 2 > r["C"] - 1,
+            lambda r: r["kernel"] == 3 and _phases(r) and r["h"] // 2 > r["C"] - 1,
         # TF "SAME" (b_mode + 8 / 16: the store from accumulator row 1, the odd lanes)
         "stride 2 keeping the odd rows (TF SAME, even h)": lambda r: r.get("odd_rows", False),
         "stride 2 keeping the odd columns (TF SAME, even w)":
             lambda r: r.get("odd_cols", False),
         "TF SAME with one odd side (odd rows or columns alone)":
             lambda r: r.get("odd_rows", False) != r.get("odd_cols", False),
-        "row phases keeping the odd columns (2c)": lambda r: row_phases(
-            r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_cols", False)
-            and not r.get("odd_rows"),
-        "row phases keeping the odd rows (phase 0 the even input rows)": lambda r: row_phases(
-            r["h"], rows=r["C"], stride=r.get("stride", 1)) and r.get("odd_rows", False),
+        "row phases keeping the odd columns (2c)":
+            lambda r: _phases(r) and r.get("odd_cols", False) and not r.get("odd_rows"),
+        "row phases keeping the odd rows (phase 0 the even input rows)":
+            lambda r: r["kernel"] == 3 and _phases(r) and r.get("odd_rows", False),
         # row passes (spec.dwmesh.row_passes: two fills a 5x5 tile, three a 7x7 one, rows - 2
-        # output rows)
-        "5x5 in row passes": lambda r: r["kernel"] == 5 and row_passes(
-            r["h"], rows=r["C"], kernel=5),
-        "7x7 in row passes (three fills a tile)": lambda r: r["kernel"] == 7 and row_passes(
-            r["h"], rows=r["C"], kernel=7),
-        "row passes, several tiles a channel": lambda r: row_passes(
-            r["h"], rows=r["C"], kernel=r["kernel"]) and r["h"] > r["C"] - 2,
-        "row passes with stride 2 (a quarter stored)": lambda r: row_passes(
-            r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("stride", 1) == 2,
-        "row passes keeping the odd rows (TF SAME)": lambda r: row_passes(
-            r["h"], rows=r["C"], kernel=r["kernel"]) and r.get("odd_rows", False),
+        # output rows; not where a stride-2 5x5 layer takes row phases)
+        "5x5 in row passes": lambda r: r["kernel"] == 5 and _passes(r),
+        "7x7 in row passes (three fills a tile)": lambda r: r["kernel"] == 7 and _passes(r),
+        "row passes, several tiles a channel": lambda r: _passes(r) and r["h"] > r["C"] - 2,
+        "row passes with stride 2 (a quarter stored)":
+            lambda r: _passes(r) and r.get("stride", 1) == 2,
+        "row passes keeping the odd rows (TF SAME)":
+            lambda r: _passes(r) and r.get("odd_rows", False),
+        # 5x5 stride 2 in row phases (window rows 0, 2, 4 then 1, 3)
+        "5x5 stride 2 in row phases": lambda r: r["kernel"] == 5 and _phases(r),
+        "5x5 row phases keeping the odd rows (TF SAME)":
+            lambda r: r["kernel"] == 5 and _phases(r) and r.get("odd_rows", False),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,
@@ -137,6 +135,17 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "fused chain under memory stalls": lambda r: r["local_b"] > 0 and r["stalls"],
     },
 }
+
+
+def _phases(r) -> bool:
+    """A depthwise record's layer runs in row phases (spec.dwmesh.row_phases; the record's
+    array size as the mesh's rows: the mesh is square)."""
+    return row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
+
+
+def _passes(r) -> bool:
+    """... in row passes (spec.dwmesh.row_passes), which row phases take precedence over."""
+    return not _phases(r) and row_passes(r["h"], rows=r["C"], kernel=r["kernel"])
 
 
 def _error_bins():

@@ -79,6 +79,12 @@ def _unpack_row(word, cols):
     ("default", 3, 12, 13, 3, "k7"), ("default", 2, 7, 7, 2, "k7"), ("default", 3, 21, 5, 2, "k7"),
     # (row passes, three fills a tile: 12 and 21 rows above; 28 rows two tiles a channel)
     ("default", 2, 28, 12, 2, "k7"),
+    # depthwise 5x5 stride 2 in row phases (maps of a multiple of 4 rows above R - 4): the
+    # window rows 0, 2, 4 then 1, 3, a top pad row in each phase of a channel's first tile;
+    # keeping the odd rows (TF "SAME", "k5s2r"); 8 x 8 and 16 x 16, several tiles a channel
+    ("small", 3, 12, 13, 3, "k5s2"), ("small", 2, 8, 9, 2, "k5s2"), ("small", 3, 16, 6, 2, "k5s2"),
+    ("small", 3, 12, 13, 3, "k5s2r"), ("small", 2, 16, 9, 2, "k5s2r"),
+    ("default", 2, 32, 13, 2, "k5s2"), ("default", 2, 32, 13, 2, "k5s2r"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
@@ -88,13 +94,14 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
-    kernel = {"k5": 5, "k7": 7}.get(stride, 3)
+    kernel = {"k5": 5, "k7": 7, "k5s2": 5, "k5s2r": 5}.get(stride, 3)
     wt = rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8)
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
-    quad, odd_rows = stride == "quad", stride == "2r"
-    stride = 1 if stride in ("quad", "k5", "k7") else 2 if odd_rows else stride
+    quad, odd_rows = stride == "quad", stride in ("2r", "k5s2r")
+    stride = 1 if stride in ("quad", "k5", "k7") else 2 if odd_rows or stride == "k5s2" \
+        else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
                         stride=stride, kernel=kernel, odd_rows=odd_rows)
     assert all(bool(t.phase1) == odd_rows for s in steps for t in s.tiles) or not odd_rows
@@ -117,10 +124,11 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
 
         async def bench(ctx, step=step):
             # two fills a tile: stride 2's row phases (3x3) or the row passes (5x5)
-            phases = step.tiles[0].phase1 is not None and kernel == 3
-            passes = step.tiles[0].phase1 is not None and kernel > 3
+            passes = step.tiles[0].passes
+            phases = step.tiles[0].phase1 is not None and not passes
             params = {"p_m_channels": step.channels,
-                      "p_m_tiles": -(-(h // 2) // (R - 1)) if phases else
+                      "p_m_tiles": -(-(h // 2) // (R - 1 if kernel == 3 else R - 2))
+                      if phases else
                       -(-h // (R - 2)) if passes else
                       -(-h // (R - kernel + 1)), "p_m_kernel": (kernel - 3) // 2,
                       "p_m_phases": phases, "p_m_passes": passes,

@@ -143,7 +143,9 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     # depthwise 7x7 (on the 16x16: 10 x 10 outputs a tile): three top pad rows (two even
     # fill words, one odd), three lanes of pre-rotation; 12 and 28 rows in row passes
     # (three fills a tile, 14 x 10 outputs; 28 rows two tiles a channel)
-    (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7), (2, 28, 9, 2, 1, False, 7)])
+    (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7), (2, 28, 9, 2, 1, False, 7),
+    # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3)
+    (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
                                                                        quad, kernel):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
@@ -187,8 +189,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                            for q in range(4)]
             split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
             two = tile.phase1 is not None       # row phases (3x3) or row passes (5x5)
-            return {"p_stride2": two and tile.kernel == 3, "p_quads": tile.quads,
-                    "p_passes": two and tile.kernel > 3,
+            return {"p_stride2": two and not tile.passes, "p_quads": tile.quads,
+                    "p_passes": tile.passes,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,

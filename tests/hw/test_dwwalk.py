@@ -117,11 +117,11 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             "last": int(step is expect[-1]),
             "tiles": sum(t.channel == step.c0 for t in step.tiles),     # a channel's tiles
             # (two fills a tile: stride 2's row phases on 3x3, the row passes on 5x5)
-            "phases": int(step.tiles[0].phase1 is not None and kernel == 3),
-            "passes": int(step.tiles[0].phase1 is not None and kernel > 3),
+            "phases": int(step.tiles[0].phase1 is not None and not step.tiles[0].passes),
+            "passes": int(step.tiles[0].passes),
             "quad": int(bool(step.tiles[0].quads))}
         assert step.a_load.nbytes == step.b_load.nbytes
-        phases = step.tiles[0].phase1 is not None and kernel == 3
+        phases = step.tiles[0].phase1 is not None and not step.tiles[0].passes
         assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
         assert (step.a_load.groups, step.a_load.gaddr, step.a_load.gwords) == \
             ((2, w, step.a_load.words) if phases else (1, 0, 0))

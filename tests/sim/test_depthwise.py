@@ -31,6 +31,8 @@ from .test_rtl import run, seed_for
 #: the store keeps the stride-1 results' odd rows / columns), MobileNet-, EfficientNet- and
 #: ConvNeXt-shaped layers as Keras exports them, odd rows or columns alone, two maps a tile;
 #: ``:2r`` / ``:2c`` that padding on one axis only (no TF export has it; ``2c`` with row phases).
+#: Stride-2 5x5 layers of a multiple of 4 rows above a whole-mesh tile run in row phases
+#: (session 39: ``small`` 12, 16 and 8 rows, ``default`` 56 and 28).
 CASES = {
     "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,5x3x9,6x2x7/4,"
              "9x3x3/6,7x3x3,3x3x3/3,"
@@ -38,7 +40,7 @@ CASES = {
              "2x16x20:2,"
              "3x12x13@5,2x7x9/2@5,4x10x7/3:2@5,1x1x5@5,3x5x6@5,2x9x15:2@5,"
              "3x12x14:2s,2x8x9:2s,5x6x20/2:2s,4x10x8/3:2s@5,2x2x4:2s,3x7x10:2s,3x12x12:2c,"
-             "2x8x10:2r",
+             "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5",
     "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,7x5x11,960x7x7,13x7x7/5,"
                "20x7x7,96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2,"
                "144x56x56@5,240x28x28@5,672x14x14@5,1152x7x7@5,144x56x56:2@5,672x14x14:2@5,"

@@ -242,15 +242,21 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
                     kernel=kernel)
     tiles = [t for s in steps for t in s.tiles]
     # (maps of the heights row_passes takes: two fills a tile for 5x5, three for 7x7,
-    # size - 2 output rows)
-    passes = row_passes(h, rows=size, kernel=kernel)
-    assert all(t.kernel == kernel and not (t.halves or t.quads) and bool(t.phase1) == passes
+    # size - 2 output rows; stride-2 5x5 maps of a multiple of 4 rows above a tile in row
+    # phases: two fills, size - 2 stride-2 output rows, a top pad row in each phase)
+    phases = row_phases(h, rows=size, stride=stride, kernel=kernel)
+    passes = not phases and row_passes(h, rows=size, kernel=kernel)
+    assert all(t.kernel == kernel and not (t.halves or t.quads) and t.passes == passes
+               and bool(t.phase1) == (passes or phases)
                and bool(t.phase2) == (passes and kernel == 7) for t in tiles)
     assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {kernel // 2}
-    assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == {{5: (1, 1), 7: (2, 1)}[kernel]}
-    assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes else
-                                              size // 2 + kernel ** 2) for t in tiles)
-    assert {t.th for t in tiles if t.oy0 == 0} == {min(h, size - (2 if passes else kernel - 1))}
+    assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == (
+        {(1, 0)} if phases else {{5: (1, 1), 7: (2, 1)}[kernel]})
+    assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes or phases
+                                              else size // 2 + kernel ** 2) for t in tiles)
+    assert {t.th for t in tiles if t.oy0 == 0} == (
+        {min(h // 2, size - 2)} if phases else
+        {min(h, size - (2 if passes else kernel - 1))})
 
 
 @settings(max_examples=60, deadline=None)
@@ -288,14 +294,15 @@ def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
         size = 10                       # (7x7 walks meshes of 9 x 9 and up; the 3x3 shape)
     steps = _replay(c, h, w, size, group, 2, seed=c * 31 + h + w + size + kernel,
                     kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
-    # (3x3 maps of a multiple of 4 rows above the tile's run in row phases, the odd rows too:
-    # phase 0 the even input rows; their accumulator rows are the output rows)
-    phases = kernel == 3 and row_phases(h, rows=size, stride=2)
+    # (3x3 and 5x5 maps of a multiple of 4 rows above the tile's run in row phases, the odd
+    # rows too: their accumulator rows are the output rows)
+    phases = row_phases(h, rows=size, stride=2, kernel=kernel)
     assert {(s.row0, s.lane0, s.acc_rstride, s.lane_step) for s in steps} == {
         (int(odd_rows and not phases), int(odd_cols), 1 if phases else 2, 2)}
-    # (5x5 maps row_passes takes: two fills a tile, the store the same)
+    # (maps row_passes takes: two fills a tile or more, the store the same)
     two = phases or row_passes(h, rows=size, kernel=kernel)
-    assert all(bool(t.phase1) == two and not t.quads for s in steps for t in s.tiles)
+    assert all(bool(t.phase1) == two and t.passes == (two and not phases) and not t.quads
+               for s in steps for t in s.tiles)
 
 
 @settings(max_examples=40, deadline=None)
@@ -327,8 +334,16 @@ def test_serpentine_walks_visit_every_tap_once_with_one_move_between():
         assert walk[-1][1] is None
     assert serpentine(3) == SERPENTINE
     assert walks(1, 5) == [serpentine(5)] and walks(1, 7) == [serpentine(7)]
-    with pytest.raises(ValueError, match="stride 2's row phases walk 3x3"):
-        walks(2, 5)
+    with pytest.raises(ValueError, match="stride 2's row phases walk 3x3 and 5x5"):
+        walks(2, 7)
+    # 5x5 row phases (session 39): the even window rows, then the odd ones, each phase's
+    # rows one phase row (an UP) apart
+    assert [[t for t, _ in w] for w in walks(2, 5)] == [
+        [(dy, dx) for i, dy in enumerate((0, 2, 4))
+         for dx in (range(5) if i % 2 == 0 else range(4, -1, -1))],
+        [(1, dx) for dx in range(5)] + [(3, dx) for dx in range(4, -1, -1)]]
+    assert [[t for t, _ in w] for w in walks(2, 3)] == [
+        [(dy, dx) for dy, dx, _ in PHASE_TAPS[p]] for p in (0, 1)]
     with pytest.raises(ValueError, match="kernel=4"):
         serpentine(4)
 
