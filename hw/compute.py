@@ -108,7 +108,10 @@ class ComputeEngine(wiring.Component):
     ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
     results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``; with
     ``p_m_odd_rows`` (stride 2 keeping the odd rows, TF "SAME": no top pad) phase 0 the even
-    input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``).
+    input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``). A 5x5
+    layer's row phases (``p_m_kernel`` 1) take the window rows 0, 2, 4, then 1, 3, ``R - 2``
+    output rows a tile, a top pad row in each phase of a channel's first tile (with the odd
+    rows, the 3x3 layer's two phases in order).
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
     rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word

@@ -34,7 +34,8 @@ class DwWalker(wiring.Component):
     channel, ``ceil(h / (R - 2))``, formed serially beside the products (a restoring division
     of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
-    above ``R - 2``) ``ceil((h / 2) / (R - 1))``.
+    above ``R - 2``, or ``R - 4`` for 5x5) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R -
+    2))`` for 5x5.
 
     With ``p_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
