@@ -129,7 +129,10 @@ class DwWalker(wiring.Component):
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         # row passes (spec.dwmesh.row_passes): the heights of row_pass_ranges
         def in_ranges(kernel):
-            return Cat(Const(0, 1), *((self.p_h > lo) & (self.p_h <= hi)
+            # (a range open to the largest height needs no upper comparison: p_h has
+            # DIM_BITS bits)
+            return Cat(Const(0, 1), *((self.p_h > lo) & ((self.p_h <= hi)
+                                                         if hi < (1 << DIM_BITS) - 1 else 1)
                                       for lo, hi in row_pass_ranges(R, kernel))).any()
         passes_in = ~phases_in & (((self.p_kernel == 1) & in_ranges(5)) |
                                   ((self.p_kernel == 2) & in_ranges(7)))
