@@ -610,12 +610,12 @@ class ComputeEngine(wiring.Component):
                          n_a_hi1.eq(hi(1)), n_b_hi1.eq(hi(3))]
         with m.Else():
             # (a 5x5 channel's even patch rows are in B when it starts at an even stacked row)
+            sw = par ^ k5
             m.d.sync += [n_a_base.eq(a_pos), n_b_base.eq(b_pos), n_a_hi.eq(clamp(a_left)),
-                         n_b_hi.eq(clamp(b_left)), n_swap.eq(par ^ k5)]
-            # 5x5 row passes: pass 1's patch three rows down (kernel_tile at oy0 + 3): its even
+                         n_b_hi.eq(clamp(b_left)), n_swap.eq(sw)]
+            # row passes: pass 1's patch three rows down (kernel_tile at oy0 + 3): its even
             # rows are the odd-row source's a word on, its odd rows the even-row source's two
             # on, the buffers traded (with swap the even rows are in B)
-            sw = par ^ k5
             m.d.sync += [n_a_base1.eq(a_pos + 2 - sw), n_b_base1.eq(b_pos + 1 + sw),
                          n_a_hi1.eq(clamp(b_left - 1)), n_b_hi1.eq(clamp(a_left - 2)),
                          # a 7x7 tile's third pass six rows down: the same buffers three

@@ -47,9 +47,9 @@ will cost; :func:`spec.golden.conv2d_int8` with ``groups == C`` is its reference
 
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import functools
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -85,12 +85,19 @@ def serpentine(kernel: int) -> tuple[tuple[tuple[int, int], str | None], ...]:
     between rows; :data:`SERPENTINE` for 3x3."""
     if kernel < 1 or kernel % 2 == 0:
         raise ValueError(f"serpentine: kernel={kernel!r} must be odd and >= 1")
+    return _serpentine_rows(kernel, range(kernel))
+
+
+def _serpentine_rows(kernel: int, dys: range) -> tuple[tuple[tuple[int, int], str | None], ...]:
+    """The serpentine over the window rows ``dys`` of a ``kernel``-wide window, from its top
+    left corner (a fresh fill): ``((dy, dx), move after)``, ``dy`` the kernel's row, an ``UP``
+    from one of ``dys`` to the next (the mesh's next row holds it)."""
     taps = []
-    for dy in range(kernel):
-        xs = range(kernel) if dy % 2 == 0 else range(kernel - 1, -1, -1)
-        along = "LEFT" if dy % 2 == 0 else "RIGHT"
-        for i, dx in enumerate(xs):
-            move = along if i < kernel - 1 else ("UP" if dy < kernel - 1 else None)
+    for i, dy in enumerate(dys):
+        xs = range(kernel) if i % 2 == 0 else range(kernel - 1, -1, -1)
+        along = "LEFT" if i % 2 == 0 else "RIGHT"
+        for j, dx in enumerate(xs):
+            move = along if j < kernel - 1 else ("UP" if i < len(dys) - 1 else None)
             taps.append(((dy, dx), move))
     return tuple(taps)
 
@@ -220,19 +227,6 @@ def padded_input(x: np.ndarray, pad: int) -> np.ndarray:
     return padded
 
 
-def _serpentine_rows(kernel: int, dys: range) -> tuple[tuple[tuple[int, int], str | None], ...]:
-    """The serpentine over the window rows ``dys`` of a ``kernel``-wide window, from its top
-    left corner (a fresh fill): ``((dy, dx), move after)``, ``dy`` the kernel's row."""
-    taps = []
-    for i, dy in enumerate(dys):
-        xs = range(kernel) if i % 2 == 0 else range(kernel - 1, -1, -1)
-        along = "LEFT" if i % 2 == 0 else "RIGHT"
-        for j, dx in enumerate(xs):
-            move = along if j < kernel - 1 else ("UP" if i < len(dys) - 1 else None)
-            taps.append(((dy, dx), move))
-    return tuple(taps)
-
-
 #: The row passes of a 5x5 or 7x7 tile (:func:`row_passes`): the window rows of each pass,
 #: three at most, so that the tile's ``rows - 2`` output rows need no patch row past the mesh.
 #: A pass's patch starts its first window row further down than the tile's first padded
@@ -256,12 +250,11 @@ def walks(stride: int, kernel: int = 3, *,
         return [_serpentine_rows(kernel, dys) for dys in PASS_ROWS[kernel]]
     if stride == 1:
         return [serpentine(kernel)]
-    if kernel == 3:
-        return [tuple(((dy, dx), mv) for dy, dx, mv in PHASE_TAPS[p]) for p in (0, 1)]
-    if kernel != 5:
+    if kernel not in (3, 5):
         raise ValueError(f"walks: stride 2's row phases walk 3x3 and 5x5 windows, not "
                          f"{kernel}x{kernel}")
-    # (phase 0 the even window rows, phase 1 the odd ones: one phase row apart each)
+    # phase 0 the even window rows, phase 1 the odd ones, one phase row apart each
+    # (:data:`PHASE_TAPS` for 3x3)
     return [_serpentine_rows(kernel, range(p, kernel, 2)) for p in (0, 1)]
 
 
