@@ -40,8 +40,11 @@ class DwWalker(wiring.Component):
     With ``p_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
     p`` columns wide, a channel's tiles ``ceil(h / (R - 2 p))``, the first strip's loads ``C -
-    p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no row
-    phases, no quadrant mode); a 5x5 or 7x7 layer whose ``h`` :func:`spec.dwmesh.row_passes`
+    p`` bytes from column 0 and a later strip's start ``p`` columns left of its outputs (no
+    quadrant mode); maps of at most ``C - p`` columns (any kernel: pad 1 for 3x3) are one
+    strip of ``w`` columns (:func:`spec.dwmesh.one_strip`, set at ``start``), and maps of at
+    most ``R - p`` rows one tile a channel (:func:`spec.dwmesh.one_tile`); a 5x5 or 7x7
+    layer whose ``h`` :func:`spec.dwmesh.row_passes`
     takes runs in row passes (``passes``, set at ``start``): ``ceil(h / (R - 2))`` tiles a
     channel.
 
@@ -136,6 +139,11 @@ class DwWalker(wiring.Component):
                                       for lo, hi in row_pass_ranges(R, kernel))).any()
         passes_in = ~phases_in & (((self.p_kernel == 1) & in_ranges(5)) |
                                   ((self.p_kernel == 2) & in_ranges(7)))
+        # one strip (spec.dwmesh.one_strip): maps of at most C - pad columns
+        one = Signal(name="dw_one_strip")
+        # one tile a channel (spec.dwmesh.one_tile): maps of at most R - pad rows, not in
+        # row phases (row passes never take them)
+        one_tile_in = ~phases_in & (self.p_h < R - self.p_kernel)
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")
@@ -146,8 +154,11 @@ class DwWalker(wiring.Component):
             m.d.sync += [num.eq(Mux(phases_in, (self.p_h >> 1) - 1, self.p_h - 1)), rem.eq(0),
                          quo.eq(0),
                          tile_rows.eq(Mux(phases_in, Mux(self.p_kernel == 0, R - 1, R - 2),
-                                          Mux(passes_in, R - 2, R - 2 - (self.p_kernel << 1)))),
+                                          Mux(one_tile_in, R - 1,
+                                              Mux(passes_in, R - 2,
+                                                  R - 2 - (self.p_kernel << 1))))),
                          kern.eq(self.p_kernel), self.passes.eq(passes_in),
+                         one.eq(self.p_w < cfg.array_cols - self.p_kernel),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
             m.d.sync += [num.eq(num << 1),
@@ -214,11 +225,11 @@ class DwWalker(wiring.Component):
         m.d.comb += left.eq(w - ox0)
         first = ox0 == 0
         last_group = Signal()
-        m.d.comb += [more_strips.eq(left > tw_max), more_groups.eq(c0 + G < C),
+        m.d.comb += [more_strips.eq((left > tw_max) & ~one), more_groups.eq(c0 + G < C),
                      last_group.eq(~(c0 + G < C))]
         rows = Mux(last_group, ch - rows_done, gh)
         xs = Mux(first, 0, ox0 - pad)                      # the patch's first loaded column
-        tw = Mux(left > tw_max, tw_max, left)
+        tw = Mux(more_strips, tw_max, left)
         # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
         col = chan_o + Mux(s2, ox0 >> 1, ox0)
         q = self.quad

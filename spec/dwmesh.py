@@ -64,7 +64,8 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
-           "PHASE_TAPS", "PASS_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats"]
+           "PHASE_TAPS", "PASS_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats",
+           "one_strip", "one_tile"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles or in row passes (stride 2
@@ -578,8 +579,11 @@ def _pass_better(h: int, rows: int, kernel: int) -> bool:
 def row_pass_ranges(rows: int, kernel: int) -> tuple[tuple[int, int], ...]:
     """The map heights :func:`row_passes` takes for a ``kernel`` x ``kernel`` layer on a mesh
     of ``rows`` rows, as ``(lo, hi)`` ranges ``lo < h <= hi`` (the RTL compares with them),
-    ``hi`` up to ``2 ** DIM_BITS - 1``: for 5x5 on the 16x16 ``(12, 14)``, ``(24, 28)``,
-    ``(36, 42)``, ``(48, 56)``, ``(96, 98)``, ``(108, 112)``, ``(120, 126)`` and ``(180, 182)``.
+    ``hi`` up to ``2 ** DIM_BITS - 1``: for 5x5 on the 16x16 ``(24, 28)``, ``(36, 42)``,
+    ``(48, 56)``, ``(96, 98)``, ``(108, 112)``, ``(120, 126)`` and ``(180, 182)``; for 7x7
+    ``(13, 14)``, ``(20, 28)``, ``(30, 42)``, ``(50, 56)``, ``(60, 98)`` and ``(100, 2 ** 24 -
+    1)``. Never a height :func:`one_tile` takes (one tile without passes: 14 and 13 rows
+    and less; ``(12, 14)`` and ``(10, 14)`` until session 40).
     A pass tile costs ``A = pass_tile_beats - 1`` beats for ``rows - 2`` output rows, a
     whole-mesh tile ``B = rows / 2 + k^2 - 1`` for ``rows - 2 p``; the tile counts' rounding
     decides up to a height past which the per-row costs do: passes never win again above
@@ -598,7 +602,8 @@ def row_pass_ranges(rows: int, kernel: int) -> tuple[tuple[int, int], ...]:
         last = (1 << DIM_BITS) - 1
     ranges, start = [], None
     for h in range(1, top + 2):
-        if h <= top and _pass_better(h, rows, kernel):
+        if h <= top and _pass_better(h, rows, kernel) and not one_tile(h, rows=rows,
+                                                                       kernel=kernel):
             start = h - 1 if start is None else start
         elif start is not None:
             ranges.append((start, h - 1))
@@ -616,9 +621,40 @@ def row_passes(h: int, *, rows: int, kernel: int) -> bool:
     (7x7), the accumulators carrying the sum across, so a tile gives ``rows - 2`` output rows
     in :func:`pass_tile_beats` (``rows + 24`` and ``3 rows / 2 + 47``) instead of ``rows - 2
     p`` in ``rows / 2 + k^2``. Taken where that needs fewer beats a channel
-    (:func:`row_pass_ranges`): a 14 x 14 map on the 16x16 is one tile a strip instead of two.
-    Stride 2 too (its tiles are the stride-1 ones, the store keeping every other row)."""
+    (:func:`row_pass_ranges`): a 28 x 28 5x5 map on the 16x16 is two tiles a strip instead of
+    three (maps of 14 rows and less are one tile without passes, :func:`one_tile`). Stride 2
+    too (its tiles are the stride-1 ones, the store keeping every other row)."""
     return any(lo < h <= hi for lo, hi in row_pass_ranges(rows, kernel))
+
+
+def one_strip(w: int, *, cols: int, kernel: int) -> bool:
+    """A layer of ``w``-column maps runs in one strip of ``w`` output columns, not strips of
+    ``cols - 2 pad``: its maps are at most ``cols - pad`` columns wide (14 for 5x5 on the
+    16x16, 13 for 7x7, 15 for 3x3). The first strip's patch is the map's columns with its
+    left pad rotated in from the lanes past them (``pre_right``); every row of the mesh is a
+    ring, so the pad lanes also lie right of the map's last column, and with at least ``pad``
+    of them (``cols - w >= pad``) the windows of the last ``pad`` output columns, which leave
+    the map on the right, read only those: the left pad is the right pad too. (Session 40: a 14 x 14
+    5x5 map, EfficientNet-B0's, was two strips of 12 and 2 columns.)"""
+    return _ring_fits(w, cols, kernel)
+
+
+def one_tile(h: int, *, rows: int, kernel: int) -> bool:
+    """A channel of ``h``-row maps is one whole-mesh tile of ``h`` output rows (one fill, the
+    whole walk: ``rows / 2 + kernel^2`` beats), not tiles of ``rows - 2 pad`` rows or row
+    passes: its maps are at most ``rows - pad`` rows tall (14 for 5x5 on the 16x16, 13 for
+    7x7, 15 for 3x3). As :func:`one_strip` for columns: the fill masks the rows above and
+    below the map (``a_lo`` / ``b_lo``, ``a_hi`` / ``b_hi``), every column of the mesh is a
+    ring, so the ``pad`` masked rows on top are below the map's last row too. Not with stride
+    2's row phases (:func:`row_phases` takes no such map on a mesh of 12 rows or more).
+    (Session 40: a 14 x 14 5x5 map, EfficientNet-B0's, was a 40-beat tile in row passes.)"""
+    return _ring_fits(h, rows, kernel)
+
+
+def _ring_fits(side: int, mesh: int, kernel: int) -> bool:
+    # a map side one mesh ring holds with its pads: the pad lanes / rows before the map are
+    # its pads after it too, round the ring
+    return side <= mesh - strip_pad(kernel)
 
 
 def quad_mode(h: int, w: int, *, rows: int, cols: int, stride: int) -> bool:
@@ -726,15 +762,20 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, quadrants: 3x3 only
     phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)   # (3x3 and 5x5)
-    passes = not phases and row_passes(h, rows=rows, kernel=kernel)
+    single = not phases and one_tile(h, rows=rows, kernel=kernel)
+    passes = not phases and row_passes(h, rows=rows, kernel=kernel)    # (never single)
+    if single:                                   # a channel one tile (one_tile)
+        th_max = h
     if passes:                                   # 5x5 row passes: rows - 2 output rows a tile
         th_max = rows - 2
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
+    # a map of at most cols - pad columns is one strip (one_strip)
+    strip = w if one_strip(w, cols=cols, kernel=kernel) else tw_max
     steps = []
     for c0 in range(0, channels, group):
         g_count = min(group, channels - c0)
-        for ox0 in range(0, w, tw_max):
+        for ox0 in range(0, w, strip):
             first = ox0 == 0
             xs = 0 if first else ox0 - pad      # the patch's first loaded input column
             nbytes = min(cols - pad, w) if first else min(cols, w - xs)
@@ -764,7 +805,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
                 tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
                          in itertools.zip_longest(tiles[0::2], tiles[1::2])]
-            tw = min(tw_max, w - ox0)
+            tw = min(strip, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
                                    out_rows=g_count * oh,

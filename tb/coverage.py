@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec.desc import ErrorCode
-from spec.dwmesh import row_passes, row_phases
+from spec.dwmesh import one_strip, one_tile, row_passes, row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
@@ -91,7 +91,16 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "odd h, several channels a step (rows swap buffers)":
             lambda r: r["h"] % 2 == 1 and r["group"] > 1,
         "a short last channel group": lambda r: r["channels"] % r["group"] != 0,
-        "several column strips": lambda r: r["w"] > r["C"] - 2,
+        "several column strips": lambda r: not one_strip(r["w"], cols=r["C"],
+                                                         kernel=r["kernel"]),
+        # (spec.dwmesh.one_strip / one_tile: the map's left / top pad is its right / bottom
+        # one round the mesh's rings, where strips / tiles of C - 2 pad would take two)
+        "one strip wider than C - 2 pad columns":
+            lambda r: r["w"] > r["C"] - (r["kernel"] - 1) and
+            one_strip(r["w"], cols=r["C"], kernel=r["kernel"]),
+        "one tile taller than R - 2 pad rows":
+            lambda r: r["h"] > r["C"] - (r["kernel"] - 1) and not _phases(r) and
+            one_tile(r["h"], rows=r["C"], kernel=r["kernel"]),
         "one-row map": lambda r: r["h"] == 1,
         "int8 output (requantised)": lambda r: r["int8"],
         "int32 output": lambda r: not r["int8"],

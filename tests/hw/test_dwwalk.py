@@ -19,7 +19,7 @@ from .util import run_sim
     ("tiny", 3, 4, 3, 2, 0), ("default", 5, 7, 7, 3, 1), ("small", 4, 13, 6, 3, 0),
     ("default", 960, 7, 7, 70, 1), ("default", 96, 112, 112, 4, 1), ("default", 7, 56, 30, 3, 0),
     ("small", 5, 8, 9, 2, 1), ("small", 3, 12, 20, 3, 0), ("small", 6, 3, 3, 4, 1),
-    ("small", 6, 3, 3, 4, 0)])
+    ("small", 6, 3, 3, 4, 0), ("small", 2, 5, 7, 2, 1), ("small", 2, 5, 8, 2, 0)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, stride):
     _walk(preset, channels, h, w, group, int8, stride, kernel=3)
@@ -29,18 +29,22 @@ def test_walk_states_the_models_steps(preset, channels, h, w, group, int8, strid
     ("default", 3, 20, 31, 1, 1), ("default", 8, 14, 14, 3, 1), ("default", 5, 28, 30, 2, 0),
     ("default", 1, 7, 7, 1, 1), ("default", 2, 1, 1, 1, 1), ("default", 672, 14, 14, 35, 1),
     ("default", 2, 12, 12, 2, 0), ("default", 2, 13, 25, 2, 1), ("default", 3, 56, 30, 3, 0),
-    ("small", 3, 12, 13, 2, 1), ("small", 2, 13, 6, 1, 0), ("small", 4, 5, 5, 3, 1)])
+    ("small", 3, 12, 13, 2, 1), ("small", 2, 13, 6, 1, 0), ("small", 4, 5, 5, 3, 1),
+    ("default", 2, 9, 15, 2, 0), ("small", 2, 9, 7, 2, 1)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_5x5_steps(preset, channels, h, w, group, int8, stride):
     """Depthwise 5x5 (p_kernel 1): strips of C - 4 columns, tiles of R - 4 rows (R - 2 in row
-    passes: 14, 13, 28 and 56 rows on the 16x16, 13 and 5 on the 8x8), the loads two columns
-    left of a later strip's outputs."""
+    passes: 28 and 56 rows on the 16x16, 9, 12 and 13 on the 8x8), the loads two columns left of
+    a later strip's outputs; maps of up to C - 2 columns one strip (14 and 13 on the 16x16, 6
+    and 5 on the 8x8; 15 and 7 two strips), of up to R - 2 rows one tile (14, 13, 12 and 9 on
+    the 16x16, 5 on the 8x8)."""
     _walk(preset, channels, h, w, group, int8, stride, kernel=5)
 
 
 @pytest.mark.parametrize("channels,h,w,group,int8", [
     (3, 20, 31, 1, 1), (8, 14, 14, 3, 1), (5, 28, 30, 2, 0), (1, 7, 7, 1, 1), (2, 1, 1, 1, 1),
-    (768, 7, 7, 40, 1), (2, 10, 11, 2, 0), (3, 56, 56, 3, 0)])
+    (768, 7, 7, 40, 1), (2, 10, 11, 2, 0), (3, 56, 56, 3, 0), (2, 9, 13, 2, 1),
+    (2, 9, 14, 2, 0), (3, 13, 13, 3, 1), (3, 14, 13, 3, 0)])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_walk_states_the_models_7x7_steps(channels, h, w, group, int8, stride):
     """Depthwise 7x7 (p_kernel 2) on the 16x16: strips of C - 6 columns, tiles of R - 6

@@ -333,12 +333,14 @@ def test_5x5_layers_load_seven_weight_arrays():
 #: utilisation (whole-mesh tiles of 12 x 12 outputs in 33 beats for 5x5, 10 x 10 in 57 for
 #: 7x7; 56-, 28- and 14-row maps in row passes, spec.dwmesh.row_passes: 14 x 12 outputs a
 #: 40-beat tile, 14 x 10 a 71-beat one; stride 2 the stride-1 tiles, a quarter stored, or a
-#: 5x5 one of 56 rows in row phases: 14 stride-2 rows a 40-beat tile). As
+#: 5x5 one of 56 rows in row phases: 14 stride-2 rows a 40-beat tile; a 14 x 14 5x5 map one
+#: 33-beat tile a channel, spec.dwmesh.one_strip and one_tile: 23.5% and 5.9% in two strips
+#: of 40-beat tiles in row passes until session 40). As
 #: channel blocks they ran at 0.9-5.2%; without the row passes (session 37) at 37.7%, 25.9%,
 #: 14.6%, 13.8%, 9.4%, 3.7% (5x5) and 29.5%, 29.2%, 16.2%, 15.4%, 7.3% (7x7).
 @pytest.mark.parametrize("kernel, c, h, stride, at_least", [
-    (5, 144, 56, 1, 0.38), (5, 240, 28, 1, 0.31), (5, 672, 14, 1, 0.23), (5, 1152, 7, 1, 0.13),
-    (5, 144, 56, 2, 0.19), (5, 672, 14, 2, 0.05),
+    (5, 144, 56, 1, 0.38), (5, 240, 28, 1, 0.31), (5, 672, 14, 1, 0.53), (5, 1152, 7, 1, 0.13),
+    (5, 144, 56, 2, 0.19), (5, 672, 14, 2, 0.13),
     (7, 96, 56, 1, 0.35), (7, 192, 28, 1, 0.34), (7, 384, 14, 1, 0.25), (7, 768, 7, 1, 0.15),
     (7, 192, 28, 2, 0.08)])
 def test_big_kernel_depthwise_utilisation(kernel, c, h, stride, at_least):
@@ -353,8 +355,10 @@ def test_big_kernel_depthwise_utilisation(kernel, c, h, stride, at_least):
                                  kernel=kernel).partition_m
     tiles = [t for s in strip_steps(c, h, h, x_addr=0, out_addr=0, stride=stride,
                                     kernel=kernel, group=group) for t in s.tiles]
-    # (every map but the 7 x 7 ones in row passes: a second fill, a third for 7x7)
-    assert all(bool(t.phase1) == (h != 7) and bool(t.phase2) == (h != 7 and kernel == 7)
+    # (every map but the 7 x 7 ones and the 14 x 14 5x5 ones, one tile a channel, in row
+    # passes: a second fill, a third for 7x7)
+    two = h != 7 and (h, kernel) != (14, 5)
+    assert all(bool(t.phase1) == two and bool(t.phase2) == (two and kernel == 7)
                for t in tiles)
 
 

@@ -32,7 +32,9 @@ from .test_rtl import run, seed_for
 #: ConvNeXt-shaped layers as Keras exports them, odd rows or columns alone, two maps a tile;
 #: ``:2r`` / ``:2c`` that padding on one axis only (no TF export has it; ``2c`` with row phases).
 #: Stride-2 5x5 layers of a multiple of 4 rows above a whole-mesh tile run in row phases
-#: (session 39: ``small`` 12, 16 and 8 rows, ``default`` 56 and 28).
+#: (session 39: ``small`` 12, 16 and 8 rows, ``default`` 56 and 28). Maps of at most ``C -
+#: pad`` columns are one strip (session 40, spec.dwmesh.one_strip: ``small`` 7 columns 3x3,
+#: 6 columns 5x5; ``default`` 15 columns 3x3, 14 columns 5x5, 13 columns 7x7).
 CASES = {
     "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,5x3x9,6x2x7/4,"
              "9x3x3/6,7x3x3,3x3x3/3,"
@@ -40,7 +42,7 @@ CASES = {
              "2x16x20:2,"
              "3x12x13@5,2x7x9/2@5,4x10x7/3:2@5,1x1x5@5,3x5x6@5,2x9x15:2@5,"
              "3x12x14:2s,2x8x9:2s,5x6x20/2:2s,4x10x8/3:2s@5,2x2x4:2s,3x7x10:2s,3x12x12:2c,"
-             "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5",
+             "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5,2x9x6:2s@5",
     "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,7x5x11,960x7x7,13x7x7/5,"
                "20x7x7,96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2,"
                "144x56x56@5,240x28x28@5,672x14x14@5,1152x7x7@5,144x56x56:2@5,672x14x14:2@5,"
@@ -48,7 +50,7 @@ CASES = {
                "7x13x20/3@7,"
                "96x112x112:2s,240x28x28:2s,5x28x15/2:2s,4x6x6/4:2s,144x56x56:2s@5,"
                "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,8x32x32:2c,"
-               "6x28x28/3:2c@5,4x16x20:2r",
+               "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
 #: 16 x 16 (its 3x3 layers of 32 to 960 channels; the few-channel cases test shapes).

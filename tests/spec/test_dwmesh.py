@@ -11,7 +11,7 @@ from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_boun
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
-                         row_pass_ranges, pass_tile_beats)
+                         row_pass_ranges, pass_tile_beats, one_strip, one_tile)
 from spec.golden import conv2d_int8
 
 
@@ -246,6 +246,8 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     # phases: two fills, size - 2 stride-2 output rows, a top pad row in each phase)
     phases = row_phases(h, rows=size, stride=stride, kernel=kernel)
     passes = not phases and row_passes(h, rows=size, kernel=kernel)
+    single = not phases and one_tile(h, rows=size, kernel=kernel)
+    assert not (passes and single)
     assert all(t.kernel == kernel and not (t.halves or t.quads) and t.passes == passes
                and bool(t.phase1) == (passes or phases)
                and bool(t.phase2) == (passes and kernel == 7) for t in tiles)
@@ -255,7 +257,7 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes or phases
                                               else size // 2 + kernel ** 2) for t in tiles)
     assert {t.th for t in tiles if t.oy0 == 0} == (
-        {min(h // 2, size - 2)} if phases else
+        {min(h // 2, size - 2)} if phases else {h} if single else
         {min(h, size - (2 if passes else kernel - 1))})
 
 
@@ -315,6 +317,25 @@ def test_odd_stride2_strip_steps_replayed_on_random_shapes(c, h, w, kernel, size
             odd_rows=h % 2 == 0, odd_cols=w % 2 == 0)
 
 
+@pytest.mark.parametrize("kernel,size", [(3, 16), (5, 16), (7, 16), (3, 8), (5, 8), (7, 10)])
+@pytest.mark.parametrize("stride,odd", [(1, False), (2, False), (2, True)])
+def test_maps_at_most_cols_minus_pad_wide_run_in_one_strip(kernel, size, stride, odd):
+    """A map of at most ``cols - pad`` columns is one strip of all its columns (``one_strip``):
+    its left pad, rotated in from the lanes past the map, is its right pad too round the row
+    ring; one column more and the strips are ``cols - 2 pad`` wide again. Replayed on a
+    memory for both widths, stride 1 and 2, TF "SAME" columns, tall maps (row passes and
+    phases) and short ones (two channels a tile)."""
+    pad = kernel // 2
+    for w in (size - pad, size - pad - 1, size - pad + 1):
+        assert one_strip(w, cols=size, kernel=kernel) == (w <= size - pad)
+        for c, h, group in ((3, w, 3), (2, 4 * size, 2), (4, 3, 4)):
+            steps = _replay(c, h, w, size, group, stride, seed=w * 7 + h + kernel,
+                            kernel=kernel, odd_rows=odd and h % 2 == 0, odd_cols=odd and w % 2 == 0)
+            strip = w if w <= size - pad else size - 2 * pad
+            assert [s.tw for s in steps if s.c0 == 0] == [min(strip, w - ox0)
+                                                          for ox0 in range(0, w, strip)]
+
+
 def test_odd_stride2_needs_stride_2_and_even_sides():
     for kwargs in (dict(stride=1, odd_rows=True), dict(h=7, odd_rows=True),
                    dict(w=9, odd_cols=True)):
@@ -361,30 +382,31 @@ def test_strip_steps_refuse_a_kernel_they_do_not_walk():
 def test_row_passes_where_they_pay_and_what_a_tile_takes():
     """5x5 tiles in row passes (session 39): two fills a tile, the window rows 0 to 2 then 3
     and 4 from a patch three rows further down, ``rows - 2`` output rows in ``rows + 24``
-    beats; taken for the heights where a channel's tiles then take fewer beats."""
-    assert row_pass_ranges(16, 5) == ((12, 14), (24, 28), (36, 42), (48, 56), (96, 98),
+    beats; taken for the heights where a channel's tiles then take fewer beats, above the
+    maps that are one tile without them (``one_tile``: 14 rows and less; session 40)."""
+    assert row_pass_ranges(16, 5) == ((24, 28), (36, 42), (48, 56), (96, 98),
                                       (108, 112), (120, 126), (180, 182))
     # (on the 8 x 8 passes cost fewer beats an output row: from 9 rows up, for good)
-    assert row_pass_ranges(8, 5) == ((4, 6), (8, (1 << DIM_BITS) - 1))
+    assert row_pass_ranges(8, 5) == ((8, (1 << DIM_BITS) - 1),)
     assert row_pass_ranges(4, 5) == row_pass_ranges(16, 3) == ()
     taken = [h for h in range(1, 300) if row_passes(h, rows=16, kernel=5)]
     assert taken == [h for lo, hi in row_pass_ranges(16, 5) for h in range(lo + 1, hi + 1)]
     for rows in (6, 8, 10, 12, 14, 16, 20, 32):   # exactly where a channel's beats drop
         for h in range(1, 3000):
             passes, plain = -(-h // (rows - 2)), -(-h // (rows - 4))
-            assert row_passes(h, rows=rows, kernel=5) == (
-                passes * (rows + 23) < plain * (rows // 2 + 24)), (rows, h)
+            assert row_passes(h, rows=rows, kernel=5) == (h > rows - 2 and (
+                passes * (rows + 23) < plain * (rows // 2 + 24))), (rows, h)
     assert not any(row_passes(h, rows=16, kernel=3) for h in range(1, 300))
     # 7x7: three passes (window rows 0-2, 3-5, 6), 14 rows in 71 beats against 10 in 57: fewer
     # beats a row, so from 100 rows up for good
-    assert row_pass_ranges(16, 7) == ((10, 14), (20, 28), (30, 42), (50, 56), (60, 98),
+    assert row_pass_ranges(16, 7) == ((13, 14), (20, 28), (30, 42), (50, 56), (60, 98),
                                       (100, (1 << DIM_BITS) - 1))
     assert pass_tile_beats(7, 16) == 3 * 8 + 49 - 2 and pass_tile_beats(5, 16) == 40
     for rows in (10, 12, 16, 20):
         for h in range(1, 3000):
             passes, plain = -(-h // (rows - 2)), -(-h // (rows - 6))
-            assert row_passes(h, rows=rows, kernel=7) == (
-                passes * (3 * rows // 2 + 46) < plain * (rows // 2 + 48)), (rows, h)
+            assert row_passes(h, rows=rows, kernel=7) == (h > rows - 3 and (
+                passes * (3 * rows // 2 + 46) < plain * (rows // 2 + 48))), (rows, h)
     three = walks(1, 7, passes=True)
     assert [sorted({dy for (dy, _), _ in w}) for w in three] == [[0, 1, 2], [3, 4, 5], [6]]
     assert sorted(t for w in three for t, _ in w) == [(dy, dx) for dy in range(7)
@@ -400,9 +422,9 @@ def test_row_passes_where_they_pay_and_what_a_tile_takes():
     for bad in ((2, 5), (1, 3), (2, 7)):
         with pytest.raises(ValueError, match="row passes"):
             walks(*bad, passes=True)
-    # a 14 x 14 map: one tile a strip (two strips: 12 and 2 output columns), 14 rows each
-    steps = strip_steps(3, 14, 14, x_addr=0, out_addr=0, group=3, kernel=5)
-    assert [len(s.tiles) for s in steps] == [3, 3]
+    # a 28-row map: two tiles a channel, 14 rows each (one strip of 14 columns: one_strip)
+    steps = strip_steps(3, 28, 14, x_addr=0, out_addr=0, group=3, kernel=5)
+    assert [len(s.tiles) for s in steps] == [6]
     tile = steps[0].tiles[1]
     assert (tile.th, tile.acc_row, tile.phase1.acc_row) == (14, 14, 14)
     # pass 1's patch starts at input row oy0 + 1: the channel's fill words a word or two on,
@@ -410,9 +432,17 @@ def test_row_passes_where_they_pay_and_what_a_tile_takes():
     assert (tile.phase1.swap, tile.phase1.a_lo, tile.phase1.b_lo) == (not tile.swap, 0, 0)
     assert (tile.phase1.a_base, tile.phase1.b_base) == (
         (tile.a_base + 1, tile.b_base + 2) if tile.swap else (tile.a_base + 2, tile.b_base + 1))
-    assert strip_step_cycles(steps[0], 16) == 3 * 40 - 2        # against 6 * 33 - 5
+    assert strip_step_cycles(steps[0], 16) == 6 * 40 - 5        # against 9 * 33 - 8
     assert [len(s.tiles) for s in strip_steps(1, 16, 14, x_addr=0, out_addr=0,
-                                              kernel=5)] == [2, 2]     # (no passes: 2 either way)
+                                              kernel=5)] == [2]     # (no passes: 2 either way)
+    # a 14 x 14 map: one whole-mesh tile a channel, the map's top pad rows its bottom ones
+    # round the ring (one_tile; 40-beat tiles in row passes until session 40, and two strips)
+    steps = strip_steps(3, 14, 14, x_addr=0, out_addr=0, group=3, kernel=5)
+    assert [[(t.th, t.phase1, t.passes) for t in s.tiles] for s in steps] == [
+        [(14, None, False)] * 3]
+    assert strip_step_cycles(steps[0], 16) == 3 * 33 - 2
+    assert [one_tile(h, rows=16, kernel=k) for k, h in ((3, 15), (3, 16), (5, 14), (5, 15),
+                                                        (7, 13), (7, 14))] == [True, False] * 3
     # 7x7 on a 14 x 14 map: one tile a strip (10 and 4 output columns), three passes, the
     # third's patch six rows on: the same buffers three words on
     steps = strip_steps(2, 14, 14, x_addr=0, out_addr=0, group=2, kernel=7)
