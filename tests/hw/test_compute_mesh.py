@@ -12,7 +12,8 @@ from hw.compute import (MESH_HALVES_START_CYCLES, MESH_QUAD_START_CYCLES, MESH_S
                         ComputeEngine, mesh_drain_cycles)
 from hw.params import WEIGHT_TAPS
 from spec.config import PRESETS
-from spec.dwmesh import run_strip_tile, strip_step_cycles, strip_steps, strip_tile_acc
+from spec.dwmesh import (one_tile, run_strip_tile, strip_step_cycles, strip_steps,
+                         strip_tile_acc)
 
 from .test_array import pack
 from .util import run_sim
@@ -68,10 +69,13 @@ def _unpack_row(word, cols):
         (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
         (8, 3, 3, 8, "quad"), (1, 3, 3, 1, "quad"),
         # depthwise 5x5 (pad 2): 4 x 4 outputs a tile on the 8x8, channels at odd and even
-        # stacked rows, ragged tiles, a one-pixel map; in row passes (10, 5 and 9 rows: 6 x
-        # 4 outputs a tile, two fills) several tiles a channel, the last ragged
+        # stacked rows, ragged tiles, a one-pixel map; in row passes (10 and 9 rows: 6 x
+        # 4 outputs a tile, two fills) several tiles a channel, the last ragged; 5 rows one
+        # tile (spec.dwmesh.one_tile)
         (3, 10, 13, 3, "k5"), (2, 5, 4, 2, "k5"), (3, 7, 9, 3, "k5"), (2, 1, 1, 2, "k5"),
         (4, 9, 5, 3, "k5"))),
+    # (14 and 13 rows on the 16x16: one tile a channel, spec.dwmesh.one_tile; a 14-column
+    # map one strip, one_strip)
     ("default", 3, 14, 14, 3, "k5"), ("default", 2, 13, 20, 2, "k5"),
     # (row passes on the 16x16: 14 x 12 outputs a tile, 28 rows two tiles; 16 rows none)
     ("default", 2, 28, 13, 2, "k5"), ("default", 2, 16, 9, 2, "k5"),
@@ -130,6 +134,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
                       "p_m_tiles": -(-(h // 2) // (R - 1 if kernel == 3 else R - 2))
                       if phases else
                       -(-h // (R - 2)) if passes else
+                      1 if one_tile(h, rows=R, kernel=kernel) else
                       -(-h // (R - kernel + 1)), "p_m_kernel": (kernel - 3) // 2,
                       "p_m_phases": phases, "p_m_passes": passes,
                       "p_m_words": step.a_load.words, "p_m_quad": quad,
