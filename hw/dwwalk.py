@@ -35,7 +35,8 @@ class DwWalker(wiring.Component):
     of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
     above ``R - 2``, or ``R - 4`` for 5x5) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R -
-    2))`` for 5x5.
+    2))`` for 5x5; one for a map of at most ``R - p`` rows outside row phases
+    (:func:`spec.dwmesh.one_tile`: the division by ``R - 1``).
 
     With ``p_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) the strips are ``C - 2
@@ -120,7 +121,7 @@ class DwWalker(wiring.Component):
         gp = Signal(pw, name="dw_gp")
         m.d.comb += gp.eq(Mux(s2, (gh + 1) >> 1, gh))
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
-        # in row phases ceil((h / 2) / (R - 1)) --
+        # in row phases ceil((h / 2) / (R - 1)); 1 for one tile (h / (R - 1)) --
         R = cfg.array_rows
         # (and a 5x5 one above R - 4 rows: spec.dwmesh.row_phases)
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (

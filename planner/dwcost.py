@@ -27,7 +27,10 @@ drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
 less after a strip's first). A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 tiles of ``(R
 - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs (stride 2: the same tiles, the decimating
-store), none of the 3x3 layer's halves, row phases or quadrants.
+store), or ``(R - 2)`` rows in row passes (:func:`spec.dwmesh.row_passes`), or for 5x5 with
+stride 2 in row phases; none of the 3x3 layer's halves or quadrants. A map of at most ``C -
+pad`` columns is one strip, of at most ``R - pad`` rows one tile a channel (any kernel:
+:func:`spec.dwmesh.one_strip`, :func:`spec.dwmesh.one_tile`).
 """
 
 from __future__ import annotations

@@ -645,8 +645,11 @@ def one_tile(h: int, *, rows: int, kernel: int) -> bool:
     passes: its maps are at most ``rows - pad`` rows tall (14 for 5x5 on the 16x16, 13 for
     7x7, 15 for 3x3). As :func:`one_strip` for columns: the fill masks the rows above and
     below the map (``a_lo`` / ``b_lo``, ``a_hi`` / ``b_hi``), every column of the mesh is a
-    ring, so the ``pad`` masked rows on top are below the map's last row too. Not with stride
-    2's row phases (:func:`row_phases` takes no such map on a mesh of 12 rows or more).
+    ring, so the ``pad`` masked rows on top are below the map's last row too. (Outside the
+    halves and quadrant modes, which hold two and four such maps a tile.) Stride 2's row
+    phases take precedence: :func:`row_phases` takes such a map only for 5x5 with ``h = rows -
+    2`` on a mesh of ``2 mod 4`` rows, which no ``dw_mesh`` config has (their meshes are
+    powers of two).
     (Session 40: a 14 x 14 5x5 map, EfficientNet-B0's, was a 40-beat tile in row passes.)"""
     return _ring_fits(h, rows, kernel)
 
@@ -729,6 +732,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     :attr:`StripTile.phase2`); the first
     strip loads ``cols - pad`` bytes from column 0 and its tiles are rotated right by ``pad``
     (``pre_right``), later strips start their loads ``pad`` columns left of their outputs.
+    A map of at most ``cols - pad`` columns is one strip of all its columns
+    (:func:`one_strip`), and one of at most ``rows - pad`` rows one whole-mesh tile a channel
+    of all its rows (:func:`one_tile`; not in row phases): their pads round the mesh's rings.
 
     ``odd_rows`` / ``odd_cols`` (stride 2, an even ``h`` / ``w``: :data:`spec.desc.B_MODE_ODD_ROWS`,
     :data:`spec.desc.B_MODE_ODD_COLS`): the layer's top / left pad is ``pad - 1`` (TF "SAME"),
