@@ -111,7 +111,10 @@ class ComputeEngine(wiring.Component):
     input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``). A 5x5
     layer's row phases (``p_m_kernel`` 1) take the window rows 0, 2, 4, then 1, 3, ``R - 2``
     output rows a tile, a top pad row in each phase of a channel's first tile (with the odd
-    rows, the 3x3 layer's two phases in order).
+    rows, the 3x3 layer's two phases in order); a 7x7 layer's (``p_m_kernel`` 2, session 40)
+    the window rows 0, 2, 4, then 1, 3, 5, then 6 (the feeder's ``*2`` parameters), ``R - 2``
+    output rows a tile (:func:`spec.dwmesh._phase_fill` states every fill's words, swap and
+    masks).
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
     rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
@@ -587,8 +590,26 @@ class ComputeEngine(wiring.Component):
         # (input rows p0 - 2 + 2 i), phase 1 the 3x3 phase 0 (second groups), both with the
         # top pad; with the odd rows phase 0 the 3x3 phase 0, phase 1 the 3x3 phase 1
         n_a_lo1 = Signal.like(feed.p_a_lo1, name="mesh_n_a_lo1")
-        m.d.sync += n_a_lo1.eq(first & k5 & ~orow)
-        with m.If(phases & k5 & orow):
+        m.d.sync += n_a_lo1.eq(first & ((k5 & ~orow) | k7))
+        # A 7x7 layer's row phases (session 40, spec.dwmesh._phase_fill): the window rows 0, 2,
+        # 4 (input rows p0 - 3 + 2 i), 1, 3, 5 (p0 - 2 + 2 i: the 5x5 phase 0) and 6 (p0 + 3 +
+        # 2 i, with the *2 parameters); with the odd rows each a row further down (p0 - 2,
+        # p0 - 1: the 3x3 phase 0, p0 + 4)
+        with m.If(phases & k7 & orow):
+            m.d.sync += [n_a_base.eq(ph_a1 + u), n_b_base.eq(ph_b1 + u - 1 + odd),
+                         n_a_hi.eq(hi(-1)), n_b_hi.eq(hi(1)), n_swap.eq(~odd),
+                         n_a_base1.eq(ph_a0 + u), n_b_base1.eq(ph_b0 + u - 1 + odd),
+                         n_a_hi1.eq(hi(0)), n_b_hi1.eq(hi(2)),
+                         n_a_base2.eq(ph_a1 + u + 1 + odd), n_b_base2.eq(ph_b1 + u + 1),
+                         n_a_hi2.eq(hi(5)), n_b_hi2.eq(hi(7))]
+        with m.Elif(phases & k7):
+            m.d.sync += [n_a_base.eq(ph_a0 + u - 1 + odd), n_b_base.eq(ph_b0 + u - 1),
+                         n_a_hi.eq(hi(-2)), n_b_hi.eq(hi(0)), n_swap.eq(odd),
+                         n_a_base1.eq(ph_a1 + u), n_b_base1.eq(ph_b1 + u - 1 + odd),
+                         n_a_hi1.eq(hi(-1)), n_b_hi1.eq(hi(1)),
+                         n_a_base2.eq(ph_a0 + u + 1), n_b_base2.eq(ph_b0 + u + odd),
+                         n_a_hi2.eq(hi(4)), n_b_hi2.eq(hi(6))]
+        with m.Elif(phases & k5 & orow):
             m.d.sync += [n_a_base.eq(ph_a0 + u), n_b_base.eq(ph_b0 + u - 1 + odd),
                          n_a_hi.eq(hi(0)), n_b_hi.eq(hi(2)), n_swap.eq(~odd),
                          n_a_base1.eq(ph_a1 + u + odd), n_b_base1.eq(ph_b1 + u),
@@ -627,8 +648,10 @@ class ComputeEngine(wiring.Component):
         # (no top pad row in odd-row phases)
         # (a 5x5 layer's row phases: the top pad row in phase 0's even rows, whether odd rows
         # or not, and none in its odd rows)
-        m.d.sync += [n_a_lo.eq(Mux(first & ~(phases & orow & ~k5), 1 + k7, 0)),
-                     n_b_lo.eq(first & big & ~phases),
+        # (a 7x7 layer's row phases: one top pad row in phase 0's even rows, and its odd ones
+        # without the odd rows)
+        m.d.sync += [n_a_lo.eq(Mux(first & ~(phases & orow & ~big), Mux(phases, 1, 1 + k7), 0)),
+                     n_b_lo.eq(first & big & (~phases | (k7 & ~orow))),
                      n_tag.eq(acc_pos), fresh.eq(0)]
         # Two channels a tile (maps of h <= R/2 - 1 rows, spec.dwmesh.StripTile.halves): the
         # walk first *keeps* the top half's tile (its parameters, weights and tag), moves on
@@ -710,6 +733,10 @@ class ComputeEngine(wiring.Component):
                          feed.p_a_lo1.eq(n_a_lo1), feed.p_a_hi1.eq(n_a_hi1),
                          feed.p_b_hi1.eq(n_b_hi1),
                          feed.p_swap1.eq(Mux(k5, n_swap ^ orow, n_swap ^ ~orow))]
+        with m.If(phases & k7):                 # a 7x7 layer's third row phase (window row 6)
+            m.d.comb += [feed.p_a_base2.eq(n_a_base2), feed.p_b_base2.eq(n_b_base2),
+                         feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
+                         feed.p_swap2.eq(~n_swap)]
         with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
@@ -771,11 +798,11 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [t_left.eq(t_left - 1), first.eq(0), a_pos.eq(a_pos + tstep),
                              a_left.eq(a_left - tstep), b_pos.eq(b_pos + tstep),
                              b_left.eq(b_left - tstep),
-                             acc_pos.eq(acc_pos + Mux(phases, Mux(k5, R - 2, R - 1),
+                             acc_pos.eq(acc_pos + Mux(phases, Mux(big, R - 2, R - 1),
                                                       Mux(passes, R - 2, R - 2 - (kern << 1)))),
-                             # (a phase tile's stride-2 rows: R - 1, R - 2 for 5x5)
-                             pq.eq(pq + Mux(k5, 2 * (R - 2), 2 * (R - 1))),
-                             prem.eq(prem - Mux(k5, 2 * (R - 2), 2 * (R - 1)))]
+                             # (a phase tile's stride-2 rows: R - 1, R - 2 for 5x5 and 7x7)
+                             pq.eq(pq + Mux(big, 2 * (R - 2), 2 * (R - 1))),
+                             prem.eq(prem - Mux(big, 2 * (R - 2), 2 * (R - 1)))]
             with m.Elif(g_left != 0):               # the next channel's first tile
                 # its first stacked row is h further: half of that, rounded by the parity
                 # (h even: na = nb = h / 2; h odd: na from an even start, nb from an odd one)

@@ -70,7 +70,8 @@ class DwFeeder(wiring.Component):
     from the first, 3 and 4 from the second), and a 7x7 tile with ``p_passes`` the same with a
     third fill (window row 6) whose words (``R .. 3 R / 2 - 1`` of the program) are read with
     the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask); a 5x5 tile with
-    ``p_stride2`` is in row phases (window rows 0, 2, 4, then 1, 3). With ``p_quads`` (1 to 4: the
+    ``p_stride2`` is in row phases (window rows 0, 2, 4, then 1, 3), and a 7x7 one in three
+    (0, 2, 4, then 1, 3, 5, then 6 with the ``*2`` parameters; session 40). With ``p_quads`` (1 to 4: the
     quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
     quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -154,11 +155,12 @@ class DwFeeder(wiring.Component):
         assert self.FEED_CYCLES == 2     # the two stages below
         programs = [tile_program(R, 1), tile_program(R, 2), tile_program(R, 1, kernel=5),
                     tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True),
-                    tile_program(R, 1, kernel=7, passes=True), tile_program(R, 2, kernel=5)]
+                    tile_program(R, 1, kernel=7, passes=True), tile_program(R, 2, kernel=5),
+                    tile_program(R, 2, kernel=7)]
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
-        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 stride 2's row phases
-        start2, start5, start7, start5p, start7p, start5s2 = starts[1:]
+        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 and 7x7 stride 2's row phases
+        start2, start5, start7, start5p, start7p, start5s2, start7s2 = starts[1:]
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
@@ -202,7 +204,9 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_kernel[1], Mux(self.p_passes, start7p, start7),
+                         pc.eq(Mux(self.p_kernel[1],
+                                   Mux(self.p_passes, start7p,
+                                       Mux(self.p_stride2, start7s2, start7)),
                                    Mux(self.p_kernel[0],
                                        Mux(self.p_passes, start5p,
                                            Mux(self.p_stride2, start5s2, start5)),
@@ -228,7 +232,8 @@ class DwFeeder(wiring.Component):
         # on are the bottom half's; in a stride-2 or 5x5-pass program, words from R/2 on
         # phase 1's; both read with the *1 parameters (a tile is never both: halves are
         # stride-1 3x3 strip tiles)
-        # (and in a 7x7 pass program words from R on the third fill's, with the *2 ones)
+        # (and in a 7x7 pass or row-phase program words from R on the third fill's, with the
+        # *2 ones)
         fill, bottom = Signal(), Signal(name="dw_bottom")
         stride2, third = Signal(name="dw_stride2"), Signal(name="dw_third")
         word = Signal(range(R), name="dw_word")
@@ -236,7 +241,8 @@ class DwFeeder(wiring.Component):
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
             # (the 5x5 and 7x7 after stride 2's, the passes' last)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
-            third.eq((pc >= start7p) & (pc < start5s2) & (word_t[pc] >= R)),
+            # (only the 7x7 programs' third fills have words from R on)
+            third.eq(word_t[pc] >= R),
             bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
                       | (stride2 & (word_t[pc] >= R // 2))),
             word.eq(Mux(bottom, word_t[pc] - Mux(third, R, Mux(stride2, R // 2, R // 4)),

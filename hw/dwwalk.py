@@ -34,8 +34,8 @@ class DwWalker(wiring.Component):
     channel, ``ceil(h / (R - 2))``, formed serially beside the products (a restoring division
     of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
-    above ``R - 2``, or ``R - 4`` for 5x5) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R -
-    2))`` for 5x5; one for a map of at most ``R - p`` rows outside row phases
+    above ``R - p``) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R - 2))`` for 5x5 and
+    7x7; one for a map of at most ``R - p`` rows outside row phases
     (:func:`spec.dwmesh.one_tile`: the division by ``R - 1``).
 
     With ``p_kernel`` 1 or 2 (a depthwise 5x5 or 7x7 layer, pad ``p`` = 2 or 3:
@@ -123,10 +123,9 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)); 1 for one tile (h / (R - 1)) --
         R = cfg.array_rows
-        # (and a 5x5 one above R - 4 rows: spec.dwmesh.row_phases)
-        phases_in = self.p_s2 & (self.p_h[:2] == 0) & (
-            ((self.p_kernel == 0) & (self.p_h > R - 2)) |
-            ((self.p_kernel == 1) & (self.p_h > R - 4)))
+        # (and 5x5 and 7x7 ones above R - 3 rows: spec.dwmesh.row_phases)
+        # (h > R - k + 1 and not one tile, h > R - p: the second for every kernel)
+        phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h >= R - self.p_kernel)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
@@ -144,7 +143,7 @@ class DwWalker(wiring.Component):
         one = Signal(name="dw_one_strip")
         # one tile a channel (spec.dwmesh.one_tile): maps of at most R - pad rows, not in
         # row phases (row passes never take them)
-        one_tile_in = ~phases_in & (self.p_h < R - self.p_kernel)
+        one_tile_in = self.p_h < R - self.p_kernel     # (never with phases_in)
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")

@@ -64,7 +64,7 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
-           "PHASE_TAPS", "PASS_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats",
+           "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats",
            "one_strip", "one_tile"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
@@ -234,6 +234,12 @@ def padded_input(x: np.ndarray, pad: int) -> np.ndarray:
 #: row (:attr:`StripTile.phase1`, :attr:`StripTile.phase2`).
 PASS_ROWS = {5: (range(0, 3), range(3, 5)), 7: (range(0, 3), range(3, 6), range(6, 7))}
 
+#: Stride 2's row phases (:func:`row_phases`): the window rows each fill of a tile takes, one
+#: phase row apart (the even rows, then the odd ones); a 7x7 tile's even rows in two fills,
+#: 0, 2, 4 and then 6 alone, so that a tile keeps ``rows - 2`` output rows.
+PHASE_ROWS = {3: (range(0, 3, 2), range(1, 3, 2)), 5: (range(0, 5, 2), range(1, 5, 2)),
+              7: (range(0, 5, 2), range(1, 7, 2), range(6, 7))}
+
 
 def walks(stride: int, kernel: int = 3, *,
           passes: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
@@ -251,12 +257,10 @@ def walks(stride: int, kernel: int = 3, *,
         return [_serpentine_rows(kernel, dys) for dys in PASS_ROWS[kernel]]
     if stride == 1:
         return [serpentine(kernel)]
-    if kernel not in (3, 5):
-        raise ValueError(f"walks: stride 2's row phases walk 3x3 and 5x5 windows, not "
-                         f"{kernel}x{kernel}")
     # phase 0 the even window rows, phase 1 the odd ones, one phase row apart each
-    # (:data:`PHASE_TAPS` for 3x3)
-    return [_serpentine_rows(kernel, range(p, kernel, 2)) for p in (0, 1)]
+    # (:data:`PHASE_TAPS` for 3x3); a 7x7 tile's phase 0 rows 0, 2, 4 and a third fill for
+    # row 6 (PHASE_ROWS)
+    return [_serpentine_rows(kernel, dys) for dys in PHASE_ROWS[kernel]]
 
 
 def tile_patches(tile: MeshTile, padded: np.ndarray, *, stride: int, rows: int,
@@ -554,10 +558,11 @@ def row_phases(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     the stride-1 tiles (``rows - 2`` rows each, half of them kept). Otherwise stride 2 runs as
     stride 1 with a decimating store. A 5x5 layer (``kernel`` 5, session 39) the same above a
     whole-mesh tile's ``rows - 4`` rows: ``rows + 24``-beat phase tiles of ``rows - 2``
-    stride-2 output rows; 7x7 layers have no row phases."""
-    if kernel not in (3, 5):
-        return False
-    return stride == 2 and h % 4 == 0 and h > rows - kernel + 1
+    stride-2 output rows; a 7x7 layer (session 40) the same in three fills (the window rows 0,
+    2, 4, then 1, 3, 5, then 6: :data:`PHASE_ROWS`), ``3 rows / 2 + 47``-beat tiles of ``rows -
+    2`` stride-2 output rows, above ``rows - 3`` rows. Never a map :func:`one_tile` takes."""
+    return (stride == 2 and kernel in PHASE_ROWS and h % 4 == 0 and h > rows - kernel + 1
+            and not one_tile(h, rows=rows, kernel=kernel))
 
 
 def pass_tile_beats(kernel: int, rows: int) -> int:
@@ -721,8 +726,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     ``kernel = 5`` or ``7``: a depthwise 5x5 (pad 2) or 7x7 (pad 3) layer, in whole-mesh
     tiles of the 25- or 49-tap :func:`serpentine` walk, ``rows - 2 pad`` x ``cols - 2 pad``
     outputs a tile (stride 2: the stride-1 results, the decimating store keeping the even rows
-    and columns; no halves or quadrants, and row phases for 5x5 only, :func:`row_phases`,
-    ``_phase_tiles``). The loads are the 3x3 layer's (odd input
+    and columns; no halves or quadrants, and row phases, :func:`row_phases`,
+    ``_phase_tiles``: 7x7 in three fills since session 40). The loads are the 3x3 layer's (odd input
     rows in A, even ones in B); patch row ``r`` is input row ``oy0 - pad + r``
     (:func:`kernel_tile`: with pad 2 the even patch rows are the even input rows, ``swap`` for
     a channel starting at an even stacked row, and both of the first tile's first fill words
@@ -739,8 +744,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     ``odd_rows`` / ``odd_cols`` (stride 2, an even ``h`` / ``w``: :data:`spec.desc.B_MODE_ODD_ROWS`,
     :data:`spec.desc.B_MODE_ODD_COLS`): the layer's top / left pad is ``pad - 1`` (TF "SAME"),
     so its outputs are the stride-1 results' odd rows / columns: the steps are the stride-1
-    ones (no row phases with ``odd_rows``) and the store keeps those (``row0`` / ``lane0``
-    1)."""
+    ones and the store keeps those (``row0`` / ``lane0`` 1); in row phases the fills take the
+    rows one further down instead (``_phase_tiles``), the store every row."""
     if kernel not in KERNELS:
         raise ValueError(f"strip_steps: kernel={kernel!r} must be one of {KERNELS}")
     if h < 1 or w < 1 or channels < 1:
@@ -847,19 +852,17 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
                  rows: int, odd_rows: bool = False,
                  kernel: int = 3) -> tuple[BlockLoad, BlockLoad, list[StripTile]]:
     """A row-phase step's loads and tiles (:func:`strip_steps`, :attr:`StripTile.phase1`).
-    With ``odd_rows`` (the top pad 0, TF "SAME": output row ``oy`` from input rows ``2 oy ..
-    2 oy + 2``) phase 0 takes the even input rows ``2 oy0 + 2 i``, which are the symmetric
-    tile's phase-1 rows (the first groups: stacked rows ``q + 4 k``, ``q + 2 + 4 k``), and
-    phase 1 the odd ones, the symmetric phase-0 rows of the tile two padded rows further (the
-    second groups from ``q + 1``): the same word offsets, ``u + odd`` and ``u``, in either
-    group, ``swap`` by ``odd`` in both phases, no top pad row.
-
-    A 5x5 layer (pad 2, ``kernel`` 5): phase 0 takes the window rows 0, 2, 4 (input rows
-    ``2 oy0 - 2 + 2 i``: a 3x3 tile's phase-1 rows one row pair up, so the first groups at the
-    3x3 phase 0's word offsets), phase 1 the rows 1, 3 (input rows ``2 oy0 - 1 + 2 i``: the 3x3
-    phase 0's rows), both with the top pad row in a channel's first tile, ``rows - 2`` output
-    rows a tile; with ``odd_rows`` (pad 1 above) phase 0 the odd input rows ``2 oy0 - 1 + 2 i``
-    (the 3x3 phase 0's) and phase 1 the even ones ``2 oy0 + 2 i`` (the 3x3 phase 1's)."""
+    Output row ``oy`` of a ``kernel`` x ``kernel`` window (pad ``p``) reads the input rows
+    ``2 oy - p + dy``; a fill of the window rows ``dy0, dy0 + 2, ..`` (:data:`PHASE_ROWS`)
+    holds, in mesh row ``i``, the input row ``2 oy0 - p + dy0 + 2 i``: fill word ``k`` the
+    rows ``p0 + d + 4 k`` and ``p0 + d + 2 + 4 k`` with ``p0 = 2 oy0`` and ``d = dy0 - p``
+    (:func:`_phase_fill`: the buffers, words, swap and masks of those rows). For 3x3 the
+    phases are the input rows ``p0 - 1 + 2 i`` (window rows 0, 2) and ``p0 + 2 i`` (row 1),
+    ``rows - 1`` output rows a tile; for 5x5 ``p0 - 2 + 2 i`` (rows 0, 2, 4) and ``p0 - 1 +
+    2 i`` (1, 3); for 7x7 ``p0 - 3 + 2 i`` (0, 2, 4), ``p0 - 2 + 2 i`` (1, 3, 5) and ``p0 + 3
+    + 2 i`` (6: :attr:`StripTile.phase2`); ``rows - 2`` output rows a tile for both. With
+    ``odd_rows`` (TF "SAME": a pad one less above, so output row ``oy`` reads input rows ``2
+    oy - p + 1 + dy``) every fill a row further down."""
     half, oh, words = rows // 2, h // 2, g_count * h // 4
     pad = strip_pad(kernel)
     th_max = rows - 1 if kernel == 3 else rows - 2
@@ -870,49 +873,39 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
     tiles = []
     for g in range(g_count):
         for oy0 in range(0, oh, th_max):
-            p0 = 2 * oy0                         # the tile's first padded row (3x3)
-            q = g * h + p0                       # its stacked row + 1: even
-            u, odd = q >> 2, (q >> 1) & 1
-
-            def hi(r):                           # fill words whose padded row p0 + 4 k + r
-                return max(0, min(half, (h - p0 - r) // 4 + 1))     # is a row of the map
-
-            common = dict(channel=c0 + g, oy0=oy0, th=min(th_max, oh - oy0),
-                          pre_right=pad if first else 0, acc_row=g * oh + oy0, cols=nbytes,
-                          kernel=kernel)
-            top = 1 if p0 == 0 else 0
-            # the 3x3 phase 0's rows (input p0 - 1 + 2 i: the second groups) and phase 1's
-            # (input p0 + 2 i: the first groups)
-            second = dict(a_base=words + u, a_lo=top, a_hi=hi(0), b_base=words + u - 1 + odd,
-                          b_hi=hi(2), swap=not odd)
-            firsts = dict(a_base=u + odd, a_lo=0, a_hi=hi(1), b_base=u, b_hi=hi(3),
-                          swap=bool(odd))
-            if kernel == 5 and not odd_rows:
-                # phase 0: input rows p0 - 2 + 2 i, the first groups at the second's offsets
-                early = dict(a_base=u, a_lo=top, a_hi=hi(-1), b_base=u - 1 + odd, b_hi=hi(1),
-                             swap=not odd)
-                tiles.append(StripTile(**common, **early,
-                                       phase1=StripTile(**common, **second)))
-                continue
-            if odd_rows:
-                # phase 0: input rows p0 + 2 i (stacked q + 4 k, q + 2 + 4 k: the first
-                # groups), phase 1: input rows p0 + 1 + 2 i (the second groups); input row
-                # p0 + 4 k + r is padded row p0 + 4 k + r + 1: masks hi(r + 1)
-                if kernel == 5:                  # (one pad row above: the 3x3 phases')
-                    tiles.append(StripTile(**common, **second,
-                                           phase1=StripTile(**common, **firsts)))
-                    continue
-                ph1 = StripTile(**common, a_base=words + u + odd, a_lo=0, a_hi=hi(2),
-                                b_base=words + u, b_hi=hi(4), swap=bool(odd))
-                tiles.append(StripTile(**common, a_base=u + odd, a_lo=0, a_hi=hi(1),
-                                       b_base=u, b_hi=hi(3), swap=bool(odd), phase1=ph1))
-                continue
-            # phase 1: padded rows p0 + 1 + 2 i, stacked rows q + 4 k (class q mod 4) and
-            # q + 2 + 4 k: the first groups; phase 0: padded rows p0 + 2 i, stacked rows
-            # q - 1 + 4 k and q + 1 + 4 k: the second groups (with q = 0 the top pad, word -1
-            # of B's second group, masked)
-            tiles.append(StripTile(**common, **second, phase1=StripTile(**common, **firsts)))
+            p0 = 2 * oy0
+            fills = [StripTile(channel=c0 + g, oy0=oy0, th=min(th_max, oh - oy0),
+                               pre_right=pad if first else 0, acc_row=g * oh + oy0,
+                               cols=nbytes, kernel=kernel,
+                               **_phase_fill(g * h + p0, p0, dys[0] - pad + odd_rows, h,
+                                             words, half))
+                     for dys in PHASE_ROWS[kernel]]
+            fills += [None] * (3 - len(fills))
+            tiles.append(dataclasses.replace(fills[0], phase1=fills[1], phase2=fills[2]))
     return a_load, b_load, tiles
+
+
+def _phase_fill(q: int, p0: int, d: int, h: int, words: int, half: int) -> dict:
+    """The fill fields of a row-phase fill whose word ``k`` holds the input rows ``p0 + d + 4
+    k`` (the even mesh row) and ``p0 + d + 2 + 4 k`` (the odd one) of the channel whose row
+    ``p0`` is the step's stacked row ``q`` (:func:`_phase_tiles`' loads: stacked row ``s`` in
+    buffer A for ``s mod 4`` 0 or 1, else B, word ``s // 4`` of the first group for even ``s``,
+    of the second, ``words`` on, for odd ``s``); rows outside the map masked."""
+    s0 = q + d
+    swap = s0 % 4 >= 2                           # the even rows in B
+    a_row, b_row = (s0 + 2, s0) if swap else (s0, s0 + 2)
+
+    def word(s):
+        return (s >> 2) + (words if s & 1 else 0)
+
+    def lo(r):                                   # fill words whose row r + 4 k is above the map
+        return min(half, max(0, -(-(-r) // 4)))
+
+    def hi(r):                                   # ... is in the map or above it
+        return max(0, min(half, -(-(h - r) // 4)))
+
+    return dict(a_base=word(a_row), a_lo=lo(p0 + d), a_hi=hi(p0 + d), b_base=word(b_row),
+                b_lo=lo(p0 + d + 2), b_hi=hi(p0 + d + 2), swap=swap)
 
 
 def _quad_steps(channels: int, n: int, x_addr: int, out_addr: int, rows: int,

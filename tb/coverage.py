@@ -134,6 +134,11 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "5x5 stride 2 in row phases": lambda r: r["kernel"] == 5 and _phases(r),
         "5x5 row phases keeping the odd rows (TF SAME)":
             lambda r: r["kernel"] == 5 and _phases(r) and r.get("odd_rows", False),
+        # 7x7 stride 2 in row phases (window rows 0, 2, 4, then 1, 3, 5, then 6)
+        "7x7 stride 2 in row phases (three fills a tile)":
+            lambda r: r["kernel"] == 7 and _phases(r),
+        "7x7 row phases keeping the odd rows (TF SAME)":
+            lambda r: r["kernel"] == 7 and _phases(r) and r.get("odd_rows", False),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

@@ -89,6 +89,10 @@ def _unpack_row(word, cols):
     ("small", 3, 12, 13, 3, "k5s2"), ("small", 2, 8, 9, 2, "k5s2"), ("small", 3, 16, 6, 2, "k5s2"),
     ("small", 3, 12, 13, 3, "k5s2r"), ("small", 2, 16, 9, 2, "k5s2r"),
     ("default", 2, 32, 13, 2, "k5s2"), ("default", 2, 32, 13, 2, "k5s2r"),
+    # depthwise 7x7 stride 2 in row phases (session 40; maps of a multiple of 4 rows above R
+    # - 3): the window rows 0, 2, 4, then 1, 3, 5, then 6; keeping the odd rows ("k7s2r")
+    ("default", 2, 32, 13, 2, "k7s2"), ("default", 3, 16, 9, 3, "k7s2"),
+    ("default", 2, 32, 13, 2, "k7s2r"), ("default", 3, 16, 9, 2, "k7s2r"),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):
@@ -98,14 +102,14 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c * 13 + h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)
-    kernel = {"k5": 5, "k7": 7, "k5s2": 5, "k5s2r": 5}.get(stride, 3)
+    kernel = {"k5": 5, "k7": 7, "k5s2": 5, "k5s2r": 5, "k7s2": 7, "k7s2r": 7}.get(stride, 3)
     wt = rng.integers(-128, 128, (c, kernel, kernel), dtype=np.int8)
     x_addr = 50
     mem = rng.integers(-128, 128, 3000).astype(np.int64)
     mem[x_addr:x_addr + x.size] = x.reshape(-1)
-    quad, odd_rows = stride == "quad", stride in ("2r", "k5s2r")
-    stride = 1 if stride in ("quad", "k5", "k7") else 2 if odd_rows or stride == "k5s2" \
-        else stride
+    quad, odd_rows = stride == "quad", stride in ("2r", "k5s2r", "k7s2r")
+    stride = 1 if stride in ("quad", "k5", "k7") else 2 if odd_rows or stride in (
+        "k5s2", "k7s2") else stride
     steps = strip_steps(c, h, w, x_addr=x_addr, out_addr=0, rows=R, cols=C, group=group,
                         stride=stride, kernel=kernel, odd_rows=odd_rows)
     assert all(bool(t.phase1) == odd_rows for s in steps for t in s.tiles) or not odd_rows

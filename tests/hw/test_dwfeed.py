@@ -145,7 +145,10 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     # (three fills a tile, 14 x 10 outputs; 28 rows two tiles a channel)
     (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7), (2, 28, 9, 2, 1, False, 7),
     # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3)
-    (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5)])
+    (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5),
+    # 7x7 stride 2 in row phases (16 and 32 rows on the 16x16: window rows 0, 2, 4, then 1,
+    # 3, 5, then 6 with the *2 parameters; 14 stride-2 rows a tile)
+    (2, 32, 9, 2, 2, False, 7), (3, 16, 12, 2, 2, False, 7)])
 def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, group, stride,
                                                                        quad, kernel):
     """A strip step's tiles (spec.dwmesh.strip_steps) from buffers loaded as its loads load
@@ -267,6 +270,20 @@ def test_7x7_pass_tile_program_is_the_models_schedule():
     assert [b[1] for b in prog if b[0] == "FILL"] == list(range(24))
     assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == [
         ("FILL", 8, 7 * 2 + 6), ("FILL", 16, 7 * 5 + 6)]
+    assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
+
+
+def test_7x7_row_phase_tile_program_is_the_models_schedule():
+    """A 7x7 stride-2 tile in row phases (session 40): three fills (words 0 .. 3 R/2 - 1),
+    the window rows 0, 2, 4, then 1, 3, 5, then 6, each fill after the first in the last tap
+    of the one before."""
+    prog = tile_program(16, 2, kernel=7)
+    assert len(prog) == 3 * 8 + 49 - 2
+    taps = [b for b in prog if b[2] is not None]
+    assert [b[2] for b in taps] == [7 * dy + dx for w in walks(2, 7) for (dy, dx), _ in w]
+    assert [b[1] for b in prog if b[0] == "FILL"] == list(range(24))
+    assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == [
+        ("FILL", 8, 7 * 4 + 6), ("FILL", 16, 7 * 5 + 6)]
     assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2
 
 

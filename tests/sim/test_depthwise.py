@@ -34,7 +34,9 @@ from .test_rtl import run, seed_for
 #: Stride-2 5x5 layers of a multiple of 4 rows above a whole-mesh tile run in row phases
 #: (session 39: ``small`` 12, 16 and 8 rows, ``default`` 56 and 28). Maps of at most ``C -
 #: pad`` columns are one strip (session 40, spec.dwmesh.one_strip: ``small`` 7 columns 3x3,
-#: 6 columns 5x5; ``default`` 15 columns 3x3, 14 columns 5x5, 13 columns 7x7).
+#: 6 columns 5x5; ``default`` 15 columns 3x3, 14 columns 5x5, 13 columns 7x7). Stride-2 7x7
+#: layers of a multiple of 4 rows above 13 run in row phases too (session 40: three fills a
+#: tile; ``default`` 28 and 32 rows, Keras-padded 28, the odd rows alone 16).
 CASES = {
     "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,5x3x9,6x2x7/4,"
              "9x3x3/6,7x3x3,3x3x3/3,"
@@ -50,7 +52,8 @@ CASES = {
                "7x13x20/3@7,"
                "96x112x112:2s,240x28x28:2s,5x28x15/2:2s,4x6x6/4:2s,144x56x56:2s@5,"
                "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,8x32x32:2c,"
-               "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7",
+               "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7,3x32x20/2:2@7,2x16x9:2r@7,"
+               "192x28x28:2@7",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
 #: 16 x 16 (its 3x3 layers of 32 to 960 channels; the few-channel cases test shapes).
