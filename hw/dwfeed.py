@@ -71,9 +71,9 @@ class DwFeeder(wiring.Component):
     third fill (window row 6) whose words (``R .. 3 R / 2 - 1`` of the program) are read with
     the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask); a 5x5 tile with
     ``p_stride2`` is in row phases (window rows 0, 2, 4, then 1, 3), and a 7x7 one in three
-    (0, 2, 4, then 1, 3, 5, then 6 with the ``*2`` parameters; session 40). With ``p_quads`` (1 to 4: the
-    quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets ``p_split`` to the
-    quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
+    (0, 2, 4, then 1, 3, 5, then 6 with the ``*2`` parameters; session 40). With ``p_quads``
+    (1 to 4: the quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets
+    ``p_split`` to the quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
     (``kk = 0``) or ``base + R/4 - 1 + kk``, with ``base = p_a_base + hf n`` (``p_b_base`` for
     B; ``n = R/2 - 1``), and the fixed lane shuffle of the two-row words makes the quadrants'

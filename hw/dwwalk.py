@@ -123,8 +123,8 @@ class DwWalker(wiring.Component):
         # -- tiles a channel: ceil(h / (R - 2)) = (h - 1) // (R - 2) + 1, beside G h and C h;
         # in row phases ceil((h / 2) / (R - 1)); 1 for one tile (h / (R - 1)) --
         R = cfg.array_rows
-        # (and 5x5 and 7x7 ones above R - 3 rows: spec.dwmesh.row_phases)
-        # (h > R - k + 1 and not one tile, h > R - p: the second for every kernel)
+        # (spec.dwmesh.row_phases: h > R - k + 1 and not one tile, h > R - p; the second
+        # implies the first for every kernel)
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h >= R - self.p_kernel)
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &

@@ -64,8 +64,8 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
-           "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges", "pass_tile_beats",
-           "one_strip", "one_tile"]
+           "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges",
+           "pass_tile_beats", "one_strip", "one_tile"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles or in row passes (stride 2
@@ -639,8 +639,8 @@ def one_strip(w: int, *, cols: int, kernel: int) -> bool:
     left pad rotated in from the lanes past them (``pre_right``); every row of the mesh is a
     ring, so the pad lanes also lie right of the map's last column, and with at least ``pad``
     of them (``cols - w >= pad``) the windows of the last ``pad`` output columns, which leave
-    the map on the right, read only those: the left pad is the right pad too. (Session 40: a 14 x 14
-    5x5 map, EfficientNet-B0's, was two strips of 12 and 2 columns.)"""
+    the map on the right, read only those: the left pad is the right pad too. (Session 40: a
+    14 x 14 5x5 map, EfficientNet-B0's, was two strips of 12 and 2 columns.)"""
     return _ring_fits(w, cols, kernel)
 
 
@@ -651,10 +651,8 @@ def one_tile(h: int, *, rows: int, kernel: int) -> bool:
     7x7, 15 for 3x3). As :func:`one_strip` for columns: the fill masks the rows above and
     below the map (``a_lo`` / ``b_lo``, ``a_hi`` / ``b_hi``), every column of the mesh is a
     ring, so the ``pad`` masked rows on top are below the map's last row too. (Outside the
-    halves and quadrant modes, which hold two and four such maps a tile.) Stride 2's row
-    phases take precedence: :func:`row_phases` takes such a map only for 5x5 with ``h = rows -
-    2`` on a mesh of ``2 mod 4`` rows, which no ``dw_mesh`` config has (their meshes are
-    powers of two).
+    halves and quadrant modes, which hold two and four such maps a tile.) Neither
+    :func:`row_phases` nor :func:`row_passes` takes such a map.
     (Session 40: a 14 x 14 5x5 map, EfficientNet-B0's, was a 40-beat tile in row passes.)"""
     return _ring_fits(h, rows, kernel)
 
@@ -772,9 +770,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, quadrants: 3x3 only
-    phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)   # (3x3 and 5x5)
-    single = not phases and one_tile(h, rows=rows, kernel=kernel)
-    passes = not phases and row_passes(h, rows=rows, kernel=kernel)    # (never single)
+    phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)
+    single = one_tile(h, rows=rows, kernel=kernel)       # (never with phases or passes)
+    passes = not phases and row_passes(h, rows=rows, kernel=kernel)
     if single:                                   # a channel one tile (one_tile)
         th_max = h
     if passes:                                   # 5x5 row passes: rows - 2 output rows a tile
