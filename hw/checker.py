@@ -319,6 +319,9 @@ class RecordChecker(wiring.Component):
             dw_b_hi, dw_c_hi = Signal(64, name="dw_b_hi"), Signal(64, name="dw_c_hi")
             dw_words_a, dw_words_b, dw_acc_need = (Signal(64, name=f"dw_{n}")
                                                    for n in ("words_a", "words_b", "acc_need"))
+            # (in row phases two channels a tile buffer A holds G h / 2 + 1 words when G h / 2
+            # is odd, spec.desc.depthwise_words: never more than a power-of-two half that
+            # holds G h / 2, so the rule needs no term of its own)
             with m.If(extents):
                 m.d.sync += [dw_b_hi.eq(d["b_addr"] + p_dmb), dw_c_hi.eq(d["c_addr"] + p_dmc),
                              dw_words_a.eq(p_dgk >> 1), dw_words_b.eq((p_dgk + 1) >> 1),

@@ -101,11 +101,11 @@ class ComputeEngine(wiring.Component):
     half of the mesh (:attr:`spec.dwmesh.StripTile.halves`, results as
     :func:`spec.dwmesh.strip_tile_writes` states), the first beat
     :data:`MESH_HALVES_START_CYCLES` later.
-    With ``p_m_phases`` (stride 2's row phases, :func:`spec.dwmesh.row_phases`; ``h`` a
-    multiple of 4) each tile is a two-phase stride-2 tile (:attr:`spec.dwmesh.StripTile.phase1`)
+    With ``p_m_phases`` (stride 2's row phases, :func:`spec.dwmesh.row_phases`; ``h`` even)
+    each tile is a two-phase stride-2 tile (:attr:`spec.dwmesh.StripTile.phase1`)
     of ``R - 1`` output rows: its fill words from the four classes of the step's stacked rows,
-    ``p_m_words`` words each (buffer A: classes 0 and 1 from ``p_a_base``, B: 2 and 3 from
-    ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
+    the second of each buffer's two from word ``p_m_words`` (buffer A: classes 0 and 1 from
+    ``p_a_base``, B: 2 and 3 from ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
     results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``; with
     ``p_m_odd_rows`` (stride 2 keeping the odd rows, TF "SAME": no top pad) phase 0 the even
     input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``). A 5x5
@@ -114,7 +114,9 @@ class ComputeEngine(wiring.Component):
     rows, the 3x3 layer's two phases in order); a 7x7 layer's (``p_m_kernel`` 2, session 40)
     the window rows 0, 2, 4, then 1, 3, 5, then 6 (the feeder's ``*2`` parameters), ``R - 2``
     output rows a tile (:func:`spec.dwmesh._phase_fill` states every fill's words, swap and
-    masks).
+    masks). With ``p_m_h <= R - 2`` too (:func:`spec.dwmesh.phase_halves`, session 41) and two
+    or more channels a tile takes two channels in both fills, the top half's second fill the
+    feeder's ``*2`` parameters and the bottom half's the ``*3`` ones.
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
     rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
@@ -665,6 +667,14 @@ class ComputeEngine(wiring.Component):
                                   for n in ("a_lo", "a_hi", "b_hi"))
         t_swap = Signal(name="mesh_t_swap")
         t_w = Signal(9 * ob, name="mesh_t_w")      # (a 3x3 channel: halves are 3x3 only)
+        # (in row phases, spec.dwmesh.phase_halves, also the top half's second fill)
+        t_a_base1, t_b_base1 = (Signal.like(feed.p_a_base, name="mesh_t_a_base1"),
+                                Signal.like(feed.p_b_base, name="mesh_t_b_base1"))
+        t_a_hi1, t_b_hi1 = (Signal.like(feed.p_a_hi, name=f"mesh_t_{n}1")
+                            for n in ("a_hi", "b_hi"))
+        # a channel's output rows: h, or h / 2 in row phases
+        oh = Signal(DIM_BITS, name="mesh_oh")
+        m.d.comb += oh.eq(Mux(phases, hh >> 1, hh))
         t_tag = Signal.like(feed.p_tag, name="mesh_t_tag")
         # The quadrant mode (maps of R/2 - 1 rows and columns, four channels a tile,
         # spec.dwmesh.StripTile.quads): the tile's four weight words are read one a cycle into
@@ -702,7 +712,7 @@ class ComputeEngine(wiring.Component):
             capture.eq(halves & have & ~fresh & ~captured),
             issue.eq(have & ~fresh & feed.ready & (~halves | captured) & ~quad),
             advance.eq(capture | (issue & ~(halves & lone))),
-            hold.eq(halves & (arr.f_r >= hh) & (arr.f_r < half)),
+            hold.eq(halves & (arr.f_r >= oh) & (arr.f_r < half)),
             feed.start.eq(issue | q_issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
             feed.p_pre_right.eq(Mux(pre_right, kern + 1, 0)), feed.p_kernel.eq(kern),
@@ -727,7 +737,7 @@ class ComputeEngine(wiring.Component):
                 feed.p_swap.eq(n_swap), feed.p_tag.eq(n_tag),
                 feed.p_w.eq(self.w_rdata),      # region 0's taps; the other regions unused
             ]
-        with m.If(phases):                      # the second row phase
+        with m.If(phases & ~halves):            # the second row phase
             # (a 5x5 layer's: the same swap as phase 0, traded with the odd rows)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(n_a_lo1), feed.p_a_hi1.eq(n_a_hi1),
@@ -737,6 +747,14 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [feed.p_a_base2.eq(n_a_base2), feed.p_b_base2.eq(n_b_base2),
                          feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
                          feed.p_swap2.eq(~n_swap)]
+        with m.If(phases & halves):             # row phases in halves: the second fills
+            m.d.comb += [feed.p_a_base2.eq(t_a_base1), feed.p_b_base2.eq(t_b_base1),
+                         feed.p_a_hi2.eq(t_a_hi1), feed.p_b_hi2.eq(t_b_hi1),
+                         feed.p_swap2.eq(t_swap ^ ~orow),
+                         feed.p_a_base3.eq(n_a_base1), feed.p_b_base3.eq(n_b_base1),
+                         feed.p_a_hi3.eq(Mux(lone, 0, n_a_hi1)),
+                         feed.p_b_hi3.eq(Mux(lone, 0, n_b_hi1)),
+                         feed.p_swap3.eq(n_swap ^ ~orow)]
         with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
@@ -757,7 +775,9 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [captured.eq(1), fresh.eq(1), t_a_base.eq(n_a_base),
                          t_b_base.eq(n_b_base), t_a_lo.eq(n_a_lo), t_a_hi.eq(n_a_hi),
                          t_b_hi.eq(n_b_hi), t_swap.eq(n_swap), t_w.eq(self.w_rdata),
-                         t_tag.eq((n_tag[:ab] + hh - half)[:ab])]
+                         t_a_base1.eq(n_a_base1), t_b_base1.eq(n_b_base1),
+                         t_a_hi1.eq(n_a_hi1), t_b_hi1.eq(n_b_hi1),
+                         t_tag.eq((n_tag[:ab] + oh - half)[:ab])]
         with m.If(self.m_start):
             m.d.sync += [
                 tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
@@ -775,7 +795,10 @@ class ComputeEngine(wiring.Component):
                 acc_ch.eq(self.p_acc_base), kern.eq(self.p_m_kernel),
                 acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
-                halves.eq((self.p_m_h <= half - 1) & (self.p_m_channels >= 2) & ~self.p_m_quad
+                # (and in row phases maps of at most R - 2 rows: spec.dwmesh.phase_halves)
+                halves.eq(((self.p_m_h <= half - 1) |
+                           (self.p_m_phases & (self.p_m_h <= R - 2))) &
+                          (self.p_m_channels >= 2) & ~self.p_m_quad
                           & (self.p_m_kernel == 0) if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),

@@ -71,7 +71,12 @@ class DwFeeder(wiring.Component):
     third fill (window row 6) whose words (``R .. 3 R / 2 - 1`` of the program) are read with
     the ``*2`` parameters (:attr:`spec.dwmesh.StripTile.phase2`; no low mask); a 5x5 tile with
     ``p_stride2`` is in row phases (window rows 0, 2, 4, then 1, 3), and a 7x7 one in three
-    (0, 2, 4, then 1, 3, 5, then 6 with the ``*2`` parameters; session 40). With ``p_quads``
+    (0, 2, 4, then 1, 3, 5, then 6 with the ``*2`` parameters; session 40). With both
+    ``p_halves`` and ``p_stride2`` (a 3x3 tile in row phases two channels a tile,
+    :func:`spec.dwmesh.phase_halves`; session 41) each phase's fill is in halves: its words
+    ``0 .. R/4 - 1`` the top half's and ``R/4 ..`` the bottom half's, phase 0's with the
+    parameters without a digit and the ``*1`` ones, phase 1's with the ``*2`` and ``*3``
+    ones (no low masks). With ``p_quads``
     (1 to 4: the quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets
     ``p_split`` to the quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -100,7 +105,10 @@ class DwFeeder(wiring.Component):
     ``In(tag_bits)``
     p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
     half's (with ``p_halves``), or the second fill's
-    p_swap2 : ``In(1)``; p_a_base2, p_b_base2, p_a_hi2, p_b_hi2: a 7x7 pass tile's third fill
+    p_swap2 : ``In(1)``; p_a_base2, p_b_base2, p_a_hi2, p_b_hi2: a 7x7 pass tile's third fill,
+    or with ``p_halves`` and ``p_stride2`` the top half's second
+    p_swap3 : ``In(1)``; p_a_base3, p_b_base3, p_a_hi3, p_b_hi3: with ``p_halves`` and
+    ``p_stride2`` the bottom half's second fill
     p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
@@ -137,6 +145,9 @@ class DwFeeder(wiring.Component):
             "p_swap2": In(1), "p_a_hi2": In(range(cfg.array_rows + 1)),
             "p_b_hi2": In(range(cfg.array_rows + 1)),
             "p_a_base2": In(range(cfg.buf_a_depth)), "p_b_base2": In(range(cfg.buf_b_depth)),
+            "p_swap3": In(1), "p_a_hi3": In(range(cfg.array_rows + 1)),
+            "p_b_hi3": In(range(cfg.array_rows + 1)),
+            "p_a_base3": In(range(cfg.buf_a_depth)), "p_b_base3": In(range(cfg.buf_b_depth)),
             "p_w": In(self.W_TAPS * ob), "p_tag": In(tag_bits), "p_quads": In(3),
             "p_pad": In(ob), "p_pad_mask": In(C),
             "rd_en": Out(1),
@@ -188,6 +199,10 @@ class DwFeeder(wiring.Component):
         swap2 = Signal(name="dw_swap2")
         a_base2, b_base2 = Signal.like(a_base, name="a_base2"), Signal.like(b_base, name="b_base2")
         a_hi2, b_hi2 = (Signal.like(self.p_a_lo, name=n) for n in ("a_hi2", "b_hi2"))
+        # a row-phase tile in halves: the bottom half's second fill
+        swap3 = Signal(name="dw_swap3")
+        a_base3, b_base3 = Signal.like(a_base, name="a_base3"), Signal.like(b_base, name="b_base3")
+        a_hi3, b_hi3 = (Signal.like(self.p_a_lo, name=n) for n in ("a_hi3", "b_hi3"))
         quads = Signal(3, name="dw_quads")          # the quadrant mode's channels (0: off)
         quad = Signal(name="dw_quad")
         m.d.comb += quad.eq(quads != 0)
@@ -223,32 +238,39 @@ class DwFeeder(wiring.Component):
                          a_hi1.eq(self.p_a_hi1), b_hi1.eq(self.p_b_hi1), quads.eq(self.p_quads),
                          swap2.eq(self.p_swap2), a_base2.eq(self.p_a_base2),
                          b_base2.eq(self.p_b_base2), a_hi2.eq(self.p_a_hi2),
-                         b_hi2.eq(self.p_b_hi2)]
+                         b_hi2.eq(self.p_b_hi2), swap3.eq(self.p_swap3),
+                         a_base3.eq(self.p_a_base3), b_base3.eq(self.p_b_base3),
+                         a_hi3.eq(self.p_a_hi3), b_hi3.eq(self.p_b_hi3)]
             # the quadrant mode's bottom half: its left channel's rows n words on
             with m.If(self.p_quads != 0):
                 m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
 
-        # the fill word within its half's tile or its row phase: with halves, words from R/4
-        # on are the bottom half's; in a stride-2 or 5x5-pass program, words from R/2 on
-        # phase 1's; both read with the *1 parameters (a tile is never both: halves are
-        # stride-1 3x3 strip tiles)
-        # (and in a 7x7 pass or row-phase program words from R on the third fill's, with the
-        # *2 ones)
-        fill, bottom = Signal(), Signal(name="dw_bottom")
+        # the fill word within its row phase and its half: in a stride-2 or pass program
+        # words from R/2 on are the second fill's (ph1), and in a 7x7 one words from R on the
+        # third's; with halves (or quadrants) a fill's words from R/4 on are the bottom half's
+        # (bh). The parameter set (`sel`): 0 the first fill's top half, 1 its bottom half or
+        # the second fill, 2 the third fill or the second's top half, 3 the second's bottom
+        # half (halves in row phases)
+        fill = Signal()
         stride2, third = Signal(name="dw_stride2"), Signal(name="dw_third")
+        ph1, bh = Signal(name="dw_ph1"), Signal(name="dw_bh")
+        wi = Signal(range(R), name="dw_wi")
         word = Signal(range(R), name="dw_word")
+        sel = Signal(2, name="dw_sel")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
             # (the 5x5 and 7x7 after stride 2's, the passes' last)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
             # (only the 7x7 programs' third fills have words from R on)
             third.eq(word_t[pc] >= R),
-            bottom.eq(((halves | quad) & (word_t[pc] >= R // 4))
-                      | (stride2 & (word_t[pc] >= R // 2))),
-            word.eq(Mux(bottom, word_t[pc] - Mux(third, R, Mux(stride2, R // 2, R // 4)),
-                        word_t[pc])),
+            ph1.eq(stride2 & (word_t[pc] >= R // 2)),
+            wi.eq(word_t[pc] - Mux(third, R, Mux(ph1, R // 2, 0))),
+            bh.eq((halves | quad) & (wi >= R // 4)),
+            word.eq(wi - Mux(bh, R // 4, 0)),
+            sel.eq(Mux(halves & ph1, Cat(bh, 1), Mux(third, 2, bh | ph1))),
             self.rd_en.eq(fill | merge),
         ]
+        bottom = sel != 0
         # the quadrant mode's words: A at (kk - 1) mod R/4, B at 0 or R/4 - 1 + kk
         a_off, b_off = Signal(range(R), name="dw_a_off"), Signal(range(R), name="dw_b_off")
         m.d.comb += [a_off.eq(Mux(quad, Mux(word == 0, quarter - 1, word - 1), word)),
@@ -256,9 +278,9 @@ class DwFeeder(wiring.Component):
         m.d.comb += [
             # a merged first fill beat reads the new tile's word 0
             self.a_raddr.eq(Mux(merge, self.p_a_base + Mux(self.p_quads != 0, quarter - 1, 0),
-                                Mux(bottom, Mux(third, a_base2, a_base1), a_base) + a_off)),
+                                Array([a_base, a_base1, a_base2, a_base3])[sel] + a_off)),
             self.b_raddr.eq(Mux(merge, self.p_b_base,
-                                Mux(bottom, Mux(third, b_base2, b_base1), b_base) + b_off)),
+                                Array([b_base, b_base1, b_base2, b_base3])[sel] + b_off)),
         ]
         # the tap's weights, one per region (a 5x5 or 7x7 tile: region 0's, tap t at bits 8t)
         tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
@@ -305,15 +327,15 @@ class DwFeeder(wiring.Component):
                          s1_rot.eq(Mux(self.p_quads == 0, self.p_pre_right, 0)),
                          s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
         with m.Else():
+            # (low masks in the first fill and its bottom half or the second fill only)
             m.d.sync += [zero_a.eq(Mux(quad, word == 0,
-                                       (word < Mux(bottom, Mux(third, 0, a_lo1), a_lo)) |
-                                       (word >= Mux(bottom, Mux(third, a_hi2, a_hi1), a_hi)))),
-                         zero_b.eq(~quad & ((word >= Mux(bottom, Mux(third, b_hi2, b_hi1),
-                                                         b_hi)) |
+                                       (word < Array([a_lo, a_lo1, 0, 0])[sel]) |
+                                       (word >= Array([a_hi, a_hi1, a_hi2, a_hi3])[sel]))),
+                         zero_b.eq(~quad & ((word >= Array([b_hi, b_hi1, b_hi2, b_hi3])[sel]) |
                                             (~bottom & (word < b_lo)))),
                          s1_pad.eq(pad),
                          s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
-                         s1_swap.eq(~quad & Mux(bottom, Mux(third, swap2, swap1), swap)),
+                         s1_swap.eq(~quad & Array([swap, swap1, swap2, swap3])[sel]),
                          s1_rot.eq(Mux(quad, 0, rot)),
                          s1_quad.eq(quad), s1_kk0.eq(word == 0)]
 

@@ -34,7 +34,8 @@ class DwWalker(wiring.Component):
     channel, ``ceil(h / (R - 2))``, formed serially beside the products (a restoring division
     of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
-    above ``R - p``) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R - 2))`` for 5x5 and
+    above ``R - p``, or for 3x3 an even ``h`` from ``R/2`` to ``R - 2``,
+    :func:`spec.dwmesh.phase_halves`) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R - 2))`` for 5x5 and
     7x7; one for a map of at most ``R - p`` rows outside row phases
     (:func:`spec.dwmesh.one_tile`: the division by ``R - 1``).
 
@@ -59,7 +60,8 @@ class DwWalker(wiring.Component):
     pre-rotation), the A load (``a_addr``, ``a_words``), the B load (``b_addr``, ``b_words``),
     both ``nbytes`` wide at a stride of ``2 w`` (in row phases each two groups ``w`` apart, its
     ``words`` a group, at a stride of ``4 w``: rows ``4 j`` and ``4 j + 1`` of the stacked
-    maps into A, ``4 j + 2`` and ``4 j + 3`` into B), and the store (``st_addr``: ``out_addr``
+    maps into A, ``ceil(G h / 4)`` words a group, ``4 j + 2`` and ``4 j + 3`` into B,
+    ``floor(G h / 4)``; both second groups from word ``a_words``), and the store (``st_addr``: ``out_addr``
     plus ``(c0 P Q + ox0 / s)`` elements for stride ``s``; ``st_rows`` = ``channels * P``
     rows of ``st_elems`` = ``ceil(tw / s)`` elements: :attr:`spec.dwmesh.StripStep.out_rows`
     and ``out_tw``).
@@ -126,6 +128,10 @@ class DwWalker(wiring.Component):
         # (spec.dwmesh.row_phases: h > R - k + 1 and not one tile, h > R - p; the second
         # implies the first for every kernel)
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h >= R - self.p_kernel)
+        if R % 4 == 0:
+            # (spec.dwmesh.phase_halves: 3x3, an even h from R/2 to R - 2, two channels a tile)
+            phases_in |= (self.p_s2 & (self.p_kernel == 0) & ~self.p_h[0] &
+                          (self.p_h >= R // 2) & (self.p_h <= R - 2))
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &
                    (self.p_w == R // 2 - 1)
@@ -143,7 +149,8 @@ class DwWalker(wiring.Component):
         one = Signal(name="dw_one_strip")
         # one tile a channel (spec.dwmesh.one_tile): maps of at most R - pad rows, not in
         # row phases (row passes never take them)
-        one_tile_in = self.p_h < R - self.p_kernel     # (never with phases_in)
+        # (row phases take precedence: phase_halves' maps are one phase tile a channel too)
+        one_tile_in = self.p_h < R - self.p_kernel
         tile_rows = Signal(range(R), name="dw_tile_rows")
         num = Signal(DIM_BITS, name="dw_div_num")        # the dividend's remaining bits
         rem = Signal(range(2 * R), name="dw_div_rem")
@@ -253,7 +260,10 @@ class DwWalker(wiring.Component):
             # the channels' maps stacked: the odd rows in A, the even ones in B; in row phases
             # rows 4 j and 4 j + 1 in A, 4 j + 2 and 4 j + 3 in B, a group each; in the
             # quadrant mode rows 2 j + 1 and 2 j + 2 in A word j, 2 j and 2 j + 1 in B word j
-            self.a_words.eq(Mux(self.phases, rows >> 2, Mux(q, (rows - 1) >> 1, rows >> 1))),
+            # (G h is even in row phases; with G h / 2 odd, classes 0 and 1 a row more than
+            # 2 and 3: spec.dwmesh.phase_halves)
+            self.a_words.eq(Mux(self.phases, (rows + 2) >> 2,
+                                Mux(q, (rows - 1) >> 1, rows >> 1))),
             self.b_words.eq(Mux(self.phases, rows >> 2, Mux(q, rows >> 1, (rows + 1) >> 1))),
             self.st_addr.eq(out_addr + Mux(int8, col, col << 2)),
             self.last.eq(~more_strips & last_group),

@@ -533,7 +533,9 @@ class Sequencer(wiring.Component):
                 groups = by_mode(groups, Mux(ph, 2, 1))
                 # the second group's byte mask counts a beat on from the row's start
                 elems = by_mode(elems, dww.nbytes + Mux(ph, beat, 0))
-                gstride = by_mode(pk, dw_block[1])
+                # (the second groups at word `a_words` of both buffers: B's classes may
+                # be a row shorter, spec.dwmesh.phase_halves)
+                gstride = by_mode(pk, dww.a_words)
             cmds = [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
                     engine.p_rows.eq(rows), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),

@@ -252,11 +252,17 @@ def depthwise_odd(b_mode: int) -> tuple[bool, bool]:
     return bool(b_mode & B_MODE_ODD_ROWS), bool(b_mode & B_MODE_ODD_COLS)
 
 
-def depthwise_words(d: GemmDescriptor) -> tuple[int, int]:
-    """Buffer-A and buffer-B words a depthwise strip step fills: the odd and even rows of its
-    ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >> 1`` and ``(G k + 1) >>
-    1``."""
+def depthwise_words(d: GemmDescriptor, rows: int) -> tuple[int, int]:
+    """Buffer-A and buffer-B words a depthwise strip step fills on a mesh of ``rows`` rows: the
+    odd and even rows of its ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >>
+    1`` and ``(G k + 1) >> 1``; in row phases two channels a tile
+    (:func:`spec.dwmesh.phase_halves`) the stacked rows ``4 j`` and ``4 j + 1`` in A, ``4 j +
+    2`` and ``4 j + 3`` in B, ``2 ceil(G k / 4)`` and ``2 floor(G k / 4)`` words."""
+    from .dwmesh import phase_halves            # (spec.dwmesh imports this module)
     gk = d.partition_m * d.k
+    if phase_halves(d.k, rows=rows, stride=DEPTHWISE_STRIDES[d.b_mode],
+                    kernel=DEPTHWISE_KERNELS[d.b_mode]):
+        return 2 * -(-gk // 4), 2 * (gk // 4)
     return gk >> 1, (gk + 1) >> 1
 
 
@@ -533,7 +539,7 @@ def _check_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                                        f"height) is odd with stride 2 (b_mode={d.b_mode}): the "
                                        "channels' even output rows are not every other "
                                        "accumulator row")
-    words_a, words_b = depthwise_words(d)
+    words_a, words_b = depthwise_words(d, cfg.array_rows)
     half_a, half_b = cfg.buf_a_depth // 2, cfg.buf_b_depth // 2
     if words_a > half_a:
         bad(ErrorCode.BUF_A_OVERFLOW, f"partition_m={g} channels of k={h} rows fill {words_a} "

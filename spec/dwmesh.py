@@ -60,7 +60,8 @@ from .desc import DIM_BITS, depthwise_mesh_side
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
            "tile_weights", "scatter_results", "run_tile", "BlockLoad", "StripTile",
-           "StripStep", "strip_channels", "row_phases", "strip_steps", "strip_patch",
+           "StripStep", "strip_channels", "row_phases", "phase_halves", "strip_steps",
+           "strip_patch",
            "strip_tile_cycles", "run_strip_tile", "strip_tile_writes", "strip_step_cycles",
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
@@ -412,7 +413,8 @@ class StripTile:
     results land in accumulator rows ``acc_row .. acc_row + rows - 1`` (mesh row ``i`` in
     ``acc_row + i``; rows past ``th`` are overwritten by the next tile).
 
-    With ``halves`` (maps of ``h <= rows / 2 - 1`` rows, two channels a tile) the mesh's top
+    With ``halves`` (maps of ``h <= rows / 2 - 1`` rows, or stride 2's row phases of maps
+    :func:`phase_halves` takes: two channels a tile) the mesh's top
     half holds this tile's channel and the bottom half ``pair``'s, each half filled as that
     tile alone would fill the top half (``rows / 4`` fill words each: ``pair``'s bases and
     masks count its fill words from the half's first), each half multiplying by its own
@@ -431,7 +433,9 @@ class StripTile:
     ``phase1``'s (``a_base``, ``a_hi``, ``b_base``, ``b_hi``, ``swap``; ``a_lo`` 0) with the
     odd ones for the taps with ``dy = 1``; mesh row ``i`` column ``2 j`` is then stride-2
     output ``(oy0 + i, ox0 / 2 + j)``, and the tile writes every mesh row ``i`` into
-    ``acc_row + i`` (``th`` up to ``rows - 1``). A 5x5 tile with ``phase1`` is in row passes
+    ``acc_row + i`` (``th`` up to ``rows - 1``); with ``halves`` too (:func:`phase_halves`)
+    each fill is in halves, ``phase1`` a halves tile whose ``pair`` is ``pair.phase1``, and the
+    tile writes as a halves tile does (``th = h / 2``). A 5x5 tile with ``phase1`` is in row passes
     (:func:`row_passes`): the fields above fill the mesh from patch row ``oy0 - 2`` for the
     window rows 0 to 2, then ``phase1``'s (:func:`kernel_tile` three rows on: the other
     buffer's words, ``swap`` flipped, no top pad) for rows 3 and 4 (:func:`walks` with
@@ -536,16 +540,20 @@ class StripStep:
 
 
 def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
-                   channels: int, stride: int = 1) -> int:
+                   channels: int, stride: int = 1, kernel: int = 3) -> int:
     """Channels one strip step takes: as many as the buffer half (``buf_words`` words for
     ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``: ``h`` rows each, plus
     the last tile's ``rows`` written past them) hold, up to ``channels``. A step's maps are
     one stacked map of ``G h`` rows, ``(G h + 1) // 2`` of them in buffer B; with ``h`` odd and
     ``stride`` 2 one channel a step (its even output rows would not be every other
-    accumulator row)."""
+    accumulator row); in row phases two channels a tile (:func:`phase_halves`) buffer A
+    holds ``2 ceil(G h / 4)`` words."""
     if h % 2 and stride == 2:
         return 1
     by_buf = buf_words // ((h + 1) // 2) if h % 2 == 0 else (2 * buf_words - 1) // h
+    if phase_halves(h, rows=rows, stride=stride, kernel=kernel):
+        while by_buf > 1 and 2 * -(-by_buf * h // 4) > buf_words:
+            by_buf -= 1
     by_acc = (acc_rows - rows) // h
     return max(1, min(channels, by_buf, by_acc))
 
@@ -560,9 +568,27 @@ def row_phases(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     whole-mesh tile's ``rows - 4`` rows: ``rows + 24``-beat phase tiles of ``rows - 2``
     stride-2 output rows; a 7x7 layer (session 40) the same in three fills (the window rows 0,
     2, 4, then 1, 3, 5, then 6: :data:`PHASE_ROWS`), ``3 rows / 2 + 47``-beat tiles of ``rows -
-    2`` stride-2 output rows, above ``rows - 3`` rows. Never a map :func:`one_tile` takes."""
-    return (stride == 2 and kernel in PHASE_ROWS and h % 4 == 0 and h > rows - kernel + 1
-            and not one_tile(h, rows=rows, kernel=kernel))
+    2`` stride-2 output rows, above ``rows - 3`` rows. Never a map :func:`one_tile` takes,
+    but for the 3x3 maps :func:`phase_halves` takes (even ``h`` from ``rows / 2`` to ``rows -
+    2``: two channels a tile, session 41)."""
+    return ((stride == 2 and kernel in PHASE_ROWS and h % 4 == 0 and h > rows - kernel + 1
+             and not one_tile(h, rows=rows, kernel=kernel))
+            or phase_halves(h, rows=rows, stride=stride, kernel=kernel))
+
+
+def phase_halves(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
+    """A stride-2 3x3 layer of ``h``-row maps runs in row phases two channels a tile, one in
+    each half of the mesh (:attr:`StripTile.halves` with :attr:`StripTile.phase1`; session
+    41): ``h`` even, from ``rows / 2`` to ``rows - 2`` (8 to 14 on the 16x16, MobileNet-V2's
+    14 x 14 layer among them), so that a channel's ``h / 2 + 1`` phase-0 rows fill at most
+    half the mesh. A ``rows + 8``-beat tile then gives two channels' ``h / 2`` output rows,
+    where a whole-mesh stride-1 tile (:func:`one_tile`, ``rows / 2 + 9`` beats) gave one
+    channel's, three of its four outputs dropped by the store. With ``h`` two more than a
+    multiple of 4 the step's stacked maps split into classes of unequal size: buffer A holds
+    ``ceil(G h / 4)`` rows of each of its two classes, one row more than half the step's rows
+    when ``G h / 2`` is odd (:func:`spec.desc.depthwise_words`)."""
+    return (stride == 2 and kernel == 3 and h % 2 == 0 and rows % 4 == 0
+            and rows // 2 <= h <= rows - 2)
 
 
 def pass_tile_beats(kernel: int, rows: int) -> int:
@@ -704,7 +730,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     lanes (:attr:`StripTile.cols`), whatever the buffer holds there.
 
     A step of two or more channels of ``h <= rows / 2 - 1`` rows (``rows`` a multiple of 4)
-    runs them two a tile, one in each half of the mesh (:attr:`StripTile.halves`).
+    runs them two a tile, one in each half of the mesh (:attr:`StripTile.halves`); so does a
+    stride-2 step in row phases of even maps of ``rows / 2`` to ``rows - 2`` rows
+    (:func:`phase_halves`: both fills of a tile in halves, its ``phase1`` a halves tile whose
+    ``pair`` is the bottom channel's ``phase1``; buffer B's loads then a word shorter a group
+    than A's when ``G h / 2`` is odd, its second group at the same word as A's).
 
     Stride 2 with :func:`row_phases` (maps of ``h`` a multiple of 4 taller than ``rows - 2``)
     computes only the stride-2 outputs, ``rows - 1`` rows a tile (:attr:`StripTile.phase1`).
@@ -771,6 +801,7 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3                          # halves, quadrants: 3x3 only
     phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)
+    pairs = phase_halves(h, rows=rows, stride=stride, kernel=kernel)
     single = one_tile(h, rows=rows, kernel=kernel)       # (never with phases or passes)
     passes = not phases and row_passes(h, rows=rows, kernel=kernel)
     if single:                                   # a channel one tile (one_tile)
@@ -814,6 +845,13 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
                 tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
                          in itertools.zip_longest(tiles[0::2], tiles[1::2])]
+            elif pairs and g_count > 1:
+                # row phases two channels a tile (phase_halves): both fills in halves
+                tiles = [dataclasses.replace(
+                    top, halves=True, pair=bottom,
+                    phase1=dataclasses.replace(top.phase1, halves=True,
+                                               pair=bottom and bottom.phase1))
+                    for top, bottom in itertools.zip_longest(tiles[0::2], tiles[1::2])]
             tw = min(strip, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
@@ -861,13 +899,15 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
     + 2 i`` (6: :attr:`StripTile.phase2`); ``rows - 2`` output rows a tile for both. With
     ``odd_rows`` (TF "SAME": a pad one less above, so output row ``oy`` reads input rows ``2
     oy - p + 1 + dy``) every fill a row further down."""
-    half, oh, words = rows // 2, h // 2, g_count * h // 4
+    half, oh = rows // 2, h // 2
+    # (G h is even: with G h / 2 odd, classes 0 and 1 a row more than 2 and 3, phase_halves)
+    words, b_words = -(-g_count * h // 4), g_count * h // 4
     pad = strip_pad(kernel)
     th_max = rows - 1 if kernel == 3 else rows - 2
     # classes 0, 1 of the stacked rows into A, classes 2, 3 into B: row 4 j + c in word j of
-    # its group
+    # its group (the second groups at word `words` of both buffers)
     a_load = BlockLoad(base, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
-    b_load = BlockLoad(base + 2 * w, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=words)
+    b_load = BlockLoad(base + 2 * w, 4 * w, b_words, nbytes, groups=2, gaddr=w, gwords=words)
     tiles = []
     for g in range(g_count):
         for oy0 in range(0, oh, th_max):

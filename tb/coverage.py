@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec.desc import ErrorCode
-from spec.dwmesh import one_strip, one_tile, row_passes, row_phases
+from spec.dwmesh import one_strip, one_tile, phase_halves, row_passes, row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
@@ -111,6 +111,15 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "stride 2 in row phases (two load groups a buffer)": lambda r: _phases(r),
         "stride 2 in row phases, two tiles a channel":
             lambda r: r["kernel"] == 3 and _phases(r) and r["h"] // 2 > r["C"] - 1,
+        # (spec.dwmesh.phase_halves: even maps of R/2 to R - 2 rows, a phase in half the mesh)
+        "row phases two channels a tile (each fill in halves)":
+            lambda r: _phase_halves(r) and r["group"] > 1,
+        "row phases two channels a tile, a lone last channel":
+            lambda r: _phase_halves(r) and r["group"] > 1 and (
+                r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),
+        "row phases two channels a tile, A's classes a row longer (G h / 2 odd)":
+            lambda r: _phase_halves(r) and r["h"] // 2 % 2 == 1 and (
+                r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),
         # TF "SAME" (b_mode + 8 / 16: the store from accumulator row 1, the odd lanes)
         "stride 2 keeping the odd rows (TF SAME, even h)": lambda r: r.get("odd_rows", False),
         "stride 2 keeping the odd columns (TF SAME, even w)":
@@ -155,6 +164,11 @@ def _phases(r) -> bool:
     """A depthwise record's layer runs in row phases (spec.dwmesh.row_phases; the record's
     array size as the mesh's rows: the mesh is square)."""
     return row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
+
+
+def _phase_halves(r) -> bool:
+    """... in row phases two channels a tile (spec.dwmesh.phase_halves)."""
+    return phase_halves(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
 
 
 def _passes(r) -> bool:

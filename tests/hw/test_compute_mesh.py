@@ -64,6 +64,11 @@ def _unpack_row(word, cols):
         # ... keeping the odd rows (TF "SAME", "2r"): phase 0 the even input rows, no top pad
         (3, 16, 13, 3, "2r"), (3, 12, 9, 2, "2r"), (1, 8, 20, 1, "2r"), (2, 20, 6, 2, "2r"),
         (5, 12, 4, 5, "2r"),
+        # ... two channels a tile (4 and 6 rows on the 8x8, spec.dwmesh.phase_halves): a
+        # lone last channel, 18 stacked rows (classes 0 and 1 a row longer), a step of one
+        # channel (a whole-mesh phase tile), the odd rows
+        (3, 6, 9, 3, 2), (4, 4, 7, 4, 2), (5, 6, 5, 2, 2), (3, 6, 9, 3, "2r"),
+        (4, 4, 6, 3, "2r"),
         # the quadrant mode (3 x 3 maps on the 8x8): four channels a tile, 1 to 4 in a
         # step's last, packed rows
         (9, 3, 3, 9, "quad"), (7, 3, 3, 7, "quad"), (6, 3, 3, 3, "quad"),
@@ -93,6 +98,8 @@ def _unpack_row(word, cols):
     # - 3): the window rows 0, 2, 4, then 1, 3, 5, then 6; keeping the odd rows ("k7s2r")
     ("default", 2, 32, 13, 2, "k7s2"), ("default", 3, 16, 9, 3, "k7s2"),
     ("default", 2, 32, 13, 2, "k7s2r"), ("default", 3, 16, 9, 2, "k7s2r"),
+    # row phases two channels a tile on the 16x16 (MobileNet-V2's 14 x 14 maps; 10 rows)
+    ("default", 3, 14, 14, 3, 2), ("default", 2, 14, 9, 2, "2r"), ("default", 3, 10, 13, 3, 2),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
     ("default", 9, 7, 7, 9, "quad"), ("default", 6, 7, 7, 6, "quad")])
 def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, group, stride):

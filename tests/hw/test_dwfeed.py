@@ -133,6 +133,10 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (4, 2, 11, 4, 1, False, 3),
     # stride 2's row phases: two fills a tile, the second with the *1 parameters
     (2, 8, 9, 2, 2, False, 3), (3, 16, 20, 3, 2, False, 3), (1, 12, 5, 1, 2, False, 3),
+    # ... two channels a tile (4 and 6 rows on the 8x8, spec.dwmesh.phase_halves): each
+    # fill in halves, the second with the *2 and *3 parameters; a lone last channel; 18
+    # stacked rows, classes 0 and 1 a row longer than 2 and 3
+    (3, 6, 9, 3, 2, False, 3), (4, 4, 7, 4, 2, False, 3), (2, 6, 6, 2, 2, False, 3),
     # the quadrant mode: 3 x 3 maps on the 8x8, four a tile, 1 to 4 in a step's last
     (7, 3, 3, 7, 1, True, 3), (6, 3, 3, 6, 1, True, 3), (9, 3, 3, 9, 1, True, 3),
     (4, 3, 3, 4, 1, True, 3), (1, 3, 3, 1, 1, True, 3),
@@ -183,8 +187,15 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
 
         def params(t, tile):
             # a lone top half: the bottom all padding, with the top's weights; a row-phase
-            # tile's second phase
-            bottom = tile.phase1 or tile.pair or dataclasses.replace(tile, a_hi=0, b_hi=0)
+            # tile's second phase; in halves and row phases the top half's second fill the
+            # *2 parameters and the bottom half's the *3 ones
+            def lone(t):
+                return dataclasses.replace(t, a_hi=0, b_hi=0)
+            bottom = (tile.pair or lone(tile)) if tile.halves else (tile.phase1 or lone(tile))
+            third = tile.phase2
+            if tile.halves and tile.phase1:
+                third = tile.phase1
+                fourth = tile.pair.phase1 if tile.pair else lone(tile.phase1)
             weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
                 [wt[tile.channel]]
             if tile.quads:          # a quadrant without a channel: the tile's first's weights
@@ -203,10 +214,14 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
                     # a 7x7 pass tile's third fill
-                    **({"p_a_base2": tile.phase2.a_base % depth,
-                        "p_b_base2": tile.phase2.b_base, "p_a_hi2": tile.phase2.a_hi,
-                        "p_b_hi2": tile.phase2.b_hi, "p_swap2": tile.phase2.swap}
-                       if tile.phase2 else {}),
+                    **({"p_a_base2": third.a_base % depth,
+                        "p_b_base2": third.b_base, "p_a_hi2": third.a_hi,
+                        "p_b_hi2": third.b_hi, "p_swap2": third.swap}
+                       if third else {}),
+                    **({"p_a_base3": fourth.a_base % depth,
+                        "p_b_base3": fourth.b_base, "p_a_hi3": fourth.a_hi,
+                        "p_b_hi3": fourth.b_hi, "p_swap3": fourth.swap}
+                       if tile.halves and tile.phase1 else {}),
                     "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
                                        (0, 49 - kernel * kernel * len(weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,

@@ -129,5 +129,7 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
         assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
         assert (step.a_load.groups, step.a_load.gaddr, step.a_load.gwords) == \
             ((2, w, step.a_load.words) if phases else (1, 0, 0))
+        # (B's second group at A's words: its classes a row shorter with G h / 2 odd,
+        # spec.dwmesh.phase_halves; the sequencer's group stride for both loads)
         assert (step.b_load.groups, step.b_load.gaddr, step.b_load.gwords) == \
-            ((2, w, step.b_load.words) if phases else (1, 0, 0))
+            ((2, w, step.a_load.words) if phases else (1, 0, 0))

@@ -36,7 +36,11 @@ from .test_rtl import run, seed_for
 #: pad`` columns are one strip (session 40, spec.dwmesh.one_strip: ``small`` 7 columns 3x3,
 #: 6 columns 5x5; ``default`` 15 columns 3x3, 14 columns 5x5, 13 columns 7x7). Stride-2 7x7
 #: layers of a multiple of 4 rows above 13 run in row phases too (session 40: three fills a
-#: tile; ``default`` 28 and 32 rows, Keras-padded 28, the odd rows alone 16).
+#: tile; ``default`` 28 and 32 rows, Keras-padded 28, the odd rows alone 16). Stride-2 3x3
+#: layers of even maps from ``R/2`` to ``R - 2`` rows run in row phases two channels a tile
+#: (session 41, spec.dwmesh.phase_halves: ``small`` 4 and 6 rows, ``default`` 8 to 14, the
+#: MobileNet-V2 14 x 14 one among them; odd channel groups with a lone last channel and
+#: buffer A's classes a row longer, Keras-padded, the odd rows alone).
 CASES = {
     "small": "3x12x13,2x7x9,5x6x20/2,1x1x5,4x10x7/3,2x9x15,5x7x9/3,3x1x6,5x3x9,6x2x7/4,"
              "9x3x3/6,7x3x3,3x3x3/3,"
@@ -44,7 +48,8 @@ CASES = {
              "2x16x20:2,"
              "3x12x13@5,2x7x9/2@5,4x10x7/3:2@5,1x1x5@5,3x5x6@5,2x9x15:2@5,"
              "3x12x14:2s,2x8x9:2s,5x6x20/2:2s,4x10x8/3:2s@5,2x2x4:2s,3x7x10:2s,3x12x12:2c,"
-             "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5,2x9x6:2s@5",
+             "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5,2x9x6:2s@5,"
+             "7x6x9/3:2,4x4x7:2,3x6x7/3:2s,5x4x10/5:2r",
     "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,7x5x11,960x7x7,13x7x7/5,"
                "20x7x7,96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2,"
                "144x56x56@5,240x28x28@5,672x14x14@5,1152x7x7@5,144x56x56:2@5,672x14x14:2@5,"
@@ -53,7 +58,7 @@ CASES = {
                "96x112x112:2s,240x28x28:2s,5x28x15/2:2s,4x6x6/4:2s,144x56x56:2s@5,"
                "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,8x32x32:2c,"
                "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7,3x32x20/2:2@7,2x16x9:2r@7,"
-               "192x28x28:2@7",
+               "192x28x28:2@7,7x14x14/3:2,5x10x13:2,4x14x14/4:2s,3x12x9:2r,4x8x8:2",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
 #: 16 x 16 (its 3x3 layers of 32 to 960 channels; the few-channel cases test shapes).
@@ -72,7 +77,8 @@ MIN_UTIL_7 = 0.25
 #: blocks before, docs/architecture.md) ...
 MIN_UTIL_S2 = 0.08
 #: ... and in row phases (spec.dwmesh.row_phases: maps of 28 x 28 and up on the 16 x 16),
-#: 15 x 7 outputs a 23-beat tile (9.8-10.6% before them).
+#: 15 x 7 outputs a 23-beat tile (9.8-10.6% before them), and the 14 x 14 one two channels a
+#: 23-beat tile (spec.dwmesh.phase_halves, session 41; 9.5% before).
 MIN_UTIL_S2_PHASES = 0.12
 
 

@@ -11,7 +11,7 @@ from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_boun
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
-                         row_pass_ranges, pass_tile_beats, one_strip, one_tile)
+                         row_pass_ranges, pass_tile_beats, one_strip, one_tile, phase_halves)
 from spec.golden import conv2d_int8
 
 
@@ -525,9 +525,10 @@ def test_row_phases_where_they_pay_and_what_a_step_takes():
     up on the 16x16, where one 23-beat phase tile beats two 16-beat stride-1 ones); a
     112-row channel is four tiles (15, 15, 15, 11 output rows) of 24 beats back to back, one
     less each after the first."""
-    assert [h for h in range(1, 41) if row_phases(h, rows=16, stride=2)] == [16, 20, 24, 28,
-                                                                           32, 36, 40]
-    assert [h for h in range(1, 21) if row_phases(h, rows=8, stride=2)] == [8, 12, 16, 20]
+    assert [h for h in range(1, 41) if row_phases(h, rows=16, stride=2)] == [
+        8, 10, 12, 14, 16, 20, 24, 28, 32, 36, 40]     # (8 to 14: phase_halves)
+    assert [h for h in range(1, 21) if row_phases(h, rows=8, stride=2)] == [4, 6, 8, 12, 16,
+                                                                          20]
     assert not row_phases(112, rows=16, stride=1)
     (step,) = strip_steps(1, 112, 14, x_addr=0, out_addr=0, stride=2)
     assert [(t.oy0, t.th, t.acc_row) for t in step.tiles] == \
@@ -539,6 +540,35 @@ def test_row_phases_where_they_pay_and_what_a_step_takes():
     # every other tile starts at padded row 2 mod 4: its phases' buffers swap
     assert [(t.swap, t.phase1.swap) for t in step.tiles] == [(True, False), (False, True)] * 2
     assert (step.out_rows, step.acc_rstride, step.lane_step, step.out_tw) == (56, 1, 2, 7)
+
+
+def test_row_phases_two_channels_a_tile_where_a_phase_fits_half_the_mesh():
+    """Even maps of R/2 to R - 2 rows with stride 2 (MobileNet-V2's 14 x 14 layer) run in row
+    phases two channels a tile: a 24-beat tile (23 back to back) gives two channels' 7 output
+    rows, where a 16-beat stride-1 tile gave one channel's and its store kept a quarter; the
+    bottom half's phase-1 fill is its channel's. With G h / 2 odd buffer A holds a row of each
+    of its classes more than B (ceil and floor of G h / 4, both second groups at A's count)."""
+    assert [h for h in range(1, 30) if phase_halves(h, rows=16, stride=2)] == [8, 10, 12, 14]
+    assert [h for h in range(1, 12) if phase_halves(h, rows=8, stride=2)] == [4, 6]
+    assert not phase_halves(14, rows=16, stride=1)
+    assert not phase_halves(14, rows=16, stride=2, kernel=5)
+    assert not phase_halves(14, rows=14, stride=2)               # (a mesh of 4 k + 2 rows)
+    (step,) = strip_steps(5, 14, 14, x_addr=0, out_addr=0, stride=2, group=5)
+    assert [(t.channel, t.pair and t.pair.channel, t.th, t.acc_row) for t in step.tiles] == \
+        [(0, 1, 7, 0), (2, 3, 7, 14), (4, None, 7, 28)]
+    for t in step.tiles:
+        assert t.halves and t.phase1.halves and t.phase1.pair == (t.pair and t.pair.phase1)
+    assert strip_step_cycles(step, 16) == 3 * (16 + 8) - 2
+    # 70 stacked rows: classes 0 and 1 18 rows each in A, 2 and 3 17 each in B
+    assert (step.a_load.words, step.a_load.gwords) == (18, 18)
+    assert (step.b_load.words, step.b_load.gwords) == (17, 18)
+    assert (step.out_rows, step.acc_rstride, step.lane_step, step.out_tw) == (35, 1, 2, 7)
+    # the buffer half bounds G by A's words: 2 ceil(G h / 4) <= 35 words allows 4 channels
+    # of 14 rows (28 words), not 5 (36)
+    assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
+                          stride=2) == 4
+    assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
+                          stride=1) == 5
 
 
 @pytest.mark.parametrize("kwargs, match", [
