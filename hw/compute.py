@@ -100,7 +100,9 @@ class ComputeEngine(wiring.Component):
     With ``p_m_h <= R/2 - 1`` and two or more channels a tile takes two channels, one in each
     half of the mesh (:attr:`spec.dwmesh.StripTile.halves`, results as
     :func:`spec.dwmesh.strip_tile_writes` states), the first beat
-    :data:`MESH_HALVES_START_CYCLES` later.
+    :data:`MESH_HALVES_START_CYCLES` later; a 5x5 or 7x7 one walks the window's rows two a
+    fill (:attr:`spec.dwmesh.StripTile.pairs`: the feeder's ``p_pairs`` programs, both
+    halves' 49-tap weights in ``p_w``).
     With ``p_m_phases`` (stride 2's row phases, :func:`spec.dwmesh.row_phases`; ``h`` even)
     each tile is a two-phase stride-2 tile (:attr:`spec.dwmesh.StripTile.phase1`)
     of ``R - 1`` output rows: its fill words from the four classes of the step's stacked rows,
@@ -663,10 +665,11 @@ class ComputeEngine(wiring.Component):
         captured, lone = Signal(name="mesh_captured"), Signal(name="mesh_lone")
         t_a_base, t_b_base = (Signal.like(feed.p_a_base, name="mesh_t_a_base"),
                               Signal.like(feed.p_b_base, name="mesh_t_b_base"))
-        t_a_lo, t_a_hi, t_b_hi = (Signal.like(feed.p_a_hi, name=f"mesh_t_{n}")
-                                  for n in ("a_lo", "a_hi", "b_hi"))
+        t_a_lo, t_a_hi, t_b_hi, t_b_lo = (Signal.like(feed.p_a_hi, name=f"mesh_t_{n}")
+                                          for n in ("a_lo", "a_hi", "b_hi", "b_lo"))
         t_swap = Signal(name="mesh_t_swap")
-        t_w = Signal(9 * ob, name="mesh_t_w")      # (a 3x3 channel: halves are 3x3 only)
+        # (a 3x3 channel's nine taps, or a 5x5 / 7x7 one's: StripTile.pairs)
+        t_w = Signal(DwFeeder.BIG_TAPS * ob, name="mesh_t_w")
         # (in row phases, spec.dwmesh.phase_halves, also the top half's second fill)
         t_a_base1, t_b_base1 = (Signal.like(feed.p_a_base, name="mesh_t_a_base1"),
                                 Signal.like(feed.p_b_base, name="mesh_t_b_base1"))
@@ -718,7 +721,9 @@ class ComputeEngine(wiring.Component):
             feed.p_pre_right.eq(Mux(pre_right, kern + 1, 0)), feed.p_kernel.eq(kern),
             feed.p_passes.eq(passes),
             feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
-            feed.p_halves.eq(halves),
+            # (5x5 and 7x7 halves, StripTile.pairs: the feeder's two-row pass programs)
+            feed.p_halves.eq(halves & ~big), feed.p_pairs.eq(halves & big),
+            feed.p_b_lo1.eq(Mux(halves & big, n_b_lo, 0)),
             # the bottom half: the walk's current tile (all padding when lone)
             feed.p_a_base1.eq(n_a_base), feed.p_b_base1.eq(n_b_base),
             feed.p_a_lo1.eq(n_a_lo), feed.p_a_hi1.eq(Mux(lone, 0, n_a_hi)),
@@ -728,7 +733,9 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [
                 feed.p_a_base.eq(t_a_base), feed.p_b_base.eq(t_b_base), feed.p_a_lo.eq(t_a_lo),
                 feed.p_a_hi.eq(t_a_hi), feed.p_b_hi.eq(t_b_hi), feed.p_swap.eq(t_swap),
-                feed.p_tag.eq(t_tag), feed.p_w.eq(Cat(t_w[:9 * ob], self.w_rdata)),
+                feed.p_tag.eq(t_tag), feed.p_b_lo.eq(t_b_lo),
+                feed.p_w.eq(Mux(big, Cat(t_w, self.w_rdata[:DwFeeder.BIG_TAPS * ob]),
+                                Cat(t_w[:9 * ob], self.w_rdata))),
             ]
         with m.Else():
             m.d.comb += [
@@ -774,7 +781,8 @@ class ComputeEngine(wiring.Component):
             # that the bottom half's row 0 lands in its row h
             m.d.sync += [captured.eq(1), fresh.eq(1), t_a_base.eq(n_a_base),
                          t_b_base.eq(n_b_base), t_a_lo.eq(n_a_lo), t_a_hi.eq(n_a_hi),
-                         t_b_hi.eq(n_b_hi), t_swap.eq(n_swap), t_w.eq(self.w_rdata),
+                         t_b_hi.eq(n_b_hi), t_b_lo.eq(n_b_lo), t_swap.eq(n_swap),
+                         t_w.eq(self.w_rdata),
                          t_a_base1.eq(n_a_base1), t_b_base1.eq(n_b_base1),
                          t_a_hi1.eq(n_a_hi1), t_b_hi1.eq(n_b_hi1),
                          t_tag.eq((n_tag[:ab] + oh - half)[:ab])]
@@ -795,11 +803,14 @@ class ComputeEngine(wiring.Component):
                 acc_ch.eq(self.p_acc_base), kern.eq(self.p_m_kernel),
                 acc_pos.eq(self.p_acc_base + R - 1), first.eq(1), ch.eq(self.p_m_c0), par.eq(0),
                 have.eq(1), fresh.eq(1), mesh_run.eq(1), self.busy.eq(1), rstride.eq(1),
-                # (and in row phases maps of at most R - 2 rows: spec.dwmesh.phase_halves)
+                # (and in row phases maps of at most R - 2 rows: spec.dwmesh.phase_halves; 5x5
+                # and 7x7 layers' maps of at most R/2 - 1 rows in pairs of window rows,
+                # StripTile.pairs: the feeder has their programs for every kernel the mesh
+                # walks, and the checker refuses the others)
                 halves.eq(((self.p_m_h <= half - 1) |
-                           (self.p_m_phases & (self.p_m_h <= R - 2))) &
-                          (self.p_m_channels >= 2) & ~self.p_m_quad
-                          & (self.p_m_kernel == 0) if R % 4 == 0 else 0),
+                           (self.p_m_phases & (self.p_m_h <= R - 2) &
+                            (self.p_m_kernel == 0))) &
+                          (self.p_m_channels >= 2) & ~self.p_m_quad if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),
                 passes.eq(self.p_m_passes),

@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
+from spec.desc import depthwise_mesh_side
 from spec.dwmesh import walks
 
 from .array import SystolicArray
@@ -12,8 +13,8 @@ from .array import SystolicArray
 __all__ = ["DwFeeder", "tile_program"]
 
 
-def tile_program(rows: int, stride: int, kernel: int = 3, *,
-                 passes: bool = False) -> list[tuple[str, int, int | None, bool, bool]]:
+def tile_program(rows: int, stride: int, kernel: int = 3, *, passes: bool = False,
+                 pairs: bool = False) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = kernel * dy + dx``,
@@ -22,10 +23,19 @@ def tile_program(rows: int, stride: int, kernel: int = 3, *,
     then shifts), so a stride-2 tile is ``rows + 8`` beats; a 5x5 or 7x7 tile (stride 1) is
     ``rows / 2 + 25`` or ``rows / 2 + 49``; a 5x5 tile in row passes (``passes``,
     :func:`spec.dwmesh.row_passes`) two fills like a stride-2 one, ``rows + 24``, a 7x7 one
-    three (fill words ``0 .. 3 rows / 2 - 1``), ``3 rows / 2 + 47``."""
+    three (fill words ``0 .. 3 rows / 2 - 1``), ``3 rows / 2 + 47``. With ``pairs`` (a 5x5 or
+    7x7 tile two channels a tile, :attr:`spec.dwmesh.StripTile.pairs`) a fill per pair of
+    window rows, pass ``q``'s top-half beats reading words ``q ..`` and its bottom-half ones
+    words ``rows / 2 + q ..`` (the second parameter set's, as a stride-2 tile's second fill
+    reads them)."""
     beats, taps, count = [], 0, kernel * kernel
-    for phase, walk in enumerate(walks(stride, kernel, passes=passes)):
-        fills = [("FILL", phase * (rows // 2) + b, None, False, False) for b in range(rows // 2)]
+    quarter, half = rows // 4, rows // 2
+    for phase, walk in enumerate(walks(stride, kernel, passes=passes, pairs=pairs)):
+        # (a pass's top-half words stay below R/2, its bottom-half ones below R: the feeder
+        # tells the halves and the third fill's words by them)
+        assert not pairs or (rows % 4 == 0 and phase <= quarter)
+        fills = [("FILL", (phase + b if b < quarter else half + phase + b - quarter) if pairs
+                  else phase * half + b, None, False, False) for b in range(half)]
         if phase:                               # its first fill beat in the last tap beat
             move, _, tap, first, last = beats.pop()
             assert move == "HOLD" and not last
@@ -76,7 +86,12 @@ class DwFeeder(wiring.Component):
     :func:`spec.dwmesh.phase_halves`; session 41) each phase's fill is in halves: its words
     ``0 .. R/4 - 1`` the top half's and ``R/4 ..`` the bottom half's, phase 0's with the
     parameters without a digit and the ``*1`` ones, phase 1's with the ``*2`` and ``*3``
-    ones (no low masks). With ``p_quads``
+    ones (no low masks). With ``p_pairs`` (a 5x5 or 7x7 tile two channels a tile,
+    :attr:`spec.dwmesh.StripTile.pairs`; session 41; the driver sets ``p_split`` to the halves,
+    ``p_halves`` to 0) the tile is a fill per pair of window rows, each in halves: pass
+    ``q``'s fill word ``k`` is the top half's word ``q + k`` (the parameters without a digit)
+    and then the bottom half's (the ``*1`` ones, ``p_b_lo1`` its B words' low mask), and the
+    bottom half's taps' weights are ``p_w``'s from tap 49 on. With ``p_quads``
     (1 to 4: the quadrant mode, :attr:`spec.dwmesh.StripTile.quads`; the driver sets
     ``p_split`` to the quadrants and region ``q``'s weights as channel ``q``'s) fill word ``k`` of half ``hf = k //
     (R/4)``, ``kk = k % (R/4)``, reads A word ``base + (kk - 1) mod (R/4)`` and B word ``base``
@@ -100,11 +115,13 @@ class DwFeeder(wiring.Component):
     p_stride2, p_passes : ``In(1)``; p_split : ``In(2)`` (:data:`SystolicArray.SPLITS`)
     p_a_lo, p_a_hi, p_b_lo, p_b_hi : ``In(range(R + 1))``; p_pre_right, p_kernel : ``In(2)``;
     p_swap : ``In(1)``
-    p_a_base, p_b_base : buffer rows; p_w : ``In(49 * 8)`` (four regions' nine taps, region
-    ``q``'s tap ``t`` in bits ``8 (9 q + t)``; or a 5x5 / 7x7 tile's taps); p_tag :
+    p_a_base, p_b_base : buffer rows; p_w : ``In(98 * 8)`` (four regions' nine taps, region
+    ``q``'s tap ``t`` in bits ``8 (9 q + t)``; or a 5x5 / 7x7 tile's taps, region 1's from
+    tap 49 on); p_tag :
     ``In(tag_bits)``
-    p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1: the bottom
-    half's (with ``p_halves``), or the second fill's
+    p_halves, p_swap1 : ``In(1)``; p_a_base1, p_b_base1, p_a_lo1, p_a_hi1, p_b_hi1, p_b_lo1
+    (0 but with ``p_pairs``): the bottom half's (with ``p_halves``), or the second fill's
+    p_pairs : ``In(1)``: a 5x5 or 7x7 tile two channels a tile (``p_halves`` 0)
     p_swap2 : ``In(1)``; p_a_base2, p_b_base2, p_a_hi2, p_b_hi2: a 7x7 pass tile's third fill,
     or with ``p_halves`` and ``p_stride2`` the top half's second
     p_swap3 : ``In(1)``; p_a_base3, p_b_base3, p_a_hi3, p_b_hi3: with ``p_halves`` and
@@ -120,8 +137,11 @@ class DwFeeder(wiring.Component):
     #: Cycles from a beat's issue to the array's input: the buffers' synchronous read, then the
     #: operand register (the compute engine's :data:`hw.compute.FEED_CYCLES`, which it checks).
     FEED_CYCLES = 2
-    #: Taps ``p_w`` holds: four regions' nine (3x3), or one 7x7 kernel's 49.
-    W_TAPS = 49
+    #: Taps ``p_w`` holds: four regions' nine (3x3), or two regions' 7x7 kernels (49 each: a
+    #: 5x5 or 7x7 tile's, and with ``p_pairs`` the bottom half's from tap 49 on).
+    W_TAPS = 98
+    #: Taps of one region of a 5x5 or 7x7 tile in ``p_w``.
+    BIG_TAPS = 49
     #: The tile programs' kernels, by ``p_kernel`` (after 3x3's two: stride 1, stride 2).
     KERNELS = (3, 5, 7)
 
@@ -140,6 +160,7 @@ class DwFeeder(wiring.Component):
             "p_a_base": In(range(cfg.buf_a_depth)), "p_b_base": In(range(cfg.buf_b_depth)),
             "p_halves": In(1), "p_swap1": In(1),
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
+            "p_b_lo1": In(range(cfg.array_rows + 1)), "p_pairs": In(1),
             "p_b_hi1": In(range(cfg.array_rows + 1)),
             "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
             "p_swap2": In(1), "p_a_hi2": In(range(cfg.array_rows + 1)),
@@ -168,15 +189,22 @@ class DwFeeder(wiring.Component):
                     tile_program(R, 1, kernel=7), tile_program(R, 1, kernel=5, passes=True),
                     tile_program(R, 1, kernel=7, passes=True), tile_program(R, 2, kernel=5),
                     tile_program(R, 2, kernel=7)]
+        # 5x5 and 7x7 two channels a tile (on meshes of a multiple of 4 rows that walk them):
+        # top-half words below R/2, bottom-half ones from R/2 and below R
+        pair_kernels = [k for k in (5, 7) if R % 4 == 0 and R >= depthwise_mesh_side(k)]
+        for k in pair_kernels:
+            programs.append(tile_program(R, 1, kernel=k, pairs=True))
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
-        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 and 7x7 stride 2's row phases
-        start2, start5, start7, start5p, start7p, start5s2, start7s2 = starts[1:]
+        # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 and 7x7 stride 2's row phases,
+        # then 5x5 and 7x7 in pairs of window rows (those the mesh walks)
+        start2, start5, start7, start5p, start7p, start5s2, start7s2 = starts[1:8]
+        start_pairs = dict(zip(pair_kernels, starts[8:]))
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
         move_t = Array(Const(moves[b[0]], 3) for b in rom)
         word_t = Array(Const(b[1], range(3 * R // 2)) for b in rom)
-        tap_t = Array(Const(b[2] or 0, range(self.W_TAPS)) for b in rom)
+        tap_t = Array(Const(b[2] or 0, range(self.BIG_TAPS)) for b in rom)
         taps_t = Array(Const(b[2] is not None, 1) for b in rom)
         first_t = Array(Const(b[3], 1) for b in rom)
         last_t = Array(Const(b[4], 1) for b in rom)
@@ -195,6 +223,7 @@ class DwFeeder(wiring.Component):
         a_base1, b_base1 = Signal.like(a_base, name="a_base1"), Signal.like(b_base, name="b_base1")
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
                                                                          "b_hi1"))
+        b_lo1 = Signal.like(self.p_b_lo, name="b_lo1")
         # a 7x7 pass tile's third fill
         swap2 = Signal(name="dw_swap2")
         a_base2, b_base2 = Signal.like(a_base, name="a_base2"), Signal.like(b_base, name="b_base2")
@@ -220,11 +249,13 @@ class DwFeeder(wiring.Component):
         with m.If(take):
             m.d.sync += [self.running.eq(1),
                          pc.eq(Mux(self.p_kernel[1],
-                                   Mux(self.p_passes, start7p,
-                                       Mux(self.p_stride2, start7s2, start7)),
+                                   Mux(self.p_pairs, start_pairs.get(7, start7),
+                                       Mux(self.p_passes, start7p,
+                                           Mux(self.p_stride2, start7s2, start7))),
                                    Mux(self.p_kernel[0],
-                                       Mux(self.p_passes, start5p,
-                                           Mux(self.p_stride2, start5s2, start5)),
+                                       Mux(self.p_pairs, start_pairs.get(5, start5),
+                                           Mux(self.p_passes, start5p,
+                                               Mux(self.p_stride2, start5s2, start5))),
                                        Mux(self.p_stride2, start2, 0))) + merge),
                          rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
@@ -240,7 +271,8 @@ class DwFeeder(wiring.Component):
                          b_base2.eq(self.p_b_base2), a_hi2.eq(self.p_a_hi2),
                          b_hi2.eq(self.p_b_hi2), swap3.eq(self.p_swap3),
                          a_base3.eq(self.p_a_base3), b_base3.eq(self.p_b_base3),
-                         a_hi3.eq(self.p_a_hi3), b_hi3.eq(self.p_b_hi3)]
+                         a_hi3.eq(self.p_a_hi3), b_hi3.eq(self.p_b_hi3),
+                         b_lo1.eq(self.p_b_lo1)]
             # the quadrant mode's bottom half: its left channel's rows n words on
             with m.If(self.p_quads != 0):
                 m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
@@ -285,7 +317,8 @@ class DwFeeder(wiring.Component):
         # the tap's weights, one per region (a 5x5 or 7x7 tile: region 0's, tap t at bits 8t)
         tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
                      for q in range(4))
-        tap_big = Array(w[ob * t:ob * (t + 1)] for t in range(self.W_TAPS))[tap_t[pc]]
+        tap_big = Cat(Array(w[ob * (self.BIG_TAPS * q + t):ob * (self.BIG_TAPS * q + t + 1)]
+                            for t in range(self.BIG_TAPS))[tap_t[pc]] for q in range(2))
         tap_w = Mux(big, tap_big, tap_w3)
         # stage 1: the buffers' read is in flight; stage 2: the operand register
         s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
@@ -332,7 +365,7 @@ class DwFeeder(wiring.Component):
                                        (word < Array([a_lo, a_lo1, 0, 0])[sel]) |
                                        (word >= Array([a_hi, a_hi1, a_hi2, a_hi3])[sel]))),
                          zero_b.eq(~quad & ((word >= Array([b_hi, b_hi1, b_hi2, b_hi3])[sel]) |
-                                            (~bottom & (word < b_lo)))),
+                                            (word < Array([b_lo, b_lo1, 0, 0])[sel]))),
                          s1_pad.eq(pad),
                          s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
                          s1_swap.eq(~quad & Array([swap, swap1, swap2, swap3])[sel]),

@@ -66,7 +66,7 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
            "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges",
-           "pass_tile_beats", "one_strip", "one_tile"]
+           "pass_tile_beats", "one_strip", "one_tile", "pair_fill"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles or in row passes (stride 2
@@ -242,15 +242,23 @@ PHASE_ROWS = {3: (range(0, 3, 2), range(1, 3, 2)), 5: (range(0, 5, 2), range(1, 
               7: (range(0, 5, 2), range(1, 7, 2), range(6, 7))}
 
 
-def walks(stride: int, kernel: int = 3, *,
-          passes: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
+def walks(stride: int, kernel: int = 3, *, passes: bool = False,
+          pairs: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
     """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1 (the
     :func:`serpentine` of ``kernel``); stride 2's row phases are 3x3 only. With ``passes`` (a
     5x5 tile in row passes, :func:`row_passes`; its ``stride`` is 1, a stride-2 layer's tiles
     being stride-1 ones) one serpentine per pass over its window rows
-    (:data:`PASS_ROWS`), each from the top left of its own fill."""
+    (:data:`PASS_ROWS`), each from the top left of its own fill. With ``pairs`` (a 5x5 or
+    7x7 tile two channels a tile, :attr:`StripTile.pairs`) one serpentine per pair of window
+    rows (0 and 1, 2 and 3, ..., the last alone), each from its own fill."""
     if kernel not in KERNELS:
         raise ValueError(f"walks: kernel={kernel!r} must be one of {KERNELS}")
+    if pairs:
+        if kernel == 3 or stride != 1:
+            raise ValueError(f"walks: two-row passes walk stride-1 5x5 and 7x7 windows, not "
+                             f"stride {stride} {kernel}x{kernel}")
+        return [_serpentine_rows(kernel, range(dy, min(dy + 2, kernel)))
+                for dy in range(0, kernel, 2)]
     if passes:
         if kernel not in PASS_ROWS or stride != 1:
             raise ValueError(f"walks: row passes walk stride-1 windows of "
@@ -444,6 +452,15 @@ class StripTile:
     to 5 from ``phase1`` (three rows on) and row 6 from ``phase2`` (:func:`kernel_tile` six
     rows on: the same buffers, three words on, no top pad).
 
+    With ``pairs`` (a 5x5 or 7x7 tile with ``halves``, maps of ``h <= rows / 2 - 1`` rows,
+    stride 1 or the decimating store's stride 2; session 41) the window's rows are walked two
+    at a time (:func:`walks` with ``pairs``: 0 and 1, 2 and 3, .., the last alone), each pair
+    from its own fill in halves: pass ``q``'s fill word ``k`` of either half is word ``q + k``
+    of that half's tile (the same bases and masks, two padded rows further down a pass), so
+    half row ``i`` holds padded row ``i + 2 q`` and output row ``i`` reads its rows ``i`` and
+    ``i + 1``. ``ceil(k / 2)`` fills of ``rows / 2`` beats and the ``k^2`` taps, two channels
+    a tile where a whole-mesh tile took one (:func:`pair_fill`).
+
     With ``quads`` (1 to 4: the quadrant mode, :func:`quad_mode`: maps of ``n = rows / 2 - 1``
     rows and columns) the tile holds channels ``channel .. channel + quads - 1``,
     one a quadrant (top left, top right, bottom left, bottom right), each with its own
@@ -480,6 +497,7 @@ class StripTile:
     phase2: StripTile | None = None
     passes: bool = False
     quads: int = 0
+    pairs: bool = False
 
 
 @dataclass(frozen=True)
@@ -754,7 +772,8 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     ``kernel = 5`` or ``7``: a depthwise 5x5 (pad 2) or 7x7 (pad 3) layer, in whole-mesh
     tiles of the 25- or 49-tap :func:`serpentine` walk, ``rows - 2 pad`` x ``cols - 2 pad``
     outputs a tile (stride 2: the stride-1 results, the decimating store keeping the even rows
-    and columns; no halves or quadrants, and row phases, :func:`row_phases`,
+    and columns; no quadrants, halves only for maps of up to ``rows / 2 - 1`` rows with the
+    window's rows two a fill, :attr:`StripTile.pairs`, and row phases, :func:`row_phases`,
     ``_phase_tiles``: 7x7 in three fills since session 40). The loads are the 3x3 layer's (odd input
     rows in A, even ones in B); patch row ``r`` is input row ``oy0 - pad + r``
     (:func:`kernel_tile`: with pad 2 the even patch rows are the even input rows, ``swap`` for
@@ -845,6 +864,12 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
                 tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
                          in itertools.zip_longest(tiles[0::2], tiles[1::2])]
+            elif (kernel != 3 and single and not passes and 2 * h + 2 <= rows
+                  and rows % 4 == 0 and g_count > 1):
+                # a 5x5 or 7x7 layer's maps of up to rows / 2 - 1 rows two channels a tile,
+                # the window's rows two a fill (StripTile.pairs)
+                tiles = [dataclasses.replace(top, halves=True, pair=bottom, pairs=True)
+                         for top, bottom in itertools.zip_longest(tiles[0::2], tiles[1::2])]
             elif pairs and g_count > 1:
                 # row phases two channels a tile (phase_halves): both fills in halves
                 tiles = [dataclasses.replace(
@@ -1026,11 +1051,23 @@ def strip_patch(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     return patch
 
 
+def pair_fill(tile: StripTile, q: int) -> StripTile:
+    """Pass ``q``'s fill of a :attr:`StripTile.pairs` tile: fill word ``k`` is the tile's word
+    ``q + k`` (its bases ``q`` words on, its masks ``q`` words earlier), in both halves."""
+    def shift(t):
+        return dataclasses.replace(t, a_base=t.a_base + q, b_base=t.b_base + q,
+                                   a_lo=max(0, t.a_lo - q), a_hi=max(0, t.a_hi - q),
+                                   b_lo=max(0, t.b_lo - q), b_hi=max(0, t.b_hi - q))
+    return dataclasses.replace(shift(tile), pair=tile.pair and shift(tile.pair))
+
+
 def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
     a row phase, a beat a tap (``kernel ** 2``); phase 1's first fill beat is phase 0's last
     tap beat."""
     fills = 1 + (tile.phase1 is not None) + (tile.phase2 is not None)
+    if tile.pairs:
+        fills = (tile.kernel + 1) // 2
     return fills * (rows // 2) + tile.kernel ** 2 - (fills - 1)
 
 
@@ -1056,7 +1093,10 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     for q in range(1, tile.quads):              # the quadrant mode: a channel a quadrant
         qi, qj = divmod(q, 2)
         w[qi * half:(qi + 1) * half, qj * half:(qj + 1) * half] = weights[tile.channel + q]
-    if tile.phase1 is None:
+    if tile.pairs:                              # two window rows a fill, in halves
+        phases = [(pair_fill(tile, q), walk)
+                  for q, walk in enumerate(walks(1, k, pairs=True))]
+    elif tile.phase1 is None:
         phases = [(tile, serpentine(k))]
     else:                                       # stride 2's row phases or the row passes
         fills = [f for f in (tile, tile.phase1, tile.phase2) if f is not None]

@@ -117,6 +117,12 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         "row phases two channels a tile, a lone last channel":
             lambda r: _phase_halves(r) and r["group"] > 1 and (
                 r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),
+        # (spec.dwmesh.StripTile.pairs: 5x5 and 7x7 maps of up to R/2 - 1 rows)
+        "5x5 or 7x7 two channels a tile (window rows two a fill)":
+            lambda r: _pairs(r) and r["group"] > 1,
+        "5x5 or 7x7 two channels a tile, a lone last channel":
+            lambda r: _pairs(r) and r["group"] > 1 and (
+                r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),
         "row phases two channels a tile, A's classes a row longer (G h / 2 odd)":
             lambda r: _phase_halves(r) and r["h"] // 2 % 2 == 1 and (
                 r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),
@@ -169,6 +175,12 @@ def _phases(r) -> bool:
 def _phase_halves(r) -> bool:
     """... in row phases two channels a tile (spec.dwmesh.phase_halves)."""
     return phase_halves(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
+
+
+def _pairs(r) -> bool:
+    """... two channels a tile, a 5x5 or 7x7 window's rows two a fill (StripTile.pairs)."""
+    return (r["kernel"] > 3 and r["C"] % 4 == 0 and 2 * r["h"] + 2 <= r["C"]
+            and one_tile(r["h"], rows=r["C"], kernel=r["kernel"]))
 
 
 def _passes(r) -> bool:

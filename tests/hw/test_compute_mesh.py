@@ -88,6 +88,10 @@ def _unpack_row(word, cols):
     ("default", 3, 12, 13, 3, "k7"), ("default", 2, 7, 7, 2, "k7"), ("default", 3, 21, 5, 2, "k7"),
     # (row passes, three fills a tile: 12 and 21 rows above; 28 rows two tiles a channel)
     ("default", 2, 28, 12, 2, "k7"),
+    # 5x5 and 7x7 on maps of up to R/2 - 1 rows two channels a tile, the window's rows two a
+    # fill in halves (session 41, StripTile.pairs): EfficientNet-B0's and a lone last channel
+    ("default", 3, 7, 7, 3, "k5"), ("default", 4, 6, 9, 4, "k7"), ("default", 3, 7, 7, 3, "k7"),
+    ("small", 3, 3, 6, 3, "k5"), ("default", 5, 7, 7, 4, "k5"),
     # depthwise 5x5 stride 2 in row phases (maps of a multiple of 4 rows above R - 4): the
     # window rows 0, 2, 4 then 1, 3, a top pad row in each phase of a channel's first tile;
     # keeping the odd rows (TF "SAME", "k5s2r"); 8 x 8 and 16 x 16, several tiles a channel

@@ -148,6 +148,10 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     # fill words, one odd), three lanes of pre-rotation; 12 and 28 rows in row passes
     # (three fills a tile, 14 x 10 outputs; 28 rows two tiles a channel)
     (2, 12, 13, 2, 1, False, 7), (3, 7, 7, 3, 1, False, 7), (2, 28, 9, 2, 1, False, 7),
+    # ... two channels a tile on maps of up to R/2 - 1 rows (7 on the 16x16, 3 on the 8x8),
+    # the window's rows two a fill in halves (session 41): a lone last channel, one row
+    (2, 7, 7, 2, 1, False, 5), (2, 3, 6, 2, 1, False, 5), (4, 6, 9, 4, 1, False, 7),
+    (3, 1, 4, 3, 1, False, 7), (2, 3, 3, 2, 1, False, 5),
     # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3)
     (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5),
     # 7x7 stride 2 in row phases (16 and 32 rows on the 16x16: window rows 0, 2, 4, then 1,
@@ -203,14 +207,18 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                            for q in range(4)]
             split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
             two = tile.phase1 is not None       # row phases (3x3) or row passes (5x5)
+            if tile.pairs:                      # region 1's 5x5 / 7x7 taps from tap 49
+                weights = [np.pad(v.reshape(-1), (0, 49 - kernel * kernel)) for v in weights]
             return {"p_stride2": two and not tile.passes, "p_quads": tile.quads,
-                    "p_passes": tile.passes,
+                    "p_passes": tile.passes, "p_pairs": tile.pairs,
+                    "p_b_lo1": bottom.b_lo if tile.pairs else 0,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
                     "p_b_lo": tile.b_lo, "p_kernel": (tile.kernel - 3) // 2,
                     "p_pre_right": tile.pre_right, "p_swap": tile.swap,
-                    "p_halves": tile.halves, "p_a_base1": bottom.a_base % depth,
+                    "p_halves": tile.halves and not tile.pairs,
+                    "p_a_base1": bottom.a_base % depth,
                     "p_b_base1": bottom.b_base, "p_a_lo1": bottom.a_lo,
                     "p_a_hi1": bottom.a_hi, "p_b_hi1": bottom.b_hi, "p_swap1": bottom.swap,
                     # a 7x7 pass tile's third fill
@@ -223,7 +231,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                         "p_b_hi3": fourth.b_hi, "p_swap3": fourth.swap}
                        if tile.halves and tile.phase1 else {}),
                     "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
-                                       (0, 49 - kernel * kernel * len(weights))), 8),
+                                       (0, 98 - sum(v.size for v in weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
                     "p_pad_mask": sum(1 << j for j in range(tile.cols, C))}
 

@@ -11,7 +11,8 @@ from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_boun
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
-                         row_pass_ranges, pass_tile_beats, one_strip, one_tile, phase_halves)
+                         row_pass_ranges, pass_tile_beats, one_strip, one_tile, phase_halves,
+                         pair_fill)
 from spec.golden import conv2d_int8
 
 
@@ -248,14 +249,21 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     passes = not phases and row_passes(h, rows=size, kernel=kernel)
     single = not phases and one_tile(h, rows=size, kernel=kernel)
     assert not (passes and single)
-    assert all(t.kernel == kernel and not (t.halves or t.quads) and t.passes == passes
+    # (maps of up to size / 2 - 1 rows two channels a tile, the window's rows two a fill:
+    # StripTile.pairs, session 41)
+    pairs = single and 2 * h + 2 <= size and size % 4 == 0
+    assert all(t.halves == t.pairs == (pairs and s.channels > 1) for s in steps for t in s.tiles)
+    assert all(t.kernel == kernel and not t.quads and t.passes == passes
                and bool(t.phase1) == (passes or phases)
                and bool(t.phase2) == ((passes or phases) and kernel == 7) for t in tiles)
     assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {kernel // 2}
     assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == (
         {{5: (1, 0), 7: (1, 1)}[kernel]} if phases else {{5: (1, 1), 7: (2, 1)}[kernel]})
+    fills = (kernel + 1) // 2
     assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes or phases
-                                              else size // 2 + kernel ** 2) for t in tiles)
+                                              else fills * (size // 2) + kernel ** 2 - fills + 1
+                                              if t.pairs else size // 2 + kernel ** 2)
+               for t in tiles)
     assert {t.th for t in tiles if t.oy0 == 0} == (
         {min(h // 2, size - 2)} if phases else {h} if single else
         {min(h, size - (2 if passes else kernel - 1))})
@@ -569,6 +577,33 @@ def test_row_phases_two_channels_a_tile_where_a_phase_fits_half_the_mesh():
                           stride=2) == 4
     assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
                           stride=1) == 5
+
+
+def test_big_kernels_on_maps_of_half_the_mesh_two_channels_a_tile():
+    """5x5 and 7x7 maps of up to R/2 - 1 rows (EfficientNet-B0's 7 x 7 stage) run two
+    channels a tile, one in each half, the window's rows two a fill: 47 and 78 beats for two
+    channels where one channel took 33 and 57; pass q's fill is the tile's fill words from q
+    on, in both halves."""
+    assert [sorted({dy for (dy, _), _ in walk}) for walk in walks(1, 5, pairs=True)] == [
+        [0, 1], [2, 3], [4]]
+    assert len(walks(1, 7, pairs=True)) == 4
+    with pytest.raises(ValueError, match="two-row passes walk stride-1 5x5 and 7x7"):
+        walks(1, 3, pairs=True)
+    for kernel, beats in ((5, 47), (7, 78)):
+        (step,) = strip_steps(5, 7, 7, x_addr=0, out_addr=0, group=5, kernel=kernel)
+        assert [(t.channel, t.pair and t.pair.channel, t.pairs, t.halves) for t in step.tiles] \
+            == [(0, 1, True, True), (2, 3, True, True), (4, None, True, True)]
+        assert [strip_tile_cycles(t, 16) for t in step.tiles] == [beats] * 3
+        top = step.tiles[0]
+        moved = pair_fill(top, 2)
+        assert (moved.a_base, moved.b_base, moved.a_lo, moved.b_lo) == (
+            top.a_base + 2, top.b_base + 2, max(0, top.a_lo - 2), max(0, top.b_lo - 2))
+        assert moved.pair.a_base == top.pair.a_base + 2
+    # one channel a step, or maps taller than half the mesh: one channel a tile as before
+    (step,) = strip_steps(1, 7, 7, x_addr=0, out_addr=0, kernel=5)
+    assert not step.tiles[0].pairs and strip_tile_cycles(step.tiles[0], 16) == 33
+    (step,) = strip_steps(2, 8, 8, x_addr=0, out_addr=0, group=2, kernel=5)
+    assert not any(t.pairs for t in step.tiles)
 
 
 @pytest.mark.parametrize("kwargs, match", [
