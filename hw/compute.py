@@ -132,7 +132,8 @@ class ComputeEngine(wiring.Component):
     :func:`spec.dwmesh.strip_steps` with ``kernel`` 5 or 7; 0 is 3x3) every tile is a
     whole-mesh tile of that kernel (its 25- or 49-tap walk, the weight word's taps), ``R/2 - p``
     words and ``R - 2 p`` accumulator rows further per tile, its bases and masks those of
-    :func:`spec.dwmesh.kernel_tile` (no halves, row phases or quadrants); a 5x5 layer with
+    :func:`spec.dwmesh.kernel_tile` (no quadrants; halves in pairs of window rows for maps of
+    up to ``R/2 - 1`` rows, :attr:`spec.dwmesh.StripTile.pairs`); a 5x5 layer with
     ``p_m_passes`` (row passes, :func:`spec.dwmesh.row_passes`) fills each tile twice, the
     second time from the patch three rows further down (:attr:`spec.dwmesh.StripTile.phase1`),
     a 7x7 one three times, the third from six rows down (``phase2``), ``R/2 - 1`` words and
@@ -722,7 +723,9 @@ class ComputeEngine(wiring.Component):
             feed.p_passes.eq(passes),
             feed.p_pad.eq(pad), feed.p_pad_mask.eq(pad_mask),
             # (5x5 and 7x7 halves, StripTile.pairs: the feeder's two-row pass programs)
-            feed.p_halves.eq(halves & ~big), feed.p_pairs.eq(halves & big),
+            # (a 5x5 layer's row phases in halves: the feeder's halves and its row-phase
+            # program)
+            feed.p_halves.eq(halves & (~big | phases)), feed.p_pairs.eq(halves & big & ~phases),
             feed.p_b_lo1.eq(Mux(halves & big, n_b_lo, 0)),
             # the bottom half: the walk's current tile (all padding when lone)
             feed.p_a_base1.eq(n_a_base), feed.p_b_base1.eq(n_b_base),
@@ -755,13 +758,16 @@ class ComputeEngine(wiring.Component):
                          feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
                          feed.p_swap2.eq(~n_swap)]
         with m.If(phases & halves):             # row phases in halves: the second fills
+            # (swapped as a lone tile's second fill; both halves' channels start their first
+            # tile, so one low mask: a 5x5 layer's top pad row)
             m.d.comb += [feed.p_a_base2.eq(t_a_base1), feed.p_b_base2.eq(t_b_base1),
                          feed.p_a_hi2.eq(t_a_hi1), feed.p_b_hi2.eq(t_b_hi1),
-                         feed.p_swap2.eq(t_swap ^ ~orow),
+                         feed.p_swap2.eq(Mux(k5, t_swap ^ orow, t_swap ^ ~orow)),
                          feed.p_a_base3.eq(n_a_base1), feed.p_b_base3.eq(n_b_base1),
                          feed.p_a_hi3.eq(Mux(lone, 0, n_a_hi1)),
                          feed.p_b_hi3.eq(Mux(lone, 0, n_b_hi1)),
-                         feed.p_swap3.eq(n_swap ^ ~orow)]
+                         feed.p_swap3.eq(Mux(k5, n_swap ^ orow, n_swap ^ ~orow)),
+                         feed.p_a_lo2.eq(n_a_lo1)]
         with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(0), feed.p_a_hi1.eq(n_a_hi1),
@@ -809,7 +815,7 @@ class ComputeEngine(wiring.Component):
                 # walks, and the checker refuses the others)
                 halves.eq(((self.p_m_h <= half - 1) |
                            (self.p_m_phases & (self.p_m_h <= R - 2) &
-                            (self.p_m_kernel == 0))) &
+                            (self.p_m_kernel != 2))) &
                           (self.p_m_channels >= 2) & ~self.p_m_quad if R % 4 == 0 else 0),
                 captured.eq(0), lone.eq(0),
                 phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),

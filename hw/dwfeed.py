@@ -65,7 +65,7 @@ class DwFeeder(wiring.Component):
     :attr:`spec.dwmesh.StripTile.pre_right`), without the beats. With ``p_kernel`` 1 or 2
     the tile is a depthwise 5x5 or 7x7 one (:attr:`spec.dwmesh.StripTile.kernel`; 0: 3x3):
     the 25- or 49-tap walk, its taps' weights region 0's (tap ``t`` in bits ``8t`` of
-    ``p_w``), the whole mesh one region. With ``p_swap`` the fill's buffers trade places: the B word
+    ``p_w``), the whole mesh one region (but in halves: below). With ``p_swap`` the fill's buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
     (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
@@ -86,7 +86,8 @@ class DwFeeder(wiring.Component):
     :func:`spec.dwmesh.phase_halves`; session 41) each phase's fill is in halves: its words
     ``0 .. R/4 - 1`` the top half's and ``R/4 ..`` the bottom half's, phase 0's with the
     parameters without a digit and the ``*1`` ones, phase 1's with the ``*2`` and ``*3``
-    ones (no low masks). With ``p_pairs`` (a 5x5 or 7x7 tile two channels a tile,
+    ones (``p_a_lo2`` their low mask: a 5x5 tile's top pad row); a 5x5 tile so too (session
+    41; the 5x5 row-phase program, its bottom half's weights ``p_w``'s from tap 49 on). With ``p_pairs`` (a 5x5 or 7x7 tile two channels a tile,
     :attr:`spec.dwmesh.StripTile.pairs`; session 41; the driver sets ``p_split`` to the halves,
     ``p_halves`` to 0) the tile is a fill per pair of window rows, each in halves: pass
     ``q``'s fill word ``k`` is the top half's word ``q + k`` (the parameters without a digit)
@@ -126,6 +127,8 @@ class DwFeeder(wiring.Component):
     or with ``p_halves`` and ``p_stride2`` the top half's second
     p_swap3 : ``In(1)``; p_a_base3, p_b_base3, p_a_hi3, p_b_hi3: with ``p_halves`` and
     ``p_stride2`` the bottom half's second fill
+    p_a_lo2 : the second fill's A-word low mask in both halves (0 but in a 5x5 row-phase
+    tile in halves)
     p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
@@ -161,6 +164,7 @@ class DwFeeder(wiring.Component):
             "p_halves": In(1), "p_swap1": In(1),
             "p_a_lo1": In(range(cfg.array_rows + 1)), "p_a_hi1": In(range(cfg.array_rows + 1)),
             "p_b_lo1": In(range(cfg.array_rows + 1)), "p_pairs": In(1),
+            "p_a_lo2": In(range(cfg.array_rows + 1)),
             "p_b_hi1": In(range(cfg.array_rows + 1)),
             "p_a_base1": In(range(cfg.buf_a_depth)), "p_b_base1": In(range(cfg.buf_b_depth)),
             "p_swap2": In(1), "p_a_hi2": In(range(cfg.array_rows + 1)),
@@ -224,6 +228,7 @@ class DwFeeder(wiring.Component):
         a_lo1, a_hi1, b_hi1 = (Signal.like(self.p_a_lo, name=n) for n in ("a_lo1", "a_hi1",
                                                                          "b_hi1"))
         b_lo1 = Signal.like(self.p_b_lo, name="b_lo1")
+        a_lo2 = Signal.like(self.p_a_lo, name="a_lo2")
         # a 7x7 pass tile's third fill
         swap2 = Signal(name="dw_swap2")
         a_base2, b_base2 = Signal.like(a_base, name="a_base2"), Signal.like(b_base, name="b_base2")
@@ -272,7 +277,7 @@ class DwFeeder(wiring.Component):
                          b_hi2.eq(self.p_b_hi2), swap3.eq(self.p_swap3),
                          a_base3.eq(self.p_a_base3), b_base3.eq(self.p_b_base3),
                          a_hi3.eq(self.p_a_hi3), b_hi3.eq(self.p_b_hi3),
-                         b_lo1.eq(self.p_b_lo1)]
+                         b_lo1.eq(self.p_b_lo1), a_lo2.eq(self.p_a_lo2)]
             # the quadrant mode's bottom half: its left channel's rows n words on
             with m.If(self.p_quads != 0):
                 m.d.sync += [a_base1.eq(self.p_a_base + n), b_base1.eq(self.p_b_base + n)]
@@ -291,7 +296,9 @@ class DwFeeder(wiring.Component):
         sel = Signal(2, name="dw_sel")
         m.d.comb += [
             fill.eq(self.running & (move_t[pc] == moves["FILL"])),
-            # (the 5x5 and 7x7 after stride 2's, the passes' last)
+            # (the 5x5 and 7x7 after stride 2's; every program from the passes' on reads its
+            # words from R/2 on with the *1 parameters: the passes, the row phases and the
+            # pair programs, whose bottom-half words those are)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
             # (only the 7x7 programs' third fills have words from R on)
             third.eq(word_t[pc] >= R),
@@ -299,6 +306,8 @@ class DwFeeder(wiring.Component):
             wi.eq(word_t[pc] - Mux(third, R, Mux(ph1, R // 2, 0))),
             bh.eq((halves | quad) & (wi >= R // 4)),
             word.eq(wi - Mux(bh, R // 4, 0)),
+            # (halves in row phases are 3x3 and 5x5 only: a 7x7 tile's third fill never
+            # comes with halves, which the compute engine ensures)
             sel.eq(Mux(halves & ph1, Cat(bh, 1), Mux(third, 2, bh | ph1))),
             self.rd_en.eq(fill | merge),
         ]
@@ -360,9 +369,10 @@ class DwFeeder(wiring.Component):
                          s1_rot.eq(Mux(self.p_quads == 0, self.p_pre_right, 0)),
                          s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
         with m.Else():
-            # (low masks in the first fill and its bottom half or the second fill only)
+            # (low masks in the first fill and its bottom half or the second fill, and in a
+            # 5x5 halves tile's second fill, both halves)
             m.d.sync += [zero_a.eq(Mux(quad, word == 0,
-                                       (word < Array([a_lo, a_lo1, 0, 0])[sel]) |
+                                       (word < Array([a_lo, a_lo1, a_lo2, a_lo2])[sel]) |
                                        (word >= Array([a_hi, a_hi1, a_hi2, a_hi3])[sel]))),
                          zero_b.eq(~quad & ((word >= Array([b_hi, b_hi1, b_hi2, b_hi3])[sel]) |
                                             (word < Array([b_lo, b_lo1, 0, 0])[sel]))),

@@ -129,8 +129,9 @@ class DwWalker(wiring.Component):
         # implies the first for every kernel)
         phases_in = self.p_s2 & (self.p_h[:2] == 0) & (self.p_h >= R - self.p_kernel)
         if R % 4 == 0:
-            # (spec.dwmesh.phase_halves: 3x3, an even h from R/2 to R - 2, two channels a tile)
-            phases_in |= (self.p_s2 & (self.p_kernel == 0) & ~self.p_h[0] &
+            # (spec.dwmesh.phase_halves: 3x3 and 5x5, an even h from R/2 to R - 2, two
+            # channels a tile)
+            phases_in |= (self.p_s2 & (self.p_kernel != 2) & ~self.p_h[0] &
                           (self.p_h >= R // 2) & (self.p_h <= R - 2))
         # the quadrant mode (spec.dwmesh.quad_mode; the mesh is square)
         quad_in = ((self.p_kernel == 0) & ~self.p_s2 & (self.p_h == R // 2 - 1) &

@@ -14,7 +14,8 @@ B loads of strip ``k`` and the store of strip ``k - 2``; it lasts ``max(compute,
 store wait + store) + step_ctrl_cycles``, the stall categories assigned as the RTL counters
 assign them (:meth:`planner.cost._Timing.phase`). A strip's compute runs
 ``mesh_start_cycles`` (``mesh_halves_start_cycles`` more when its tiles take two channels
-each, maps of up to ``R / 2 - 1`` rows; ``mesh_quad_start_cycles``, one less for each
+each: maps of up to ``R / 2 - 1`` rows, or stride-2 3x3 and 5x5 ones of ``R / 2`` to ``R -
+2`` in row phases, :func:`spec.dwmesh.phase_halves`; ``mesh_quad_start_cycles``, one less for each
 channel fewer than four in its first tile, in the quadrant mode) plus its tiles' beats (``R / 2`` fills and nine taps,
 25 for a 5x5 tile, 49 for a 7x7 one,
 one beat less for every tile after a strip's first, whose first fill beat is its predecessor's
@@ -27,8 +28,10 @@ drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
 less after a strip's first). A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 tiles of ``(R
 - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs (stride 2: the same tiles, the decimating
-store), or ``(R - 2)`` rows in row passes (:func:`spec.dwmesh.row_passes`), or for 5x5 with
-stride 2 in row phases; none of the 3x3 layer's halves or quadrants. A map of at most ``C -
+store), or ``(R - 2)`` rows in row passes (:func:`spec.dwmesh.row_passes`), or with stride 2
+in row phases; two channels a tile for maps of up to ``R / 2 - 1`` rows, the window's rows two
+a fill (:attr:`spec.dwmesh.StripTile.pairs`), or in 5x5 row phases (:func:`spec.dwmesh.phase_halves`);
+no quadrants. A map of at most ``C -
 pad`` columns is one strip, of at most ``R - pad`` rows one tile a channel (any kernel:
 :func:`spec.dwmesh.one_strip`, :func:`spec.dwmesh.one_tile`).
 """
@@ -255,8 +258,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
     (``a_stride``: default ``4 * channels``, the arrays back to back), the dense output
     (``out_bytes`` an element; ``h x w`` maps, ``ceil(h / 2) x ceil(w / 2)`` with ``stride``
     2) at ``c_addr``; ``group`` (``G``) channels a strip step, by default as many as a buffer
-    and an accumulator half hold (:func:`spec.dwmesh.strip_channels`, the same for both
-    kernels)."""
+    and an accumulator half hold (:func:`spec.dwmesh.strip_channels`)."""
     if stride not in (1, 2):
         raise ValueError(f"depthwise_descriptor: stride={stride!r} must be 1 or 2")
     if kernel not in MESH_KERNELS:
@@ -265,7 +267,8 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
     if group is None:
         group = strip_channels(h, rows=cfg.array_rows,
                                buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
-                               acc_rows=cfg.acc_depth // 2, channels=channels, stride=stride)
+                               acc_rows=cfg.acc_depth // 2, channels=channels, stride=stride,
+                               kernel=kernel)
     return GemmDescriptor(m=channels, k=h, n=w, partition_m=group,
                           acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,

@@ -257,12 +257,14 @@ def depthwise_words(d: GemmDescriptor, rows: int) -> tuple[int, int]:
     odd and even rows of its ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >>
     1`` and ``(G k + 1) >> 1``; in row phases two channels a tile
     (:func:`spec.dwmesh.phase_halves`) the stacked rows ``4 j`` and ``4 j + 1`` in A, ``4 j +
-    2`` and ``4 j + 3`` in B, ``2 ceil(G k / 4)`` and ``2 floor(G k / 4)`` words."""
+    2`` and ``4 j + 3`` in B, each buffer's second class from word ``ceil(G k / 4)``: ``2
+    ceil(G k / 4)`` words of A, and B up to word ``G k / 2`` (its classes ``floor(G k / 4)``
+    rows each)."""
     from .dwmesh import phase_halves            # (spec.dwmesh imports this module)
     gk = d.partition_m * d.k
     if phase_halves(d.k, rows=rows, stride=DEPTHWISE_STRIDES[d.b_mode],
                     kernel=DEPTHWISE_KERNELS[d.b_mode]):
-        return 2 * -(-gk // 4), 2 * (gk // 4)
+        return 2 * -(-gk // 4), (gk + 1) >> 1
     return gk >> 1, (gk + 1) >> 1
 
 

@@ -69,8 +69,9 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "pass_tile_beats", "one_strip", "one_tile", "pair_fill"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
-#: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles or in row passes (stride 2
-#: through the decimating store, or for 5x5 in row phases).
+#: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles, in row passes, two channels a
+#: tile on maps of half the mesh (:attr:`StripTile.pairs`) or with stride 2 in row phases (or
+#: through the decimating store); no quadrants.
 KERNELS = (3, 5, 7)
 
 #: The serpentine walk over the 3x3 window: (dy, dx) of each tap, and the rotation that follows
@@ -245,7 +246,8 @@ PHASE_ROWS = {3: (range(0, 3, 2), range(1, 3, 2)), 5: (range(0, 5, 2), range(1, 
 def walks(stride: int, kernel: int = 3, *, passes: bool = False,
           pairs: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
     """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1 (the
-    :func:`serpentine` of ``kernel``); stride 2's row phases are 3x3 only. With ``passes`` (a
+    :func:`serpentine` of ``kernel``); stride 2's row phases the window rows of
+    :data:`PHASE_ROWS`, a fill each. With ``passes`` (a
     5x5 tile in row passes, :func:`row_passes`; its ``stride`` is 1, a stride-2 layer's tiles
     being stride-1 ones) one serpentine per pass over its window rows
     (:data:`PASS_ROWS`), each from the top left of its own fill. With ``pairs`` (a 5x5 or
@@ -581,14 +583,15 @@ def row_phases(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     ``h`` a multiple of 4 (so that a step's stacked maps split into four equal classes of rows
     by their index mod 4, two a buffer) and taller than a stride-1 tile's ``rows - 2`` output
     rows, where a ``rows + 8``-beat phase tile giving ``rows - 1`` stride-2 output rows beats
-    the stride-1 tiles (``rows - 2`` rows each, half of them kept). Otherwise stride 2 runs as
-    stride 1 with a decimating store. A 5x5 layer (``kernel`` 5, session 39) the same above a
+    the stride-1 tiles (``rows - 2`` rows each, half of them kept); and the even maps of
+    ``rows / 2`` to ``rows - 2`` rows of a 3x3 or 5x5 layer, two channels a tile
+    (:func:`phase_halves`, session 41). Otherwise stride 2 runs as stride 1 with a
+    decimating store. A 5x5 layer (``kernel`` 5, session 39) the same above a
     whole-mesh tile's ``rows - 4`` rows: ``rows + 24``-beat phase tiles of ``rows - 2``
     stride-2 output rows; a 7x7 layer (session 40) the same in three fills (the window rows 0,
     2, 4, then 1, 3, 5, then 6: :data:`PHASE_ROWS`), ``3 rows / 2 + 47``-beat tiles of ``rows -
-    2`` stride-2 output rows, above ``rows - 3`` rows. Never a map :func:`one_tile` takes,
-    but for the 3x3 maps :func:`phase_halves` takes (even ``h`` from ``rows / 2`` to ``rows -
-    2``: two channels a tile, session 41)."""
+    2`` stride-2 output rows, above ``rows - 3`` rows. Never a map :func:`one_tile` takes
+    but those of :func:`phase_halves`."""
     return ((stride == 2 and kernel in PHASE_ROWS and h % 4 == 0 and h > rows - kernel + 1
              and not one_tile(h, rows=rows, kernel=kernel))
             or phase_halves(h, rows=rows, stride=stride, kernel=kernel))
@@ -604,8 +607,11 @@ def phase_halves(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     channel's, three of its four outputs dropped by the store. With ``h`` two more than a
     multiple of 4 the step's stacked maps split into classes of unequal size: buffer A holds
     ``ceil(G h / 4)`` rows of each of its two classes, one row more than half the step's rows
-    when ``G h / 2`` is odd (:func:`spec.desc.depthwise_words`)."""
-    return (stride == 2 and kernel == 3 and h % 2 == 0 and rows % 4 == 0
+    when ``G h / 2`` is odd (:func:`spec.desc.depthwise_words`). A 5x5 layer the same (its
+    phases the window rows 0, 2, 4, then 1, 3): phase 0's ``h / 2 + 2`` rows are one more than
+    half the mesh at ``h = rows - 2``, and that row (a bottom pad row) is, round the mesh's
+    column ring, the other half's first row, a top pad row: the same pad value."""
+    return (stride == 2 and kernel in (3, 5) and h % 2 == 0 and rows % 4 == 0
             and rows // 2 <= h <= rows - 2)
 
 
@@ -695,8 +701,9 @@ def one_tile(h: int, *, rows: int, kernel: int) -> bool:
     7x7, 15 for 3x3). As :func:`one_strip` for columns: the fill masks the rows above and
     below the map (``a_lo`` / ``b_lo``, ``a_hi`` / ``b_hi``), every column of the mesh is a
     ring, so the ``pad`` masked rows on top are below the map's last row too. (Outside the
-    halves and quadrant modes, which hold two and four such maps a tile.) Neither
-    :func:`row_phases` nor :func:`row_passes` takes such a map.
+    halves and quadrant modes, which hold two and four such maps a tile, and the stride-2
+    maps :func:`phase_halves` takes into row phases.) :func:`row_passes` never takes such a
+    map, :func:`row_phases` only those of :func:`phase_halves`.
     (Session 40: a 14 x 14 5x5 map, EfficientNet-B0's, was a 40-beat tile in row passes.)"""
     return _ring_fits(h, rows, kernel)
 
@@ -818,10 +825,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                          f"tiles (it needs at least {depthwise_mesh_side(kernel)} rows and "
                          f"columns)")
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
-    modes = kernel == 3                          # halves, quadrants: 3x3 only
+    modes = kernel == 3        # halves of stride-1 tiles, quadrants: 3x3 (5x5, 7x7: pairs)
     phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)
     pairs = phase_halves(h, rows=rows, stride=stride, kernel=kernel)
-    single = one_tile(h, rows=rows, kernel=kernel)       # (never with phases or passes)
+    # (never with passes; phase_halves' maps are one tile too, but take the phases path)
+    single = one_tile(h, rows=rows, kernel=kernel)
     passes = not phases and row_passes(h, rows=rows, kernel=kernel)
     if single:                                   # a channel one tile (one_tile)
         th_max = h

@@ -114,6 +114,8 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
         # (spec.dwmesh.phase_halves: even maps of R/2 to R - 2 rows, a phase in half the mesh)
         "row phases two channels a tile (each fill in halves)":
             lambda r: _phase_halves(r) and r["group"] > 1,
+        "5x5 row phases two channels a tile (phase 0 round the column ring)":
+            lambda r: _phase_halves(r) and r["group"] > 1 and r["kernel"] == 5,
         "row phases two channels a tile, a lone last channel":
             lambda r: _phase_halves(r) and r["group"] > 1 and (
                 r["group"] % 2 == 1 or r["channels"] % r["group"] % 2 == 1),

@@ -98,6 +98,10 @@ def _unpack_row(word, cols):
     ("small", 3, 12, 13, 3, "k5s2"), ("small", 2, 8, 9, 2, "k5s2"), ("small", 3, 16, 6, 2, "k5s2"),
     ("small", 3, 12, 13, 3, "k5s2r"), ("small", 2, 16, 9, 2, "k5s2r"),
     ("default", 2, 32, 13, 2, "k5s2"), ("default", 2, 32, 13, 2, "k5s2r"),
+    # ... two channels a tile (phase_halves, session 41: 4 and 6 rows on the 8x8, 14 on the
+    # 16x16, EfficientNet-B0's stride-2 14 x 14 5x5 layer; a lone last channel)
+    ("small", 3, 6, 9, 3, "k5s2"), ("small", 2, 4, 7, 2, "k5s2r"),
+    ("default", 3, 14, 14, 3, "k5s2"), ("default", 2, 14, 9, 2, "k5s2r"),
     # depthwise 7x7 stride 2 in row phases (session 40; maps of a multiple of 4 rows above R
     # - 3): the window rows 0, 2, 4, then 1, 3, 5, then 6; keeping the odd rows ("k7s2r")
     ("default", 2, 32, 13, 2, "k7s2"), ("default", 3, 16, 9, 3, "k7s2"),

@@ -154,6 +154,9 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (3, 1, 4, 3, 1, False, 7), (2, 3, 3, 2, 1, False, 5),
     # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3)
     (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5),
+    # ... two channels a tile (4 and 6 rows on the 8x8: phase_halves; a top pad row in
+    # both fills of both halves, phase 0's last row round the ring)
+    (3, 6, 9, 3, 2, False, 5), (2, 4, 7, 2, 2, False, 5),
     # 7x7 stride 2 in row phases (16 and 32 rows on the 16x16: window rows 0, 2, 4, then 1,
     # 3, 5, then 6 with the *2 parameters; 14 stride-2 rows a tile)
     (2, 32, 9, 2, 2, False, 7), (3, 16, 12, 2, 2, False, 7)])
@@ -207,11 +210,12 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                            for q in range(4)]
             split = (2, 2) if tile.quads else (2, 1) if tile.halves else (1, 1)
             two = tile.phase1 is not None       # row phases (3x3) or row passes (5x5)
-            if tile.pairs:                      # region 1's 5x5 / 7x7 taps from tap 49
+            if tile.halves and kernel > 3:      # region 1's 5x5 / 7x7 taps from tap 49
                 weights = [np.pad(v.reshape(-1), (0, 49 - kernel * kernel)) for v in weights]
             return {"p_stride2": two and not tile.passes, "p_quads": tile.quads,
                     "p_passes": tile.passes, "p_pairs": tile.pairs,
                     "p_b_lo1": bottom.b_lo if tile.pairs else 0,
+                    "p_a_lo2": tile.phase1.a_lo if tile.halves and tile.phase1 else 0,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,

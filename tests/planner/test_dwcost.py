@@ -339,12 +339,14 @@ def test_5x5_layers_load_seven_weight_arrays():
 #: of 40-beat tiles in row passes until session 40; a stride-2 7x7 one of a multiple of 4 rows
 #: above 13 in row phases, 14 stride-2 rows a 71-beat tile, 8.7% before session 40; 7 x 7
 #: maps two channels a 47- or 78-beat tile, the window's rows two a fill, StripTile.pairs:
-#: 13.8% and 15.4% one channel a tile until session 41). As
+#: 13.8% and 15.4% one channel a tile until session 41; a stride-2 14 x 14 5x5 map in row
+#: phases two channels a 40-beat tile, phase_halves: 13.6% as the stride-1 tile until session
+#: 41). As
 #: channel blocks they ran at 0.9-5.2%; without the row passes (session 37) at 37.7%, 25.9%,
 #: 14.6%, 13.8%, 9.4%, 3.7% (5x5) and 29.5%, 29.2%, 16.2%, 15.4%, 7.3% (7x7).
 @pytest.mark.parametrize("kernel, c, h, stride, at_least", [
     (5, 144, 56, 1, 0.38), (5, 240, 28, 1, 0.31), (5, 672, 14, 1, 0.53), (5, 1152, 7, 1, 0.18),
-    (5, 144, 56, 2, 0.19), (5, 672, 14, 2, 0.13),
+    (5, 144, 56, 2, 0.19), (5, 672, 14, 2, 0.20),
     (7, 96, 56, 1, 0.35), (7, 192, 28, 1, 0.34), (7, 384, 14, 1, 0.25), (7, 768, 7, 1, 0.21),
     (7, 192, 28, 2, 0.17)])
 def test_big_kernel_depthwise_utilisation(kernel, c, h, stride, at_least):
@@ -360,8 +362,8 @@ def test_big_kernel_depthwise_utilisation(kernel, c, h, stride, at_least):
     tiles = [t for s in strip_steps(c, h, h, x_addr=0, out_addr=0, stride=stride,
                                     kernel=kernel, group=group) for t in s.tiles]
     # (every map but the 7 x 7 ones and the 14 x 14 5x5 ones, one tile a channel, in row
-    # passes: a second fill, a third for 7x7)
-    two = h != 7 and (h, kernel) != (14, 5)
+    # passes: a second fill, a third for 7x7; and the stride-2 14 x 14 5x5 one in row phases)
+    two = h != 7 and ((h, kernel) != (14, 5) or stride == 2)
     assert all(bool(t.phase1) == two and bool(t.phase2) == (two and kernel == 7)
                for t in tiles)
 

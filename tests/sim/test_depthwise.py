@@ -40,7 +40,8 @@ from .test_rtl import run, seed_for
 #: layers of even maps from ``R/2`` to ``R - 2`` rows run in row phases two channels a tile
 #: (session 41, spec.dwmesh.phase_halves: ``small`` 4 and 6 rows, ``default`` 8 to 14, the
 #: MobileNet-V2 14 x 14 one among them; odd channel groups with a lone last channel and
-#: buffer A's classes a row longer, Keras-padded, the odd rows alone). 5x5 and 7x7 layers of
+#: buffer A's classes a row longer, Keras-padded, the odd rows alone; the same for stride-2
+#: 5x5 layers, EfficientNet-B0's 672 x 14 x 14 among them). 5x5 and 7x7 layers of
 #: maps of up to ``R/2 - 1`` rows run two channels a tile, the window's rows two a fill
 #: (session 41, spec.dwmesh.StripTile.pairs: ``small`` 3 and 2 rows 5x5, ``default``
 #: EfficientNet-B0's 1152 x 7 x 7 5x5 and 768 x 7 x 7 7x7 layers, a lone last channel,
@@ -53,7 +54,8 @@ CASES = {
              "3x12x13@5,2x7x9/2@5,4x10x7/3:2@5,1x1x5@5,3x5x6@5,2x9x15:2@5,"
              "3x12x14:2s,2x8x9:2s,5x6x20/2:2s,4x10x8/3:2s@5,2x2x4:2s,3x7x10:2s,3x12x12:2c,"
              "2x8x10:2r,3x12x13:2@5,2x16x10/1:2s@5,3x8x9/2:2@5,2x9x6:2s@5,"
-             "7x6x9/3:2,4x4x7:2,3x6x7/3:2s,5x4x10/5:2r,3x3x6@5,5x2x9/3@5",
+             "7x6x9/3:2,4x4x7:2,3x6x7/3:2s,5x4x10/5:2r,3x3x6@5,5x2x9/3@5,3x6x9/3:2@5,"
+             "2x4x7:2s@5",
     "default": "32x112x112,144x56x56,192x28x28,384x14x14,576x14x14,7x5x11,960x7x7,13x7x7/5,"
                "20x7x7,96x112x112:2,144x56x56:2,192x28x28:2,576x14x14:2,"
                "144x56x56@5,240x28x28@5,672x14x14@5,1152x7x7@5,144x56x56:2@5,672x14x14:2@5,"
@@ -63,7 +65,7 @@ CASES = {
                "672x14x14:2s@5,5x13x20:2s@5,192x28x28:2s@7,3x12x11:2s@7,8x32x32:2c,"
                "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7,3x32x20/2:2@7,2x16x9:2r@7,"
                "192x28x28:2@7,7x14x14/3:2,5x10x13:2,4x14x14/4:2s,3x12x9:2r,4x8x8:2,"
-               "5x7x7/3@5,4x6x20@7,4x6x6/4:2@5,4x6x8/4:2s@7",
+               "5x7x7/3@5,4x6x20@7,4x6x6/4:2@5,4x6x8/4:2s@7,5x14x14/3:2@5,4x10x12:2r@5",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
 #: 16 x 16 (its 3x3 layers of 32 to 960 channels; the few-channel cases test shapes).

@@ -254,16 +254,18 @@ def test_depthwise_weight_words():
 def test_row_phases_two_channels_a_tile_fill_a_word_more_of_a():
     """In row phases two channels a tile (spec.dwmesh.phase_halves: stride 2, even k from
     R/2 to R - 2) buffer A holds 2 ceil(G k / 4) words, one more than G k / 2 when that is
-    odd, and B one less. An odd count is never a power of two above 1, so a power-of-two
-    buffer half (every config's) that holds G k / 2 words holds the extra one too: the
-    hardware's rule, which counts G k / 2, refuses exactly what the words refuse."""
+    odd; B's second class starts at the same word, so B reaches word G k / 2 as with stride 1.
+    An odd count is never a power of two above 1, so a power-of-two buffer half (every
+    config's, at least 2 words) that holds G k / 2 words holds the extra one too: the
+    hardware's rules, which count G k / 2 for both, refuse exactly what the words refuse, with
+    buffers of different sizes too."""
     cfg = PRESETS["default"]
     d = dw_desc(m=5, k=14, n=14, partition_m=5, b_mode=B_MODE_DEPTHWISE_S2)
-    assert depthwise_words(d, cfg.array_rows) == (36, 34)
+    assert depthwise_words(d, cfg.array_rows) == (36, 35)
     assert depthwise_words(d, CFG.array_rows) == (35, 35)      # (8 rows: not in the mode)
     assert depthwise_words(dataclasses.replace(d, partition_m=4), cfg.array_rows) == (28, 28)
     for half in (2 ** n for n in range(5, 13)):
         for g in range(1, 2 * half):
             for k in (8, 10, 12, 14):
                 a, b = depthwise_words(dataclasses.replace(d, k=k, partition_m=g), 16)
-                assert (a <= half) == (g * k // 2 <= half) and b <= a
+                assert (a <= half) == (g * k // 2 <= half) and b == g * k // 2

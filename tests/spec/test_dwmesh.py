@@ -252,7 +252,11 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     # (maps of up to size / 2 - 1 rows two channels a tile, the window's rows two a fill:
     # StripTile.pairs, session 41)
     pairs = single and 2 * h + 2 <= size and size % 4 == 0
-    assert all(t.halves == t.pairs == (pairs and s.channels > 1) for s in steps for t in s.tiles)
+    # (and stride-2 5x5 maps of size / 2 to size - 2 rows in row phases two channels a tile,
+    # phase_halves)
+    two = pairs or phase_halves(h, rows=size, stride=stride, kernel=kernel)
+    assert all(t.halves == (two and s.channels > 1) and t.pairs == (pairs and s.channels > 1)
+               for s in steps for t in s.tiles)
     assert all(t.kernel == kernel and not t.quads and t.passes == passes
                and bool(t.phase1) == (passes or phases)
                and bool(t.phase2) == ((passes or phases) and kernel == 7) for t in tiles)
@@ -530,7 +534,8 @@ def test_quadrant_mode_where_it_runs_and_what_a_step_takes():
 
 def test_row_phases_where_they_pay_and_what_a_step_takes():
     """Stride 2 runs in row phases for maps of a multiple of 4 rows above R - 2 (16 x 16 and
-    up on the 16x16, where one 23-beat phase tile beats two 16-beat stride-1 ones); a
+    up on the 16x16, where one 23-beat phase tile beats two 16-beat stride-1 ones), and two
+    channels a tile for even maps of R/2 to R - 2 rows (phase_halves); a
     112-row channel is four tiles (15, 15, 15, 11 output rows) of 24 beats back to back, one
     less each after the first."""
     assert [h for h in range(1, 41) if row_phases(h, rows=16, stride=2)] == [
@@ -559,7 +564,8 @@ def test_row_phases_two_channels_a_tile_where_a_phase_fits_half_the_mesh():
     assert [h for h in range(1, 30) if phase_halves(h, rows=16, stride=2)] == [8, 10, 12, 14]
     assert [h for h in range(1, 12) if phase_halves(h, rows=8, stride=2)] == [4, 6]
     assert not phase_halves(14, rows=16, stride=1)
-    assert not phase_halves(14, rows=16, stride=2, kernel=5)
+    assert phase_halves(14, rows=16, stride=2, kernel=5)
+    assert not phase_halves(14, rows=16, stride=2, kernel=7)
     assert not phase_halves(14, rows=14, stride=2)               # (a mesh of 4 k + 2 rows)
     (step,) = strip_steps(5, 14, 14, x_addr=0, out_addr=0, stride=2, group=5)
     assert [(t.channel, t.pair and t.pair.channel, t.th, t.acc_row) for t in step.tiles] == \
