@@ -338,8 +338,12 @@ class DwFeeder(wiring.Component):
         m.d.sync += [d.eq(v) for d, v in zip(s1, (
             self.running,
             Mux(self.running, Mux(merge, moves["FILL"], move_t[pc]), moves["HOLD"]), split,
-            tap_w, is_tap,
+            s1[3], is_tap,
             is_tap & first_t[pc], is_tap & last_t[pc], tag))]
+        # (the taps' weights only while a tile runs: a tap comes with them, and a GEMM's
+        # cycles then cost the simulator nothing here)
+        with m.If(self.running):
+            m.d.sync += s1[3].eq(tap_w)
         outs = (self.o_mesh, self.o_move, self.o_split, self.o_w, self.o_tap, self.o_first,
                 self.o_last, self.o_tag)
         m.d.sync += [o.eq(d) for o, d in zip(outs, s1)]
@@ -368,7 +372,7 @@ class DwFeeder(wiring.Component):
                          s1_swap.eq(self.p_swap & (self.p_quads == 0)),
                          s1_rot.eq(Mux(self.p_quads == 0, self.p_pre_right, 0)),
                          s1_quad.eq(self.p_quads != 0), s1_kk0.eq(1)]
-        with m.Else():
+        with m.Elif(self.running):          # (read only after a running beat's rd_en)
             # (low masks in the first fill and its bottom half or the second fill, and in a
             # 5x5 halves tile's second fill, both halves)
             m.d.sync += [zero_a.eq(Mux(quad, word == 0,
