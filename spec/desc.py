@@ -72,6 +72,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
            "depthwise_mesh_side", "B_MODE_ODD_ROWS", "B_MODE_ODD_COLS", "depthwise_odd",
+           "phase_halves",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -252,15 +253,34 @@ def depthwise_odd(b_mode: int) -> tuple[bool, bool]:
     return bool(b_mode & B_MODE_ODD_ROWS), bool(b_mode & B_MODE_ODD_COLS)
 
 
+def phase_halves(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
+    """A stride-2 3x3 or 5x5 depthwise layer of ``h``-row maps runs in row phases two channels
+    a tile, one in each half of the mesh (:attr:`spec.dwmesh.StripTile.halves` with
+    :attr:`spec.dwmesh.StripTile.phase1`; session 41): ``h`` even, from ``rows / 2`` to
+    ``rows - 2`` (8 to 14 on the 16x16, MobileNet-V2's 14 x 14 layer among them), so that a
+    channel's ``h / 2 + 1`` phase-0 rows (3x3) fill at most half the mesh. A ``rows + 8``-beat
+    tile then gives two channels' ``h / 2`` output rows, where a whole-mesh stride-1 tile
+    (:func:`spec.dwmesh.one_tile`, ``rows / 2 + 9`` beats) gave one channel's, three of its
+    four outputs dropped by the store. With ``h`` two more than a multiple of 4 the step's
+    stacked maps split into classes of unequal size: buffer A holds ``ceil(G h / 4)`` rows of
+    each of its two classes, one row more than half the step's rows when ``G h / 2`` is odd
+    (:func:`depthwise_words`). A 5x5 layer the same (its phases the window rows 0, 2, 4, then
+    1, 3): phase 0's ``h / 2 + 2`` rows are one more than half the mesh at ``h = rows - 2``,
+    and that row (a bottom pad row) is, round the mesh's column ring, the other half's first
+    row, a top pad row: the same pad value. (In this module, beside the other descriptor
+    rules that use it; :mod:`spec.dwmesh` builds the tiles.)"""
+    return (stride == 2 and kernel in (3, 5) and h % 2 == 0 and rows % 4 == 0
+            and rows // 2 <= h <= rows - 2)
+
+
 def depthwise_words(d: GemmDescriptor, rows: int) -> tuple[int, int]:
     """Buffer-A and buffer-B words a depthwise strip step fills on a mesh of ``rows`` rows: the
     odd and even rows of its ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >>
     1`` and ``(G k + 1) >> 1``; in row phases two channels a tile
-    (:func:`spec.dwmesh.phase_halves`) the stacked rows ``4 j`` and ``4 j + 1`` in A, ``4 j +
+    (:func:`phase_halves`) the stacked rows ``4 j`` and ``4 j + 1`` in A, ``4 j +
     2`` and ``4 j + 3`` in B, each buffer's second class from word ``ceil(G k / 4)``: ``2
     ceil(G k / 4)`` words of A, and B up to word ``G k / 2`` (its classes ``floor(G k / 4)``
     rows each)."""
-    from .dwmesh import phase_halves            # (spec.dwmesh imports this module)
     gk = d.partition_m * d.k
     if phase_halves(d.k, rows=rows, stride=DEPTHWISE_STRIDES[d.b_mode],
                     kernel=DEPTHWISE_KERNELS[d.b_mode]):

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .desc import DIM_BITS, depthwise_mesh_side
+from .desc import DIM_BITS, depthwise_mesh_side, phase_halves
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
@@ -595,24 +595,6 @@ def row_phases(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
     return ((stride == 2 and kernel in PHASE_ROWS and h % 4 == 0 and h > rows - kernel + 1
              and not one_tile(h, rows=rows, kernel=kernel))
             or phase_halves(h, rows=rows, stride=stride, kernel=kernel))
-
-
-def phase_halves(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
-    """A stride-2 3x3 layer of ``h``-row maps runs in row phases two channels a tile, one in
-    each half of the mesh (:attr:`StripTile.halves` with :attr:`StripTile.phase1`; session
-    41): ``h`` even, from ``rows / 2`` to ``rows - 2`` (8 to 14 on the 16x16, MobileNet-V2's
-    14 x 14 layer among them), so that a channel's ``h / 2 + 1`` phase-0 rows fill at most
-    half the mesh. A ``rows + 8``-beat tile then gives two channels' ``h / 2`` output rows,
-    where a whole-mesh stride-1 tile (:func:`one_tile`, ``rows / 2 + 9`` beats) gave one
-    channel's, three of its four outputs dropped by the store. With ``h`` two more than a
-    multiple of 4 the step's stacked maps split into classes of unequal size: buffer A holds
-    ``ceil(G h / 4)`` rows of each of its two classes, one row more than half the step's rows
-    when ``G h / 2`` is odd (:func:`spec.desc.depthwise_words`). A 5x5 layer the same (its
-    phases the window rows 0, 2, 4, then 1, 3): phase 0's ``h / 2 + 2`` rows are one more than
-    half the mesh at ``h = rows - 2``, and that row (a bottom pad row) is, round the mesh's
-    column ring, the other half's first row, a top pad row: the same pad value."""
-    return (stride == 2 and kernel in (3, 5) and h % 2 == 0 and rows % 4 == 0
-            and rows // 2 <= h <= rows - 2)
 
 
 def pass_tile_beats(kernel: int, rows: int) -> int:
