@@ -205,16 +205,30 @@ class DwFeeder(wiring.Component):
         start2, start5, start7, start5p, start7p, start5s2, start7s2 = starts[1:8]
         start_pairs = dict(zip(pair_kernels, starts[8:]))
         moves = SystolicArray.MOVES
-        # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end
-        move_t = Array(Const(moves[b[0]], 3) for b in rom)
-        word_t = Array(Const(b[1], range(3 * R // 2)) for b in rom)
-        tap_t = Array(Const(b[2] or 0, range(self.BIG_TAPS)) for b in rom)
-        taps_t = Array(Const(b[2] is not None, 1) for b in rom)
-        first_t = Array(Const(b[3], 1) for b in rom)
-        last_t = Array(Const(b[4], 1) for b in rom)
-        end_t = Array(Const(i + 1 in starts[1:] + [len(rom)], 1) for i in range(len(rom)))
+        # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end,
+        # packed into one word and read once a cycle (one select of the program counter, not
+        # one for every use of a field: a smaller model to compile)
+        wb, tb = (3 * R // 2 - 1).bit_length(), (self.BIG_TAPS - 1).bit_length()
+        widths = (3, wb, tb, 1, 1, 1, 1)
+        ends = set(starts[1:] + [len(rom)])
+
+        def packed(i, b):
+            values = (moves[b[0]], b[1], b[2] or 0, b[2] is not None, b[3], b[4], i + 1 in ends)
+            word, shift = 0, 0
+            for v, width in zip(values, widths):
+                assert 0 <= int(v) < (1 << width)
+                word, shift = word | (int(v) << shift), shift + width
+            return word
+        rom_t = Array(Const(packed(i, b), sum(widths)) for i, b in enumerate(rom))
+        entry = Signal(sum(widths), name="dw_rom")
+        fields, at = [], 0
+        for width in widths:
+            fields.append(entry[at:at + width])
+            at += width
+        e_move, e_word, e_tap, e_taps, e_first, e_last, e_end = fields
 
         pc = Signal(range(len(rom)))
+        m.d.comb += entry.eq(rom_t[pc])
         split, a_base, b_base = Signal(2), Signal.like(self.p_a_base), Signal.like(self.p_b_base)
         a_lo, a_hi, b_lo, b_hi = (Signal.like(self.p_a_lo, name=n)
                                   for n in ("a_lo", "a_hi", "b_lo", "b_hi"))
@@ -242,7 +256,7 @@ class DwFeeder(wiring.Component):
         m.d.comb += quad.eq(quads != 0)
         at_end = Signal()
         take, merge = Signal(name="dw_take"), Signal(name="dw_merge")
-        m.d.comb += [at_end.eq(self.running & end_t[pc]),
+        m.d.comb += [at_end.eq(self.running & e_end),
                      self.ready.eq(~self.running | at_end),
                      take.eq(self.start & self.ready),
                      # the next tile's first fill beat is this tile's last (tap) beat
@@ -295,15 +309,15 @@ class DwFeeder(wiring.Component):
         word = Signal(range(R), name="dw_word")
         sel = Signal(2, name="dw_sel")
         m.d.comb += [
-            fill.eq(self.running & (move_t[pc] == moves["FILL"])),
+            fill.eq(self.running & (e_move == moves["FILL"])),
             # (the 5x5 and 7x7 after stride 2's; every program from the passes' on reads its
             # words from R/2 on with the *1 parameters: the passes, the row phases and the
             # pair programs, whose bottom-half words those are)
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
             # (only the 7x7 programs' third fills have words from R on)
-            third.eq(word_t[pc] >= R),
-            ph1.eq(stride2 & (word_t[pc] >= R // 2)),
-            wi.eq(word_t[pc] - Mux(third, R, Mux(ph1, R // 2, 0))),
+            third.eq(e_word >= R),
+            ph1.eq(stride2 & (e_word >= R // 2)),
+            wi.eq(e_word - Mux(third, R, Mux(ph1, R // 2, 0))),
             bh.eq((halves | quad) & (wi >= R // 4)),
             word.eq(wi - Mux(bh, R // 4, 0)),
             # (halves in row phases are 3x3 and 5x5 only: a 7x7 tile's third fill never
@@ -324,22 +338,22 @@ class DwFeeder(wiring.Component):
                                 Array([b_base, b_base1, b_base2, b_base3])[sel] + b_off)),
         ]
         # the tap's weights, one per region (a 5x5 or 7x7 tile: region 0's, tap t at bits 8t)
-        tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[tap_t[pc]]
+        tap_w3 = Cat(Array(w[ob * (9 * q + t):ob * (9 * q + t + 1)] for t in range(9))[e_tap]
                      for q in range(4))
         tap_big = Cat(Array(w[ob * (self.BIG_TAPS * q + t):ob * (self.BIG_TAPS * q + t + 1)]
-                            for t in range(self.BIG_TAPS))[tap_t[pc]] for q in range(2))
+                            for t in range(self.BIG_TAPS))[e_tap] for q in range(2))
         tap_w = Mux(big, tap_big, tap_w3)
         # stage 1: the buffers' read is in flight; stage 2: the operand register
         s1 = [Signal(n, name=f"dw_s1_{name}") for name, n in
               (("mesh", 1), ("move", 3), ("split", 2), ("w", 4 * ob), ("tap", 1), ("first", 1),
                ("last", 1), ("tag", len(tag)))]
-        is_tap = self.running & taps_t[pc]
+        is_tap = self.running & e_taps
         m.d.comb += self.issue_tap.eq(is_tap)
         m.d.sync += [d.eq(v) for d, v in zip(s1, (
             self.running,
-            Mux(self.running, Mux(merge, moves["FILL"], move_t[pc]), moves["HOLD"]), split,
+            Mux(self.running, Mux(merge, moves["FILL"], e_move), moves["HOLD"]), split,
             s1[3], is_tap,
-            is_tap & first_t[pc], is_tap & last_t[pc], tag))]
+            is_tap & e_first, is_tap & e_last, tag))]
         # (the taps' weights only while a tile runs: a tap comes with them, and a GEMM's
         # cycles then cost the simulator nothing here)
         with m.If(self.running):
