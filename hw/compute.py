@@ -107,7 +107,8 @@ class ComputeEngine(wiring.Component):
     each tile is a two-phase stride-2 tile (:attr:`spec.dwmesh.StripTile.phase1`)
     of ``R - 1`` output rows: its fill words from the four classes of the step's stacked rows,
     the second of each buffer's two from word ``p_m_words`` (buffer A: classes 0 and 1 from
-    ``p_a_base``, B: 2 and 3 from ``p_b_base``), bases and swaps from a running count of the tile's first stacked row, its
+    ``p_a_base``, B: 2 and 3 from ``p_b_base``), bases and swaps from a running count of the
+    tile's first stacked row, its
     results in accumulator rows ``p_acc_base + g * h / 2 + (R - 1) * ty``; with
     ``p_m_odd_rows`` (stride 2 keeping the odd rows, TF "SAME": no top pad) phase 0 the even
     input rows, phase 1 the odd ones (:func:`spec.dwmesh.strip_steps` ``odd_rows``). A 5x5
@@ -595,6 +596,11 @@ class ComputeEngine(wiring.Component):
         # (input rows p0 - 2 + 2 i), phase 1 the 3x3 phase 0 (second groups), both with the
         # top pad; with the odd rows phase 0 the 3x3 phase 0, phase 1 the 3x3 phase 1
         n_a_lo1 = Signal.like(feed.p_a_lo1, name="mesh_n_a_lo1")
+
+        def swap1(swap):
+            """A row-phase tile's second fill's swap from its first's (a 5x5 layer's: the
+            same, traded with the odd rows; 3x3: traded unless odd rows)."""
+            return Mux(k5, swap ^ orow, swap ^ ~orow)
         m.d.sync += n_a_lo1.eq(first & ((k5 & ~orow) | k7))
         # A 7x7 layer's row phases (session 40, spec.dwmesh._phase_fill): the window rows 0, 2,
         # 4 (input rows p0 - 3 + 2 i), 1, 3, 5 (p0 - 2 + 2 i: the 5x5 phase 0) and 6 (p0 + 3 +
@@ -752,7 +758,7 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),
                          feed.p_a_lo1.eq(n_a_lo1), feed.p_a_hi1.eq(n_a_hi1),
                          feed.p_b_hi1.eq(n_b_hi1),
-                         feed.p_swap1.eq(Mux(k5, n_swap ^ orow, n_swap ^ ~orow))]
+                         feed.p_swap1.eq(swap1(n_swap))]
         with m.If(phases & k7):                 # a 7x7 layer's third row phase (window row 6)
             m.d.comb += [feed.p_a_base2.eq(n_a_base2), feed.p_b_base2.eq(n_b_base2),
                          feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
@@ -762,11 +768,11 @@ class ComputeEngine(wiring.Component):
             # tile, so one low mask: a 5x5 layer's top pad row)
             m.d.comb += [feed.p_a_base2.eq(t_a_base1), feed.p_b_base2.eq(t_b_base1),
                          feed.p_a_hi2.eq(t_a_hi1), feed.p_b_hi2.eq(t_b_hi1),
-                         feed.p_swap2.eq(Mux(k5, t_swap ^ orow, t_swap ^ ~orow)),
+                         feed.p_swap2.eq(swap1(t_swap)),
                          feed.p_a_base3.eq(n_a_base1), feed.p_b_base3.eq(n_b_base1),
                          feed.p_a_hi3.eq(Mux(lone, 0, n_a_hi1)),
                          feed.p_b_hi3.eq(Mux(lone, 0, n_b_hi1)),
-                         feed.p_swap3.eq(Mux(k5, n_swap ^ orow, n_swap ^ ~orow)),
+                         feed.p_swap3.eq(swap1(n_swap)),
                          feed.p_a_lo2.eq(n_a_lo1)]
         with m.If(passes):                      # the second row pass (and a 7x7's third)
             m.d.comb += [feed.p_a_base1.eq(n_a_base1), feed.p_b_base1.eq(n_b_base1),

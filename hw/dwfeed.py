@@ -65,7 +65,8 @@ class DwFeeder(wiring.Component):
     :attr:`spec.dwmesh.StripTile.pre_right`), without the beats. With ``p_kernel`` 1 or 2
     the tile is a depthwise 5x5 or 7x7 one (:attr:`spec.dwmesh.StripTile.kernel`; 0: 3x3):
     the 25- or 49-tap walk, its taps' weights region 0's (tap ``t`` in bits ``8t`` of
-    ``p_w``), the whole mesh one region (but in halves: below). With ``p_swap`` the fill's buffers trade places: the B word
+    ``p_w``), the whole mesh one region (but in halves: below). With ``p_swap`` the fill's
+    buffers trade places: the B word
     enters the even row (``p_a_lo`` / ``p_a_hi`` its mask), the A word the odd one (``p_b_hi``)
     (:attr:`spec.dwmesh.StripTile.swap`). With ``p_halves`` (two channels a tile,
     :attr:`spec.dwmesh.StripTile.halves`) the fill words from ``R/4`` on are the bottom half's:
@@ -87,7 +88,8 @@ class DwFeeder(wiring.Component):
     ``0 .. R/4 - 1`` the top half's and ``R/4 ..`` the bottom half's, phase 0's with the
     parameters without a digit and the ``*1`` ones, phase 1's with the ``*2`` and ``*3``
     ones (``p_a_lo2`` their low mask: a 5x5 tile's top pad row); a 5x5 tile so too (session
-    41; the 5x5 row-phase program, its bottom half's weights ``p_w``'s from tap 49 on). With ``p_pairs`` (a 5x5 or 7x7 tile two channels a tile,
+    41; the 5x5 row-phase program, its bottom half's weights ``p_w``'s from tap 49 on). With
+    ``p_pairs`` (a 5x5 or 7x7 tile two channels a tile,
     :attr:`spec.dwmesh.StripTile.pairs`; session 41; the driver sets ``p_split`` to the halves,
     ``p_halves`` to 0) the tile is a fill per pair of window rows, each in halves: pass
     ``q``'s fill word ``k`` is the top half's word ``q + k`` (the parameters without a digit)

@@ -35,7 +35,8 @@ class DwWalker(wiring.Component):
     of ``h - 1`` by ``R - 2``, one bit a cycle); in row phases (``phases``, set at ``start``
     for a stride-2 layer whose ``h`` :func:`spec.dwmesh.row_phases` takes: a multiple of 4
     above ``R - p``, or for 3x3 an even ``h`` from ``R/2`` to ``R - 2``,
-    :func:`spec.dwmesh.phase_halves`) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R - 2))`` for 5x5 and
+    :func:`spec.dwmesh.phase_halves`) ``ceil((h / 2) / (R - 1))``, ``ceil((h / 2) / (R -
+    2))`` for 5x5 and
     7x7; one for a map of at most ``R - p`` rows outside row phases
     (:func:`spec.dwmesh.one_tile`: the division by ``R - 1``).
 
@@ -61,7 +62,8 @@ class DwWalker(wiring.Component):
     both ``nbytes`` wide at a stride of ``2 w`` (in row phases each two groups ``w`` apart, its
     ``words`` a group, at a stride of ``4 w``: rows ``4 j`` and ``4 j + 1`` of the stacked
     maps into A, ``ceil(G h / 4)`` words a group, ``4 j + 2`` and ``4 j + 3`` into B,
-    ``floor(G h / 4)``; both second groups from word ``a_words``), and the store (``st_addr``: ``out_addr``
+    ``floor(G h / 4)``; both second groups from word ``a_words``), and the store
+    (``st_addr``: ``out_addr``
     plus ``(c0 P Q + ox0 / s)`` elements for stride ``s``; ``st_rows`` = ``channels * P``
     rows of ``st_elems`` = ``ceil(tw / s)`` elements: :attr:`spec.dwmesh.StripStep.out_rows`
     and ``out_tw``).

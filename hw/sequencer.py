@@ -93,7 +93,8 @@ class Sequencer(wiring.Component):
     lanes). ``b_mode`` 4 and 5 (5x5, pad 2) and 6 and 7 (7x7, pad 3; meshes of at least 9 x
     9) run the same steps with that kernel's tiles (``p_kernel`` of the walk and the compute
     engine) and seven or thirteen weight arrays, stride 2 through the decimating store or in
-    row phases (:func:`spec.dwmesh.row_phases`). A stride-2 ``b_mode`` plus :data:`spec.desc.B_MODE_ODD_ROWS` (8) /
+    row phases (:func:`spec.dwmesh.row_phases`). A stride-2 ``b_mode`` plus
+    :data:`spec.desc.B_MODE_ODD_ROWS` (8) /
     :data:`spec.desc.B_MODE_ODD_COLS` (16) (a top / left pad one less, TF "SAME") runs the
     stride-1 steps and its stores take the odd rows / lanes, from accumulator row 1 / lane 1
     (:attr:`spec.dwmesh.StripStep.row0`, ``lane0``); in row phases (odd rows: phase 0 the even

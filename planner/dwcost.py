@@ -30,7 +30,8 @@ less after a strip's first). A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 
 - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs (stride 2: the same tiles, the decimating
 store), or ``(R - 2)`` rows in row passes (:func:`spec.dwmesh.row_passes`), or with stride 2
 in row phases; two channels a tile for maps of up to ``R / 2 - 1`` rows, the window's rows two
-a fill (:attr:`spec.dwmesh.StripTile.pairs`), or in 5x5 row phases (:func:`spec.dwmesh.phase_halves`);
+a fill (:attr:`spec.dwmesh.StripTile.pairs`), or in 5x5 row phases
+(:func:`spec.dwmesh.phase_halves`);
 no quadrants. A map of at most ``C -
 pad`` columns is one strip, of at most ``R - pad`` rows one tile a channel (any kernel:
 :func:`spec.dwmesh.one_strip`, :func:`spec.dwmesh.one_tile`).

@@ -66,7 +66,7 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
            "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges",
-           "pass_tile_beats", "one_strip", "one_tile", "pair_fill"]
+           "pass_tile_beats", "one_strip", "one_tile", "pair_fill", "row_pairs"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles, in row passes, two channels a
@@ -690,6 +690,15 @@ def one_tile(h: int, *, rows: int, kernel: int) -> bool:
     return _ring_fits(h, rows, kernel)
 
 
+def row_pairs(h: int, *, rows: int, kernel: int) -> bool:
+    """A 5x5 or 7x7 layer of ``h``-row maps runs two channels a tile, the window's rows two a
+    fill (:attr:`StripTile.pairs`, session 41): maps of at most ``rows / 2 - 1`` rows (one
+    :func:`one_tile` each, so never in row passes or phases) on a mesh of a multiple of 4 rows,
+    where two channels take ``ceil(k / 2)`` fills and ``k^2`` taps instead of a whole-mesh
+    tile each."""
+    return kernel != 3 and rows % 4 == 0 and 2 * h + 2 <= rows
+
+
 def _ring_fits(side: int, mesh: int, kernel: int) -> bool:
     # a map side one mesh ring holds with its pads: the pad lanes / rows before the map are
     # its pads after it too, round the ring
@@ -809,7 +818,11 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
     oh, ow = out_size(h, pad, stride, kernel), out_size(w, pad, stride, kernel)
     modes = kernel == 3        # halves of stride-1 tiles, quadrants: 3x3 (5x5, 7x7: pairs)
     phases = row_phases(h, rows=rows, stride=stride, kernel=kernel)
-    pairs = phase_halves(h, rows=rows, stride=stride, kernel=kernel)
+    pairs = row_pairs(h, rows=rows, kernel=kernel)
+    # two channels a tile: 3x3 maps of up to rows / 2 - 1 rows, 5x5 and 7x7 ones in pairs of
+    # window rows (row_pairs), stride 2's row phases of phase_halves' maps
+    two = ((modes and 2 * h + 2 <= rows and rows % 4 == 0) or pairs
+           or phase_halves(h, rows=rows, stride=stride, kernel=kernel))
     # (never with passes; phase_halves' maps are one tile too, but take the phases path)
     single = one_tile(h, rows=rows, kernel=kernel)
     passes = not phases and row_passes(h, rows=rows, kernel=kernel)
@@ -850,23 +863,10 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                     tiles.append(StripTile(**common, phase1=later[0], phase2=later[1],
                                            passes=passes,
                                            **kernel_tile(g, h, oy0, pad=pad, rows=rows)))
-            if modes and 2 * h + 2 <= rows and rows % 4 == 0 and g_count > 1:
+            if two and g_count > 1:
                 # two channels a tile, one in each half of the mesh (StripTile.halves)
-                tiles = [dataclasses.replace(top, halves=True, pair=bottom) for top, bottom
+                tiles = [_two_a_tile(top, bottom, pairs) for top, bottom
                          in itertools.zip_longest(tiles[0::2], tiles[1::2])]
-            elif (kernel != 3 and single and not passes and 2 * h + 2 <= rows
-                  and rows % 4 == 0 and g_count > 1):
-                # a 5x5 or 7x7 layer's maps of up to rows / 2 - 1 rows two channels a tile,
-                # the window's rows two a fill (StripTile.pairs)
-                tiles = [dataclasses.replace(top, halves=True, pair=bottom, pairs=True)
-                         for top, bottom in itertools.zip_longest(tiles[0::2], tiles[1::2])]
-            elif pairs and g_count > 1:
-                # row phases two channels a tile (phase_halves): both fills in halves
-                tiles = [dataclasses.replace(
-                    top, halves=True, pair=bottom,
-                    phase1=dataclasses.replace(top.phase1, halves=True,
-                                               pair=bottom and bottom.phase1))
-                    for top, bottom in itertools.zip_longest(tiles[0::2], tiles[1::2])]
             tw = min(strip, w - ox0)
             steps.append(StripStep(c0, g_count, ox0, tw, a_load, b_load, tuple(tiles),
                                    out_addr + c0 * oh * ow + ox0 // stride, ow,
@@ -875,6 +875,15 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
                                    acc_rstride=1 if phases else stride, lane_step=stride,
                                    row0=int(odd_rows and not phases), lane0=int(odd_cols)))
     return steps
+
+
+def _two_a_tile(top: StripTile, bottom: StripTile | None, pairs: bool) -> StripTile:
+    """``top``'s tile with ``bottom``'s channel in the mesh's bottom half (None: a lone last
+    channel), :attr:`StripTile.halves`; with ``pairs`` a 5x5 or 7x7 tile in pairs of window
+    rows; a row-phase tile's second fill in halves too."""
+    phase1 = top.phase1 and dataclasses.replace(top.phase1, halves=True,
+                                                pair=bottom and bottom.phase1)
+    return dataclasses.replace(top, halves=True, pair=bottom, pairs=pairs, phase1=phase1)
 
 
 def kernel_tile(g: int, h: int, oy0: int, *, pad: int, rows: int) -> dict:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spec.desc import ErrorCode
-from spec.dwmesh import one_strip, one_tile, phase_halves, row_passes, row_phases
+from spec.dwmesh import one_strip, one_tile, phase_halves, row_pairs, row_passes, row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
 
@@ -180,9 +180,8 @@ def _phase_halves(r) -> bool:
 
 
 def _pairs(r) -> bool:
-    """... two channels a tile, a 5x5 or 7x7 window's rows two a fill (StripTile.pairs)."""
-    return (r["kernel"] > 3 and r["C"] % 4 == 0 and 2 * r["h"] + 2 <= r["C"]
-            and one_tile(r["h"], rows=r["C"], kernel=r["kernel"]))
+    """... two channels a tile, a 5x5 or 7x7 window's rows two a fill (spec.dwmesh.row_pairs)."""
+    return row_pairs(r["h"], rows=r["C"], kernel=r["kernel"])
 
 
 def _passes(r) -> bool:

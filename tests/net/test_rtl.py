@@ -351,7 +351,8 @@ def test_5x5_and_7x7_depthwise_networks_through_tessera_on_default(name, side, b
     every depthwise layer on the mesh, bit-exact against the golden device, every layer's
     cycles as predicted, at least 50% MAC utilisation over the whole network (2,079,099 and
     2,159,202 cycles, 68.4% and 66.2%; 2,118,004 for the first before session 41's 7 x 7 5x5
-    maps and stride-2 14 x 14 5x5 map two channels a tile; 2,233,043 and 2,239,842 before session 40's one-tile
+    maps and stride-2 14 x 14 5x5 map two channels a tile; 2,233,043 and 2,239,842 before
+    session 40's one-tile
     14 x 14 5x5 maps and 7x7 stride-2 row phases; 2,429,425 and 2,465,634 before session 39's row
     passes and 5x5 stride-2 row phases; 5,877,355 and 8,284,015 cycles, 24.2% and 17.3%, with the 5x5 and 7x7 layers as
     dense channel blocks before). The same networks padded as Keras exports them
