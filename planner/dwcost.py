@@ -54,7 +54,7 @@ from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, 
 __all__ = ["predict_depthwise", "depthwise_macs", "mesh_shape", "depthwise_descriptor",
            "is_depthwise", "depthwise_blocks", "block_channels", "mesh_fits", "mesh_refusal",
            "channel_chunks", "depthwise_b_mode", "MESH_KERNELS", "kernel_refusal",
-           "channel_multiplier", "mesh_pads", "mesh_odd"]
+           "channel_multiplier", "mesh_pads", "mesh_odd", "port_bound"]
 
 #: The kernels the mesh runs (``k`` x ``k``, pad ``(k - 1) / 2``): the depthwise ``b_mode``
 #: values' (:data:`spec.desc.DEPTHWISE_KERNELS`), 3, 5 and 7.
@@ -346,3 +346,27 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                           stall_load_a_cycles=sa, stall_load_b_cycles=sb,
                           stall_store_cycles=ss, stall_ctrl_cycles=ctrl, rd_a_bytes=rd_a,
                           rd_b_bytes=rd_b, wr_c_bytes=wr_c)
+
+
+def port_bound(d: GemmDescriptor, cfg: AccelConfig, *, post: PostLoad | None = None) -> float:
+    """The most MAC utilisation *any* dataflow on ``cfg`` could give the depthwise layer ``d``
+    (legal on ``cfg``), whatever its array: :func:`depthwise_macs` over ``cfg.macs_per_cycle``
+    times the cycles the two operand ports need, together, for the bytes the layer must read,
+    each of them once: the ``m`` dense ``k x n`` input maps (the pads are never read), the
+    weight arrays and the ``post``-processing arrays (bias, multiplier, shift) as the parameter
+    loads read them (:func:`planner.cost.param_load_cycles`: whole beats of ``4 m`` bytes an
+    array), with no port latency, no control cycle and nothing else. At most 1.
+
+    :func:`spec.dwmesh.input_bound` is the same without the parameter arrays. They matter for
+    small stride-2 maps: a 3x3 stride-2 layer of ``14 x 14`` maps requantised with bias reads
+    196 input and 24 parameter bytes a channel for 441 MACs, so on ``default``'s two 16 B/cycle
+    ports no dataflow exceeds 25.06% (28.1% without them), and one of ``7 x 7`` maps 24.7%
+    (docs/architecture.md)."""
+    if d.b_mode not in DEPTHWISE_STRIDES:
+        raise ValueError(f"port_bound needs a depthwise descriptor (b_mode one of "
+                         f"{sorted(DEPTHWISE_STRIDES)}), not b_mode={d.b_mode}")
+    p = param_load_cycles(d.m, post or PostLoad(bias=False, requant=False), cfg,
+                          weight_arrays=depthwise_arrays(d.b_mode))
+    read = d.m * d.k * d.n + p.read_a + p.read_b
+    cycles = read / (cfg.a_port_bytes_per_cycle + cfg.b_port_bytes_per_cycle)
+    return min(1.0, depthwise_macs(d) / (cfg.macs_per_cycle * cycles))

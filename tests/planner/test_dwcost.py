@@ -11,13 +11,13 @@ from planner.cost import DEFAULT_CONSTANTS, PostLoad, _Timing, image_overhead_cy
     param_load_cycles
 from planner.dwcost import (depthwise_b_mode, depthwise_blocks, depthwise_descriptor,
                             depthwise_macs, is_depthwise, mesh_odd, mesh_pads, mesh_refusal,
-                            mesh_shape, predict_depthwise)
+                            mesh_shape, port_bound, predict_depthwise)
 from planner.shapes import ConvShape
 from spec.config import PRESETS
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
                        B_MODE_DEPTHWISE_S2, B_MODE_ODD_ROWS, check, depthwise_arrays,
                        depthwise_odd)
-from spec.dwmesh import row_passes, row_phases, strip_steps
+from spec.dwmesh import input_bound, row_passes, row_phases, strip_steps
 
 MESH = PRESETS["default"]
 PLAIN = dataclasses.replace(MESH, dw_mesh=0)
@@ -489,3 +489,43 @@ def test_tf_same_stride_2_costs_the_odd_strip_model(c, h, w, kernel):
     print(f"{c}x{h}x{w} {kernel}x{kernel} TF SAME stride 2: {cost.cycles} cycles on the mesh, "
           f"{blocks} as channel blocks ({blocks / cost.cycles:.2f}x)")
     assert 2 * cost.cycles <= blocks
+
+
+#: MobileNet-V2's depthwise layers (channels, map, stride), requantised with bias as a network
+#: runs them.
+MOBILENET_V2_DW = ((32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2), (192, 28, 1),
+                   (192, 28, 2), (384, 14, 1), (576, 14, 1), (576, 14, 2), (960, 7, 1))
+REQUANT = PostLoad(bias=True, requant=True)
+
+
+def test_port_bound_counts_every_input_and_parameter_byte_once():
+    """Issue 18's "stride 2 >= 25%": on default's two 16 B/cycle ports no dataflow passes
+    25.06% on the 576 x 14 x 14 layer once its 24 parameter bytes a channel are read, and a
+    7 x 7 map's stride-2 layer cannot reach 25% at all (docs/architecture.md)."""
+    d = depthwise_descriptor(576, 14, 14, MESH, out_bytes=1, stride=2)
+    ports = MESH.a_port_bytes_per_cycle + MESH.b_port_bytes_per_cycle
+    assert port_bound(d, MESH, post=REQUANT) == 576 * 441 / (256 * 576 * (196 + 24) / ports)
+    assert 0.25 < port_bound(d, MESH, post=REQUANT) < 0.2507
+    assert port_bound(d, MESH) == 576 * 441 / (256 * 576 * (196 + 12) / ports)
+    d7 = depthwise_descriptor(960, 7, 7, MESH, out_bytes=1, stride=2)
+    assert port_bound(d7, MESH, post=REQUANT) < 0.25
+    # without the parameter bytes it is spec.dwmesh.input_bound; stride 1 is compute-bound
+    for c, h, s in MOBILENET_V2_DW:
+        d = depthwise_descriptor(c, h, h, MESH, out_bytes=1, stride=s)
+        assert port_bound(d, MESH) < input_bound(h, h, stride=s, bytes_per_cycle=ports) or \
+            port_bound(d, MESH) == 1.0
+    assert port_bound(depthwise_descriptor(32, 112, 112, MESH, out_bytes=1), MESH) == 1.0
+
+
+@pytest.mark.parametrize("c, h, stride", MOBILENET_V2_DW)
+def test_port_bound_is_above_the_mesh_model(c, h, stride):
+    d = depthwise_descriptor(c, h, h, MESH, out_bytes=1, stride=stride)
+    cost = predict_depthwise(d, MESH, post=REQUANT)
+    assert depthwise_macs(d) / (MESH.macs_per_cycle * cost.total_cycles) < \
+        port_bound(d, MESH, post=REQUANT)
+
+
+def test_port_bound_refuses_a_gemm_descriptor():
+    d = dataclasses.replace(depthwise_descriptor(8, 8, 8, MESH, out_bytes=1), b_mode=0)
+    with pytest.raises(ValueError, match="port_bound needs a depthwise descriptor"):
+        port_bound(d, MESH)
