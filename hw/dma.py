@@ -86,7 +86,15 @@ class LoadEngine(wiring.Component):
     groups are ``p_gaddr`` bytes apart instead of ``beat_bytes`` (beat ``(r, g)`` at ``addr +
     r*stride + g*gaddr``; the byte mask still counts ``g*beat_bytes`` from the row's start):
     a depthwise stride-2 step's two classes of rows into one buffer
-    (:class:`spec.dwmesh.BlockLoad`).
+    (:class:`spec.dwmesh.BlockLoad`). Built with ``deinterleave``, a load with ``p_dil``
+    *deinterleaves* (:attr:`spec.dwmesh.BlockLoad.dwords`, a depthwise layer in row and column
+    phases): ``p_groups`` (even) counts beats a row, two a *cell*, cell ``c`` at ``addr +
+    r*stride + c*gaddr`` (its second beat ``beat_bytes`` after its first; the byte mask counts
+    on from the row's start, a beat a beat), and a cell's ``2 beat_bytes`` bytes go to two
+    buffer rows, their even bytes to row ``buf_base + c*buf_gstride + r`` (written with the
+    cell's second beat) and their odd bytes to that plus ``p_buf_dstride`` (a cycle later, when
+    the next cell's first beat, which writes nothing, arrives): one write a cycle. ``busy`` then
+    falls a cycle after the last odd-byte row is written.
 
     Parameters
     ----------
@@ -98,26 +106,34 @@ class LoadEngine(wiring.Component):
         Rows of the target buffer.
     group_addr : bool
         Build ``p_gaddr`` (configs with ``dw_mesh``).
+    deinterleave : bool
+        Build ``p_dil`` and ``p_buf_dstride`` (configs with ``dw_mesh``; with ``group_addr``).
 
     Members
     -------
     start : ``In(1)``; busy : ``Out(1)``
     p_addr, p_stride, p_rows, p_groups, p_elems, p_buf_base, p_buf_gstride : ``In(...)``
     p_gaddr : ``In(DIM_BITS)`` (only with ``group_addr``)
+    p_dil : ``In(1)``, p_buf_dstride : ``In(DIM_BITS)`` (only with ``deinterleave``)
     mem : ``Out(ReadPort.Signature)``
     w_addr, w_data, w_en : ``Out(...)`` the buffer write port
     """
 
     def __init__(self, cfg: AccelConfig, *, beat_bytes: int, depth: int,
-                 group_addr: bool = False):
+                 group_addr: bool = False, deinterleave: bool = False):
+        if deinterleave and not group_addr:
+            raise ValueError("LoadEngine: deinterleave needs group_addr (its cells are a "
+                             "group's address step apart)")
         self._cfg = cfg
         self._beat = beat_bytes
         self._depth = depth
         self._group_addr = group_addr
+        self._dil = deinterleave
         ab = cfg.dram_addr_bits
         super().__init__({
             **load_command_members(ab, depth),
             **({"p_gaddr": In(DIM_BITS)} if group_addr else {}),
+            **({"p_dil": In(1), "p_buf_dstride": In(DIM_BITS)} if deinterleave else {}),
             "mem": Out(ReadPort.Signature(addr_bits=ab, data_bytes=beat_bytes)),
             "w_addr": Out(range(depth)),
             "w_data": Out(8 * beat_bytes),
@@ -136,6 +152,14 @@ class LoadEngine(wiring.Component):
         if self._group_addr:
             with m.If(self.start):
                 m.d.sync += gaddr.eq(self.p_gaddr)
+        # deinterleaving: a cell's second beat a beat on, the next cell gaddr - W further
+        dil = Signal(name="dil") if self._dil else Const(0, 1)
+        gaddr_mw = Signal(DIM_BITS, name="gaddr_mw")
+        dstride = Signal(DIM_BITS, name="dil_dstride")
+        if self._dil:
+            with m.If(self.start):
+                m.d.sync += [dil.eq(self.p_dil), gaddr_mw.eq(self.p_gaddr - W),
+                             dstride.eq(self.p_buf_dstride)]
         # request side
         issuing = Signal()
         rq_row = Signal(DIM_BITS)
@@ -194,7 +218,8 @@ class LoadEngine(wiring.Component):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [rq_g.eq(rq_g + 1), rq_glast.eq(rq_g == groups_m2),
-                             rq_addr.eq(rq_addr + gaddr)]
+                             rq_addr.eq(rq_addr + (Mux(dil, Mux(rq_g[0], gaddr_mw, W), gaddr)
+                                                   if self._dil else gaddr))]
 
         # The beat's byte mask, a register kept with the counts (the mask decoded from the
         # count in front of the buffer's write data was an 11.6 ns path of the whole 8x8, 107
@@ -231,11 +256,38 @@ class LoadEngine(wiring.Component):
                          tail.eq(_byte_mask_from_parts(Const(0, 1), Const(0, 1),
                                                        elems[:low_bits], W)),
                          nl_neg.eq(neg), nl_big.eq(big), w_neg.eq(neg), w_big.eq(big)]
-        m.d.comb += [
-            self.w_addr.eq(rs_waddr),
-            self.w_data.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask))),
-            self.w_en.eq(self.mem.rvalid & self.busy),
-        ]
+        masked = Signal(8 * W, name="rs_masked")
+        m.d.comb += masked.eq(self.mem.rdata & Cat(*(b.replicate(8) for b in mask)))
+        if self._dil:
+            # a cell's first beat held; with its second, the even bytes written and the odd
+            # ones held for the next cycle
+            lo = Signal(8 * W, name="dil_lo")
+            odd, odd_addr = Signal(8 * W, name="dil_odd"), Signal(range(self._depth),
+                                                                   name="dil_odd_addr")
+            odd_pend, odd_end = Signal(name="dil_odd_pend"), Signal(name="dil_odd_end")
+            pair = [lo.word_select(b, 8) for b in range(W)] + [masked.word_select(b, 8)
+                                                                for b in range(W)]
+            first_beat = dil & ~rs_g[0]
+            m.d.comb += [
+                self.w_addr.eq(Mux(odd_pend, odd_addr, rs_waddr)),
+                self.w_data.eq(Mux(odd_pend, odd, Mux(dil, Cat(*pair[0::2]), masked))),
+                self.w_en.eq((self.mem.rvalid & self.busy & ~first_beat) | odd_pend),
+            ]
+            m.d.sync += odd_pend.eq(0)
+            with m.If(self.mem.rvalid & self.busy & dil):
+                with m.If(first_beat):
+                    m.d.sync += lo.eq(masked)
+                with m.Else():
+                    m.d.sync += [odd.eq(Cat(*pair[1::2])), odd_addr.eq(rs_waddr + dstride),
+                                 odd_pend.eq(1), odd_end.eq(rs_glast & rs_rlast)]
+            with m.If(odd_pend & odd_end):
+                m.d.sync += [self.busy.eq(0), odd_end.eq(0)]
+        else:
+            m.d.comb += [
+                self.w_addr.eq(rs_waddr),
+                self.w_data.eq(masked),
+                self.w_en.eq(self.mem.rvalid & self.busy),
+            ]
         high = rs_next_left[low_bits:]                  # H (signed): the count in beats
         with m.If(self.mem.rvalid & self.busy):
             with m.If(rs_glast):
@@ -244,10 +296,12 @@ class LoadEngine(wiring.Component):
                              rs_next_left.eq(elems_w), nl_neg.eq(w_neg), nl_big.eq(w_big),
                              rs_glast.eq(one_group),
                              rs_rlast.eq(rs_rem == 1), mask.eq(first_mask)]
-                with m.If(rs_rlast):
+                with m.If(rs_rlast & ~dil):     # (deinterleaving: after the odd bytes' row)
                     m.d.sync += self.busy.eq(0)
             with m.Else():
-                m.d.sync += [rs_g.eq(rs_g + 1), rs_waddr.eq(rs_waddr + gstride),
+                m.d.sync += [rs_g.eq(rs_g + 1),
+                             # (deinterleaving: a cell's rows after its second beat)
+                             rs_waddr.eq(Mux(dil & ~rs_g[0], rs_waddr, rs_waddr + gstride)),
                              rs_next_left.eq(rs_next_left - W),
                              # the count a beat less: negative when H <= 0, big when H >= 2
                              Cat(nl_neg, nl_big).eq(Cat(*_count_down_flags(high))),

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """LoadEngine alone (Amaranth simulation): every beat lands in its buffer row with the bytes
 at or past ``elems`` zeroed, for ports answering one cycle after a request (the fastest the
 config allows, which the engine's first-mask timing relies on) or later, with and without
@@ -18,18 +19,22 @@ MEM_BYTES = 1 << 12
 
 
 def run_load(*, rows, groups, elems, addr, stride, buf_base, gstride, latency, ready_rng,
-             mem, gaddr=None):
+             mem, gaddr=None, dstride=None, dil_built=False):
     """One load, started with ``start`` high for one cycle; the port answers each accepted
     request ``latency`` cycles later. Returns the buffer writes as {row: bytes} and the
     cycle the engine's ``busy`` fell, counted from the start. ``gaddr``: the groups' address
-    step (an engine built with ``group_addr``)."""
-    dut = LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH, group_addr=gaddr is not None)
+    step (an engine built with ``group_addr``); ``dstride``: a deinterleaving load's odd-byte
+    rows' offset (``p_dil``; ``dil_built``: an engine built with ``deinterleave`` anyway)."""
+    dil = dstride is not None
+    dut = LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH, group_addr=gaddr is not None,
+                     deinterleave=dil or dil_built)
     writes, done = {}, []
 
     async def bench(ctx):
         for name, v in (("p_addr", addr), ("p_stride", stride), ("p_rows", rows),
                         ("p_groups", groups), ("p_elems", elems), ("p_buf_base", buf_base),
-                        ("p_buf_gstride", gstride)) + ((("p_gaddr", gaddr),) if gaddr else ()):
+                        ("p_buf_gstride", gstride)) + ((("p_gaddr", gaddr),) if gaddr else ()) \
+                + ((("p_dil", 1), ("p_buf_dstride", dstride)) if dil else ()):
             ctx.set(getattr(dut, name), v)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -104,3 +109,42 @@ def test_load_engine_groups_at_their_own_address_step(backpressure):
                 want[buf_base + g * gstride + r] = bytes(
                     b if g * BEAT + i < elems else 0 for i, b in enumerate(mem[a:a + BEAT]))
         assert writes == want, (rows, groups, elems, w)
+
+
+@pytest.mark.parametrize("latency", [1, 3])
+@pytest.mark.parametrize("backpressure", [False, True])
+def test_load_engine_deinterleaves_cells_into_even_and_odd_byte_rows(latency, backpressure):
+    """With ``p_dil`` (a depthwise layer in row and column phases,
+    spec.dwmesh.BlockLoad.dwords) each cell of two beats, ``gaddr`` apart from the next, is
+    split into its even bytes (row ``buf_base + c gstride + r``) and its odd bytes (that plus
+    ``dstride``); the byte mask counts on across the row's beats; busy falls a cycle later
+    than the same beats loaded plainly. Built with ``deinterleave``, a load without ``p_dil``
+    is the plain one."""
+    rng = np.random.default_rng(11 + latency + 2 * backpressure)
+    mem = rng.integers(0, 256, MEM_BYTES, dtype=np.uint8)
+    for rows, cells, elems, w in ((5, 2, 4 * BEAT, 40), (3, 2, 2 * BEAT + 3, 21),
+                                  (4, 1, BEAT + 5, 9), (2, 2, 3, 17), (1, 1, 2 * BEAT, 3),
+                                  (6, 2, 2 * BEAT, 13)):
+        addr, buf_base = int(rng.integers(0, 64)), int(rng.integers(0, 8))
+        gstride, dstride = 2 * rows + 1, rows
+        kw = dict(rows=rows, groups=2 * cells, elems=elems, addr=addr, stride=4 * w,
+                  buf_base=buf_base, gstride=gstride, latency=latency,
+                  ready_rng=rng if backpressure else None, mem=mem, gaddr=w)
+        writes, done = run_load(**kw, dstride=dstride)
+        want = {}
+        for r in range(rows):
+            for c in range(cells):
+                a = addr + r * 4 * w + c * w
+                cell = bytes(b if 2 * c * BEAT + i < elems else 0
+                             for i, b in enumerate(mem[a:a + 2 * BEAT]))
+                want[buf_base + c * gstride + r] = cell[0::2]
+                want[buf_base + c * gstride + r + dstride] = cell[1::2]
+        assert writes == want, (rows, cells, elems, w)
+        if not backpressure:
+            plain, plain_done = run_load(**kw, dil_built=True)
+            assert len(plain) == 2 * rows * cells and done == plain_done + 1
+
+
+def test_load_engine_deinterleave_needs_group_addr():
+    with pytest.raises(ValueError, match="deinterleave needs group_addr"):
+        LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH, deinterleave=True)
