@@ -13,6 +13,7 @@ from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
 from .bits import log2
+from .dwwalk import col_phases_expr
 from .ports import named_members
 
 #: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
@@ -232,6 +233,8 @@ class RecordChecker(wiring.Component):
         dw_s2 = reg(mode[1], 1, name="dw_s2") if dw else None
         dw_kern = reg(mode[2], 2, name="dw_kernel") if dw else None
         dw_odd = reg(Cat(mode[3], mode[4]), 2, name="dw_odd") if dw else None
+        # row and column phases (spec.desc.col_phases): every row in both buffers, two words
+        dw_cph = reg(col_phases_expr(K, N, dw_s2, dw_kern, cfg), 1, name="dw_cph") if dw else None
 
         def gemm(cond):
             """A GEMM / convolution rule: off for a depthwise record."""
@@ -321,10 +324,12 @@ class RecordChecker(wiring.Component):
                                                    for n in ("words_a", "words_b", "acc_need"))
             # (in row phases two channels a tile buffer A holds G h / 2 + 1 words when G h / 2
             # is odd, spec.desc.depthwise_words: never more than a power-of-two half that
-            # holds G h / 2, so the rule needs no term of its own)
+            # holds G h / 2, so the rule needs no term of its own; in row and column phases
+            # G h words in each)
             with m.If(extents):
                 m.d.sync += [dw_b_hi.eq(d["b_addr"] + p_dmb), dw_c_hi.eq(d["c_addr"] + p_dmc),
-                             dw_words_a.eq(p_dgk >> 1), dw_words_b.eq((p_dgk + 1) >> 1),
+                             dw_words_a.eq(Mux(dw_cph, p_dgk, p_dgk >> 1)),
+                             dw_words_b.eq(Mux(dw_cph, p_dgk, (p_dgk + 1) >> 1)),
                              dw_acc_need.eq((p_dgk + R) << log2(cfg.c_beat_bytes))]
             # the output's channel pitch: its map (stride 1: the input's) times the element size
             dw_c_pitch = reg(Mux(dw_s2, Mux(int8_out, p_dpq, p_dpq << 2),

@@ -120,6 +120,14 @@ class ComputeEngine(wiring.Component):
     masks). With ``p_m_h <= R - 2`` too (:func:`spec.dwmesh.phase_halves`, session 41) and two
     or more channels a tile takes two channels in both fills, the top half's second fill the
     feeder's ``*2`` parameters and the bottom half's the ``*3`` ones.
+    With ``p_m_cphases`` too (stride 2 in row and column phases,
+    :attr:`spec.dwmesh.StripTile.cphases`; session 42) each tile is four fills: the row phases'
+    two, each read from the step's even-byte and odd-byte words (the deinterleaving loads'),
+    a buffer's second class of rows ``2 p_m_words`` words on and a row's odd-byte word
+    ``p_m_words`` after its even-byte one; column phase 0 reads the odd-byte words with
+    ``p_m_ce0`` (a layer's first strip whose phase-0 columns start at an odd input column);
+    ``p_m_pre_right`` and ``p_m_pre_right1`` rotate column phase 0's and 1's fill rows by one
+    lane, ``p_m_cols`` and ``p_m_cols1`` are their loaded lanes.
     With ``p_m_quad`` (the quadrant mode, :func:`spec.dwmesh.quad_mode`: maps of ``R/2 - 1``
     rows and columns) each tile takes four channels, one a quadrant
     (:attr:`spec.dwmesh.StripTile.quads`): tile ``t``'s fill words from buffer-A word
@@ -160,7 +168,8 @@ class ComputeEngine(wiring.Component):
     rd_en, a_raddr, b_raddr : ``Out(...)``; a_rdata, b_rdata : ``In(...)`` (synchronous read
     ports; ``rd_en`` is low for padding beats, which read nothing)
     acc_raddr : ``Out``; acc_rdata : ``In``; acc_waddr, acc_wdata, acc_wen : ``Out``
-    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_odd_rows, p_m_passes : ``In(1)``;
+    m_start, p_m_pre_right, p_m_phases, p_m_quad, p_m_odd_rows, p_m_passes, p_m_cphases,
+    p_m_ce0, p_m_pre_right1 : ``In(1)``; p_m_cols1 : ``In(range(C + 1))``;
     p_m_kernel :
     ``In(2)``;
     p_m_channels, p_m_tiles, p_m_h, p_m_na,
@@ -176,6 +185,8 @@ class ComputeEngine(wiring.Component):
         self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
+                 "p_m_cphases": In(1), "p_m_ce0": In(1), "p_m_pre_right1": In(1),
+                 "p_m_cols1": In(range(cfg.array_cols + 1)),
                  "p_m_kernel": In(2), "p_m_odd_rows": In(1), "p_m_passes": In(1),
                  **{f"p_m_{n}": In(DIM_BITS) for n in ("channels", "tiles", "h", "na", "nb",
                                                       "words")},
@@ -539,6 +550,13 @@ class ComputeEngine(wiring.Component):
         pre_right = Signal(name="mesh_pre_right")
         pad = Signal.like(self.p_m_pad, name="mesh_pad")
         pad_mask = Signal(cfg.array_cols, name="mesh_pad_mask")
+        # row and column phases: the second column phase's rotation and pad lanes, and each
+        # column phase's offset to its words (a row's odd-byte word p_m_words after its
+        # even-byte one)
+        cph = Signal(name="mesh_cphases")
+        pre_right1 = Signal(name="mesh_pre_right1")
+        pad_mask1 = Signal(cfg.array_cols, name="mesh_pad_mask1")
+        cw0, cw1 = (Signal.like(self.a_raddr, name=f"mesh_cw{c}") for c in (0, 1))
         t_left, g_left = Signal(DIM_BITS, name="mesh_t_left"), Signal(DIM_BITS, name="mesh_g_left")
         a_ch, a_pos = Signal.like(self.a_raddr, name="mesh_a_ch"), Signal.like(self.a_raddr,
                                                                                name="mesh_a_pos")
@@ -781,6 +799,22 @@ class ComputeEngine(wiring.Component):
                          feed.p_a_base2.eq(n_a_base2), feed.p_b_base2.eq(n_b_base2),
                          feed.p_a_hi2.eq(n_a_hi2), feed.p_b_hi2.eq(n_b_hi2),
                          feed.p_swap2.eq(n_swap)]
+        with m.If(cph):                         # row and column phases: four fills
+            # (fill (r, c) the row phase r's words of the column phase c's parity; the
+            # second column phase's rotation and pad lanes)
+            m.d.comb += [feed.p_cphases.eq(1), feed.p_pre_right.eq(pre_right),
+                         feed.p_pre_right1.eq(pre_right1), feed.p_pad_mask1.eq(pad_mask1),
+                         feed.p_a_base.eq(n_a_base + cw0), feed.p_b_base.eq(n_b_base + cw0),
+                         feed.p_a_base1.eq(n_a_base + cw1), feed.p_b_base1.eq(n_b_base + cw1),
+                         feed.p_a_lo1.eq(n_a_lo), feed.p_a_hi1.eq(n_a_hi),
+                         feed.p_b_hi1.eq(n_b_hi), feed.p_b_lo1.eq(n_b_lo),
+                         feed.p_swap1.eq(n_swap),
+                         feed.p_a_base2.eq(n_a_base1 + cw0), feed.p_b_base2.eq(n_b_base1 + cw0),
+                         feed.p_a_base3.eq(n_a_base1 + cw1), feed.p_b_base3.eq(n_b_base1 + cw1),
+                         feed.p_a_lo2.eq(n_a_lo1), feed.p_a_hi2.eq(n_a_hi1),
+                         feed.p_b_hi2.eq(n_b_hi1), feed.p_a_hi3.eq(n_a_hi1),
+                         feed.p_b_hi3.eq(n_b_hi1), feed.p_swap2.eq(swap1(n_swap)),
+                         feed.p_swap3.eq(swap1(n_swap))]
         with m.If(quad):                        # the quadrant mode's tile
             m.d.comb += [feed.p_quads.eq(q_n), feed.p_split.eq(SystolicArray.SPLITS[(2, 2)]),
                          feed.p_a_base.eq(q_a), feed.p_b_base.eq(q_b), feed.p_tag.eq(q_tag),
@@ -827,7 +861,15 @@ class ComputeEngine(wiring.Component):
                 phases.eq(self.p_m_phases), orow.eq(self.p_m_odd_rows), pq.eq(0), pq_ch.eq(0),
                 passes.eq(self.p_m_passes),
                 prem.eq(self.p_m_h),
-                ph_a0.eq(self.p_a_base + self.p_m_words), ph_b0.eq(self.p_b_base + self.p_m_words),
+                # (row and column phases: a class's rows two words each)
+                ph_a0.eq(self.p_a_base + Mux(self.p_m_cphases, self.p_m_words << 1,
+                                             self.p_m_words)),
+                ph_b0.eq(self.p_b_base + Mux(self.p_m_cphases, self.p_m_words << 1,
+                                             self.p_m_words)),
+                cph.eq(self.p_m_cphases), pre_right1.eq(self.p_m_pre_right1),
+                pad_mask1.eq(Cat(*(self.p_m_cols1 <= j for j in range(cfg.array_cols)))),
+                cw0.eq(Mux(self.p_m_ce0, self.p_m_words, 0)),
+                cw1.eq(Mux(self.p_m_ce0, 0, self.p_m_words)),
                 ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),
                 quad.eq(self.p_m_quad if R % 4 == 0 else 0), q_left.eq(self.p_m_channels),
                 q_ri.eq(0), q_a.eq(self.p_a_base), q_b.eq(self.p_b_base),

@@ -14,7 +14,8 @@ __all__ = ["DwFeeder", "tile_program"]
 
 
 def tile_program(rows: int, stride: int, kernel: int = 3, *, passes: bool = False,
-                 pairs: bool = False) -> list[tuple[str, int, int | None, bool, bool]]:
+                 pairs: bool = False,
+                 cphases: bool = False) -> list[tuple[str, int, int | None, bool, bool]]:
     """The beats of one depthwise tile on a mesh of ``rows`` rows, from :mod:`spec.dwmesh`'s
     walks: ``(move, word, tap, first, last)`` per beat. A fill beat (``move == "FILL"``) reads
     buffer word ``word`` of the tile's A and B rows; a tap beat (``tap = kernel * dy + dx``,
@@ -27,10 +28,13 @@ def tile_program(rows: int, stride: int, kernel: int = 3, *, passes: bool = Fals
     7x7 tile two channels a tile, :attr:`spec.dwmesh.StripTile.pairs`) a fill per pair of
     window rows, pass ``q``'s top-half beats reading words ``q ..`` and its bottom-half ones
     words ``rows / 2 + q ..`` (the second parameter set's, as a stride-2 tile's second fill
-    reads them)."""
+    reads them). With ``cphases`` (stride 2 in row and column phases,
+    :attr:`spec.dwmesh.StripTile.cphases`) four fills, fill ``f``'s words ``f rows / 2 ..``:
+    ``2 rows + k^2 - 3`` beats."""
     beats, taps, count = [], 0, kernel * kernel
     quarter, half = rows // 4, rows // 2
-    for phase, walk in enumerate(walks(stride, kernel, passes=passes, pairs=pairs)):
+    for phase, walk in enumerate(walks(stride, kernel, passes=passes, pairs=pairs,
+                                       cphases=cphases)):
         # (a pass's top-half words stay below R/2, its bottom-half ones below R: the feeder
         # tells the halves and the third fill's words by them)
         assert not pairs or (rows % 4 == 0 and phase <= quarter)
@@ -132,6 +136,12 @@ class DwFeeder(wiring.Component):
     p_a_lo2 : the second fill's A-word low mask in both halves (0 but in a 5x5 row-phase
     tile in halves)
     p_quads : ``In(3)``: the quadrant mode's channels (0: not a quadrant tile)
+    p_cphases : ``In(1)``: a stride-2 3x3 or 5x5 tile in row and column phases
+    (:attr:`spec.dwmesh.StripTile.cphases`; session 42): four fills, fill ``f`` (the row and
+    column phases of :data:`spec.dwmesh.CPHASE_FILLS`) read with parameter set ``f`` (the
+    parameters without a digit, then the ``*1``, ``*2`` and ``*3`` ones; the low masks
+    ``p_a_lo``, ``p_a_lo1`` and ``p_a_lo2`` for the last two), the second column phase's fills
+    (sets 1 and 3) rotated by ``p_pre_right1`` and padded in the lanes of ``p_pad_mask1``
     p_pad : ``In(8)``, p_pad_mask : ``In(C)``: the tile's pad value, and the lanes of its fill
     words that hold padding (a masked word is padding in every lane)
     rd_en, a_raddr, b_raddr : ``Out``; a_rdata, b_rdata : ``In`` (synchronous read ports)
@@ -177,6 +187,7 @@ class DwFeeder(wiring.Component):
             "p_a_base3": In(range(cfg.buf_a_depth)), "p_b_base3": In(range(cfg.buf_b_depth)),
             "p_w": In(self.W_TAPS * ob), "p_tag": In(tag_bits), "p_quads": In(3),
             "p_pad": In(ob), "p_pad_mask": In(C),
+            "p_cphases": In(1), "p_pre_right1": In(2), "p_pad_mask1": In(C),
             "rd_en": Out(1),
             "a_raddr": Out(range(cfg.buf_a_depth)), "a_rdata": In(8 * cfg.a_beat_bytes),
             "b_raddr": Out(range(cfg.buf_b_depth)), "b_rdata": In(8 * cfg.b_beat_bytes),
@@ -200,17 +211,22 @@ class DwFeeder(wiring.Component):
         pair_kernels = [k for k in (5, 7) if R % 4 == 0 and R >= depthwise_mesh_side(k)]
         for k in pair_kernels:
             programs.append(tile_program(R, 1, kernel=k, pairs=True))
+        # stride 2 in row and column phases, 3x3 and 5x5 (four fills: words up to 2 R - 1)
+        cph_kernels = [k for k in (3, 5) if R % 4 == 0 and R >= depthwise_mesh_side(k)]
+        for k in cph_kernels:
+            programs.append(tile_program(R, 2, kernel=k, cphases=True))
         rom = [beat for program in programs for beat in program]
         starts = [sum(len(p) for p in programs[:i]) for i in range(len(programs))]
         # stride 2, 5x5, 7x7, then the 5x5 and 7x7 passes, 5x5 and 7x7 stride 2's row phases,
         # then 5x5 and 7x7 in pairs of window rows (those the mesh walks)
         start2, start5, start7, start5p, start7p, start5s2, start7s2 = starts[1:8]
         start_pairs = dict(zip(pair_kernels, starts[8:]))
+        start_cph = dict(zip(cph_kernels, starts[8 + len(pair_kernels):]))
         moves = SystolicArray.MOVES
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end,
         # packed into one word and read once a cycle (one select of the program counter, not
         # one for every use of a field: a smaller model to compile)
-        wb, tb = (3 * R // 2 - 1).bit_length(), (self.BIG_TAPS - 1).bit_length()
+        wb, tb = (2 * R - 1).bit_length(), (self.BIG_TAPS - 1).bit_length()
         widths = (3, wb, tb, 1, 1, 1, 1)
         ends = set(starts[1:] + [len(rom)])
 
@@ -254,6 +270,10 @@ class DwFeeder(wiring.Component):
         a_base3, b_base3 = Signal.like(a_base, name="a_base3"), Signal.like(b_base, name="b_base3")
         a_hi3, b_hi3 = (Signal.like(self.p_a_lo, name=n) for n in ("a_hi3", "b_hi3"))
         quads = Signal(3, name="dw_quads")          # the quadrant mode's channels (0: off)
+        # row and column phases: the second column phase's rotation and pad lanes
+        cph = Signal(name="dw_cphases")
+        rot1 = Signal(2, name="dw_rot1")
+        pad_mask1 = Signal.like(self.p_pad_mask, name="dw_pad_mask1")
         quad = Signal(name="dw_quad")
         m.d.comb += quad.eq(quads != 0)
         at_end = Signal()
@@ -269,7 +289,10 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
-                         pc.eq(Mux(self.p_kernel[1],
+                         pc.eq(Mux(self.p_cphases,
+                                   Mux(self.p_kernel[0], start_cph.get(5, 0),
+                                       start_cph.get(3, 0)),
+                                   Mux(self.p_kernel[1],
                                    Mux(self.p_pairs, start_pairs.get(7, start7),
                                        Mux(self.p_passes, start7p,
                                            Mux(self.p_stride2, start7s2, start7))),
@@ -277,7 +300,9 @@ class DwFeeder(wiring.Component):
                                        Mux(self.p_pairs, start_pairs.get(5, start5),
                                            Mux(self.p_passes, start5p,
                                                Mux(self.p_stride2, start5s2, start5))),
-                                       Mux(self.p_stride2, start2, 0))) + merge),
+                                       Mux(self.p_stride2, start2, 0)))) + merge),
+                         cph.eq(self.p_cphases), rot1.eq(self.p_pre_right1),
+                         pad_mask1.eq(self.p_pad_mask1),
                          rot.eq(self.p_pre_right), big.eq(self.p_kernel != 0),
                          a_lo.eq(self.p_a_lo), a_hi.eq(self.p_a_hi), b_lo.eq(self.p_b_lo),
                          b_hi.eq(self.p_b_hi),
@@ -306,6 +331,7 @@ class DwFeeder(wiring.Component):
         # half (halves in row phases)
         fill = Signal()
         stride2, third = Signal(name="dw_stride2"), Signal(name="dw_third")
+        fourth = Signal(name="dw_fourth")
         ph1, bh = Signal(name="dw_ph1"), Signal(name="dw_bh")
         wi = Signal(range(R), name="dw_wi")
         word = Signal(range(R), name="dw_word")
@@ -318,13 +344,15 @@ class DwFeeder(wiring.Component):
             stride2.eq(((pc >= start2) & (pc < start5)) | (pc >= start5p)),
             # (only the 7x7 programs' third fills have words from R on)
             third.eq(e_word >= R),
+            # (and only the column-phase programs' fourth fills from 3 R / 2)
+            fourth.eq(e_word >= 3 * R // 2),
             ph1.eq(stride2 & (e_word >= R // 2)),
-            wi.eq(e_word - Mux(third, R, Mux(ph1, R // 2, 0))),
+            wi.eq(e_word - Mux(fourth, 3 * R // 2, Mux(third, R, Mux(ph1, R // 2, 0)))),
             bh.eq((halves | quad) & (wi >= R // 4)),
             word.eq(wi - Mux(bh, R // 4, 0)),
             # (halves in row phases are 3x3 and 5x5 only: a 7x7 tile's third fill never
             # comes with halves, which the compute engine ensures)
-            sel.eq(Mux(halves & ph1, Cat(bh, 1), Mux(third, 2, bh | ph1))),
+            sel.eq(Mux(halves & ph1, Cat(bh, 1), Mux(fourth, 3, Mux(third, 2, bh | ph1)))),
             self.rd_en.eq(fill | merge),
         ]
         bottom = sel != 0
@@ -397,9 +425,11 @@ class DwFeeder(wiring.Component):
                          zero_b.eq(~quad & ((word >= Array([b_hi, b_hi1, b_hi2, b_hi3])[sel]) |
                                             (word < Array([b_lo, b_lo1, 0, 0])[sel]))),
                          s1_pad.eq(pad),
-                         s1_mask.eq(Mux(quad, quad_mask(quads, bottom), pad_mask)),
+                         # (row and column phases: the second column phase's, sets 1 and 3)
+                         s1_mask.eq(Mux(quad, quad_mask(quads, bottom),
+                                        Mux(cph & sel[0], pad_mask1, pad_mask))),
                          s1_swap.eq(~quad & Array([swap, swap1, swap2, swap3])[sel]),
-                         s1_rot.eq(Mux(quad, 0, rot)),
+                         s1_rot.eq(Mux(quad, 0, Mux(cph & sel[0], rot1, rot))),
                          s1_quad.eq(quad), s1_kk0.eq(word == 0)]
 
         def lanes(masked, data):

@@ -5,12 +5,29 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import DIM_BITS
+from spec.desc import DIM_BITS, col_phase_ranges, depthwise_mesh_side
 from spec.dwmesh import row_pass_ranges
 
 from .bits import log2
 
-__all__ = ["DwWalker"]
+__all__ = ["DwWalker", "col_phases_expr"]
+
+
+def col_phases_expr(h: Value, w: Value, s2: Value, kernel: Value, cfg: AccelConfig) -> Value:
+    """:func:`spec.desc.col_phases` of a depthwise layer of ``h x w`` maps (``s2``: stride 2;
+    ``kernel`` 0, 1, 2 for 3x3, 5x5, 7x7) on ``cfg``'s mesh, as logic: ``h`` a multiple of 4
+    above ``R - 2`` and ``w`` in :func:`spec.desc.col_phase_ranges` (the walk and the record
+    checker share it)."""
+    R = cfg.array_rows
+
+    def w_in_ranges(k):
+        return Cat(Const(0, 1), *((w > lo) & ((w <= hi) if hi < (1 << DIM_BITS) - 1 else 1)
+                                  for lo, hi in col_phase_ranges(cfg.array_cols, k))).any()
+    fits = {k: R % 4 == 0 and R == cfg.array_cols and R >= depthwise_mesh_side(k)
+            for k in (3, 5)}
+    return (s2 & (h[:2] == 0) & (h > R - 2) &
+            (((kernel == 0) & w_in_ranges(3) if fits[3] else 0) |
+             ((kernel == 1) & w_in_ranges(5) if fits[5] else 0)))
 
 
 class DwWalker(wiring.Component):
@@ -51,6 +68,20 @@ class DwWalker(wiring.Component):
     takes runs in row passes (``passes``, set at ``start``): ``ceil(h / (R - 2))`` tiles a
     channel.
 
+    ``cphases`` (set at ``start``): a stride-2 3x3 or 5x5 layer runs in row and column phases
+    (:func:`spec.desc.col_phases`: ``h`` a multiple of 4 above ``R - 2``, ``w`` in
+    :func:`spec.desc.col_phase_ranges`; session 42): strips of ``C - p`` output columns
+    (``ox0`` and ``tw`` count stride-1 columns, twice the outputs; ``tw`` even), its loads
+    ``min(2 C, ..)`` bytes from column ``max(0, 2 ox' - p + o)`` (``o`` = 1 with
+    ``p_odd_cols``, the TF "SAME" columns), each row's bytes deinterleaved (the sequencer's
+    job: :attr:`spec.dwmesh.BlockLoad.dwords`). Per step the fills' column-phase values
+    (:attr:`spec.dwmesh.StripTile.cphases`): ``ce0`` (column phase 0 reads the odd-byte
+    words: a first strip whose phase-0 columns start at an odd input column), ``rot0`` /
+    ``rot1`` (column phase 0's / 1's fill rows rotated right a lane: a first strip's left
+    pad), ``cols0`` / ``cols1`` (their loaded lanes). Outside column phases ``rot0`` is
+    ``first_strip`` and ``cols0`` is ``nbytes`` (the other modes' rotation flag and lanes),
+    ``ce0``, ``rot1`` and ``cols1`` 0.
+
     ``quad`` (set at ``start``): the layer runs in the quadrant mode
     (:func:`spec.dwmesh.quad_mode`: stride 1, ``h = w = R/2 - 1``): its loads
     take two rows a word (``nbytes = 2 w``, ``(G h - 1) // 2`` A words, ``G h // 2`` B words)
@@ -72,10 +103,11 @@ class DwWalker(wiring.Component):
     -------
     start, advance : ``In(1)``; valid, last : ``Out(1)``
     p_channels, p_h, p_w, p_group : ``In(DIM_BITS)``; p_x_addr, p_out_addr :
-    ``In(dram_addr_bits + 1)``; p_int8, p_s2 : ``In(1)``; p_kernel : ``In(2)``
-    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles :
+    ``In(dram_addr_bits + 1)``; p_int8, p_s2, p_odd_cols : ``In(1)``; p_kernel : ``In(2)``
+    c0, channels, ox0, tw, a_words, b_words, nbytes, st_rows, st_elems, tiles, cols0, cols1 :
     ``Out(DIM_BITS)``;
-    first_strip, phases, quad, passes : ``Out(1)``; a_addr, b_addr, st_addr : ``Out(dram_addr_bits + 1)``
+    first_strip, phases, quad, passes, cphases, ce0, rot0, rot1 : ``Out(1)``; a_addr,
+    b_addr, st_addr : ``Out(dram_addr_bits + 1)``
     """
 
     #: Cycles from ``advance`` to the next step's ``valid``.
@@ -93,10 +125,12 @@ class DwWalker(wiring.Component):
             "start": In(1), "advance": In(1), "valid": Out(1), "last": Out(1),
             **{f"p_{n}": In(DIM_BITS) for n in ("channels", "h", "w", "group")},
             "p_x_addr": In(aw), "p_out_addr": In(aw), "p_int8": In(1), "p_s2": In(1),
-            "p_kernel": In(2),
+            "p_kernel": In(2), "p_odd_cols": In(1),
             **{n: Out(DIM_BITS) for n in ("c0", "channels", "ox0", "tw", "a_words", "b_words",
-                                          "nbytes", "st_rows", "st_elems", "tiles")},
+                                          "nbytes", "st_rows", "st_elems", "tiles", "cols0",
+                                          "cols1")},
             "first_strip": Out(1), "phases": Out(1), "quad": Out(1), "passes": Out(1),
+            "cphases": Out(1), "ce0": Out(1), "rot0": Out(1), "rot1": Out(1),
             **{n: Out(aw) for n in ("a_addr", "b_addr", "st_addr")},
         })
 
@@ -104,10 +138,14 @@ class DwWalker(wiring.Component):
         m = Module()
         cfg = self._cfg
         aw = cfg.dram_addr_bits + 1
-        # a strip's output columns: C - 2 pad, the pad 1, 2 or 3 (3x3, 5x5, 7x7)
+        # a strip's output columns: C - 2 pad, the pad 1, 2 or 3 (3x3, 5x5, 7x7); in row and
+        # column phases C - pad outputs, 2 (C - pad) stride-1 columns
         kern = Signal(2, name="dw_kernel")
         pad = kern + 1
-        tw_max = cfg.array_cols - 2 - (kern << 1)
+        cph, ocol = Signal(name="dw_cphases"), Signal(name="dw_odd_cols")
+        m.d.comb += self.cphases.eq(cph)
+        tw_max = Mux(cph, 2 * cfg.array_cols - 2 - (kern << 1),
+                     cfg.array_cols - 2 - (kern << 1))
         pw = 2 * DIM_BITS + 2                          # product width
 
         C, h, w, G = (Signal(DIM_BITS, name=n) for n in ("dw_c", "dw_h", "dw_w", "dw_g"))
@@ -148,6 +186,7 @@ class DwWalker(wiring.Component):
                                       for lo, hi in row_pass_ranges(R, kernel))).any()
         passes_in = ~phases_in & (((self.p_kernel == 1) & in_ranges(5)) |
                                   ((self.p_kernel == 2) & in_ranges(7)))
+        cph_in = col_phases_expr(self.p_h, self.p_w, self.p_s2, self.p_kernel, cfg)
         # one strip (spec.dwmesh.one_strip): maps of at most C - pad columns
         one = Signal(name="dw_one_strip")
         # one tile a channel (spec.dwmesh.one_tile): maps of at most R - pad rows, not in
@@ -168,6 +207,7 @@ class DwWalker(wiring.Component):
                                               Mux(passes_in, R - 2,
                                                   R - 2 - (self.p_kernel << 1))))),
                          kern.eq(self.p_kernel), self.passes.eq(passes_in),
+                         cph.eq(cph_in), ocol.eq(self.p_odd_cols),
                          one.eq(self.p_w < cfg.array_cols - self.p_kernel),
                          self.phases.eq(phases_in), self.quad.eq(quad_in)]
         with m.Elif(phase == 1):
@@ -235,11 +275,35 @@ class DwWalker(wiring.Component):
         m.d.comb += left.eq(w - ox0)
         first = ox0 == 0
         last_group = Signal()
-        m.d.comb += [more_strips.eq((left > tw_max) & ~one), more_groups.eq(c0 + G < C),
+        m.d.comb += [more_strips.eq((left > tw_max) & (~one | cph)), more_groups.eq(c0 + G < C),
                      last_group.eq(~(c0 + G < C))]
         rows = Mux(last_group, ch - rows_done, gh)
-        xs = Mux(first, 0, ox0 - pad)                      # the patch's first loaded column
-        tw = Mux(more_strips, tw_max, left)
+        # the patch's first loaded column (row and column phases: max(0, ox0 - pad + odd))
+        xs = Mux(first, 0, ox0 - pad + (cph & ocol))
+        # (row and column phases: whole outputs, an even count of stride-1 columns)
+        tw = Mux(more_strips, tw_max, Mux(cph, (left + 1) & ~1, left))
+        nbytes = Signal(DIM_BITS, name="dw_nbytes")
+        two_c = 2 * cfg.array_cols
+        m.d.comb += nbytes.eq(
+            Mux(cph, Mux(first, Mux(w < two_c, w, two_c),
+                          Mux(left + pad - ocol > two_c, two_c, left + pad - ocol)),
+                Mux(self.quad, w << 1,
+                    Mux(first, Mux(w < tw_max + pad, w, tw_max + pad),
+                        Mux(left + pad > tw_max + 2 * pad, tw_max + 2 * pad, left + pad)))))
+        # the column phases' words, rotations and lanes (spec.dwmesh._col_phase_steps): a
+        # first strip's phase-0 columns start at -pad + odd, an odd column when the pad and
+        # odd differ in parity (then phase 0 reads the odd-byte words), a pad column when the
+        # pad exceeds odd (rotated a lane), and phase 1's too when pad - odd >= 2 (5x5
+        # symmetric)
+        e0 = Signal(name="dw_ce0")
+        rot0, rot1 = Signal(name="dw_rot0"), Signal(name="dw_rot1")
+        m.d.comb += [e0.eq(cph & first & (kern[0] == ocol)),
+                     rot0.eq(Mux(cph, first & ~((kern == 0) & ocol), first)),
+                     rot1.eq(cph & first & (kern == 1) & ~ocol)]
+
+        def lanes(parity, rot):
+            v = (nbytes + 1 - parity) >> 1
+            return Mux(v > cfg.array_cols - rot, cfg.array_cols - rot, v)
         # the store's column: ox0 / s (ox0 is a multiple of R - 2, even)
         col = chan_o + Mux(s2, ox0 >> 1, ox0)
         q = self.quad
@@ -249,10 +313,10 @@ class DwWalker(wiring.Component):
             self.channels.eq(group_channels),
             self.tw.eq(tw), self.st_elems.eq(Mux(q, tw << 1, Mux(s2, (tw + 1) >> 1, tw))),
             # (the quadrant mode: two rows a word)
-            self.nbytes.eq(Mux(q, w << 1,
-                               Mux(first, Mux(w < tw_max + pad, w, tw_max + pad),
-                                   Mux(left + pad > tw_max + 2 * pad, tw_max + 2 * pad,
-                                       left + pad)))),
+            self.nbytes.eq(nbytes),
+            self.ce0.eq(e0), self.rot0.eq(rot0), self.rot1.eq(rot1),
+            self.cols0.eq(Mux(cph, lanes(e0, rot0), nbytes)),
+            self.cols1.eq(Mux(cph, lanes(~e0, rot1), 0)),
             # row phases: classes 0 and 1 of the stacked rows into A, 2 and 3 into B
             self.a_addr.eq(chan_x + Mux(self.phases, 0, w) + xs),
             self.b_addr.eq(chan_x + Mux(self.phases, w << 1, 0) + xs),

@@ -198,10 +198,14 @@ class Sequencer(wiring.Component):
         # -- engines -----------------------------------------------------------------------------
         dw = bool(cfg.dw_mesh)                  # the depthwise path is built
         # (with dw_mesh the groups' address step is a parameter: stride 2's row phases)
+        # (with the mesh: the depthwise row phases' groups of rows, and the column phases'
+        # deinterleaving loads)
         m.submodules.load_a = la = LoadEngine(cfg, beat_bytes=cfg.a_beat_bytes,
-                                              depth=cfg.buf_a_depth, group_addr=dw)
+                                              depth=cfg.buf_a_depth, group_addr=dw,
+                                              deinterleave=dw)
         m.submodules.load_b = lb = LoadEngine(cfg, beat_bytes=cfg.b_beat_bytes,
-                                              depth=cfg.buf_b_depth, group_addr=dw)
+                                              depth=cfg.buf_b_depth, group_addr=dw,
+                                              deinterleave=dw)
         m.submodules.compute = ce = ComputeEngine(cfg, mesh=dw)
         m.submodules.store = se = StoreEngine(cfg, channel_rows=dw)
         m.submodules.addrgen = ag = AddrGen(cfg)
@@ -482,8 +486,10 @@ class Sequencer(wiring.Component):
         # -- a depthwise layer's strips (hw/dwwalk.py): the strip loaded in this phase, the one
         # computed, the one stored; their values, and the layer's, registered
         if dw:
+            # (row and column phases: the fills' word parity, rotations and lanes)
             strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
-                     "a_words": DIM_BITS,
+                     "a_words": DIM_BITS, "ce0": 1, "rot0": 1, "rot1": 1, "cols0": DIM_BITS,
+                     "cols1": DIM_BITS,
                      "st_addr": ab + 1, "st_rows": DIM_BITS, "st_elems": DIM_BITS}
             dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
                                    for tag in ("ld", "cp", "st"))
@@ -502,19 +508,23 @@ class Sequencer(wiring.Component):
             m.d.comb += [dww.p_channels.eq(M), dww.p_h.eq(K), dww.p_w.eq(N),
                          dww.p_group.eq(pm), dww.p_x_addr.eq(d["b_addr"]),
                          dww.p_out_addr.eq(d["c_addr"]), dww.p_int8.eq(int8_out),
-                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern)]
+                         dww.p_s2.eq(dw_s2), dww.p_kernel.eq(dw_kern),
+                         dww.p_odd_cols.eq(dw_odd_cols)]
             m.d.comb += [
                 ce.p_m_kernel.eq(dw_kern), ce.p_m_odd_rows.eq(dw_odd_rows),
                 ce.p_m_channels.eq(dw_cp["channels"]), ce.p_m_tiles.eq(dww.tiles),
                 ce.p_m_h.eq(K), ce.p_m_na.eq(dw_na), ce.p_m_nb.eq(dw_nb),
-                ce.p_m_pre_right.eq(dw_cp["first_strip"]), ce.p_m_c0.eq(dw_cp["c0"]),
+                ce.p_m_pre_right.eq(dw_cp["rot0"]), ce.p_m_c0.eq(dw_cp["c0"]),
                 # stride 2's row phases: the classes' words (a group of each load)
                 ce.p_m_phases.eq(dww.phases), ce.p_m_passes.eq(dww.passes),
                 ce.p_m_words.eq(dw_cp["a_words"]),
                 # the quadrant mode (7 x 7 maps: four channels a tile)
                 ce.p_m_quad.eq(dww.quad),
                 # the padding: the layer's pad value in the lanes past the strip's loaded bytes
-                ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["nbytes"]),
+                ce.p_m_pad.eq(L["pad_value"][:8]), ce.p_m_cols.eq(dw_cp["cols0"]),
+                # stride 2 in row and column phases: the fills' parities, rotations, lanes
+                ce.p_m_cphases.eq(dww.cphases), ce.p_m_ce0.eq(dw_cp["ce0"]),
+                ce.p_m_pre_right1.eq(dw_cp["rot1"]), ce.p_m_cols1.eq(dw_cp["cols1"]),
             ]
 
         def by_mode(gemm_value, dw_value):
@@ -528,21 +538,26 @@ class Sequencer(wiring.Component):
             row phases two groups of ``words`` rows ``w`` apart, at ``4 w``)."""
             rows, gstride, beat = load.ke, pk, len(engine.w_data) // 8
             if dw:
-                ph = dww.phases
+                ph, cph = dww.phases, dww.cphases
                 addr, rows = by_mode(addr, dw_block[0]), by_mode(rows, dw_block[1])
                 stride = by_mode(stride, Mux(ph, N << 2, N << 1))
-                groups = by_mode(groups, Mux(ph, 2, 1))
-                # the second group's byte mask counts a beat on from the row's start
-                elems = by_mode(elems, dww.nbytes + Mux(ph, beat, 0))
+                # (row and column phases: two beats a row of each class, deinterleaved)
+                groups = by_mode(groups, Mux(cph, 4, Mux(ph, 2, 1)))
+                # the second group's byte mask counts a beat on from the row's start (the
+                # second class's two beats past the first's)
+                elems = by_mode(elems, dww.nbytes + Mux(cph, 2 * beat, Mux(ph, beat, 0)))
                 # (the second groups at word `a_words` of both buffers: B's classes may
-                # be a row shorter, spec.dwmesh.phase_halves)
-                gstride = by_mode(pk, dww.a_words)
+                # be a row shorter, spec.dwmesh.phase_halves; in column phases at twice
+                # that, each class's odd-byte words `a_words` after its even-byte ones)
+                gstride = by_mode(pk, Mux(cph, dww.a_words << 1, dww.a_words))
             cmds = [engine.p_addr.eq(addr), engine.p_stride.eq(stride),
                     engine.p_rows.eq(rows), engine.p_groups.eq(groups),
                     engine.p_elems.eq(elems), engine.p_buf_base.eq(Mux(slot, 0, half)),
                     engine.p_buf_gstride.eq(gstride)]
             if dw:                          # a GEMM's groups are a beat apart
-                cmds.append(engine.p_gaddr.eq(by_mode(beat, N)))
+                cmds += [engine.p_gaddr.eq(by_mode(beat, N)),
+                         engine.p_dil.eq(is_dw & dww.cphases),
+                         engine.p_buf_dstride.eq(dww.a_words)]
             return cmds
 
         dw_a_block = (dww.a_addr, dww.a_words) if dw else None
@@ -601,8 +616,10 @@ class Sequencer(wiring.Component):
                 # lanes, or its odd ones (StripStep.lane0)
                 se.p_acc_rstride.eq(by_mode(gn_max, Mux(dw_s2 & ~dww.phases, 2, 1))),
                 se.p_ch_rows.eq(by_mode(1, Mux(dww.quad, cfg.array_rows // 4, dw_oh))),
-                se.p_even_lanes.eq(is_dw & dw_s2), se.p_half_last.eq(is_dw & dww.quad),
-                se.p_odd_lanes.eq(is_dw & dw_odd_cols),
+                # (row and column phases: every lane an output)
+                se.p_even_lanes.eq(is_dw & dw_s2 & ~dww.cphases),
+                se.p_half_last.eq(is_dw & dww.quad),
+                se.p_odd_lanes.eq(is_dw & dw_odd_cols & ~dww.cphases),
             ]
         else:
             m.d.comb += [
@@ -715,15 +732,15 @@ class Sequencer(wiring.Component):
             with m.If(pl.phase_lb[2 + i]):
                 m.d.comb += getattr(lb, name).eq(getattr(pl.lb, name))
         if dw:                                  # the parameter arrays' groups are beats
-            with m.If(pl.phase_lb[2]):
-                m.d.comb += lb.p_gaddr.eq(cfg.b_beat_bytes)
+            with m.If(pl.phase_lb[2]):          # (never deinterleaved)
+                m.d.comb += [lb.p_gaddr.eq(cfg.b_beat_bytes), lb.p_dil.eq(0)]
             # the weight arrays' commands to the A load engine
             m.d.comb += pl.la.busy.eq(la.busy)
             for i, name in enumerate(pl.LB_FIELDS):
                 with m.If(pl.phase_la[2 + i]):
                     m.d.comb += getattr(la, name).eq(getattr(pl.la, name))
             with m.If(pl.phase_la[2]):
-                m.d.comb += la.p_gaddr.eq(cfg.a_beat_bytes)
+                m.d.comb += [la.p_gaddr.eq(cfg.a_beat_bytes), la.p_dil.eq(0)]
 
         # the step registers' move (see `shift`): each copy of the flag enables one group
         m.d.sync += [x.eq(0) for x in shift_all]

@@ -26,7 +26,9 @@ them, ``G ceil(h / 2)`` with stride 2; in the quadrant mode, 7 x 7 maps on the 1
 :func:`spec.dwmesh.quad_mode`, ``R / 4`` a channel, two output rows each), after the mesh's
 drain. A row-phase tile is two fills
 and nine taps, ``R + 8`` beats (phase 1's first fill beat is phase 0's last tap beat; one
-less after a strip's first). A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 tiles of ``(R
+less after a strip's first); in row and column phases (:func:`spec.desc.col_phases`) four
+fills, ``2 R + k^2 - 3`` beats, the loads two beats a row of each class, deinterleaved, a cycle
+longer than as many plain beats. A 5x5 or 7x7 layer's tiles are whole-mesh stride-1 tiles of ``(R
 - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs (stride 2: the same tiles, the decimating
 store), or ``(R - 2)`` rows in row passes (:func:`spec.dwmesh.row_passes`), or with stride 2
 in row phases; two channels a tile for maps of up to ``R / 2 - 1`` rows, the window's rows two
@@ -269,7 +271,7 @@ def depthwise_descriptor(channels: int, h: int, w: int, cfg: AccelConfig, *, out
         group = strip_channels(h, rows=cfg.array_rows,
                                buf_words=min(cfg.buf_a_depth, cfg.buf_b_depth) // 2,
                                acc_rows=cfg.acc_depth // 2, channels=channels, stride=stride,
-                               kernel=kernel)
+                               kernel=kernel, w=w)
     return GemmDescriptor(m=channels, k=h, n=w, partition_m=group,
                           acc_buffer_needed=(group * h + cfg.array_rows) * cfg.c_beat_bytes,
                           a_addr=a_addr, a_stride=4 * channels if a_stride is None else a_stride,
@@ -323,9 +325,12 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
                      + consts.mesh_halves_start_cycles * first.halves
                      + (consts.mesh_quad_start_cycles - 4 + first.quads if first.quads else 0))
             taps = sum(tile.kernel ** 2 for tile in comp.tiles)
-        # a load's beats: a row each, in every group (two in stride 2's row phases)
-        ca = t.load_a(load.a_load.beats) if load is not None else 0
-        cb = t.load_b(load.b_load.beats) if load is not None else 0
+        # a load's beats: a row each, in every group (two in stride 2's row phases; two a
+        # row's class in the column phases, whose deinterleaving loads end a cycle later:
+        # the last row's odd-byte word)
+        dil = load is not None and load.a_load.dwords != 0
+        ca = t.load_a(load.a_load.beats) + dil if load is not None else 0
+        cb = t.load_b(load.b_load.beats) + dil if load is not None else 0
         rows = store.out_rows if store is not None else 0
         ph = t.phase(beats, taps, ca, cb, rows)
         mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))

@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fractions
+import functools
 
 from .config import AccelConfig
 
@@ -72,7 +74,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
            "depthwise_mesh_side", "B_MODE_ODD_ROWS", "B_MODE_ODD_COLS", "depthwise_odd",
-           "phase_halves",
+           "phase_halves", "col_phases", "col_phase_ranges",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -273,6 +275,65 @@ def phase_halves(h: int, *, rows: int, stride: int, kernel: int = 3) -> bool:
             and rows // 2 <= h <= rows - 2)
 
 
+def col_phases(h: int, w: int, *, rows: int, cols: int, stride: int, kernel: int = 3) -> bool:
+    """A stride-2 3x3 or 5x5 depthwise layer of ``h x w`` maps runs in row *and* column phases
+    (:attr:`spec.dwmesh.StripTile.cphases`, session 42): every PE an output, ``cols - p``
+    output columns a strip (pad ``p``), four fills a tile, the window columns ``0, 2, ..`` from
+    the input's columns of one parity and ``1, 3, ..`` from the other's, which the loads
+    deinterleave (:attr:`spec.dwmesh.BlockLoad.dwords`). Taken for the maps the row phases
+    take whole-mesh (``h`` a multiple of 4 above ``rows - 2``; not :func:`phase_halves`'), on
+    a square mesh of a multiple of 4 rows, where it needs fewer beats a tile row: ``ceil(ceil(w
+    / 2) / (cols - p))`` strips of ``2 rows + k^2 - 4``-beat tiles (back to back) against the
+    row phases' strips of ``cols - 2 p`` columns (one for maps of at most ``cols - p``) of
+    ``rows + k^2 - 2``. On the 16x16 that is a 3x3 map of 16 to 30 columns or of 43 and
+    more (MobileNet-V2's 28, 56 and 112: ``ceil(w / 30)`` strips of 37 beats against ``ceil(w
+    / 14)`` of 23; from 31 to 42 columns two such strips lose to three of 23 beats) and a 5x5
+    map of 15 columns and more."""
+    return (stride == 2 and kernel in (3, 5) and h % 4 == 0 and h > rows - 2
+            and rows == cols and rows % 4 == 0 and rows >= depthwise_mesh_side(kernel)
+            and _col_phases_pay(w, cols, kernel))
+
+
+def _col_phases_pay(w: int, cols: int, kernel: int) -> bool:
+    # column phases' strips of 2 C + k^2 - 4 beats against the row phases' of C + k^2 - 2
+    # (a square mesh: C rows) for a map of w columns (col_phases)
+    pad = (kernel - 1) // 2
+    rp = 1 if w <= cols - pad else -(-w // (cols - 2 * pad))
+    cp = -(-(-(-w // 2)) // (cols - pad))
+    return w >= 1 and cp * (2 * cols + kernel * kernel - 4) < rp * (cols + kernel * kernel - 2)
+
+
+@functools.lru_cache(maxsize=None)
+def col_phase_ranges(cols: int, kernel: int) -> tuple[tuple[int, int], ...]:
+    """The map widths :func:`col_phases` takes on a square mesh of ``cols`` columns, as ``(lo,
+    hi)`` ranges ``lo < w <= hi`` (the RTL compares with them), ``hi`` up to ``2 ** DIM_BITS -
+    1``: for 3x3 on the 16x16 ``(15, 30)`` and ``(42, 2 ** 24 - 1)``, for 5x5 ``(14, 2 ** 24 -
+    1)``. Past a width the per-column costs decide (``a / (2 (C - p))`` a column in column
+    phases, ``b / (C - 2 p)`` in row phases, for tiles of ``a = 2 C + k^2 - 4`` and ``b = C +
+    k^2 - 2`` beats): with the first smaller, column phases win for good above ``a / s``
+    (``s`` the difference), the last range then open to the largest width."""
+    if kernel not in (3, 5) or cols < depthwise_mesh_side(kernel):
+        return ()
+    top, hi_open = (1 << DIM_BITS) - 1, False
+    pad = (kernel - 1) // 2
+    a, b = 2 * cols + kernel * kernel - 4, cols + kernel * kernel - 2
+    slope = fractions.Fraction(b, cols - 2 * pad) - fractions.Fraction(a, 2 * (cols - pad))
+    if slope > 0:                                # won for good above a / slope
+        top, hi_open = min(top, int(a / slope) + 1), True
+    elif slope < 0:                              # lost for good above b / -slope
+        top = min(top, int(b / -slope) + 1)
+    ranges, start = [], None
+    for w in range(1, min(top, 1 << 16) + 2):
+        if w <= top and _col_phases_pay(w, cols, kernel):
+            start = w - 1 if start is None else start
+        elif start is not None:
+            ranges.append((start, w - 1))
+            start = None
+    if hi_open and ranges and ranges[-1][1] == top:
+        ranges[-1] = (ranges[-1][0], (1 << DIM_BITS) - 1)
+    return tuple(ranges)
+
+
 def depthwise_words(d: GemmDescriptor, rows: int) -> tuple[int, int]:
     """Buffer-A and buffer-B words a depthwise strip step fills on a mesh of ``rows`` rows: the
     odd and even rows of its ``partition_m`` channels' maps stacked (``G k`` rows), ``(G k) >>
@@ -280,8 +341,12 @@ def depthwise_words(d: GemmDescriptor, rows: int) -> tuple[int, int]:
     (:func:`phase_halves`) the stacked rows ``4 j`` and ``4 j + 1`` in A, ``4 j +
     2`` and ``4 j + 3`` in B, each buffer's second class from word ``ceil(G k / 4)``: ``2
     ceil(G k / 4)`` words of A, and B up to word ``G k / 2`` (its classes ``floor(G k / 4)``
-    rows each)."""
+    rows each); in row and column phases (:func:`col_phases`) every row twice, its columns of
+    either parity a word: ``G k`` words of each."""
     gk = d.partition_m * d.k
+    if col_phases(d.k, d.n, rows=rows, cols=rows, stride=DEPTHWISE_STRIDES[d.b_mode],
+                  kernel=DEPTHWISE_KERNELS[d.b_mode]):
+        return gk, gk
     if phase_halves(d.k, rows=rows, stride=DEPTHWISE_STRIDES[d.b_mode],
                     kernel=DEPTHWISE_KERNELS[d.b_mode]):
         return 2 * -(-gk // 4), (gk + 1) >> 1

@@ -32,7 +32,10 @@ Stride 2 uses row phases: the patch of phase ``p`` holds padded rows ``2a + p`` 
 twice the row pitch), the phase-0 patch takes the taps with ``dy`` = 0 and 2 (six beats, one
 ``UP`` in between), a second fill the phase-1 patch and the three taps with ``dy = 1``; the
 accumulators carry the sum across the fill. Columns keep full resolution, so only the PEs of
-even columns hold outputs: 15 x 7 per tile on a 16x16 mesh.
+even columns hold outputs: 15 x 7 per tile on a 16x16 mesh. Wide enough maps split the
+columns into phases too (:func:`spec.desc.col_phases`, :attr:`StripTile.cphases`, session 42):
+four fills a tile, each of one row phase and one column phase, from loads that deinterleave
+each row's even and odd bytes into two words, and every PE holds an output: 15 x 15 per tile.
 
 A depthwise 5x5 or 7x7 layer (pad 2 or 3) walks the 25- or 49-tap :func:`serpentine` on the
 same mesh, in whole-mesh tiles of ``(R - 4) x (C - 4)`` or ``(R - 6) x (C - 6)`` outputs
@@ -55,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .desc import DIM_BITS, depthwise_mesh_side, phase_halves
+from .desc import DIM_BITS, col_phases, depthwise_mesh_side, phase_halves
 
 __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_beats",
            "mac_utilisation", "input_bound", "out_size", "padded_input", "walks", "tile_patches",
@@ -66,7 +69,8 @@ __all__ = ["MeshTile", "plan_tiles", "mesh_depthwise", "tile_cycles", "store_bea
            "strip_tile_acc", "quad_mode", "serpentine", "strip_pad", "kernel_tile", "KERNELS",
            "SERPENTINE",
            "PHASE_TAPS", "PASS_ROWS", "PHASE_ROWS", "row_passes", "row_pass_ranges",
-           "pass_tile_beats", "one_strip", "one_tile", "pair_fill", "row_pairs"]
+           "pass_tile_beats", "one_strip", "one_tile", "pair_fill", "row_pairs", "col_phases",
+           "CPHASE_FILLS"]
 
 #: The kernels the strip steps take (``kernel`` x ``kernel`` windows, pad ``(kernel - 1) / 2``):
 #: 3x3 in every mode, 5x5 and 7x7 as whole-mesh stride-1 tiles, in row passes, two channels a
@@ -91,16 +95,19 @@ def serpentine(kernel: int) -> tuple[tuple[tuple[int, int], str | None], ...]:
     return _serpentine_rows(kernel, range(kernel))
 
 
-def _serpentine_rows(kernel: int, dys: range) -> tuple[tuple[tuple[int, int], str | None], ...]:
+def _serpentine_rows(kernel: int, dys: range,
+                     dxs: range | None = None) -> tuple[tuple[tuple[int, int], str | None], ...]:
     """The serpentine over the window rows ``dys`` of a ``kernel``-wide window, from its top
     left corner (a fresh fill): ``((dy, dx), move after)``, ``dy`` the kernel's row, an ``UP``
-    from one of ``dys`` to the next (the mesh's next row holds it)."""
+    from one of ``dys`` to the next (the mesh's next row holds it); over the window columns
+    ``dxs`` (default all of them; a column phase's, one ``LEFT`` apart in its patch)."""
+    dxs = range(kernel) if dxs is None else dxs
     taps = []
     for i, dy in enumerate(dys):
-        xs = range(kernel) if i % 2 == 0 else range(kernel - 1, -1, -1)
+        xs = dxs if i % 2 == 0 else dxs[::-1]
         along = "LEFT" if i % 2 == 0 else "RIGHT"
         for j, dx in enumerate(xs):
-            move = along if j < kernel - 1 else ("UP" if i < len(dys) - 1 else None)
+            move = along if j < len(dxs) - 1 else ("UP" if i < len(dys) - 1 else None)
             taps.append(((dy, dx), move))
     return tuple(taps)
 
@@ -243,8 +250,14 @@ PHASE_ROWS = {3: (range(0, 3, 2), range(1, 3, 2)), 5: (range(0, 5, 2), range(1, 
               7: (range(0, 5, 2), range(1, 7, 2), range(6, 7))}
 
 
-def walks(stride: int, kernel: int = 3, *, passes: bool = False,
-          pairs: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
+#: Row and column phases (:func:`col_phases`): the ``(row phase, column phase)`` of each of a
+#: tile's four fills, in order; the row phase indexes :data:`PHASE_ROWS`, the column phase
+#: ``c`` takes the window columns ``c, c + 2, ..``.
+CPHASE_FILLS = ((0, 0), (0, 1), (1, 0), (1, 1))
+
+
+def walks(stride: int, kernel: int = 3, *, passes: bool = False, pairs: bool = False,
+          cphases: bool = False) -> list[tuple[tuple[tuple[int, int], str | None], ...]]:
     """The taps of each row phase: ``((dy, dx), move after)``, one phase with stride 1 (the
     :func:`serpentine` of ``kernel``); stride 2's row phases the window rows of
     :data:`PHASE_ROWS`, a fill each. With ``passes`` (a
@@ -252,9 +265,18 @@ def walks(stride: int, kernel: int = 3, *, passes: bool = False,
     being stride-1 ones) one serpentine per pass over its window rows
     (:data:`PASS_ROWS`), each from the top left of its own fill. With ``pairs`` (a 5x5 or
     7x7 tile two channels a tile, :attr:`StripTile.pairs`) one serpentine per pair of window
-    rows (0 and 1, 2 and 3, ..., the last alone), each from its own fill."""
+    rows (0 and 1, 2 and 3, ..., the last alone), each from its own fill. With ``cphases``
+    (stride 2 in row and column phases, :attr:`StripTile.cphases`) one serpentine a fill of
+    :data:`CPHASE_FILLS` over its row phase's window rows and its column phase's columns (3x3:
+    4, 2, 2 and 1 taps; 5x5: 9, 6, 6 and 4)."""
     if kernel not in KERNELS:
         raise ValueError(f"walks: kernel={kernel!r} must be one of {KERNELS}")
+    if cphases:
+        if stride != 2 or kernel == 7:
+            raise ValueError(f"walks: row and column phases walk stride-2 3x3 and 5x5 windows, "
+                             f"not stride {stride} {kernel}x{kernel}")
+        return [_serpentine_rows(kernel, PHASE_ROWS[kernel][r], range(c, kernel, 2))
+                for r, c in CPHASE_FILLS]
     if pairs:
         if kernel == 3 or stride != 1:
             raise ValueError(f"walks: two-row passes walk stride-1 5x5 and 7x7 windows, not "
@@ -375,7 +397,12 @@ class BlockLoad:
     written to buffer word ``g * gwords + k``; no other word is loaded. The word's lanes from
     ``nbytes`` on are undefined (the hardware zeroes them, but for the first of two groups,
     which it loads whole: the feeder puts the pad value there, :attr:`StripTile.cols`). (One
-    group but for the row phases of stride 2, :func:`row_phases`.)"""
+    group but for the row phases of stride 2, :func:`row_phases`.)
+
+    With ``dwords`` (row and column phases, :func:`col_phases`) the load *deinterleaves*: each
+    of its words is two port beats, ``2 L`` bytes for ``L``-byte buffer words (``nbytes`` up
+    to ``2 L``), whose even bytes go to buffer word ``g * gwords + k`` and odd bytes to word
+    ``g * gwords + k + dwords`` (:meth:`word_bytes`)."""
     addr: int
     stride: int
     words: int
@@ -383,16 +410,29 @@ class BlockLoad:
     groups: int = 1
     gaddr: int = 0
     gwords: int = 0
+    dwords: int = 0
 
     @property
     def beats(self) -> int:
-        """Port beats of the load: a word of every group."""
-        return self.words * self.groups
+        """Port beats of the load: a word of every group (two if it deinterleaves)."""
+        return self.words * self.groups * (2 if self.dwords else 1)
 
     def placements(self) -> list[tuple[int, int]]:
         """``(buffer word, memory address)`` of every word the load brings."""
         return [(g * self.gwords + k, self.addr + g * self.gaddr + k * self.stride)
                 for g in range(self.groups) for k in range(self.words)]
+
+    def word_bytes(self, mem: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """``(buffer word, its loaded bytes)`` of every word the load writes from the byte
+        memory ``mem``: the ``nbytes`` bytes of each placement, or with ``dwords`` their even
+        bytes and, ``dwords`` words on, their odd ones. A word's lanes past its bytes are
+        undefined."""
+        out = []
+        for word, addr in self.placements():
+            data = mem[addr:addr + self.nbytes]
+            out += ([(word, data[0::2]), (word + self.dwords, data[1::2])] if self.dwords
+                    else [(word, data)])
+        return out
 
     def spans(self) -> list[tuple[int, int]]:
         """``(first byte, end)`` of the memory each group reads (none without words)."""
@@ -478,7 +518,19 @@ class StripTile:
     ``n .. 2 n - 1``: a fixed lane shuffle). Its results are packed two output rows an
     accumulator row (:func:`strip_tile_acc`): quadrant ``q``'s output rows ``2 k`` and ``2 k +
     1`` in accumulator row ``acc_row + (rows / 4) q + k``, lanes ``0 .. n - 1`` and ``n .. 2 n -
-    1``."""
+    1``.
+
+    With ``cphases`` (stride 2 in row and column phases, :func:`col_phases`; session 42) the
+    tile is four fills, this one and ``phase1`` .. ``phase3``, the row and column phases of
+    :data:`CPHASE_FILLS`: fill ``(r, c)`` holds in mesh row ``i`` lane ``j`` the input at row
+    phase ``r``'s row ``i`` (as :attr:`phase1` for the row phases) and column ``X0 + 2 j +
+    c``, ``X0 = 2 ox0 - p`` the strip's (``ox0`` its first output column), read from the
+    deinterleaved words of the step's loads; each fill has its own bases, masks, ``swap``,
+    ``cols`` and ``pre_right`` (a layer's first strip loads from column 0, so the fills
+    whose first lane is a pad column are rotated right). Fill ``(r, c)`` walks the window's
+    rows of phase ``r`` and columns ``c, c + 2, ..`` (:func:`walks` with ``cphases``); mesh
+    row ``i`` lane ``j`` is then output ``(oy0 + i, ox0 + j)``, every lane an output up to
+    ``cols - p`` of them, and the tile writes every mesh row ``i`` into ``acc_row + i``."""
     channel: int
     oy0: int
     th: int
@@ -500,6 +552,8 @@ class StripTile:
     passes: bool = False
     quads: int = 0
     pairs: bool = False
+    phase3: StripTile | None = None
+    cphases: bool = False
 
 
 @dataclass(frozen=True)
@@ -560,17 +614,20 @@ class StripStep:
 
 
 def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
-                   channels: int, stride: int = 1, kernel: int = 3) -> int:
+                   channels: int, stride: int = 1, kernel: int = 3, w: int = 0) -> int:
     """Channels one strip step takes: as many as the buffer half (``buf_words`` words for
     ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``: ``h`` rows each, plus
     the last tile's ``rows`` written past them) hold, up to ``channels``. A step's maps are
     one stacked map of ``G h`` rows, ``(G h + 1) // 2`` of them in buffer B; with ``h`` odd and
     ``stride`` 2 one channel a step (its even output rows would not be every other
     accumulator row); in row phases two channels a tile (:func:`phase_halves`) buffer A
-    holds ``2 ceil(G h / 4)`` words."""
+    holds ``2 ceil(G h / 4)`` words; in row and column phases (:func:`col_phases` of ``h x
+    w`` maps) each buffer ``G h``."""
     if h % 2 and stride == 2:
         return 1
     by_buf = buf_words // ((h + 1) // 2) if h % 2 == 0 else (2 * buf_words - 1) // h
+    if col_phases(h, w, rows=rows, cols=rows, stride=stride, kernel=kernel):
+        by_buf = buf_words // h
     if phase_halves(h, rows=rows, stride=stride, kernel=kernel):
         while by_buf > 1 and 2 * -(-by_buf * h // 4) > buf_words:
             by_buf -= 1
@@ -832,6 +889,9 @@ def strip_steps(channels: int, h: int, w: int, *, x_addr: int, out_addr: int,
         th_max = rows - 2
     if modes and quad_mode(h, w, rows=rows, cols=cols, stride=stride):
         return _quad_steps(channels, h, x_addr, out_addr, rows, group)
+    if col_phases(h, w, rows=rows, cols=cols, stride=stride, kernel=kernel):
+        return _col_phase_steps(channels, h, w, x_addr, out_addr, rows, cols, group, kernel,
+                                odd_rows, odd_cols)
     # a map of at most cols - pad columns is one strip (one_strip)
     strip = w if one_strip(w, cols=cols, kernel=kernel) else tw_max
     steps = []
@@ -947,18 +1007,23 @@ def _phase_tiles(c0: int, g_count: int, h: int, base: int, w: int, nbytes: int, 
     return a_load, b_load, tiles
 
 
-def _phase_fill(q: int, p0: int, d: int, h: int, words: int, half: int) -> dict:
+def _phase_fill(q: int, p0: int, d: int, h: int, words: int, half: int,
+                parity: int | None = None) -> dict:
     """The fill fields of a row-phase fill whose word ``k`` holds the input rows ``p0 + d + 4
     k`` (the even mesh row) and ``p0 + d + 2 + 4 k`` (the odd one) of the channel whose row
     ``p0`` is the step's stacked row ``q`` (:func:`_phase_tiles`' loads: stacked row ``s`` in
     buffer A for ``s mod 4`` 0 or 1, else B, word ``s // 4`` of the first group for even ``s``,
-    of the second, ``words`` on, for odd ``s``); rows outside the map masked."""
+    of the second, ``words`` on, for odd ``s``); rows outside the map masked. With ``parity``
+    (0 or 1: row and column phases, :func:`_col_phase_steps`' deinterleaving loads) a group
+    is ``2 words`` words, the rows' even-byte words first and their odd-byte words ``words``
+    on: the fill reads the words of that ``parity``."""
     s0 = q + d
     swap = s0 % 4 >= 2                           # the even rows in B
     a_row, b_row = (s0 + 2, s0) if swap else (s0, s0 + 2)
+    group, extra = (words, 0) if parity is None else (2 * words, parity * words)
 
     def word(s):
-        return (s >> 2) + (words if s & 1 else 0)
+        return (s >> 2) + (group if s & 1 else 0) + extra
 
     def lo(r):                                   # fill words whose row r + 4 k is above the map
         return min(half, max(0, -(-(-r) // 4)))
@@ -968,6 +1033,61 @@ def _phase_fill(q: int, p0: int, d: int, h: int, words: int, half: int) -> dict:
 
     return dict(a_base=word(a_row), a_lo=lo(p0 + d), a_hi=hi(p0 + d), b_base=word(b_row),
                 b_lo=lo(p0 + d + 2), b_hi=hi(p0 + d + 2), swap=swap)
+
+
+def _col_phase_steps(channels: int, h: int, w: int, x_addr: int, out_addr: int, rows: int,
+                     cols: int, group: int, kernel: int, odd_rows: bool,
+                     odd_cols: bool) -> list[StripStep]:
+    """The steps of a layer in row and column phases (:func:`col_phases`,
+    :attr:`StripTile.cphases`): strips of ``cols - p`` output columns, ``group`` channels a
+    step. Strip ``ox0`` (its first output column) needs the input columns from ``X0 = 2 ox0 -
+    p`` (``+ 1`` with ``odd_cols``, TF "SAME"), ``2 cols`` of them: its loads read them from
+    ``xs = max(0, X0)`` (``nbytes`` up to ``2 cols``, the map's right edge), the rows in the
+    row phases' four classes, each row deinterleaved into an even-byte and an odd-byte word
+    (:attr:`BlockLoad.dwords`; a buffer's two classes at words ``0`` and ``2 G h / 4``, each
+    class's odd-byte words ``G h / 4`` after its even-byte ones). Column phase ``c``'s lane
+    ``j`` is column ``X0 + 2 j + c``: the word of parity ``(X0 - xs + c) mod 2``, rotated right
+    by ``(xs - X0 + parity - c) / 2`` (0 but in a first strip) and masked from its loaded
+    lanes on (and from ``cols`` less that rotation: the lanes it brings round to the left are
+    the left pad)."""
+    pad = strip_pad(kernel)
+    half, oh, ow = rows // 2, h // 2, -(-w // 2)
+    th_max = rows - 1 if kernel == 3 else rows - 2
+    n_out = cols - pad
+    steps = []
+    for c0 in range(0, channels, group):
+        g_count = min(group, channels - c0)
+        words = g_count * h // 4
+        for ox0 in range(0, ow, n_out):
+            x0 = 2 * ox0 - pad + odd_cols           # column phase 0's lane 0
+            xs = max(0, x0)
+            nbytes = min(2 * cols, w - xs)
+            base = x_addr + c0 * h * w + xs
+            a_load = BlockLoad(base, 4 * w, words, nbytes, groups=2, gaddr=w, gwords=2 * words,
+                               dwords=words)
+            b_load = BlockLoad(base + 2 * w, 4 * w, words, nbytes, groups=2, gaddr=w,
+                               gwords=2 * words, dwords=words)
+            tiles = []
+            for g in range(g_count):
+                for oy0 in range(0, oh, th_max):
+                    p0 = 2 * oy0
+                    fills = []
+                    for r, c in CPHASE_FILLS:
+                        parity = (x0 - xs + c) % 2
+                        right = (xs - x0 + parity - c) // 2
+                        fills.append(StripTile(
+                            channel=c0 + g, oy0=oy0, th=min(th_max, oh - oy0), pre_right=right,
+                            acc_row=g * oh + oy0, cols=min(cols - right, (nbytes - parity + 1) // 2),
+                            kernel=kernel, cphases=True,
+                            **_phase_fill(g * h + p0, p0, PHASE_ROWS[kernel][r][0] - pad + odd_rows,
+                                          h, words, half, parity)))
+                    tiles.append(dataclasses.replace(fills[0], phase1=fills[1], phase2=fills[2],
+                                                     phase3=fills[3]))
+            tw = min(n_out, ow - ox0)
+            steps.append(StripStep(c0, g_count, 2 * ox0, 2 * tw, a_load, b_load, tuple(tiles),
+                                   out_addr + c0 * oh * ow + ox0, ow, out_rows=g_count * oh,
+                                   out_tw=tw, ch_rows=oh))
+    return steps
 
 
 def _quad_steps(channels: int, n: int, x_addr: int, out_addr: int, rows: int,
@@ -1064,7 +1184,7 @@ def strip_tile_cycles(tile: StripTile, rows: int) -> int:
     """Beats of one strip tile: ``rows / 2`` fills (rotated as they enter with ``pre_right``)
     a row phase, a beat a tap (``kernel ** 2``); phase 1's first fill beat is phase 0's last
     tap beat."""
-    fills = 1 + (tile.phase1 is not None) + (tile.phase2 is not None)
+    fills = 1 + (tile.phase1 is not None) + (tile.phase2 is not None) + (tile.phase3 is not None)
     if tile.pairs:
         fills = (tile.kernel + 1) // 2
     return fills * (rows // 2) + tile.kernel ** 2 - (fills - 1)
@@ -1095,6 +1215,9 @@ def run_strip_tile(tile: StripTile, a_words: np.ndarray, b_words: np.ndarray,
     if tile.pairs:                              # two window rows a fill, in halves
         phases = [(pair_fill(tile, q), walk)
                   for q, walk in enumerate(walks(1, k, pairs=True))]
+    elif tile.cphases:                          # stride 2 in row and column phases
+        phases = list(zip((tile, tile.phase1, tile.phase2, tile.phase3),
+                          walks(2, k, cphases=True)))
     elif tile.phase1 is None:
         phases = [(tile, serpentine(k))]
     else:                                       # stride 2's row phases or the row passes

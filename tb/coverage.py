@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from spec.desc import ErrorCode
+from spec.desc import ErrorCode, col_phases
 from spec.dwmesh import one_strip, one_tile, phase_halves, row_pairs, row_passes, row_phases
 
 __all__ = ["BINS", "record", "report", "coverage_dir"]
@@ -156,6 +156,20 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
             lambda r: r["kernel"] == 7 and _phases(r),
         "7x7 row phases keeping the odd rows (TF SAME)":
             lambda r: r["kernel"] == 7 and _phases(r) and r.get("odd_rows", False),
+        # stride 2 in row and column phases (spec.desc.col_phases: four fills a tile, the
+        # deinterleaving loads, every lane an output; session 42)
+        "3x3 in row and column phases": lambda r: _cph(r) and r["kernel"] == 3,
+        "5x5 in row and column phases (both first-strip fills rotated)":
+            lambda r: _cph(r) and r["kernel"] == 5 and not r.get("odd_cols", False),
+        "column phases, several strips":
+            lambda r: _cph(r) and -(-r["w"] // 2) > r["C"] - r["kernel"] // 2,
+        "column phases, an odd width (the last strip's right pad)":
+            lambda r: _cph(r) and r["w"] % 2 == 1,
+        "column phases keeping the odd columns (TF SAME)":
+            lambda r: _cph(r) and r.get("odd_cols", False),
+        "column phases keeping the odd rows (TF SAME)":
+            lambda r: _cph(r) and r.get("odd_rows", False),
+        "column phases, several tiles a channel": lambda r: _cph(r) and r["h"] > 2 * r["C"],
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,
@@ -169,9 +183,16 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
 
 
 def _phases(r) -> bool:
-    """A depthwise record's layer runs in row phases (spec.dwmesh.row_phases; the record's
-    array size as the mesh's rows: the mesh is square)."""
-    return row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
+    """A depthwise record's layer runs in row phases alone (spec.dwmesh.row_phases, not in
+    column phases too; the record's array size as the mesh's rows: the mesh is square)."""
+    return (row_phases(r["h"], rows=r["C"], stride=r.get("stride", 1), kernel=r["kernel"])
+            and not _cph(r))
+
+
+def _cph(r) -> bool:
+    """... in row and column phases (spec.desc.col_phases)."""
+    return col_phases(r["h"], r["w"], rows=r["C"], cols=r["C"], stride=r.get("stride", 1),
+                      kernel=r["kernel"])
 
 
 def _phase_halves(r) -> bool:

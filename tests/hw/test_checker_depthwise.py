@@ -14,7 +14,7 @@ import pytest
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE5_S2,
                        B_MODE_DEPTHWISE7, B_MODE_DEPTHWISE7_S2, B_MODE_DEPTHWISE_S2,
                        DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS, MAX_DIM, ErrorCode,
-                       GemmDescriptor, depthwise_kernels)
+                       GemmDescriptor, col_phase_ranges, depthwise_kernels)
 from spec.layouts import LAYER_WORDS, OpKind
 from spec.record import check_record, layer_record
 from hw.checker import LAYER_FIELDS, RecordChecker
@@ -178,6 +178,21 @@ def depthwise_boundaries(cfg):
                 rec(w=7 + e, b_stride=6 * (7 + e), c_stride=12, b_mode=B_MODE_DEPTHWISE_S2 + 8),
                 rec(w=8, b_stride=48, c_stride=12, b_mode=B_MODE_DEPTHWISE7_S2 + 24,
                     fields=dict(out_window_hi=D // 2 + 5 * 12 - e))]
+    # row and column phases (spec.desc.col_phases, session 42): G h words in each buffer,
+    # not G h / 2, for the widths of col_phase_ranges only (the range's edges on either
+    # side), both kernels the mesh walks in them
+    for kernel, b_mode in ((3, B_MODE_DEPTHWISE_S2), (5, B_MODE_DEPTHWISE5_S2)):
+        ranges = col_phase_ranges(cfg.array_cols, kernel)
+        if not ranges or R % 4:
+            continue
+        h = R
+        g = half_a // h + 1
+        for w in sorted({ranges[0][0], ranges[0][0] + 1, ranges[0][1], ranges[0][1] + 1}):
+            if w < 1 or w > 1 << 16:
+                continue
+            out += [rec(h=h, w=w, g=g - e, b_stride=h * w, c_stride=h // 2 * -(-w // 2),
+                        b_mode=b_mode, acc_buffer_needed=cfg.acc_half_bytes)
+                    for e in (0, 1)]
     return out
 
 

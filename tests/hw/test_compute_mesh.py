@@ -59,7 +59,10 @@ def _unpack_row(word, cols):
         (3, 10, 13, 3, 1), (2, 5, 4, 1, 1), (4, 4, 20, 2, 1), (4, 5, 4, 3, 1), (3, 7, 9, 3, 1),
         (2, 1, 6, 2, 1), (5, 3, 9, 5, 1), (4, 2, 5, 4, 1), (3, 3, 4, 1, 1), (3, 12, 13, 3, 1),
         # stride 2's row phases (h a multiple of 4 above R - 2): two tiles a channel (the
-        # second starting at padded row 14, 2 mod 4: swapped phases), a last smaller group
+        # second starting at padded row 14, 2 mod 4: swapped phases), a last smaller group;
+        # maps of up to 7 columns (wider ones in column phases, session 42: four fills, the
+        # deinterleaved words, the second column phase's rotation and pad lanes)
+        (3, 16, 5, 3, 2), (3, 12, 7, 2, 2), (2, 12, 7, 2, "2r"),
         (3, 16, 13, 3, 2), (3, 12, 9, 2, 2), (1, 8, 20, 1, 2), (2, 20, 6, 2, 2),
         # ... keeping the odd rows (TF "SAME", "2r"): phase 0 the even input rows, no top pad
         (3, 16, 13, 3, "2r"), (3, 12, 9, 2, "2r"), (1, 8, 20, 1, "2r"), (2, 20, 6, 2, "2r"),
@@ -106,6 +109,10 @@ def _unpack_row(word, cols):
     # - 3): the window rows 0, 2, 4, then 1, 3, 5, then 6; keeping the odd rows ("k7s2r")
     ("default", 2, 32, 13, 2, "k7s2"), ("default", 3, 16, 9, 3, "k7s2"),
     ("default", 2, 32, 13, 2, "k7s2r"), ("default", 3, 16, 9, 2, "k7s2r"),
+    # row and column phases on the 16x16 (session 42): MobileNet-V2's 28 x 28 map, a strip
+    # of 15 output columns, a second strip, 5x5 (14 output columns a strip)
+    ("default", 1, 28, 28, 1, 2), ("default", 1, 32, 30, 1, 2), ("default", 1, 16, 45, 1, "2r"),
+    ("default", 1, 32, 20, 1, "k5s2"), ("default", 2, 16, 31, 2, "k5s2r"),
     # row phases two channels a tile on the 16x16 (MobileNet-V2's 14 x 14 maps; 10 rows)
     ("default", 3, 14, 14, 3, 2), ("default", 2, 14, 9, 2, "2r"), ("default", 3, 10, 13, 3, 2),
     # ... and on the 16x16 (7 x 7 maps, four fill words a half)
@@ -130,15 +137,15 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
     assert all(bool(t.phase1) == odd_rows for s in steps for t in s.tiles) or not odd_rows
     assert all(bool(t.quads) == quad for s in steps for t in s.tiles)
     pad = int(rng.integers(-128, 128))
-    depth, a0, b0, acc0 = 64, 21, 9, 17          # arbitrary buffer and accumulator bases
+    depth, a0, b0, acc0 = 128, 21, 9, 17         # arbitrary buffer and accumulator bases
     weights = [pack(wt[ch].reshape(-1), 8) for ch in range(c)] + [0] * 4
     for step in steps:
         words = {}
         for name, block, base in (("a", step.a_load, a0), ("b", step.b_load, b0)):
             # stale words, and garbage past each load's bytes (the pad lanes replace it)
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for word, addr in block.placements():
-                got[base + word, :block.nbytes] = mem[addr:][:block.nbytes]
+            for word, data in block.word_bytes(mem):
+                got[base + word, :len(data)] = data
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]],
                        weights)
@@ -149,6 +156,13 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
             # two fills a tile: stride 2's row phases (3x3) or the row passes (5x5)
             passes = step.tiles[0].passes
             phases = step.tiles[0].phase1 is not None and not passes
+            # row and column phases: column phase 0 reads the odd-byte words when its words'
+            # bases are the higher ones
+            first = step.tiles[0]
+            cph = {"p_m_cphases": first.cphases, "p_m_pre_right": first.pre_right != 0,
+                   "p_m_pre_right1": first.phase1.pre_right != 0,
+                   "p_m_ce0": first.a_base > first.phase1.a_base, "p_m_cols": first.cols,
+                   "p_m_cols1": first.phase1.cols} if first.cphases else {}
             params = {"p_m_channels": step.channels,
                       "p_m_tiles": -(-(h // 2) // (R - 1 if kernel == 3 else R - 2))
                       if phases else
@@ -160,7 +174,7 @@ def test_mesh_steps_fill_the_accumulator_as_the_model_does(preset, c, h, w, grou
                       "p_m_h": h, "p_m_na": h // 2, "p_m_nb": (h + 1) // 2,
                       "p_m_pre_right": step.ox0 == 0, "p_m_c0": step.c0, "p_a_base": a0,
                       "p_b_base": b0, "p_acc_base": acc0, "p_m_pad": pad & 0xFF,
-                      "p_m_cols": step.a_load.nbytes, "p_m_odd_rows": odd_rows}
+                      "p_m_cols": step.a_load.nbytes, "p_m_odd_rows": odd_rows, **cph}
             for name, value in params.items():
                 ctx.set(getattr(ce, name), value)
             ctx.set(ce.m_start, 1)

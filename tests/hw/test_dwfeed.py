@@ -131,8 +131,14 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     (2, 10, 13, 2, 1, False, 3), (1, 5, 6, 1, 1, False, 3), (3, 4, 20, 3, 1, False, 3),
     (3, 5, 6, 3, 1, False, 3), (2, 7, 9, 2, 1, False, 3), (5, 3, 6, 5, 1, False, 3),
     (4, 2, 11, 4, 1, False, 3),
-    # stride 2's row phases: two fills a tile, the second with the *1 parameters
-    (2, 8, 9, 2, 2, False, 3), (3, 16, 20, 3, 2, False, 3), (1, 12, 5, 1, 2, False, 3),
+    # stride 2's row phases: two fills a tile, the second with the *1 parameters (maps of
+    # up to 7 columns on the 8x8; wider ones in column phases, below)
+    (2, 8, 7, 2, 2, False, 3), (3, 16, 6, 3, 2, False, 3), (1, 12, 5, 1, 2, False, 3),
+    # stride 2 in row and column phases (session 42): four fills a tile, fill f with
+    # parameter set f, the second column phase's rotation and pad lanes; first and later
+    # strips, a ragged last one (3x3 on the 8x8: strips of 7 output columns)
+    (2, 8, 9, 2, 2, False, 3), (3, 16, 20, 3, 2, False, 3), (2, 12, 31, 1, 2, False, 3),
+    (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5), (1, 16, 25, 1, 2, False, 5),
     # ... two channels a tile (4 and 6 rows on the 8x8, spec.dwmesh.phase_halves): each
     # fill in halves, the second with the *2 and *3 parameters; a lone last channel; 18
     # stacked rows, classes 0 and 1 a row longer than 2 and 3
@@ -152,8 +158,9 @@ def test_feeder_runs_tiles_back_to_back(channels, h, w, stride, pad):
     # the window's rows two a fill in halves (session 41): a lone last channel, one row
     (2, 7, 7, 2, 1, False, 5), (2, 3, 6, 2, 1, False, 5), (4, 6, 9, 4, 1, False, 7),
     (3, 1, 4, 3, 1, False, 7), (2, 3, 3, 2, 1, False, 5),
-    # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3)
-    (2, 8, 9, 2, 2, False, 5), (3, 12, 10, 3, 2, False, 5),
+    # 5x5 stride 2 in row phases (8 and 12 rows on the 8x8: window rows 0, 2, 4 then 1, 3;
+    # maps of up to 6 columns)
+    (2, 8, 6, 2, 2, False, 5), (3, 12, 5, 3, 2, False, 5),
     # ... two channels a tile (4 and 6 rows on the 8x8: phase_halves; a top pad row in
     # both fills of both halves, phase 0's last row round the ring)
     (3, 6, 9, 3, 2, False, 5), (2, 4, 7, 2, 2, False, 5),
@@ -185,8 +192,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
         for name, block in (("a", step.a_load), ("b", step.b_load)):
             # stale words, and garbage past each load's bytes: the pad mask replaces it
             got = rng.integers(-128, 128, (depth, C)).astype(np.int64)
-            for word, addr in block.placements():
-                got[word, :block.nbytes] = mem[addr:][:block.nbytes]
+            for word, data in block.word_bytes(mem):
+                got[word, :len(data)] = data
             words[name] = got
         dut = _Harness(cfg, [pack(r, 8) for r in words["a"]], [pack(r, 8) for r in words["b"]])
         feed, arr = dut.feed, dut.array
@@ -203,6 +210,8 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
             if tile.halves and tile.phase1:
                 third = tile.phase1
                 fourth = tile.pair.phase1 if tile.pair else lone(tile.phase1)
+            if tile.cphases:        # row and column phases: fill f with parameter set f
+                fourth = tile.phase3
             weights = [wt[tile.channel], wt[bottom.channel]] if tile.halves else \
                 [wt[tile.channel]]
             if tile.quads:          # a quadrant without a channel: the tile's first's weights
@@ -214,8 +223,13 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                 weights = [np.pad(v.reshape(-1), (0, 49 - kernel * kernel)) for v in weights]
             return {"p_stride2": two and not tile.passes, "p_quads": tile.quads,
                     "p_passes": tile.passes, "p_pairs": tile.pairs,
-                    "p_b_lo1": bottom.b_lo if tile.pairs else 0,
-                    "p_a_lo2": tile.phase1.a_lo if tile.halves and tile.phase1 else 0,
+                    "p_b_lo1": bottom.b_lo if tile.pairs or tile.cphases else 0,
+                    "p_a_lo2": tile.phase1.a_lo if tile.halves and tile.phase1 else
+                    third.a_lo if tile.cphases else 0,
+                    "p_cphases": tile.cphases,
+                    "p_pre_right1": bottom.pre_right if tile.cphases else 0,
+                    "p_pad_mask1": sum(1 << j for j in range(bottom.cols, C))
+                    if tile.cphases else 0,
                     "p_split": SystolicArray.SPLITS[split],
                     "p_a_base": tile.a_base % depth, "p_b_base": tile.b_base,
                     "p_a_lo": tile.a_lo, "p_a_hi": tile.a_hi, "p_b_hi": tile.b_hi,
@@ -233,7 +247,7 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
                     **({"p_a_base3": fourth.a_base % depth,
                         "p_b_base3": fourth.b_base, "p_a_hi3": fourth.a_hi,
                         "p_b_hi3": fourth.b_hi, "p_swap3": fourth.swap}
-                       if tile.halves and tile.phase1 else {}),
+                       if (tile.halves and tile.phase1) or tile.cphases else {}),
                     "p_w": pack(np.pad(np.concatenate([v.reshape(-1) for v in weights]),
                                        (0, 98 - sum(v.size for v in weights))), 8),
                     "p_tag": t, "p_pad": pad & 0xFF,
@@ -331,3 +345,18 @@ def test_feeder_needs_a_square_array():
     cfg = dataclasses.replace(PRESETS["small"], array_cols=16, block_n=16)
     with pytest.raises(ValueError, match="must be square, not 8x16"):
         DwFeeder(cfg, tag_bits=4)
+
+
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_column_phase_tile_program_is_the_models_schedule(kernel):
+    """A stride-2 tile in row and column phases (session 42): four fills (words 0 .. 2 R - 1),
+    fill f's words f R/2 .., each fill after the first in the last tap of the one before."""
+    prog = tile_program(16, 2, kernel=kernel, cphases=True)
+    assert len(prog) == 4 * 8 + kernel ** 2 - 3
+    taps = [b for b in prog if b[2] is not None]
+    fills = walks(2, kernel, cphases=True)
+    assert [b[2] for b in taps] == [kernel * dy + dx for w in fills for (dy, dx), _ in w]
+    assert [b[1] for b in prog if b[0] == "FILL"] == list(range(32))
+    assert [b[:3] for b in prog if b[0] == "FILL" and b[2] is not None] == [
+        ("FILL", 8 * f, kernel * w[-1][0][0] + w[-1][0][1]) for f, w in enumerate(fills[:-1], 1)]
+    assert taps[0][3] and taps[-1][4] and sum(b[3] + b[4] for b in taps) == 2

@@ -52,16 +52,25 @@ def test_walk_states_the_models_7x7_steps(channels, h, w, group, int8, stride):
     _walk("default", channels, h, w, group, int8, stride, kernel=7)
 
 
-@pytest.mark.parametrize("kernel,channels,h,w,group,int8,odd_cols", [
-    (3, 96, 112, 112, 4, 1, 1), (3, 7, 56, 30, 3, 0, 1), (3, 4, 28, 28, 4, 1, 1),
-    (3, 2, 6, 16, 2, 1, 1), (3, 3, 20, 31, 1, 1, 0), (5, 3, 56, 30, 3, 0, 1),
-    (5, 2, 12, 12, 2, 0, 1), (7, 3, 56, 56, 3, 0, 1), (7, 2, 10, 11, 2, 0, 0)])
-def test_walk_states_the_models_odd_row_steps(kernel, channels, h, w, group, int8, odd_cols):
+@pytest.mark.parametrize("kernel,channels,h,w,group,int8,odd_cols,odd_rows", [
+    # row and column phases (session 42): MobileNet-V2's and EfficientNet-B0's stride-2
+    # layers, ragged last strips, odd widths, TF "SAME" columns and rows
+    *((k, *case) for k in (3, 5) for case in (
+        (96, 112, 112, 4, 1, 0, 0), (144, 56, 56, 4, 0, 0, 0), (5, 28, 28, 2, 1, 0, 0),
+        (3, 32, 61, 2, 1, 0, 0), (3, 32, 60, 3, 0, 1, 1), (2, 16, 17, 2, 1, 0, 1),
+        (2, 20, 46, 1, 1, 1, 0))),
+    (3, 96, 112, 112, 4, 1, 1, 1), (3, 7, 56, 30, 3, 0, 1, 1), (3, 4, 28, 28, 4, 1, 1, 1),
+    (3, 2, 6, 16, 2, 1, 1, 1), (3, 3, 20, 31, 1, 1, 0, 1), (5, 3, 56, 30, 3, 0, 1, 1),
+    (5, 2, 12, 12, 2, 0, 1, 1), (7, 3, 56, 56, 3, 0, 1, 1), (7, 2, 10, 11, 2, 0, 0, 1)])
+def test_walk_states_the_models_odd_row_steps(kernel, channels, h, w, group, int8, odd_cols,
+                                             odd_rows):
     """Stride 2 keeping the odd rows and columns (TF "SAME"): the model's steps are the
     symmetric layer's, row phases included (112 x 112, 56 x 30, 28 x 28 3x3), so the walk
     needs no term of its own; the store's elements the same (``out_tw``: the odd columns of a
-    strip of even width)."""
-    _walk("default", channels, h, w, group, int8, 2, kernel=kernel, odd_rows=True,
+    strip of even width). In row and column phases (session 42) the odd columns move the
+    loads a column right, and a first strip's words and rotations (``p_odd_cols``); the
+    symmetric layers of those shapes too."""
+    _walk("default", channels, h, w, group, int8, 2, kernel=kernel, odd_rows=bool(odd_rows),
           odd_cols=bool(odd_cols))
 
 
@@ -81,7 +90,8 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
         for name, value in (("p_channels", channels), ("p_h", h), ("p_w", w),
                             ("p_group", group), ("p_x_addr", x_addr),
                             ("p_out_addr", out_addr), ("p_int8", int8),
-                            ("p_s2", int(stride == 2)), ("p_kernel", (kernel - 3) // 2)):
+                            ("p_s2", int(stride == 2)), ("p_kernel", (kernel - 3) // 2),
+                            ("p_odd_cols", int(odd_cols))):
             ctx.set(getattr(dut, name), value)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -97,7 +107,8 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             got.append({n: ctx.get(getattr(dut, n)) for n in (
                 "c0", "channels", "ox0", "tw", "first_strip", "a_addr", "a_words", "b_addr",
                 "b_words", "nbytes", "st_addr", "st_rows", "st_elems", "last", "tiles",
-                "phases", "quad", "passes")})
+                "phases", "quad", "passes", "cphases", "ce0", "rot0", "rot1", "cols0",
+                "cols1")})
             if got[-1]["last"]:
                 break
             ctx.set(dut.advance, 1)
@@ -111,6 +122,10 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
     size = 1 if int8 else 4
     assert len(got) == len(expect)
     for step, g in zip(expect, got):
+        # row and column phases (session 42): the fills' words of either parity, rotations
+        # and lanes, from the first tile's fill 0 (column phase 0) and fill 1 (phase 1)
+        t0 = step.tiles[0]
+        cph = t0.cphases
         assert g == {
             "c0": step.c0, "channels": step.channels, "ox0": step.ox0, "tw": step.tw,
             "first_strip": int(step.ox0 == 0), "a_addr": step.a_load.addr,
@@ -123,13 +138,22 @@ def _walk(preset, channels, h, w, group, int8, stride, *, kernel, odd_rows=False
             # (two fills a tile: stride 2's row phases on 3x3, the row passes on 5x5)
             "phases": int(step.tiles[0].phase1 is not None and not step.tiles[0].passes),
             "passes": int(step.tiles[0].passes),
-            "quad": int(bool(step.tiles[0].quads))}
+            "quad": int(bool(step.tiles[0].quads)),
+            "cphases": int(cph), "ce0": int(cph and t0.a_base > t0.phase1.a_base),
+            "rot0": int(t0.pre_right != 0) if cph else int(step.ox0 == 0),
+            "rot1": int(cph and t0.phase1.pre_right != 0),
+            "cols0": t0.cols if cph else step.a_load.nbytes,
+            "cols1": t0.phase1.cols if cph else 0}
         assert step.a_load.nbytes == step.b_load.nbytes
         phases = step.tiles[0].phase1 is not None and not step.tiles[0].passes
         assert step.a_load.stride == step.b_load.stride == (4 if phases else 2) * w
+        # (row and column phases: a class's rows two words each, the sequencer's group stride
+        # twice the words and its deinterleaving offset the words)
+        gwords = (2 if cph else 1) * step.a_load.words
         assert (step.a_load.groups, step.a_load.gaddr, step.a_load.gwords) == \
-            ((2, w, step.a_load.words) if phases else (1, 0, 0))
+            ((2, w, gwords) if phases else (1, 0, 0))
         # (B's second group at A's words: its classes a row shorter with G h / 2 odd,
         # spec.dwmesh.phase_halves; the sequencer's group stride for both loads)
         assert (step.b_load.groups, step.b_load.gaddr, step.b_load.gwords) == \
-            ((2, w, step.a_load.words) if phases else (1, 0, 0))
+            ((2, w, gwords) if phases else (1, 0, 0))
+        assert step.a_load.dwords == step.b_load.dwords == (step.a_load.words if cph else 0)

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
 from spec.desc import DIM_BITS, depthwise_mesh_side
-from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
+from spec.dwmesh import (col_phases, PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
                          mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
@@ -187,10 +187,10 @@ def _replay(c, h, w, size, group, stride, *, seed, kernel=3, odd_rows=False, odd
     oh, ow = -(-h // stride), -(-w // stride)
 
     def load(block):
-        words = rng.integers(-128, 128, (block.groups * block.words + 8, size)).astype(
+        words = rng.integers(-128, 128, (2 * block.groups * block.words + 8, size)).astype(
             np.int64)                                                          # stale
-        for word, addr in block.placements():
-            words[word, :block.nbytes] = mem[addr:][:block.nbytes]
+        for word, data in block.word_bytes(mem):
+            words[word, :len(data)] = data
         return words
 
     for step in steps:
@@ -257,14 +257,20 @@ def test_big_kernel_strip_steps_replayed_on_a_memory_give_the_convolution(kernel
     two = pairs or phase_halves(h, rows=size, stride=stride, kernel=kernel)
     assert all(t.halves == (two and s.channels > 1) and t.pairs == (pairs and s.channels > 1)
                for s in steps for t in s.tiles)
+    # (stride-2 5x5 maps the row phases take whole-mesh, wide enough: row and column phases,
+    # four fills a tile, session 42)
+    cph = col_phases(h, w, rows=size, cols=size, stride=stride, kernel=kernel)
     assert all(t.kernel == kernel and not t.quads and t.passes == passes
+               and t.cphases == cph and bool(t.phase3) == cph
                and bool(t.phase1) == (passes or phases)
-               and bool(t.phase2) == ((passes or phases) and kernel == 7) for t in tiles)
-    assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == {kernel // 2}
+               and bool(t.phase2) == ((passes or phases) and (kernel == 7 or cph)) for t in tiles)
+    assert {t.pre_right for s in steps for t in s.tiles if s.ox0 == 0} == (
+        {1} if cph else {kernel // 2})
     assert {(t.a_lo, t.b_lo) for t in tiles if t.oy0 == 0} == (
         {{5: (1, 0), 7: (1, 1)}[kernel]} if phases else {{5: (1, 1), 7: (2, 1)}[kernel]})
     fills = (kernel + 1) // 2
-    assert all(strip_tile_cycles(t, size) == (pass_tile_beats(kernel, size) if passes or phases
+    assert all(strip_tile_cycles(t, size) == (2 * size + kernel ** 2 - 3 if cph else
+                                              pass_tile_beats(kernel, size) if passes or phases
                                               else fills * (size // 2) + kernel ** 2 - fills + 1
                                               if t.pairs else size // 2 + kernel ** 2)
                for t in tiles)
@@ -311,8 +317,12 @@ def test_odd_stride2_strip_steps_replayed_on_a_memory_give_tf_same_padding(
     # (3x3 and 5x5 maps of a multiple of 4 rows above the tile's run in row phases, the odd
     # rows too: their accumulator rows are the output rows)
     phases = row_phases(h, rows=size, stride=2, kernel=kernel)
+    # (and wide enough ones in column phases too: every lane an output, the odd columns in
+    # the fills, session 42)
+    cph = col_phases(h, w, rows=size, cols=size, stride=2, kernel=kernel)
     assert {(s.row0, s.lane0, s.acc_rstride, s.lane_step) for s in steps} == {
-        (int(odd_rows and not phases), int(odd_cols), 1 if phases else 2, 2)}
+        (int(odd_rows and not phases), int(odd_cols and not cph), 1 if phases else 2,
+         1 if cph else 2)}
     # (maps row_passes takes: two fills a tile or more, the store the same)
     two = phases or row_passes(h, rows=size, kernel=kernel)
     assert all(bool(t.phase1) == two and t.passes == (two and not phases) and not t.quads
@@ -344,6 +354,12 @@ def test_maps_at_most_cols_minus_pad_wide_run_in_one_strip(kernel, size, stride,
             steps = _replay(c, h, w, size, group, stride, seed=w * 7 + h + kernel,
                             kernel=kernel, odd_rows=odd and h % 2 == 0, odd_cols=odd and w % 2 == 0)
             strip = w if w <= size - pad else size - 2 * pad
+            if col_phases(h, w, rows=size, cols=size, stride=stride, kernel=kernel):
+                # (row and column phases: strips of size - pad output columns, session 42)
+                ow, n = -(-w // 2), size - pad
+                assert [s.tw for s in steps if s.c0 == 0] == [2 * min(n, ow - ox0)
+                                                              for ox0 in range(0, ow, n)]
+                continue
             assert [s.tw for s in steps if s.c0 == 0] == [min(strip, w - ox0)
                                                           for ox0 in range(0, w, strip)]
 
@@ -583,6 +599,98 @@ def test_row_phases_two_channels_a_tile_where_a_phase_fits_half_the_mesh():
                           stride=2) == 4
     assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
                           stride=1) == 5
+
+
+def test_column_phases_where_they_pay_and_what_a_step_takes():
+    """Stride-2 3x3 and 5x5 maps the row phases take whole-mesh (a multiple of 4 rows above R
+    - 2) run in row and column phases where that needs fewer beats a tile row (session 42):
+    on the 16x16 every 3x3 map of 16 columns and more, 5x5 of 15 and more; strips of R - p
+    output columns, four fills a 37-beat tile back to back (3x3; 5x5: 53), every input row
+    loaded once, two beats a row deinterleaved into an even-byte and an odd-byte word."""
+    # (3x3 maps of 31 to 42 columns: two 37-beat strips lose to three 23-beat ones)
+    assert [w for w in range(1, 50) if col_phases(112, w, rows=16, cols=16, stride=2)] == \
+        list(range(16, 31)) + list(range(43, 50))
+    assert [w for w in range(1, 40) if col_phases(56, w, rows=16, cols=16, stride=2,
+                                                  kernel=5)] == list(range(15, 40))
+    assert [h for h in range(1, 41) if col_phases(h, 56, rows=16, cols=16, stride=2)] == [
+        16, 20, 24, 28, 32, 36, 40]                  # (8 to 14: phase_halves)
+    assert not col_phases(112, 112, rows=16, cols=16, stride=1)
+    assert not col_phases(112, 112, rows=16, cols=16, stride=2, kernel=7)
+    assert not col_phases(112, 112, rows=14, cols=14, stride=2)   # (a mesh of 4 k + 2 rows)
+    steps = strip_steps(3, 112, 112, x_addr=0, out_addr=0, stride=2, group=3)
+    assert [(s.ox0, s.tw, s.out_tw, s.lane_step) for s in steps] == [
+        (0, 30, 15, 1), (30, 30, 15, 1), (60, 30, 15, 1), (90, 22, 11, 1)]
+    step = steps[1]
+    words = 3 * 112 // 4
+    for block, addr in ((step.a_load, 29), (step.b_load, 29 + 2 * 112)):
+        assert (block.addr, block.stride, block.words, block.nbytes, block.groups, block.gaddr,
+                block.gwords, block.dwords) == (addr, 4 * 112, words, 32, 2, 112, 2 * words,
+                                                words)
+        assert block.beats == 4 * words
+    tiles = step.tiles
+    assert [(t.channel, t.oy0, t.th, t.acc_row) for t in tiles[:5]] == [
+        (0, 0, 15, 0), (0, 15, 15, 15), (0, 30, 15, 30), (0, 45, 11, 45), (1, 0, 15, 56)]
+    assert all(t.cphases and strip_tile_cycles(t, 16) == 38 for t in tiles)
+    assert strip_step_cycles(step, 16) == 12 * 38 - 11
+    # a later strip reads phase c from the words of parity c; the first from column 0: phase
+    # 0's lanes from the odd bytes, rotated right one lane (its lane 0 the left pad)
+    fills = lambda t: (t, t.phase1, t.phase2, t.phase3)       # noqa: E731
+    assert [(f.pre_right, f.cols) for f in fills(tiles[0])] == [(0, 16)] * 4
+    first = steps[0].tiles[0]
+    assert [(f.pre_right, f.cols) for f in fills(first)] == [(1, 15), (0, 16), (1, 15), (0, 16)]
+    assert [f.a_base - first.a_base for f in fills(first)][:2] == [0, -words]
+    assert [(f.pre_right, f.cols) for f in fills(steps[3].tiles[0])] == [(0, 12), (0, 11)] * 2
+    *_, last = strip_steps(1, 112, 61, x_addr=0, out_addr=0, stride=2)
+    assert (last.tw, last.a_load.nbytes) == (2, 2)   # (output 30: input columns 59, 60)
+    # the buffer half bounds G by G h words
+    assert strip_channels(112, rows=16, buf_words=512, acc_rows=4096, channels=96, stride=2,
+                          w=112) == 4
+    assert strip_channels(112, rows=16, buf_words=512, acc_rows=4096, channels=96,
+                          stride=2) == 9
+    (s5, *_) = strip_steps(2, 56, 56, x_addr=0, out_addr=0, stride=2, group=2, kernel=5)
+    assert [(f.pre_right, f.cols) for f in fills(s5.tiles[0])] == [(1, 15)] * 4
+    assert strip_tile_cycles(s5.tiles[0], 16) == 54 and s5.out_tw == 14
+
+
+@pytest.mark.parametrize("kernel,c,h,w,size,group,odd_rows,odd_cols", [
+    (3, 3, 16, 16, 16, 3, False, False),    # one strip
+    (3, 2, 28, 28, 16, 2, False, False),    # MobileNet-V2's 28 x 28: one strip of 14
+    (3, 2, 56, 61, 16, 2, False, False),    # odd width: the last strip's right pad
+    (3, 2, 32, 46, 16, 1, True, True),      # TF "SAME"
+    (3, 3, 24, 34, 8, 2, False, True),      # the 8 x 8 mesh; odd columns only
+    (3, 2, 20, 40, 12, 2, True, False),
+    (5, 2, 56, 56, 16, 2, False, False),    # EfficientNet-B0's 56 x 56 5x5 stride 2
+    (5, 3, 20, 31, 16, 3, True, False),
+    (5, 2, 16, 30, 8, 2, True, True),
+    (5, 1, 28, 17, 12, 1, False, False),
+])
+def test_column_phase_steps_replayed_on_a_memory_give_the_convolution(
+        kernel, c, h, w, size, group, odd_rows, odd_cols):
+    """Row and column phases (StripTile.cphases): the replay on a byte memory full of garbage,
+    stale buffer words, a random pad value; first and later strips, ragged last ones, the
+    deinterleaved loads' words of either parity, TF "SAME" rows and columns."""
+    assert col_phases(h, w, rows=size, cols=size, stride=2, kernel=kernel)
+    steps = _replay(c, h, w, size, group, 2, seed=c * 13 + h + w + size + kernel,
+                    kernel=kernel, odd_rows=odd_rows, odd_cols=odd_cols)
+    assert all(t.cphases and t.phase3 for s in steps for t in s.tiles)
+    assert {(s.lane_step, s.lane0, s.acc_rstride, s.row0) for s in steps} == {(1, 0, 1, 0)}
+
+
+def test_column_phase_walks_visit_every_tap_once():
+    for kernel, taps in ((3, [4, 2, 2, 1]), (5, [9, 6, 6, 4])):
+        fills = walks(2, kernel, cphases=True)
+        assert [len(f) for f in fills] == taps
+        assert sorted(t for f in fills for t, _ in f) == [(dy, dx) for dy in range(kernel)
+                                                          for dx in range(kernel)]
+        # in a phase patch a move is two window rows or columns
+        step = {"LEFT": (0, 2), "RIGHT": (0, -2), "UP": (2, 0)}
+        for f in fills:
+            for ((dy, dx), move), ((ny, nx), _) in zip(f, f[1:]):
+                assert (ny - dy, nx - dx) == step[move]
+            assert f[-1][1] is None
+    for stride, kernel in ((1, 3), (2, 7)):
+        with pytest.raises(ValueError, match="row and column phases walk stride-2 3x3 and 5x5"):
+            walks(stride, kernel, cphases=True)
 
 
 def test_big_kernels_on_maps_of_half_the_mesh_two_channels_a_tile():
