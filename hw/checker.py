@@ -6,14 +6,13 @@ from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
 from spec.desc import (B_MODE_DEPTHWISE, B_MODE_DEPTHWISE5, B_MODE_DEPTHWISE7,
-                        B_MODE_ODD_COLS, B_MODE_ODD_ROWS, DEPTHWISE_KERNELS, DEPTHWISE_UNUSED, DESC_FIELDS,
-                        depthwise_arrays, depthwise_kernels,
-                       MAX_DIM, ROW_FIELDS, ErrorCode)
+                       B_MODE_ODD_COLS, B_MODE_ODD_ROWS, DEPTHWISE_KERNELS, DEPTHWISE_UNUSED,
+                       DESC_FIELDS, DIM_BITS, MAX_DIM, ROW_FIELDS, ErrorCode, col_phase_kernels,
+                       col_phase_ranges, depthwise_arrays, depthwise_kernels)
 from spec.layouts import LAYER_WORDS, STATS_BYTES, OpKind, OutFormat, PostMode
 from spec.record import PARAM_ALIGN, SECTION_ALIGN_BYTES
 
 from .bits import log2
-from .dwwalk import col_phases_expr
 from .ports import named_members
 
 #: Layer-record fields beyond the GEMM descriptor (post-processing, window, statistics).
@@ -36,7 +35,7 @@ EARLY_STAGES = 3
 assert EARLY_STAGES <= DIGITS + 2, "a record-only term is not final at the compares stage"
 
 __all__ = ["RecordChecker", "LAYER_FIELDS", "PARAM_ARRAYS", "record_members",
-           "depthwise_mode", "times"]
+           "depthwise_mode", "times", "col_phases_expr", "value_in_ranges"]
 
 
 def depthwise_mode(b_mode):
@@ -52,6 +51,27 @@ def depthwise_mode(b_mode):
     is_dw = (b_mode[5:] == 0) & (base >= B_MODE_DEPTHWISE) & ((odd == 0) | base[0])
     return (is_dw, base[0] & is_dw, (base - B_MODE_DEPTHWISE) >> 1, odd[0] & is_dw,
             odd[1] & is_dw)
+
+
+def value_in_ranges(value: Value, ranges) -> Value:
+    """``value`` lies in one of ``ranges``, ``(lo, hi)`` pairs meaning ``lo < value <= hi``
+    (a ``hi`` of ``2 ** DIM_BITS - 1`` needs no upper comparison: a dimension has
+    ``DIM_BITS`` bits; none for no range)."""
+    return Cat(Const(0, 1), *((value > lo) & ((value <= hi) if hi < (1 << DIM_BITS) - 1 else 1)
+                              for lo, hi in ranges)).any()
+
+
+def col_phases_expr(h: Value, w: Value, s2: Value, kernel: Value, cfg: AccelConfig) -> Value:
+    """:func:`spec.desc.col_phases` of a depthwise layer of ``h x w`` maps (``s2``: stride 2;
+    ``kernel`` the kernel code of :func:`depthwise_mode`) on ``cfg``'s mesh, as logic: ``h`` a
+    multiple of 4 above ``R - 2`` and ``w`` in :func:`spec.desc.col_phase_ranges` (the
+    checker's buffer rule and the walk share it)."""
+    R, C = cfg.array_rows, cfg.array_cols
+    kernels = col_phase_kernels(R, C)
+    return (s2 & (h[:2] == 0) & (h > R - 2) &
+            Cat(Const(0, 1), *((kernel == (k - 3) // 2) &
+                               value_in_ranges(w, col_phase_ranges(C, k))
+                               for k in kernels)).any())
 
 
 def times(value, n: int):

@@ -832,6 +832,9 @@ class ComputeEngine(wiring.Component):
                          t_a_base1.eq(n_a_base1), t_b_base1.eq(n_b_base1),
                          t_a_hi1.eq(n_a_hi1), t_b_hi1.eq(n_b_hi1),
                          t_tag.eq((n_tag[:ab] + oh - half)[:ab])]
+        # the buffers' second class of rows in row phases: a class's words on (two a row in
+        # row and column phases)
+        class_words = Mux(self.p_m_cphases, self.p_m_words << 1, self.p_m_words)
         with m.If(self.m_start):
             m.d.sync += [
                 tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
@@ -862,10 +865,7 @@ class ComputeEngine(wiring.Component):
                 passes.eq(self.p_m_passes),
                 prem.eq(self.p_m_h),
                 # (row and column phases: a class's rows two words each)
-                ph_a0.eq(self.p_a_base + Mux(self.p_m_cphases, self.p_m_words << 1,
-                                             self.p_m_words)),
-                ph_b0.eq(self.p_b_base + Mux(self.p_m_cphases, self.p_m_words << 1,
-                                             self.p_m_words)),
+                ph_a0.eq(self.p_a_base + class_words), ph_b0.eq(self.p_b_base + class_words),
                 cph.eq(self.p_m_cphases), pre_right1.eq(self.p_m_pre_right1),
                 pad_mask1.eq(Cat(*(self.p_m_cols1 <= j for j in range(cfg.array_cols)))),
                 cw0.eq(Mux(self.p_m_ce0, self.p_m_words, 0)),

@@ -154,7 +154,8 @@ class LoadEngine(wiring.Component):
                 m.d.sync += gaddr.eq(self.p_gaddr)
         # deinterleaving: a cell's second beat a beat on, the next cell gaddr - W further
         dil = Signal(name="dil") if self._dil else Const(0, 1)
-        gaddr_mw = Signal(DIM_BITS, name="gaddr_mw")
+        # (negative for maps narrower than a beat: the next cell starts inside this one)
+        gaddr_mw = Signal(signed(DIM_BITS + 1), name="gaddr_mw")
         dstride = Signal(DIM_BITS, name="dil_dstride")
         if self._dil:
             with m.If(self.start):
@@ -268,6 +269,8 @@ class LoadEngine(wiring.Component):
             pair = [lo.word_select(b, 8) for b in range(W)] + [masked.word_select(b, 8)
                                                                 for b in range(W)]
             first_beat = dil & ~rs_g[0]
+            # (a select in front of the buffer's write address and data, where the plain
+            # load has none: no preset that builds the mesh goes to an FPGA yet)
             m.d.comb += [
                 self.w_addr.eq(Mux(odd_pend, odd_addr, rs_waddr)),
                 self.w_data.eq(Mux(odd_pend, odd, Mux(dil, Cat(*pair[0::2]), masked))),

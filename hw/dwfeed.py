@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import depthwise_mesh_side
+from spec.desc import col_phase_kernels, depthwise_mesh_side
 from spec.dwmesh import walks
 
 from .array import SystolicArray
@@ -212,7 +212,7 @@ class DwFeeder(wiring.Component):
         for k in pair_kernels:
             programs.append(tile_program(R, 1, kernel=k, pairs=True))
         # stride 2 in row and column phases, 3x3 and 5x5 (four fills: words up to 2 R - 1)
-        cph_kernels = [k for k in (3, 5) if R % 4 == 0 and R >= depthwise_mesh_side(k)]
+        cph_kernels = list(col_phase_kernels(R, C))
         for k in cph_kernels:
             programs.append(tile_program(R, 2, kernel=k, cphases=True))
         rom = [beat for program in programs for beat in program]
@@ -226,7 +226,8 @@ class DwFeeder(wiring.Component):
         # one ROM entry per beat: move, word, tap, whether it taps, first, last, program end,
         # packed into one word and read once a cycle (one select of the program counter, not
         # one for every use of a field: a smaller model to compile)
-        wb, tb = (2 * R - 1).bit_length(), (self.BIG_TAPS - 1).bit_length()
+        wb = (2 * R - 1 if cph_kernels else 3 * R // 2 - 1).bit_length()
+        tb = (self.BIG_TAPS - 1).bit_length()
         widths = (3, wb, tb, 1, 1, 1, 1)
         ends = set(starts[1:] + [len(rom)])
 
@@ -289,8 +290,10 @@ class DwFeeder(wiring.Component):
                 m.d.sync += self.running.eq(0)
         with m.If(take):
             m.d.sync += [self.running.eq(1),
+                         # (the column-phase programs the mesh has: the compute engine
+                         # sets p_cphases for no other kernel)
                          pc.eq(Mux(self.p_cphases,
-                                   Mux(self.p_kernel[0], start_cph.get(5, 0),
+                                   Mux(self.p_kernel[0], start_cph.get(5, start_cph.get(3, 0)),
                                        start_cph.get(3, 0)),
                                    Mux(self.p_kernel[1],
                                    Mux(self.p_pairs, start_pairs.get(7, start7),

@@ -5,29 +5,13 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from spec.config import AccelConfig
-from spec.desc import DIM_BITS, col_phase_ranges, depthwise_mesh_side
+from spec.desc import DIM_BITS
 from spec.dwmesh import row_pass_ranges
 
 from .bits import log2
+from .checker import col_phases_expr, value_in_ranges
 
-__all__ = ["DwWalker", "col_phases_expr"]
-
-
-def col_phases_expr(h: Value, w: Value, s2: Value, kernel: Value, cfg: AccelConfig) -> Value:
-    """:func:`spec.desc.col_phases` of a depthwise layer of ``h x w`` maps (``s2``: stride 2;
-    ``kernel`` 0, 1, 2 for 3x3, 5x5, 7x7) on ``cfg``'s mesh, as logic: ``h`` a multiple of 4
-    above ``R - 2`` and ``w`` in :func:`spec.desc.col_phase_ranges` (the walk and the record
-    checker share it)."""
-    R = cfg.array_rows
-
-    def w_in_ranges(k):
-        return Cat(Const(0, 1), *((w > lo) & ((w <= hi) if hi < (1 << DIM_BITS) - 1 else 1)
-                                  for lo, hi in col_phase_ranges(cfg.array_cols, k))).any()
-    fits = {k: R % 4 == 0 and R == cfg.array_cols and R >= depthwise_mesh_side(k)
-            for k in (3, 5)}
-    return (s2 & (h[:2] == 0) & (h > R - 2) &
-            (((kernel == 0) & w_in_ranges(3) if fits[3] else 0) |
-             ((kernel == 1) & w_in_ranges(5) if fits[5] else 0)))
+__all__ = ["DwWalker"]
 
 
 class DwWalker(wiring.Component):
@@ -178,14 +162,9 @@ class DwWalker(wiring.Component):
                    (self.p_w == R // 2 - 1)
                    if R % 4 == 0 and R >= 8 and R == cfg.array_cols else Const(0))
         # row passes (spec.dwmesh.row_passes): the heights of row_pass_ranges
-        def in_ranges(kernel):
-            # (a range open to the largest height needs no upper comparison: p_h has
-            # DIM_BITS bits)
-            return Cat(Const(0, 1), *((self.p_h > lo) & ((self.p_h <= hi)
-                                                         if hi < (1 << DIM_BITS) - 1 else 1)
-                                      for lo, hi in row_pass_ranges(R, kernel))).any()
-        passes_in = ~phases_in & (((self.p_kernel == 1) & in_ranges(5)) |
-                                  ((self.p_kernel == 2) & in_ranges(7)))
+        passes_in = ~phases_in & (
+            ((self.p_kernel == 1) & value_in_ranges(self.p_h, row_pass_ranges(R, 5))) |
+            ((self.p_kernel == 2) & value_in_ranges(self.p_h, row_pass_ranges(R, 7))))
         cph_in = col_phases_expr(self.p_h, self.p_w, self.p_s2, self.p_kernel, cfg)
         # one strip (spec.dwmesh.one_strip): maps of at most C - pad columns
         one = Signal(name="dw_one_strip")

@@ -90,7 +90,9 @@ class Sequencer(wiring.Component):
     the stride-1 results (:class:`spec.dwmesh.StripStep`), or, for maps
     :func:`spec.dwmesh.row_phases` takes, its tiles compute only the stride-2 rows (the row
     phases: each load two groups of rows, ``w`` bytes apart, the stores every row's even
-    lanes). ``b_mode`` 4 and 5 (5x5, pad 2) and 6 and 7 (7x7, pad 3; meshes of at least 9 x
+    lanes), and for those :func:`spec.desc.col_phases` takes only the stride-2 outputs (row
+    and column phases: each row of a group two beats, deinterleaved into an even-byte and an
+    odd-byte word, the stores every lane). ``b_mode`` 4 and 5 (5x5, pad 2) and 6 and 7 (7x7, pad 3; meshes of at least 9 x
     9) run the same steps with that kernel's tiles (``p_kernel`` of the walk and the compute
     engine) and seven or thirteen weight arrays, stride 2 through the decimating store or in
     row phases (:func:`spec.dwmesh.row_phases`). A stride-2 ``b_mode`` plus
@@ -487,9 +489,10 @@ class Sequencer(wiring.Component):
         # computed, the one stored; their values, and the layer's, registered
         if dw:
             # (row and column phases: the fills' word parity, rotations and lanes)
+            lanes = (2 * cfg.array_cols).bit_length()     # (cols0: nbytes outside them)
             strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
-                     "a_words": DIM_BITS, "ce0": 1, "rot0": 1, "rot1": 1, "cols0": DIM_BITS,
-                     "cols1": DIM_BITS,
+                     "a_words": DIM_BITS, "ce0": 1, "rot0": 1, "rot1": 1, "cols0": lanes,
+                     "cols1": lanes,
                      "st_addr": ab + 1, "st_rows": DIM_BITS, "st_elems": DIM_BITS}
             dw_ld, dw_cp, dw_st = ({n: Signal(w, name=f"dw_{tag}_{n}") for n, w in strip.items()}
                                    for tag in ("ld", "cp", "st"))

@@ -328,9 +328,8 @@ def predict_depthwise(d: GemmDescriptor, cfg: AccelConfig,
         # a load's beats: a row each, in every group (two in stride 2's row phases; two a
         # row's class in the column phases, whose deinterleaving loads end a cycle later:
         # the last row's odd-byte word)
-        dil = load is not None and load.a_load.dwords != 0
-        ca = t.load_a(load.a_load.beats) + dil if load is not None else 0
-        cb = t.load_b(load.b_load.beats) + dil if load is not None else 0
+        ca = t.load_a(load.a_load.beats) + (load.a_load.dwords != 0) if load is not None else 0
+        cb = t.load_b(load.b_load.beats) + (load.b_load.dwords != 0) if load is not None else 0
         rows = store.out_rows if store is not None else 0
         ph = t.phase(beats, taps, ca, cb, rows)
         mac, drain, sa, sb, ss = (x + y for x, y in zip((mac, drain, sa, sb, ss), ph))

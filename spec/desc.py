@@ -74,7 +74,7 @@ __all__ = ["ErrorCode", "Tiling", "Operands", "GemmDescriptor", "DESC_FIELDS", "
            "B_MODE_DEPTHWISE5", "B_MODE_DEPTHWISE5_S2", "DEPTHWISE_KERNELS", "depthwise_arrays",
            "B_MODE_DEPTHWISE7", "B_MODE_DEPTHWISE7_S2", "depthwise_kernels",
            "depthwise_mesh_side", "B_MODE_ODD_ROWS", "B_MODE_ODD_COLS", "depthwise_odd",
-           "phase_halves", "col_phases", "col_phase_ranges",
+           "phase_halves", "col_phases", "col_phase_ranges", "col_phase_kernels",
            "row_store", "c_span"]
 
 #: Bits of a dimension (m, k, n, partitions): the width of the hardware's length and count
@@ -289,9 +289,16 @@ def col_phases(h: int, w: int, *, rows: int, cols: int, stride: int, kernel: int
     more (MobileNet-V2's 28, 56 and 112: ``ceil(w / 30)`` strips of 37 beats against ``ceil(w
     / 14)`` of 23; from 31 to 42 columns two such strips lose to three of 23 beats) and a 5x5
     map of 15 columns and more."""
-    return (stride == 2 and kernel in (3, 5) and h % 4 == 0 and h > rows - 2
-            and rows == cols and rows % 4 == 0 and rows >= depthwise_mesh_side(kernel)
-            and _col_phases_pay(w, cols, kernel))
+    return (stride == 2 and kernel in col_phase_kernels(rows, cols) and h % 4 == 0
+            and h > rows - 2 and _col_phases_pay(w, cols, kernel))
+
+
+def col_phase_kernels(rows: int, cols: int) -> tuple[int, ...]:
+    """The kernels a ``rows`` x ``cols`` mesh runs in row and column phases
+    (:func:`col_phases`): 3x3 and 5x5 on a square mesh of a multiple of 4 rows that walks
+    them (:func:`depthwise_mesh_side`)."""
+    return tuple(k for k in (3, 5) if rows == cols and rows % 4 == 0
+                 and rows >= depthwise_mesh_side(k))
 
 
 def _col_phases_pay(w: int, cols: int, kernel: int) -> bool:
@@ -322,8 +329,9 @@ def col_phase_ranges(cols: int, kernel: int) -> tuple[tuple[int, int], ...]:
         top, hi_open = min(top, int(a / slope) + 1), True
     elif slope < 0:                              # lost for good above b / -slope
         top = min(top, int(b / -slope) + 1)
+    assert top < 1 << 16, f"col_phase_ranges: a {cols}-column mesh scans {top} widths"
     ranges, start = [], None
-    for w in range(1, min(top, 1 << 16) + 2):
+    for w in range(1, top + 2):
         if w <= top and _col_phases_pay(w, cols, kernel):
             start = w - 1 if start is None else start
         elif start is not None:

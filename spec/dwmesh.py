@@ -613,10 +613,11 @@ class StripStep:
         return rows
 
 
-def strip_channels(h: int, *, rows: int, buf_words: int, acc_rows: int,
-                   channels: int, stride: int = 1, kernel: int = 3, w: int = 0) -> int:
-    """Channels one strip step takes: as many as the buffer half (``buf_words`` words for
-    ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``: ``h`` rows each, plus
+def strip_channels(h: int, *, w: int, rows: int, buf_words: int, acc_rows: int,
+                   channels: int, stride: int = 1, kernel: int = 3) -> int:
+    """Channels one strip step of ``h x w`` maps takes: as many as the buffer half
+    (``buf_words`` words for ``ceil(h / 2)`` rows each) and the accumulator half (``acc_rows``:
+    ``h`` rows each, plus
     the last tile's ``rows`` written past them) hold, up to ``channels``. A step's maps are
     one stacked map of ``G h`` rows, ``(G h + 1) // 2`` of them in buffer B; with ``h`` odd and
     ``stride`` 2 one channel a step (its even output rows would not be every other
@@ -1075,11 +1076,13 @@ def _col_phase_steps(channels: int, h: int, w: int, x_addr: int, out_addr: int, 
                     for r, c in CPHASE_FILLS:
                         parity = (x0 - xs + c) % 2
                         right = (xs - x0 + parity - c) // 2
+                        d = PHASE_ROWS[kernel][r][0] - pad + odd_rows
                         fills.append(StripTile(
                             channel=c0 + g, oy0=oy0, th=min(th_max, oh - oy0), pre_right=right,
-                            acc_row=g * oh + oy0, cols=min(cols - right, (nbytes - parity + 1) // 2),
+                            acc_row=g * oh + oy0,
+                            cols=min(cols - right, (nbytes - parity + 1) // 2),
                             kernel=kernel, cphases=True,
-                            **_phase_fill(g * h + p0, p0, PHASE_ROWS[kernel][r][0] - pad + odd_rows,
+                            **_phase_fill(g * h + p0, p0, d,
                                           h, words, half, parity)))
                     tiles.append(dataclasses.replace(fills[0], phase1=fills[1], phase2=fills[2],
                                                      phase3=fills[3]))

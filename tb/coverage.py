@@ -169,7 +169,8 @@ BINS: dict[str, dict[str, Callable[[dict], bool]]] = {
             lambda r: _cph(r) and r.get("odd_cols", False),
         "column phases keeping the odd rows (TF SAME)":
             lambda r: _cph(r) and r.get("odd_rows", False),
-        "column phases, several tiles a channel": lambda r: _cph(r) and r["h"] > 2 * r["C"],
+        "column phases, several tiles a channel":
+            lambda r: _cph(r) and r["h"] // 2 > r["C"] - 1 - (r["kernel"] == 5),
     },
     "fusion": {             # fused chains (tests/sim/test_fusion.py, docs/fusion.md)
         "producer output in the local buffer": lambda r: r["local_c"] > 0,

@@ -175,7 +175,21 @@ def test_feeder_runs_strip_tiles_with_masks_and_the_left_pad_rotation(c, h, w, g
     of up to R/2 - 1 rows two channels a tile, one in each half (with a last lone one);
     stride 2 in row phases; maps of R/2 - 1 rows and columns four a tile (the quadrant
     mode), from two-row words."""
-    cfg = PRESETS["default" if kernel == 7 else "small"]      # (7x7 needs 9 columns)
+    _feed_strip_tiles(PRESETS["default" if kernel == 7 else "small"],   # (7x7: 9 columns)
+                      c, h, w, group, stride, quad, kernel)
+
+
+@pytest.mark.parametrize("c,h,w,group", [(2, 8, 6, 2), (1, 12, 11, 1), (3, 4, 4, 3)])
+def test_feeder_runs_column_phase_tiles_on_a_4x4_mesh(c, h, w, group):
+    """Stride 2 in row and column phases on the smallest mesh that takes them (4x4, 3x3:
+    its fourth fill's words from 3 R / 2 = 6 of the program, strips of 3 output columns)."""
+    cfg = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+    assert all(t.cphases for s in strip_steps(c, h, w, x_addr=0, out_addr=0, rows=4, cols=4,
+                                              group=group, stride=2) for t in s.tiles)
+    _feed_strip_tiles(cfg, c, h, w, group, 2, False, 3)
+
+
+def _feed_strip_tiles(cfg, c, h, w, group, stride, quad, kernel):
     R, C = cfg.array_rows, cfg.array_cols
     rng = np.random.default_rng(c + 7 * h + w)
     x = rng.integers(-128, 128, (c, h, w), dtype=np.int8)

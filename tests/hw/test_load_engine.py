@@ -19,14 +19,15 @@ MEM_BYTES = 1 << 12
 
 
 def run_load(*, rows, groups, elems, addr, stride, buf_base, gstride, latency, ready_rng,
-             mem, gaddr=None, dstride=None, dil_built=False):
+             mem, gaddr=None, dstride=None, dil_built=False, cfg=CFG):
     """One load, started with ``start`` high for one cycle; the port answers each accepted
     request ``latency`` cycles later. Returns the buffer writes as {row: bytes} and the
     cycle the engine's ``busy`` fell, counted from the start. ``gaddr``: the groups' address
     step (an engine built with ``group_addr``); ``dstride``: a deinterleaving load's odd-byte
-    rows' offset (``p_dil``; ``dil_built``: an engine built with ``deinterleave`` anyway)."""
+    rows' offset (``p_dil``; ``dil_built``: an engine built with ``deinterleave`` anyway);
+    ``cfg``: the config (its address width)."""
     dil = dstride is not None
-    dut = LoadEngine(CFG, beat_bytes=BEAT, depth=DEPTH, group_addr=gaddr is not None,
+    dut = LoadEngine(cfg, beat_bytes=BEAT, depth=DEPTH, group_addr=gaddr is not None,
                      deinterleave=dil or dil_built)
     writes, done = {}, []
 
@@ -122,14 +123,19 @@ def test_load_engine_deinterleaves_cells_into_even_and_odd_byte_rows(latency, ba
     is the plain one."""
     rng = np.random.default_rng(11 + latency + 2 * backpressure)
     mem = rng.integers(0, 256, MEM_BYTES, dtype=np.uint8)
+    # (maps narrower than a beat: the next cell starts inside this one's second beat, a
+    # negative address step)
     for rows, cells, elems, w in ((5, 2, 4 * BEAT, 40), (3, 2, 2 * BEAT + 3, 21),
                                   (4, 1, BEAT + 5, 9), (2, 2, 3, 17), (1, 1, 2 * BEAT, 3),
-                                  (6, 2, 2 * BEAT, 13)):
+                                  (6, 2, 2 * BEAT, 13), (3, 2, 2 * BEAT, 5),
+                                  (2, 2, 3 * BEAT, BEAT - 1)):
         addr, buf_base = int(rng.integers(0, 64)), int(rng.integers(0, 8))
         gstride, dstride = 2 * rows + 1, rows
+        # (default's 31-bit addresses: a negative step must not wrap at the step's width)
         kw = dict(rows=rows, groups=2 * cells, elems=elems, addr=addr, stride=4 * w,
                   buf_base=buf_base, gstride=gstride, latency=latency,
-                  ready_rng=rng if backpressure else None, mem=mem, gaddr=w)
+                  ready_rng=rng if backpressure else None, mem=mem, gaddr=w,
+                  cfg=PRESETS["default"])
         writes, done = run_load(**kw, dstride=dstride)
         want = {}
         for r in range(rows):

@@ -72,7 +72,7 @@ CASES = {
                "6x28x28/3:2c@5,4x16x20:2r,5x15x15,3x9x13:2@7,3x32x20/2:2@7,2x16x9:2r@7,"
                "192x28x28:2@7,7x14x14/3:2,5x10x13:2,4x14x14/4:2s,3x12x9:2r,4x8x8:2,"
                "5x7x7/3@5,4x6x20@7,4x6x6/4:2@5,4x6x8/4:2s@7,5x14x14/3:2@5,4x10x12:2r@5,"
-               "3x32x61:2,5x20x46/3:2s,4x16x30:2c@5,3x28x29:2r@5",
+               "3x32x61:2,5x20x46/3:2s,4x16x30:2c@5,3x28x29:2r@5,4x16x15:2@5",
 }
 #: Issue 18: at least this MAC utilisation for every stride-1 layer of 14 x 14 or more on the
 #: 16 x 16 (its 3x3 layers of 32 to 960 channels; the few-channel cases test shapes).

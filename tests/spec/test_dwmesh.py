@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from spec.config import PRESETS
-from spec.desc import DIM_BITS, depthwise_mesh_side
-from spec.dwmesh import (col_phases, PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, input_bound, mac_utilisation,
-                         mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
+from spec.desc import DIM_BITS, col_phase_kernels, col_phase_ranges, depthwise_mesh_side
+from spec.dwmesh import (PASS_ROWS, PHASE_TAPS, SERPENTINE, MeshTile, col_phases, input_bound,
+                         mac_utilisation, mesh_depthwise, out_size, padded_input, plan_tiles, quad_mode, row_phases,
                          run_strip_tile, run_tile, strip_channels, strip_step_cycles,
                          strip_steps, strip_tile_acc, strip_tile_writes, tile_cycles, tile_patches,
                          tile_weights, serpentine, strip_tile_cycles, walks, row_passes,
@@ -495,11 +495,11 @@ def test_strip_steps_beats_and_channel_groups():
     steps = strip_steps(1, 28, 28, x_addr=0, out_addr=0)
     # the first strip's pre-rotation costs no beat (the fill rows enter rotated)
     assert [strip_step_cycles(s, 16) for s in steps] == [2 * 17 - 1, 2 * 17 - 1]
-    assert strip_channels(14, rows=16, buf_words=4096, acc_rows=512, channels=960) == 35
-    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 70
-    assert strip_channels(7, rows=16, buf_words=4096, acc_rows=512, channels=960,
+    assert strip_channels(14, w=14, rows=16, buf_words=4096, acc_rows=512, channels=960) == 35
+    assert strip_channels(7, w=7, rows=16, buf_words=4096, acc_rows=512, channels=960) == 70
+    assert strip_channels(7, w=7, rows=16, buf_words=4096, acc_rows=512, channels=960,
                           stride=2) == 1
-    assert strip_channels(7, rows=16, buf_words=20, acc_rows=512, channels=960) == 5
+    assert strip_channels(7, w=7, rows=16, buf_words=20, acc_rows=512, channels=960) == 5
     # odd maps: channels stack, every other channel's rows swap buffers
     (step,) = strip_steps(3, 9, 9, x_addr=0, out_addr=0, group=3)
     assert [t.swap for t in step.tiles] == [False, True, False]
@@ -516,7 +516,7 @@ def test_strip_steps_beats_and_channel_groups():
         == [False] * 3
     assert [t.halves for t in strip_steps(3, 7, 6, x_addr=0, out_addr=0, group=1)[0].tiles] \
         == [False]
-    assert strip_channels(112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
+    assert strip_channels(112, w=112, rows=16, buf_words=4096, acc_rows=512, channels=32) == 4
 
 
 def test_quadrant_mode_where_it_runs_and_what_a_step_takes():
@@ -595,9 +595,9 @@ def test_row_phases_two_channels_a_tile_where_a_phase_fits_half_the_mesh():
     assert (step.out_rows, step.acc_rstride, step.lane_step, step.out_tw) == (35, 1, 2, 7)
     # the buffer half bounds G by A's words: 2 ceil(G h / 4) <= 35 words allows 4 channels
     # of 14 rows (28 words), not 5 (36)
-    assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
+    assert strip_channels(14, w=14, rows=16, buf_words=35, acc_rows=512, channels=9,
                           stride=2) == 4
-    assert strip_channels(14, rows=16, buf_words=35, acc_rows=512, channels=9,
+    assert strip_channels(14, w=14, rows=16, buf_words=35, acc_rows=512, channels=9,
                           stride=1) == 5
 
 
@@ -617,6 +617,10 @@ def test_column_phases_where_they_pay_and_what_a_step_takes():
     assert not col_phases(112, 112, rows=16, cols=16, stride=1)
     assert not col_phases(112, 112, rows=16, cols=16, stride=2, kernel=7)
     assert not col_phases(112, 112, rows=14, cols=14, stride=2)   # (a mesh of 4 k + 2 rows)
+    assert [col_phase_kernels(r, c) for r, c in ((16, 16), (8, 8), (4, 4), (14, 14), (16, 8))] \
+        == [(3, 5), (3, 5), (3,), (), ()]
+    assert col_phase_ranges(16, 3) == ((15, 30), (42, (1 << 24) - 1))
+    assert col_phase_ranges(4, 5) == col_phase_ranges(16, 7) == ()
     steps = strip_steps(3, 112, 112, x_addr=0, out_addr=0, stride=2, group=3)
     assert [(s.ox0, s.tw, s.out_tw, s.lane_step) for s in steps] == [
         (0, 30, 15, 1), (30, 30, 15, 1), (60, 30, 15, 1), (90, 22, 11, 1)]
@@ -643,9 +647,10 @@ def test_column_phases_where_they_pay_and_what_a_step_takes():
     *_, last = strip_steps(1, 112, 61, x_addr=0, out_addr=0, stride=2)
     assert (last.tw, last.a_load.nbytes) == (2, 2)   # (output 30: input columns 59, 60)
     # the buffer half bounds G by G h words
-    assert strip_channels(112, rows=16, buf_words=512, acc_rows=4096, channels=96, stride=2,
-                          w=112) == 4
-    assert strip_channels(112, rows=16, buf_words=512, acc_rows=4096, channels=96,
+    assert strip_channels(112, w=112, rows=16, buf_words=512, acc_rows=4096, channels=96,
+                          stride=2) == 4
+    # (14 columns: row phases, G h / 2 words)
+    assert strip_channels(112, w=14, rows=16, buf_words=512, acc_rows=4096, channels=96,
                           stride=2) == 9
     (s5, *_) = strip_steps(2, 56, 56, x_addr=0, out_addr=0, stride=2, group=2, kernel=5)
     assert [(f.pre_right, f.cols) for f in fills(s5.tiles[0])] == [(1, 15)] * 4
