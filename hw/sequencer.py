@@ -357,7 +357,6 @@ class Sequencer(wiring.Component):
         is_int8, has_bias = L["out_format"] == OutFormat.INT8, L["bias_present"] == 1
         m.d.sync += [int8_out.eq(is_int8), bias_on.eq(has_bias), post.eq(is_int8 | has_bias),
                      is_conv.eq(d["b_mode"] == 1), outer_m.eq(d["outer_m"] != 0)]
-        q_need = Cat(bias_on, int8_out, int8_out)     # PARAM_ARRAYS order
         is_dw = Signal(name="is_dw") if dw else Const(0, 1)     # a depthwise layer
         dw_s2 = Signal(name="dw_s2")                  # ... with stride 2
         # ... its kernel: 0 3x3, 1 5x5, 2 7x7 (b_mode 2 + 2 kernel, + 1 with stride 2)
@@ -365,17 +364,22 @@ class Sequencer(wiring.Component):
         # ... and with stride 2 the store's odd rows and odd columns (spec.desc.depthwise_odd)
         dw_odd_rows, dw_odd_cols = Signal(name="dw_odd_rows"), Signal(name="dw_odd_cols")
         params_needed = post                          # the run loads parameter arrays
+        # the arrays to load, in PARAM_ARRAYS order (a dry run, an image's check pass, loads
+        # only the multipliers and shifts: the arrays with rules, BAD_QUANT; the bias and
+        # weight arrays have none)
+        q_need = Cat(bias_on & ~dry, int8_out, int8_out)
         if dw:
             m.d.sync += [reg.eq(v) for reg, v in zip((is_dw, dw_s2, dw_kern, dw_odd_rows,
                                                       dw_odd_cols),
                                                      depthwise_mode(d["b_mode"]))]
             # then WEIGHT_ARRAYS: a 3x3 layer's three, a 5x5 one's seven, a 7x7 one's thirteen
             arrays = [depthwise_arrays(B_MODE_DEPTHWISE + 2 * k) for k in range(3)]
-            q_need = Cat(q_need, *((is_dw & (dw_kern >= k)) if k else is_dw
+            q_need = Cat(q_need, *((is_dw & ~dry & (dw_kern >= k)) if k else is_dw & ~dry
                                    for k, (lo, hi) in enumerate(zip([0] + arrays, arrays))
                                    for _ in range(hi - lo)))
             assert len(q_need) == 3 + len(WEIGHT_ARRAYS)
             params_needed = post | is_dw
+        params_needed = Mux(dry, int8_out, params_needed)
 
         M, K, N = d["m"], d["k"], d["n"]
         pm, pn, pk = d["partition_m"], d["partition_n"], d["partition_k"]

@@ -568,9 +568,10 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
     """Cycles an image run spends outside its layers (all ``stall_ctrl_cycles``): the header
     fetch, the CRC read of ``crc_bytes`` (the image up to its weights section: the weights are
     checked as the layers load them, at no cost), and per record ``(m, post)`` (or ``(m, post,
-    weight_arrays)``: a depthwise record also loads its weight arrays,
-    :func:`spec.desc.depthwise_arrays` of its ``b_mode``, 0 for other records) two record
-    fetches, the check-pass dry run (parameter loads included) and the statistics write.
+    weight_arrays)``, a depthwise record's, :func:`spec.desc.depthwise_arrays` of its
+    ``b_mode``: the check pass loads none of them) two record fetches, the check-pass dry run
+    (with the multiplier and shift arrays of an int8 layer, the arrays with rules; since
+    session 42 not its bias or weight arrays) and the statistics write.
     The image's total is this plus the layers' own counters (docs/firmware.md)."""
     b = (cfg.b_beat_bytes, cfg.b_port_bytes_per_cycle, cfg.b_port_latency_cycles,
          consts.runner_read_extra_cycles)
@@ -579,11 +580,9 @@ def image_overhead_cycles(crc_bytes: int, records: "list[tuple]", cfg: AccelConf
              + _port_cycles(crc_bytes // cfg.b_beat_bytes, *b) + consts.image_ctrl_cycles)
     fetch = _port_cycles(record_fetch_beats(cfg), *b)
     stats = _port_cycles(-(-STATS_BYTES // cfg.c_beat_bytes), *c)
-    for m, post, *rest in records:
+    for m, post, *_ in records:
         dry = consts.dry_run_cycles
-        arrays = rest[0] if rest else 0
-        post = post or PostLoad(bias=False, requant=False)
-        if post.active or arrays:
-            dry += param_load_cycles(m, post, cfg, consts, weight_arrays=arrays).total
+        if post is not None and post.requant:
+            dry += param_load_cycles(m, PostLoad(bias=False, requant=True), cfg, consts).total
         total += 2 * fetch + dry + stats + consts.record_ctrl_cycles
     return total
