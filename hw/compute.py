@@ -835,11 +835,15 @@ class ComputeEngine(wiring.Component):
         # the buffers' second class of rows in row phases: a class's words on (two a row in
         # row and column phases)
         class_words = Mux(self.p_m_cphases, self.p_m_words << 1, self.p_m_words)
+
+        def pad_lanes(cols):
+            """The lanes of a fill word from ``cols`` on (the pad value enters there)."""
+            return Cat(*(cols <= j for j in range(cfg.array_cols)))
         with m.If(self.m_start):
             m.d.sync += [
                 tiles.eq(self.p_m_tiles), na.eq(self.p_m_na), nb.eq(self.p_m_nb),
                 hh.eq(self.p_m_h), pre_right.eq(self.p_m_pre_right), pad.eq(self.p_m_pad),
-                pad_mask.eq(Cat(*(self.p_m_cols <= j for j in range(cfg.array_cols)))),
+                pad_mask.eq(pad_lanes(self.p_m_cols)),
                 t_left.eq(self.p_m_tiles - 1), g_left.eq(self.p_m_channels - 1),
                 # (kernel_tile with pad 1, 2 or 3, the channel at an even stacked row)
                 a_ch.eq(self.p_a_base),
@@ -867,7 +871,7 @@ class ComputeEngine(wiring.Component):
                 # (row and column phases: a class's rows two words each)
                 ph_a0.eq(self.p_a_base + class_words), ph_b0.eq(self.p_b_base + class_words),
                 cph.eq(self.p_m_cphases), pre_right1.eq(self.p_m_pre_right1),
-                pad_mask1.eq(Cat(*(self.p_m_cols1 <= j for j in range(cfg.array_cols)))),
+                pad_mask1.eq(pad_lanes(self.p_m_cols1)),
                 cw0.eq(Mux(self.p_m_ce0, self.p_m_words, 0)),
                 cw1.eq(Mux(self.p_m_ce0, 0, self.p_m_words)),
                 ph_a1.eq(self.p_a_base), ph_b1.eq(self.p_b_base),

@@ -494,7 +494,7 @@ class Sequencer(wiring.Component):
         if dw:
             # (row and column phases: the fills' word parity, rotations and lanes)
             lanes = (2 * cfg.array_cols).bit_length()     # (cols0: nbytes outside them)
-            strip = {"c0": DIM_BITS, "channels": DIM_BITS, "first_strip": 1, "nbytes": DIM_BITS,
+            strip = {"c0": DIM_BITS, "channels": DIM_BITS, "nbytes": DIM_BITS,
                      "a_words": DIM_BITS, "ce0": 1, "rot0": 1, "rot1": 1, "cols0": lanes,
                      "cols1": lanes,
                      "st_addr": ab + 1, "st_rows": DIM_BITS, "st_elems": DIM_BITS}
