@@ -101,7 +101,22 @@ def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
     if d.b_mode != 1:
         raise ValueError(f"predict_conv needs a convolution descriptor (b_mode=1), not "
                          f"b_mode={d.b_mode}")
-    return _walk(d, tables, cfg, consts, _grouped_steps(d, cfg))
+    return _walk(d, tables, cfg, consts, _grouped_steps(d, cfg, _gather_class(tables, cfg)))
+
+
+def _gather_class(tables: ConvTables, cfg: AccelConfig):
+    """``n_class`` for :func:`_grouped_steps`: what a step's n block costs the walk, its lane
+    groups, their runs (the B bytes) and the runs' beats (with ``k_eff``, the gather's
+    cycles: :func:`gather_cycles`)."""
+    C = cfg.array_cols
+    groups = tables.groups.astype(np.int64)
+    beats = np.concatenate(([0], np.cumsum(run_beats(tables.runs()["stride"], cfg))))
+
+    def n_class(n0: int, n_eff: int) -> tuple[int, int, int]:
+        g0, gn = n0 // C, -(-n_eff // C)
+        lo, hi = int(groups[g0]), int(groups[g0 + gn])
+        return gn, hi - lo, int(beats[hi] - beats[lo])
+    return n_class
 
 
 def predict_conv_reference(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
@@ -117,17 +132,31 @@ def predict_conv_reference(d: GemmDescriptor, tables: ConvTables, cfg: AccelConf
     return _walk(d, tables, cfg, consts, walk)
 
 
-def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
+def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class=None):
     """The steps of :func:`spec.schedule.steps` as ``(weight, step, next, pending store)``,
-    with the split-K steps of an (m, n) block that cost the same grouped: within a block only
-    the first and the last two k steps can differ from the others (the first stores the block
-    before, the last two load a different next block or a shorter last k chunk)."""
+    grouped twice:
+
+    * within an (m, n) block, the split-K steps that cost the same: only the first and the
+      last two k steps can differ from the others (the first stores the block before, the last
+      two load a different next block or a shorter last k chunk);
+    * across blocks, the blocks whose steps cost the same: a block's steps depend only on its
+      own ``m_eff`` and n block, on how it relates to the blocks before and after it (the same
+      m or n block or not; the one before's store; the one after's load), and on the n blocks'
+      cost class ``n_class(n0, n_eff)`` (hashable; by default the n block itself). Such blocks
+      are walked once, with their count as a weight.
+
+    The walk's cost only sums its phases, so the order of the groups does not matter, apart
+    from the first step (the prologue's loads) and the last (the epilogue's store): step 0's
+    block comes first and the last block, the only one with no block after it, last."""
     R, C = cfg.array_rows, cfg.array_cols
     ms = range(0, d.m, d.partition_m)
     ns = range(0, d.n, d.partition_n)
     blocks = [(m0, n0) for m0 in ms for n0 in ns] if d.outer_m else \
         [(m0, n0) for n0 in ns for m0 in ms]
     nk = -(-d.k // d.partition_k)
+    if n_class is None:
+        def n_class(n0: int, n_eff: int):
+            return n0
 
     memo: dict[tuple[int, int], Step] = {}
 
@@ -152,9 +181,40 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
             last_k=q == nk - 1)
         return got
 
-    reps = _reps(nk)
+    # each block's (m, n) indices, and the part of its signature its own m and n blocks give
+    m_own = [min(d.partition_m, d.m - m0) for m0 in ms]
+    n_own = []
+    for n0 in ns:
+        n_eff = min(d.partition_n, d.n - n0)
+        n_own.append((n_eff, n_class(n0, n_eff)))
+    nn = len(ns)
+    index = [(i, j) for i in range(len(ms)) for j in range(nn)] if d.outer_m else \
+        [(i, j) for j in range(nn) for i in range(len(ms))]
+    own = [(m_own[i], n_own[j]) for i, j in index]
+
     last = len(blocks) - 1
+    kinds: dict[tuple, list[int]] = {}         # signature -> [a block of that kind, count]
     for b in range(len(blocks)):
+        i, j = index[b]
+        if b:
+            pi, pj = index[b - 1]
+            before = (pi == i, pj == j, own[b - 1])
+        else:
+            before = None
+        if b < last:
+            ni, nj = index[b + 1]
+            after = (ni == i, nj == j, own[b + 1])
+        else:
+            after = None
+        sig = (own[b], before, after)
+        kind = kinds.get(sig)
+        if kind is None:
+            kinds[sig] = [b, 1]
+        else:
+            kind[1] += 1
+
+    reps = _reps(nk)
+    for b, count in kinds.values():
         for q, w in reps:
             if q + 1 < nk:
                 nxt = step(b, q + 1)
@@ -166,7 +226,7 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig):
                 store = p.m_eff * p.groups_n
             else:
                 store = 0
-            yield w, step(b, q), nxt, store
+            yield w * count, step(b, q), nxt, store
 
 
 def _walk(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig, consts: ModelConstants,

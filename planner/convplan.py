@@ -24,7 +24,7 @@ from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables, row_width
 from .search import Candidate, best_plan, greedy_plan, refine, search
 from .shapes import ConvShape, GemmShape
-from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan
+from .tiling import TILING_FIELDS, TilingPlan, acc_bytes_for, make_plan, tiling_fields
 
 __all__ = ["conv_descriptor", "conv_best_plan", "row_store_plan", "row_width", "MAX_ROUNDS"]
 
@@ -104,9 +104,8 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
 
     @functools.cache
     def key(c: Candidate) -> tuple:
-        plan = make_plan(gemm, gcfg, c.partition_m, c.partition_n, c.partition_k, c.outer_m,
-                         "conv")
-        d = conv_descriptor(shape, layout, tables, _tiling(plan))
+        d = conv_descriptor(shape, layout, tables, tiling_fields(
+            gemm, gcfg, c.partition_m, c.partition_n, c.partition_k, c.outer_m))
         bd: CycleBreakdown = predict_conv(d, tables, cfg, post=post, c_local=c_local)
         return (bd.total_cycles, acc_bytes_for(c.partition_m, c.partition_n, gcfg),
                 bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
@@ -151,8 +150,8 @@ def row_store_plan(shape: ConvShape, cfg: AccelConfig, *,
     def key(c: Candidate) -> tuple:
         if c.partition_n != width:
             return (float("inf"),)
-        plan = make_plan(record, cfg, c.partition_m, width, c.partition_k, c.outer_m, "row")
-        d = conv_descriptor(shape, "NCHW", tables, _tiling(plan))
+        d = conv_descriptor(shape, "NCHW", tables, tiling_fields(
+            record, cfg, c.partition_m, width, c.partition_k, c.outer_m))
         bd: CycleBreakdown = predict_conv(d, tables, cfg, post=post)
         return (bd.total_cycles, acc_bytes_for(c.partition_m, width, cfg),
                 bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,

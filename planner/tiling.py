@@ -50,7 +50,7 @@ from .shapes import GemmShape
 
 __all__ = ["TilingPlan", "SeedDecision", "Branch", "seed_decision", "legalise", "seed_plan",
            "inner_tiles", "acc_bytes_for", "make_plan", "to_descriptor", "SPLITK_OUTER_M",
-           "TILING_FIELDS"]
+           "TILING_FIELDS", "tiling_fields"]
 
 #: The descriptor fields a :class:`TilingPlan` decides (seed 000's outputs): the descriptor's
 #: fields from ``partition_m`` to ``acc_buffer_needed``, in descriptor order.
@@ -255,24 +255,36 @@ def _round_dim(ideal: float, dim: int, block: int) -> int:
     return max(block, min(cover, int(ideal // block) * block))
 
 
-def make_plan(shape: GemmShape, cfg: AccelConfig, partition_m: int, partition_n: int,
-              partition_k: int, outer_m: int, strategy: str, acc_at_least: float = 0,
-              tiles: tuple[int, int] | None = None) -> TilingPlan:
-    """Complete a legal tiling with inner tiles, accumulator size, loads and predictions."""
+def tiling_fields(shape: GemmShape, cfg: AccelConfig, partition_m: int, partition_n: int,
+                  partition_k: int, outer_m: int, acc_at_least: float = 0,
+                  tiles: tuple[int, int] | None = None) -> dict[str, int]:
+    """The descriptor's :data:`TILING_FIELDS` of a legal tiling (the part of
+    :func:`make_plan` without the GEMM model's predictions: what a search ranking tilings
+    with another cycle model needs)."""
     m, k, n = shape.m, shape.k, shape.n
     nm, nn = -(-m // partition_m), -(-n // partition_n)
     if nm == 1 or nn == 1:
         outer_m = 1  # canonical: with one partition along m or n both orders are one sequence
     tile_m, tile_n = tiles if tiles else inner_tiles(partition_m, partition_n, cfg)
-    bd = predict_tiling(m, k, n, partition_m, partition_n, partition_k, outer_m, cfg)
+    return dict(partition_m=partition_m, partition_n=partition_n,
+                partition_k=min(partition_k, k), tile_m=tile_m, tile_n=tile_n,
+                outer_m=outer_m, need_splitk=int(partition_k < k),
+                acc_buffer_needed=acc_bytes_for(partition_m, partition_n, cfg, acc_at_least))
+
+
+def make_plan(shape: GemmShape, cfg: AccelConfig, partition_m: int, partition_n: int,
+              partition_k: int, outer_m: int, strategy: str, acc_at_least: float = 0,
+              tiles: tuple[int, int] | None = None) -> TilingPlan:
+    """Complete a legal tiling with inner tiles, accumulator size, loads and predictions."""
+    m, k, n = shape.m, shape.k, shape.n
+    fields = tiling_fields(shape, cfg, partition_m, partition_n, partition_k, outer_m,
+                           acc_at_least, tiles)
+    bd = predict_tiling(m, k, n, partition_m, partition_n, partition_k, fields["outer_m"], cfg)
     loads_a = bd.rd_a_bytes // (k * -(-m // cfg.array_rows) * cfg.a_beat_bytes)
     loads_b = bd.rd_b_bytes // (k * -(-n // cfg.array_cols) * cfg.b_beat_bytes)
     return TilingPlan(
-        m=m, k=k, n=n, partition_m=partition_m, partition_n=partition_n,
-        partition_k=min(partition_k, k), tile_m=tile_m, tile_n=tile_n, outer_m=outer_m,
-        need_splitk=int(partition_k < k),
-        acc_buffer_needed=acc_bytes_for(partition_m, partition_n, cfg, acc_at_least),
-        loads_a=loads_a, loads_b=loads_b, predicted_cycles=bd.total_cycles,
+        m=m, k=k, n=n, **fields, loads_a=loads_a, loads_b=loads_b,
+        predicted_cycles=bd.total_cycles,
         predicted_util=utilisation(m, k, n, cfg, bd.total_cycles), strategy=strategy)
 
 

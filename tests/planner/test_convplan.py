@@ -1,5 +1,7 @@
 """planner.convplan: a convolution's ``best`` tiling, ranked with the convolution model."""
 
+import collections
+
 import pytest
 
 from spec.config import PRESETS
@@ -106,31 +108,88 @@ _SHAPES = [
               kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
     ConvShape(batch=2, in_channels=5, height=9, width=7, out_channels=20, kernel_h=3, kernel_w=2,
               stride_h=2, pad_top=1, pad_left=0, pad_bottom=1, pad_right=1),
+    # many blocks of a few kinds: the walk groups blocks as well as split-K steps
+    ConvShape(batch=1, in_channels=24, height=30, width=29, out_channels=64, kernel_h=3,
+              kernel_w=3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
 ]
 
 
 @pytest.mark.parametrize("shape", _SHAPES)
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_conv_model_grouped_walk_equals_the_step_walk(shape, preset):
-    """predict_conv groups a block's identical split-K steps; it equals the plain walk of
-    every step on every tiling of the oracle's space (both loop orders, every k split)."""
-    from planner.convcost import predict_conv, predict_conv_reference
+    """predict_conv groups a block's identical split-K steps and the blocks that cost the same;
+    it equals the plain walk of every step on every tiling of the oracle's space (both loop
+    orders, every k split)."""
+    from planner.convcost import (_gather_class, _grouped_steps, predict_conv,
+                                  predict_conv_reference)
     from planner.convplan import _tiling, conv_descriptor
     from planner.search import candidates
     from planner.tiling import make_plan
 
     cfg = PRESETS[preset]
     tables = compile_tables(shape, "NCHW", cfg)
-    seen = 0
-    for i, c in enumerate(candidates(shape.gemm, cfg)):
-        if i % 7:
-            continue            # a spread sample: every 7th candidate
+    space = list(candidates(shape.gemm, cfg))
+    seen = fewer = 0
+    # a spread sample of about 40 tilings, and every tiling of one k step: only there do
+    # neighbouring blocks share an A or B block (the relations the block grouping keys on)
+    one_k = [c for c in space if c.partition_k >= shape.gemm.k]
+    for c in space[::max(1, len(space) // 40)] + one_k:
         plan = make_plan(shape.gemm, cfg, c.partition_m, c.partition_n, c.partition_k,
                          c.outer_m, "x")
         d = conv_descriptor(shape, "NCHW", tables, _tiling(plan))
         assert predict_conv(d, tables, cfg) == predict_conv_reference(d, tables, cfg), c
+        blocks = -(-d.m // d.partition_m) * -(-d.n // d.partition_n)
+        walked = {(s.m0, s.n0) for _, s, _, _ in
+                  _grouped_steps(d, cfg, _gather_class(tables, cfg))}
+        fewer += len(walked) < blocks           # blocks walked once for several
         seen += 1
-    assert seen >= 10
+    assert seen >= 10 and (fewer or shape is not _SHAPES[2]), (seen, fewer)
+
+
+@pytest.mark.parametrize("outer_m", [0, 1])
+@pytest.mark.parametrize("m, n, k, pm, pn, pk", [
+    (64, 96, 24, 16, 32, 24),       # one k step: neighbours share A or B blocks
+    (64, 96, 24, 16, 32, 8),        # three k steps
+    (70, 100, 24, 16, 32, 24),      # ragged last m and n blocks
+    (16, 96, 40, 16, 16, 40),       # one m block
+    (64, 32, 40, 16, 32, 40),       # one n block
+    (16, 16, 40, 16, 16, 8),        # one block
+])
+def test_grouped_steps_keep_the_walk_of_every_step(m, n, k, pm, pn, pk, outer_m):
+    """Walked once with its count as a weight, each kind of block stands for blocks whose
+    steps the walk costs the same: with every n block of one cost class, the grouped walk is
+    the plain walk of :func:`spec.schedule.steps` as a multiset of what the walk reads (the
+    first and the last step in place), so a signature that dropped one of the relations
+    between neighbouring blocks fails here."""
+    from types import SimpleNamespace
+
+    from planner.convcost import _grouped_steps
+    from spec.schedule import steps
+
+    cfg = PRESETS["tiny"]
+    d = SimpleNamespace(m=m, n=n, k=k, partition_m=pm, partition_n=pn, partition_k=pk,
+                        outer_m=outer_m)
+
+    def seen(s, nxt, store):
+        def part(x):
+            return None if x is None else (x.k_eff, x.m_eff, x.groups_m, x.groups_n, x.load_a,
+                                           x.load_b, x.last_k)
+        return part(s), part(nxt), store
+
+    plain = list(steps(d, cfg))
+    want: collections.Counter = collections.Counter()
+    for i, s in enumerate(plain):
+        prev = plain[i - 1] if i else None
+        store = prev.m_eff * prev.groups_n if prev is not None and prev.last_k else 0
+        want[seen(s, plain[i + 1] if i + 1 < len(plain) else None, store)] += 1
+    walk = list(_grouped_steps(d, cfg, lambda n0, n_eff: 0))
+    got: collections.Counter = collections.Counter()
+    for w, s, nxt, store in walk:
+        got[seen(s, nxt, store)] += w
+    assert got == want
+    assert walk[0][1] == plain[0] and walk[-1][1] == plain[-1] and walk[-1][2] is None
+    blocks = -(-m // pm) * -(-n // pn)
+    assert len({(s.m0, s.n0) for _, s, _, _ in walk}) <= min(blocks, 12)
 
 
 @pytest.mark.parametrize("name", ["res2_0_branch2a", "res3_1_branch2a", "res4_1_branch2a",
