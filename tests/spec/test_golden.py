@@ -122,3 +122,24 @@ def test_golden_gemm_rejects_python_lists():
 def test_golden_gemm_rejects_bad_shapes(a_shape, b_shape):
     with pytest.raises(ValueError, match="gemm_int8 needs A"):
         gemm_int8(np.zeros(a_shape, np.int8), np.zeros(b_shape, np.int8))
+
+
+@pytest.mark.parametrize("shape", [(7, 300, 5), (3, (1 << 17) + 9, 2), (1, 1, 1)])
+def test_golden_gemm_float64_path_equals_the_int64_path(shape, monkeypatch):
+    """The float64 (BLAS) sum is the exact int64 sum, wrapped the same way: random full-range
+    operands, and a k long enough to wrap; the int64 path is what k past 2**39 takes."""
+    import spec.golden
+
+    m, k, n = shape
+    rng = np.random.default_rng(k)
+    a = rng.integers(-128, 128, size=(m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(k, n), dtype=np.int8)
+    a[0, :] = -128                                   # a row whose sums are all large
+    b[:, 0] = -128
+    fast = gemm_int8(a, b)
+    monkeypatch.setattr(spec.golden, "_EXACT_F64_K", 0)
+    slow = gemm_int8(a, b)
+    assert fast.dtype == slow.dtype == np.int32
+    assert (fast == slow).all()
+    exact = (a.astype(np.int64) @ b.astype(np.int64))[0, 0]
+    assert fast[0, 0] == (exact + (1 << 31)) % (1 << 32) - (1 << 31)
