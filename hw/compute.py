@@ -55,10 +55,20 @@ def mesh_drain_cycles(cfg: AccelConfig) -> int:
     return FEED_CYCLES + SystolicArray.mesh_latency + cfg.array_rows
 
 
-def array_tag_bits(cfg: AccelConfig) -> int:
+def array_tag_bits(cfg: AccelConfig, *, mesh: bool = False) -> int:
     """Width of the tag the compute engine sends through its array with each beat: an
-    accumulator row address and the accumulate flag."""
-    return _bits(cfg.acc_depth) + 1
+    accumulator row address and the accumulate flag, and with the depthwise ``mesh`` a
+    two-channel tile's flag (:data:`HALVES_TAG_BIT`), so that the tile's drain keeps the
+    mode it was computed in while the next step starts."""
+    return _bits(cfg.acc_depth) + 1 + int(mesh)
+
+
+#: The bit of a mesh tile's tag that marks a tile of two channels, one in each half of the
+#: mesh (spec.dwmesh.StripTile.halves): its drain holds the top half's rows past the map
+#: (``mesh_hold``). It travels with the tile because a step's last tiles drain while the next
+#: step starts, and that step may be of one channel (a group's lone last channel), whose tiles
+#: are not halves.
+HALVES_TAG_BIT = -1
 
 
 class ComputeEngine(wiring.Component):
@@ -182,7 +192,7 @@ class ComputeEngine(wiring.Component):
     def __init__(self, cfg: AccelConfig, *, mesh: bool = False):
         self._cfg = cfg
         self._mesh = mesh
-        self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg), mesh=mesh)
+        self.array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg, mesh=mesh), mesh=mesh)
         ob = cfg.operand_bits
         extra = {"m_start": In(1), "p_m_pre_right": In(1), "p_m_phases": In(1), "p_m_quad": In(1),
                  "p_m_cphases": In(1), "p_m_ce0": In(1), "p_m_pre_right1": In(1),
@@ -740,7 +750,9 @@ class ComputeEngine(wiring.Component):
             capture.eq(halves & have & ~fresh & ~captured),
             issue.eq(have & ~fresh & feed.ready & (~halves | captured) & ~quad),
             advance.eq(capture | (issue & ~(halves & lone))),
-            hold.eq(halves & (arr.f_r >= oh) & (arr.f_r < half)),
+            # (the tile's own flag, not `halves`: the step after may be of one channel and
+            # start while this tile drains)
+            hold.eq(arr.f_tag[HALVES_TAG_BIT] & (arr.f_r >= oh) & (arr.f_r < half)),
             feed.start.eq(issue | q_issue), feed.p_stride2.eq(phases),
             feed.p_split.eq(Mux(halves, SystolicArray.SPLITS[(2, 1)], 0)),
             feed.p_pre_right.eq(Mux(pre_right, kern + 1, 0)), feed.p_kernel.eq(kern),
@@ -760,7 +772,8 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [
                 feed.p_a_base.eq(t_a_base), feed.p_b_base.eq(t_b_base), feed.p_a_lo.eq(t_a_lo),
                 feed.p_a_hi.eq(t_a_hi), feed.p_b_hi.eq(t_b_hi), feed.p_swap.eq(t_swap),
-                feed.p_tag.eq(t_tag), feed.p_b_lo.eq(t_b_lo),
+                feed.p_tag.eq(Cat(t_tag[:ab], Const(0, 1), Const(1, 1))),
+                feed.p_b_lo.eq(t_b_lo),
                 feed.p_w.eq(Mux(big, Cat(t_w, self.w_rdata[:DwFeeder.BIG_TAPS * ob]),
                                 Cat(t_w[:9 * ob], self.w_rdata))),
             ]

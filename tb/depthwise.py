@@ -76,6 +76,47 @@ def parse_cases(text: str) -> list[DwCase]:
     return out
 
 
+#: The strides :func:`random_cases` draws, as ``$TESSERA_DW_CASES`` writes them (plain
+#: stride 2 twice as often: it has the most dataflows, row and column phases among them).
+RANDOM_STRIDES = ("1", "2", "2", "2s", "2r", "2c")
+
+
+def random_cases(cfg, rng: np.random.Generator, count: int, *, channels: int, rows: int,
+                 cols: int) -> str:
+    """``count`` random layers as ``$TESSERA_DW_CASES`` text: 1 .. ``channels`` channels, maps
+    of 1 .. ``rows`` x 1 .. ``cols`` (the rows a multiple of 4 in two draws of five: the row
+    and column phases need one), every kernel and stride form of :data:`RANDOM_STRIDES`, and
+    in three draws of ten a channel group of the test's own (1 .. the channels) instead of
+    :func:`spec.dwmesh.strip_channels`' choice. Draws whose record the rules refuse on ``cfg``
+    (a group the buffers or the accumulator cannot hold, a group above 1 on an odd map with
+    stride 2) are drawn again: the point is layers the hardware must run."""
+    for name, value in (("count", count), ("channels", channels), ("rows", rows),
+                        ("cols", cols)):
+        if type(value) is not int or value < 1:
+            raise ValueError(f"random_cases: {name} must be an int >= 1, not {value!r}")
+    out: list[str] = []
+    for _ in range(100 * count):
+        if len(out) == count:
+            return ",".join(out)
+        c, h, w = (int(rng.integers(1, top + 1)) for top in (channels, rows, cols))
+        if rng.random() < 0.4 and rows >= 4:
+            h = 4 * int(rng.integers(1, rows // 4 + 1))
+        kernel = int(rng.choice([3, 5, 7]))
+        stride = str(rng.choice(RANDOM_STRIDES))
+        group = f"/{int(rng.integers(1, c + 1))}" if rng.random() < 0.3 else ""
+        text = f"{c}x{h}x{w}{group}:{stride}@{kernel}"
+        (case,) = parse_cases(text)
+        odd_rows, odd_cols = odd_sides(h, w, case.same)
+        d, _ = layer(cfg, c, h, w, case.group, int8=True, stride=case.stride, kernel=kernel,
+                     odd_rows=odd_rows, odd_cols=odd_cols)
+        if not check_record(layer_record(d, out_format=int(OutFormat.INT8)), cfg):
+            out.append(text)
+    if len(out) == count:
+        return ",".join(out)
+    raise ValueError(f"random_cases: {len(out)} of {count} layers in {100 * count} draws: the "
+                     f"config {cfg.config_id:08x} refuses nearly every layer of this size")
+
+
 def odd_sides(h: int, w: int, same: bool | str) -> tuple[bool, bool]:
     """``(odd_rows, odd_cols)`` of a stride-2 case with TF "SAME" padding (``same``: ``"s"`` or
     True): each even side is padded ``p - 1`` before and ``p`` after
