@@ -3,6 +3,8 @@ bit-exact against the golden device, close to onnxruntime on the same quantised 
 
 import dataclasses
 import json
+import os
+import random
 
 import numpy as np
 import pytest
@@ -285,6 +287,63 @@ def test_inverted_residual_net_on_the_mesh_bit_exact(tmp_path):
         gain = 2 if net.layers[n].shape.stride_h == 1 else 1.4
         assert rows[n]["mac_util"] > gain * as_blocks, (n, rows[n])
     assert vs_ort["logits"]["max_abs_diff_lsb"] <= 6
+
+
+def random_inverted_residual(rng: np.random.Generator) -> dict:
+    """Arguments of :func:`planner.net.models.inverted_residual_net` drawn from ``rng``: maps of
+    8 to 40 rows and columns, one to four blocks of 3 to 40 output channels, expansion 1 to 6,
+    stride 1 or 2 and kernel 3, 5 or 7 each, TF "SAME" padding in three draws of ten."""
+    blocks = tuple((int(rng.integers(3, 41)), int(rng.integers(1, 7)),
+                    int(rng.choice([1, 2])), int(rng.choice([3, 5, 7])))
+                   for _ in range(int(rng.integers(1, 5))))
+    return dict(height=int(rng.integers(8, 41)), width=int(rng.integers(8, 41)),
+                classes=int(rng.integers(2, 20)), blocks=blocks,
+                stem=int(rng.integers(3, 33)), seed=int(rng.integers(1 << 20)),
+                tf_same=bool(rng.random() < 0.3))
+
+
+def _random_nets(preset, count, tmp_path):
+    """``count`` random inverted-residual networks (:func:`random_inverted_residual`, seeded
+    from ``$TESSERA_SEED`` or a fresh seed, printed) on ``preset``: every layer on the
+    accelerator, bit-exact against the golden device, every layer's cycles as predicted."""
+    needs("verilator")
+    seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
+    print(f"\nrandom networks on {preset}: TESSERA_SEED={seed} reproduces this run")
+    rng = np.random.default_rng(seed)
+    cfg = (dataclasses.replace(PRESETS["small"], dw_mesh=1) if preset == "small+mesh"
+           else PRESETS[preset])
+    for i in range(count):
+        args = random_inverted_residual(rng)
+        model = fold_batchnorm(load_model(inverted_residual_net(**args)))
+        q = quantize_qdq(model, samples=1, seed=1)
+        feeds = generated_inputs(model, 1, seed=5)[0]
+        net = compile_network(lower(import_onnx(q)), cfg, qmodel=q)
+        rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path / f"net{i}")
+        gold = run_network(net, feeds, sim="golden")
+        exact = compare_outputs(rtl.outputs, gold.outputs)
+        assert all(c["bit_exact"] for c in exact.values()), (args, exact)
+        assert net.summary()["host_layers"] == {}, args
+        for r in layer_rows(rtl, net.cfg):
+            if r["where"] != "host":
+                assert r["cycles"] == r["predicted_cycles"], (args, r)
+        assert rtl.total_cycles == rtl.predicted_cycles, args
+        print(f"{args}: {rtl.total_cycles} cycles, bit-exact, as predicted")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("preset", ["small+mesh", "default"])
+def test_random_inverted_residual_nets_on_rtl(preset, tmp_path):
+    """Random MobileNet/EfficientNet-style networks (stem, inverted residual blocks of every
+    depthwise kernel and stride, residual Adds, the head), three a run and preset."""
+    _random_nets(preset, 3, tmp_path)
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["tiny", "small", "small+mesh", "fpga", "default"])
+def test_random_inverted_residual_nets_on_rtl_long(preset, tmp_path):
+    """make test-full: 30 random networks a preset (every preset)."""
+    _random_nets(preset, 30, tmp_path)
 
 
 #: MobileNet-V2's inverted residual blocks at 224 x 224 (without its last 1x1 conv to 1280
