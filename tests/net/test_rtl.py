@@ -20,7 +20,7 @@ from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner import layer_cost  # noqa: E402
 from planner.net.models import (deep_conv, encoder_block, inverted_residual_net,  # noqa: E402
-                                small_cnn)
+                                mlp, small_cnn)
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
@@ -302,32 +302,57 @@ def random_inverted_residual(rng: np.random.Generator) -> dict:
                 tf_same=bool(rng.random() < 0.3))
 
 
-def _random_nets(preset, count, tmp_path):
-    """``count`` random inverted-residual networks (:func:`random_inverted_residual`, seeded
-    from ``$TESSERA_SEED`` or a fresh seed, printed) on ``preset``: every layer on the
+def random_transformer(rng: np.random.Generator) -> tuple[str, dict]:
+    """A random MLP (:func:`planner.net.models.mlp`: 1-39 tokens, 2-4 layers of 1-299
+    features) or encoder block (:func:`~planner.net.models.encoder_block`: sequence 1-39,
+    1-4 heads of 4-32 dims, FFN 8-199), half the draws each: ``(builder name, arguments)``."""
+    if rng.random() < 0.5:
+        return "mlp", dict(tokens=int(rng.integers(1, 40)),
+                           features=tuple(int(rng.integers(1, 300))
+                                          for _ in range(int(rng.integers(2, 5)))),
+                           seed=int(rng.integers(1 << 20)))
+    heads = int(rng.integers(1, 5))
+    return "encoder_block", dict(seq=int(rng.integers(1, 40)),
+                                 hidden=heads * int(rng.integers(4, 33)), heads=heads,
+                                 ffn=int(rng.integers(8, 200)), seed=int(rng.integers(1 << 20)))
+
+
+#: The random networks' families: the model builder of a draw, and the draw.
+RANDOM_FAMILIES = {
+    "inverted_residual": lambda rng: ("inverted_residual_net", random_inverted_residual(rng)),
+    "transformer": random_transformer,
+}
+_BUILDERS = {"inverted_residual_net": inverted_residual_net, "mlp": mlp,
+             "encoder_block": encoder_block}
+
+
+def _random_nets(preset, family, count, tmp_path):
+    """``count`` random networks of ``family`` (:data:`RANDOM_FAMILIES`, seeded from
+    ``$TESSERA_SEED`` or a fresh seed, printed) on ``preset``: every layer on the
     accelerator, bit-exact against the golden device, every layer's cycles as predicted."""
     needs("verilator")
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
-    print(f"\nrandom networks on {preset}: TESSERA_SEED={seed} reproduces this run")
+    print(f"\nrandom {family} networks on {preset}: TESSERA_SEED={seed} reproduces this run")
     rng = np.random.default_rng(seed)
     cfg = (dataclasses.replace(PRESETS["small"], dw_mesh=1) if preset == "small+mesh"
            else PRESETS[preset])
     for i in range(count):
-        args = random_inverted_residual(rng)
-        model = fold_batchnorm(load_model(inverted_residual_net(**args)))
+        builder, args = RANDOM_FAMILIES[family](rng)
+        model = fold_batchnorm(load_model(_BUILDERS[builder](**args)))
         q = quantize_qdq(model, samples=1, seed=1)
         feeds = generated_inputs(model, 1, seed=5)[0]
         net = compile_network(lower(import_onnx(q)), cfg, qmodel=q)
         rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path / f"net{i}")
         gold = run_network(net, feeds, sim="golden")
         exact = compare_outputs(rtl.outputs, gold.outputs)
-        assert all(c["bit_exact"] for c in exact.values()), (args, exact)
-        assert net.summary()["host_layers"] == {}, args
+        what = f"{builder}(**{args})"
+        assert all(c["bit_exact"] for c in exact.values()), (what, exact)
+        assert net.summary()["host_layers"] == {}, what
         for r in layer_rows(rtl, net.cfg):
             if r["where"] != "host":
-                assert r["cycles"] == r["predicted_cycles"], (args, r)
-        assert rtl.total_cycles == rtl.predicted_cycles, args
-        print(f"{args}: {rtl.total_cycles} cycles, bit-exact, as predicted")
+                assert r["cycles"] == r["predicted_cycles"], (what, r)
+        assert rtl.total_cycles == rtl.predicted_cycles, what
+        print(f"{what}: {rtl.total_cycles} cycles, bit-exact, as predicted")
 
 
 @pytest.mark.rtl
@@ -335,15 +360,24 @@ def _random_nets(preset, count, tmp_path):
 def test_random_inverted_residual_nets_on_rtl(preset, tmp_path):
     """Random MobileNet/EfficientNet-style networks (stem, inverted residual blocks of every
     depthwise kernel and stride, residual Adds, the head), three a run and preset."""
-    _random_nets(preset, 3, tmp_path)
+    _random_nets(preset, "inverted_residual", 3, tmp_path)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("preset", ["small", "default"])
+def test_random_transformer_nets_on_rtl(preset, tmp_path):
+    """Random MLPs and encoder blocks (run-time GEMMs, host Softmax / LayerNorm / GELU
+    between accelerator layers), four a run and preset."""
+    _random_nets(preset, "transformer", 4, tmp_path)
 
 
 @pytest.mark.rtl
 @pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(RANDOM_FAMILIES))
 @pytest.mark.parametrize("preset", ["tiny", "small", "small+mesh", "fpga", "default"])
-def test_random_inverted_residual_nets_on_rtl_long(preset, tmp_path):
-    """make test-full: 30 random networks a preset (every preset)."""
-    _random_nets(preset, 30, tmp_path)
+def test_random_nets_on_rtl_long(preset, family, tmp_path):
+    """make test-full: 30 random networks of each family a preset (every preset)."""
+    _random_nets(preset, family, 30, tmp_path)
 
 
 #: MobileNet-V2's inverted residual blocks at 224 x 224 (without its last 1x1 conv to 1280
