@@ -2,7 +2,9 @@
 BERT-base-shaped transformer encoder block, a ResNet bottleneck block, a ReLU MLP (the last
 two have fusible producer/consumer pairs, docs/fusion.md) and a MobileNet-V2-style network of
 inverted residual blocks (depthwise convolutions), and a two-convolution net whose second layer
-has as many taps as asked (K parts, docs/networks.md). Weights are seeded random values.
+has as many taps as asked (K parts, docs/networks.md), and a chain of convolutions of any
+kernel, stride, grouping and padding (the random networks of the tests). Weights are seeded
+random values.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import numpy as np
 
 __all__ = ["small_cnn", "encoder_block", "bottleneck", "mlp", "inverted_residual_net",
-           "deep_conv", "BERT_BASE", "MOBILENET_BLOCKS"]
+           "deep_conv", "conv_chain", "BERT_BASE", "MOBILENET_BLOCKS"]
 
 #: BERT-base encoder dimensions.
 BERT_BASE = {"hidden": 768, "heads": 12, "ffn": 3072}
@@ -340,3 +342,56 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
         x, cin = y, cout
     return _classifier(nodes, inits, rng, x, cin, classes, (height, width),
                        "inverted_residual_net")
+
+
+def conv_chain(*, height: int = 16, width: int = 16, classes: int = 10,
+               layers=((16, 3, 1, 1), (32, 3, 2, 1)), seed: int = 0):
+    """A chain of convolutions on ``1 x 3 x height x width``, then global average pooling,
+    flatten and a Gemm head. Each of ``layers`` is ``(out, kernel, stride, groups)`` or
+    ``(out, kernel, stride, groups, pads, relu, residual)``: a ``kernel`` x ``kernel`` Conv to
+    ``out`` channels in ``groups`` groups (dividing both channel counts), ``pads`` (top, left,
+    bottom, right; default ``kernel // 2`` each), then a ReLU when ``relu`` (default true), then
+    the residual ``Add`` of the layer's input when ``residual`` (the input and output shapes
+    must match). Input ``x``, output ``logits``."""
+    from onnx import helper
+
+    rng, inits, nodes = _image_model(height, width, classes, seed, min_side=1)
+    x, cin, side = "x", 3, (height, width)
+    for i, layer in enumerate(layers):
+        if len(layer) not in (4, 7):
+            raise ValueError(f"conv_chain: layers[{i}]={layer!r} must be (out, kernel, stride, "
+                             f"groups) or (out, kernel, stride, groups, pads, relu, residual)")
+        cout, k, s, g = layer[:4]
+        pads, relu, residual = layer[4:] if len(layer) == 7 else ((k // 2,) * 4, True, False)
+        _check(f"layers[{i}] out", cout, 1, 65536)
+        _check(f"layers[{i}] kernel", k, 1, 15)
+        _check(f"layers[{i}] stride", s, 1, 4)
+        _check(f"layers[{i}] groups", g, 1, 65536)
+        if cin % g or cout % g:
+            raise ValueError(f"conv_chain: layers[{i}] groups={g} must divide the input "
+                             f"channels {cin} and out={cout}")
+        if len(pads) != 4 or any(type(p) is not int or not 0 <= p < k for p in pads):
+            raise ValueError(f"conv_chain: layers[{i}] pads={pads!r} must be four ints in "
+                             f"[0, {k - 1}]")
+        out = tuple((n + a + b - k) // s + 1 for n, a, b in zip(side, pads[:2], pads[2:]))
+        if min(out) < 1:
+            raise ValueError(f"conv_chain: layers[{i}]: a {k}x{k} kernel does not fit the "
+                             f"padded {side[0]} x {side[1]} map")
+        if residual and (cout != cin or out != side):
+            raise ValueError(f"conv_chain: layers[{i}] residual needs the output shape "
+                             f"{cout} x {out} to be the input's {cin} x {side}")
+        inits[f"c{i}_w"] = rng.normal(0, math.sqrt(2 / (cin // g * k * k)),
+                                      (cout, cin // g, k, k)).astype(np.float32)
+        inits[f"c{i}_b"] = rng.normal(0, 0.05, cout).astype(np.float32)
+        y = f"c{i}"
+        nodes.append(helper.make_node("Conv", [x, f"c{i}_w", f"c{i}_b"], [y], name=y,
+                                      kernel_shape=[k, k], pads=list(pads), strides=[s, s],
+                                      group=g))
+        if relu:
+            nodes.append(helper.make_node("Relu", [y], [f"c{i}_relu"], name=f"c{i}_relu"))
+            y = f"c{i}_relu"
+        if residual:
+            nodes.append(helper.make_node("Add", [y, x], [f"c{i}_add"], name=f"c{i}_add"))
+            y = f"c{i}_add"
+        x, cin, side = y, cout, out
+    return _classifier(nodes, inits, rng, x, cin, classes, (height, width), "conv_chain")

@@ -1,8 +1,9 @@
 """planner.net.models' test networks: what they build."""
 
 import onnx
+import pytest
 
-from planner.net.models import inverted_residual_net
+from planner.net.models import conv_chain, inverted_residual_net
 
 BLOCKS = [(16, 1, 1), (24, 6, 2, 5), (32, 6, 2, 7), (40, 6, 2)]
 
@@ -33,3 +34,32 @@ def test_inverted_residual_net_default_pads_are_symmetric():
     convs = _convs(inverted_residual_net(height=64, width=44, blocks=BLOCKS))
     assert [convs[f"b{i}_dw"]["pads"] for i in range(4)] == [[1] * 4, [2] * 4, [3] * 4, [1] * 4]
     assert convs["stem"]["pads"] == [1] * 4
+
+
+def test_conv_chain_builds_each_layer_as_given():
+    """conv_chain: each layer's kernel, stride, groups and pads; a ReLU unless asked off; the
+    residual Add of the layer's input; a valid model whose maps shrink as the pads say."""
+    model = conv_chain(height=12, width=9, classes=5, layers=(
+        (8, 3, 1, 1), (8, 3, 1, 4, (1, 1, 1, 1), False, True), (6, 5, 2, 2, (2, 0, 1, 2), True,
+                                                                 False)))
+    onnx.checker.check_model(model, full_check=True)
+    convs = {n.name: {a.name: (list(a.ints) if a.ints else a.i) for a in n.attribute}
+             for n in model.graph.node if n.op_type == "Conv"}
+    assert convs["c1"]["group"] == 4 and convs["c2"]["group"] == 2
+    assert convs["c2"]["pads"] == [2, 0, 1, 2] and convs["c2"]["strides"] == [2, 2]
+    ops = [n.op_type for n in model.graph.node]
+    assert ops == ["Conv", "Relu", "Conv", "Add", "Conv", "Relu", "GlobalAveragePool",
+                   "Flatten", "Gemm"]
+
+
+@pytest.mark.parametrize("layers, match", [
+    (((8, 3, 1, 2),), "groups=2 must divide the input channels 3"),
+    (((8, 3, 1, 1, (1, 1, 3, 1), True, False),), r"pads=\(1, 1, 3, 1\) must be four ints"),
+    (((8, 9, 1, 1, (0, 0, 0, 0), True, False),), "does not fit the padded 6 x 6 map"),
+    (((3, 3, 2, 1, (1, 1, 1, 1), True, True),), "residual needs the output shape"),
+    (((8, 3, 1),), "must be \\(out, kernel, stride, groups\\)"),
+])
+def test_conv_chain_refuses_a_layer_it_cannot_build(layers, match):
+    with pytest.raises(ValueError, match=match):
+        conv_chain(height=6, width=6, layers=layers)
+

@@ -19,8 +19,8 @@ from flow import tessera  # noqa: E402
 from flow.compile import compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner import layer_cost  # noqa: E402
-from planner.net.models import (deep_conv, encoder_block, inverted_residual_net,  # noqa: E402
-                                mlp, small_cnn)
+from planner.net.models import (conv_chain, deep_conv, encoder_block,  # noqa: E402
+                                inverted_residual_net, mlp, small_cnn)
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (fold_batchnorm, generated_inputs, lower,  # noqa: E402
                                   quantize_qdq, seeded_weights)
@@ -317,13 +317,40 @@ def random_transformer(rng: np.random.Generator) -> tuple[str, dict]:
                                  ffn=int(rng.integers(8, 200)), seed=int(rng.integers(1 << 20)))
 
 
+def random_conv_chain(rng: np.random.Generator) -> dict:
+    """Arguments of :func:`planner.net.models.conv_chain` drawn from ``rng``: maps of 6 to 39
+    rows and columns, two to six convolutions of 2-69 channels, kernels 1, 3 or 5, stride 2 in
+    a third of the layers (maps above 4), channel groups in three of ten, asymmetric pads in
+    three of ten, no ReLU in one of five, the residual Add where the shapes allow it (half the
+    time)."""
+    h, w = int(rng.integers(6, 40)), int(rng.integers(6, 40))
+    side, cin, layers = (h, w), 3, []
+    for _ in range(int(rng.integers(2, 7))):
+        k = int(rng.choice([1, 3, 3, 5]))
+        s = int(rng.choice([1, 1, 2])) if min(side) > 4 else 1
+        cout = int(rng.integers(2, 70))
+        divs = [g for g in range(1, cin + 1) if cin % g == 0 and cout % g == 0]
+        g = int(rng.choice(divs)) if rng.random() < 0.3 else 1
+        pads = ((k // 2,) * 4 if rng.random() < 0.7 else
+                tuple(int(rng.integers(0, k // 2 + 1)) for _ in range(4)))
+        out = tuple((n + a + b - k) // s + 1 for n, a, b in zip(side, pads[:2], pads[2:]))
+        if min(out) < 1:
+            continue
+        residual = cout == cin and out == side and bool(rng.random() < 0.5)
+        layers.append((cout, k, s, g, pads, bool(rng.random() < 0.8), residual))
+        side, cin = out, cout
+    return dict(height=h, width=w, classes=int(rng.integers(2, 12)), layers=tuple(layers),
+                seed=int(rng.integers(1 << 20)))
+
+
 #: The random networks' families: the model builder of a draw, and the draw.
 RANDOM_FAMILIES = {
     "inverted_residual": lambda rng: ("inverted_residual_net", random_inverted_residual(rng)),
     "transformer": random_transformer,
+    "conv_chain": lambda rng: ("conv_chain", random_conv_chain(rng)),
 }
 _BUILDERS = {"inverted_residual_net": inverted_residual_net, "mlp": mlp,
-             "encoder_block": encoder_block}
+             "encoder_block": encoder_block, "conv_chain": conv_chain}
 
 
 def _random_nets(preset, family, count, tmp_path):
@@ -369,6 +396,14 @@ def test_random_transformer_nets_on_rtl(preset, tmp_path):
     """Random MLPs and encoder blocks (run-time GEMMs, host Softmax / LayerNorm / GELU
     between accelerator layers), four a run and preset."""
     _random_nets(preset, "transformer", 4, tmp_path)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_random_conv_chains_on_rtl(preset, tmp_path):
+    """Random chains of convolutions (kernels 1, 3, 5, strides, groups, asymmetric pads,
+    residual Adds: what the fusion, the row store and the padded buffers meet), four a run."""
+    _random_nets(preset, "conv_chain", 4, tmp_path)
 
 
 @pytest.mark.rtl
