@@ -132,7 +132,7 @@ def predict_conv_reference(d: GemmDescriptor, tables: ConvTables, cfg: AccelConf
     return _walk(d, tables, cfg, consts, walk)
 
 
-def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class=None):
+def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class):
     """The steps of :func:`spec.schedule.steps` as ``(weight, step, next, pending store)``,
     grouped twice:
 
@@ -142,8 +142,8 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class=None):
     * across blocks, the blocks whose steps cost the same: a block's steps depend only on its
       own ``m_eff`` and n block, on how it relates to the blocks before and after it (the same
       m or n block or not; the one before's store; the one after's load), and on the n blocks'
-      cost class ``n_class(n0, n_eff)`` (hashable; by default the n block itself). Such blocks
-      are walked once, with their count as a weight.
+      cost class ``n_class(n0, n_eff)`` (hashable: :func:`_gather_class`). Such blocks are
+      walked once, with their count as a weight.
 
     The walk's cost only sums its phases, so the order of the groups does not matter, apart
     from the first step (the prologue's loads) and the last (the epilogue's store): step 0's
@@ -151,12 +151,11 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class=None):
     R, C = cfg.array_rows, cfg.array_cols
     ms = range(0, d.m, d.partition_m)
     ns = range(0, d.n, d.partition_n)
-    blocks = [(m0, n0) for m0 in ms for n0 in ns] if d.outer_m else \
-        [(m0, n0) for n0 in ns for m0 in ms]
+    # each block's (m, n) indices in execution order, and its (m0, n0)
+    index = [(i, j) for i in range(len(ms)) for j in range(len(ns))] if d.outer_m else \
+        [(i, j) for j in range(len(ns)) for i in range(len(ms))]
+    blocks = [(ms[i], ns[j]) for i, j in index]
     nk = -(-d.k // d.partition_k)
-    if n_class is None:
-        def n_class(n0: int, n_eff: int):
-            return n0
 
     memo: dict[tuple[int, int], Step] = {}
 
@@ -181,15 +180,12 @@ def _grouped_steps(d: GemmDescriptor, cfg: AccelConfig, n_class=None):
             last_k=q == nk - 1)
         return got
 
-    # each block's (m, n) indices, and the part of its signature its own m and n blocks give
+    # the part of each block's signature its own m and n blocks give
     m_own = [min(d.partition_m, d.m - m0) for m0 in ms]
     n_own = []
     for n0 in ns:
         n_eff = min(d.partition_n, d.n - n0)
         n_own.append((n_eff, n_class(n0, n_eff)))
-    nn = len(ns)
-    index = [(i, j) for i in range(len(ms)) for j in range(nn)] if d.outer_m else \
-        [(i, j) for j in range(nn) for i in range(len(ms))]
     own = [(m_own[i], n_own[j]) for i, j in index]
 
     last = len(blocks) - 1
