@@ -1,0 +1,112 @@
+"""The README's first hour: its three commands on ``light_squeezenet.onnx``, run as the README
+writes them, print what the README quotes (the summary lines, the quoted table rows, the
+totals, and the utilisation its prose states), so the walkthrough a newcomer follows first
+stays true."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from flow import tessera
+from spec.config import PRESETS
+from tb.tools import missing_tool
+
+from .conftest import LIGHT
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _section(title: str) -> str:
+    """The README's section ``## title`` (up to the next ``## ``)."""
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def _blocks(section: str) -> list[list[str]]:
+    """The fenced code blocks of ``section``, as lists of lines."""
+    return [b.strip("\n").splitlines() for b in section.split("```")[1::2]]
+
+
+def _cells(row: str) -> list[str]:
+    """A table row of ``tessera run``'s report, its cells stripped (the README's excerpt has
+    narrower columns than the full table)."""
+    return [c.strip() for c in row.strip().strip("│").split("│")]
+
+
+def _commands(block: list[str]) -> dict[str, list[str]]:
+    """The ``tessera`` commands of the README's command block by subcommand, ``$LIGHT``
+    resolved and comments dropped."""
+    out = {}
+    for line in block:
+        if line.startswith("tessera "):
+            argv = shlex.split(line.split("#")[0].replace("$LIGHT", str(LIGHT)))[1:]
+            out[argv[0]] = argv
+    return out
+
+
+def test_readme_blocks_are_what_the_test_expects():
+    """The parsing below finds the three commands and each quoted output (a README edit that
+    moves them fails here, not as a confusing mismatch)."""
+    blocks = _blocks(_section("Your first hour: an ONNX model to per-layer cycles on the RTL"))
+    assert set(_commands(blocks[0])) == {"explain", "compile", "run"}
+    assert blocks[1][0].endswith(" ...") and blocks[2][0].startswith("squeezenet.tsr: ")
+    assert any(line.startswith("│") for line in blocks[3])
+    assert any(line.startswith("wall time ") for line in blocks[3])
+
+
+@pytest.mark.rtl
+def test_readme_first_hour_prints_what_the_readme_quotes(tmp_path, monkeypatch, capsys):
+    reason = missing_tool("verilator")
+    if reason:
+        pytest.skip(reason)
+    section = _section("Your first hour: an ONNX model to per-layer cycles on the RTL")
+    blocks = _blocks(section)
+    commands = _commands(blocks[0])
+    monkeypatch.chdir(tmp_path)         # the commands write squeezenet.tsr / .html here
+
+    assert tessera.main(commands["explain"]) == 0
+    explained = capsys.readouterr().out.splitlines()
+    quoted = blocks[1][0][:-len(" ...")]
+    assert any(line.startswith(quoted) for line in explained), (quoted, explained[-3:])
+
+    assert tessera.main(commands["compile"]) == 0
+    compiled = capsys.readouterr().out.splitlines()
+    assert blocks[2][0] in compiled, (blocks[2][0], compiled)
+
+    assert tessera.main(commands["run"]) == 0
+    ran = capsys.readouterr().out.splitlines()
+    assert (tmp_path / "squeezenet.html").exists()
+    (header,) = [_cells(r.replace("┃", "│")) for r in ran if r.startswith("┃")]
+    (quoted_header,) = [_cells(r.replace("┃", "│")) for r in blocks[3] if r.startswith("┃")]
+    assert header == quoted_header
+    rows = {tuple(_cells(r)[:2]): _cells(r) for r in ran if r.startswith("│")}
+    quoted_rows = [_cells(r) for r in blocks[3] if r.startswith("│")]
+    assert quoted_rows
+    for q in quoted_rows:
+        assert rows.get(tuple(q[:2])) == q, (q, rows.get(tuple(q[:2])))
+    # the totals line, but for the wall time; the comparisons as quoted
+    wall = re.compile(r"^wall time [\d.]+ s;")
+    (total,) = [wall.sub("wall time - s;", r) for r in ran if wall.match(r)]
+    (quoted_total,) = [wall.sub("wall time - s;", r) for r in blocks[3] if wall.match(r)]
+    assert total == quoted_total
+    for line in blocks[3]:
+        if line.lstrip().startswith("softmaxout_1: vs "):
+            assert line in ran, (line, [r for r in ran if "softmaxout_1: vs" in r])
+
+    # the prose's totals: every accelerator layer's MACs in the measured cycles
+    column = header.index("MACs")
+    macs = sum(int(c[column].replace(",", "")) for c in rows.values()
+               if c[2].startswith("accel"))
+    cycles = int(re.search(r"measured ([\d,]+) cycles", total).group(1).replace(",", ""))
+    cfg = PRESETS["default"]
+    util = 100 * macs / (cfg.array_rows * cfg.array_cols * cycles)
+    prose = " ".join(section.split())
+    stated = re.search(r"at ([\d.]+)% MAC utilisation over the whole network "
+                       r"\(([\d,]+) MACs in ([\d,]+) cycles\)", prose)
+    assert stated, "the README's sentence on the whole network's utilisation"
+    assert (stated.group(1), stated.group(2), stated.group(3)) == \
+        (f"{util:.1f}", f"{macs:,}", f"{cycles:,}")
