@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import planner
 from flow import tessera
 from spec.config import PRESETS
+from tb.demo import DEFAULT_SHAPES
 from tb.tools import missing_tool
 
 from .conftest import LIGHT
@@ -110,3 +112,19 @@ def test_readme_first_hour_prints_what_the_readme_quotes(tmp_path, monkeypatch, 
     assert stated, "the README's sentence on the whole network's utilisation"
     assert (stated.group(1), stated.group(2), stated.group(3)) == \
         (f"{util:.1f}", f"{macs:,}", f"{cycles:,}")
+
+
+def test_readme_make_sim_numbers_are_the_planners():
+    """``make sim``'s first GEMM as the README states it: the cycles the planner predicts with
+    ``make sim``'s strategy (the RTL runs it in exactly that many: tests/sim/test_rtl.py's
+    planned GEMMs compare every count with the prediction) and the MAC utilisation."""
+    prose = " ".join(README.read_text().split())
+    stated = re.search(r"the (\d+)x(\d+)x(\d+) GEMM runs in ([\d,]+) cycles, which is "
+                       r"\*\*([\d.]+)% MAC utilisation\*\*", prose)
+    assert stated, "the README's sentence on make sim's first GEMM"
+    m, k, n = (int(stated.group(i)) for i in (1, 2, 3))
+    assert DEFAULT_SHAPES.split(",")[0] == f"{m}x{k}x{n}"
+    cfg = PRESETS["default"]
+    cycles = planner.layer_cost(planner.GemmShape(m, k, n), cfg, "best").cycles
+    util = 100 * m * k * n / (cfg.macs_per_cycle * cycles)
+    assert (stated.group(4), stated.group(5)) == (f"{cycles:,}", f"{util:.1f}")
