@@ -355,8 +355,10 @@ _BUILDERS = {"inverted_residual_net": inverted_residual_net, "mlp": mlp,
 
 def _random_nets(preset, family, count, tmp_path):
     """``count`` random networks of ``family`` (:data:`RANDOM_FAMILIES`, seeded from
-    ``$TESSERA_SEED`` or a fresh seed, printed) on ``preset``: every layer on the
-    accelerator, bit-exact against the golden device, every layer's cycles as predicted."""
+    ``$TESSERA_SEED`` or a fresh seed, printed) on ``preset``, half of them compiled with
+    ``fuse`` (the fusible pairs' intermediates in the local buffer, docs/fusion.md): every
+    layer on the accelerator, bit-exact against the golden device, every layer's cycles as
+    predicted."""
     needs("verilator")
     seed = int(os.getenv("TESSERA_SEED", random.randrange(1 << 30)))
     print(f"\nrandom {family} networks on {preset}: TESSERA_SEED={seed} reproduces this run")
@@ -365,21 +367,23 @@ def _random_nets(preset, family, count, tmp_path):
            else PRESETS[preset])
     for i in range(count):
         builder, args = RANDOM_FAMILIES[family](rng)
+        fuse = bool(rng.random() < 0.5)
         model = fold_batchnorm(load_model(_BUILDERS[builder](**args)))
         q = quantize_qdq(model, samples=1, seed=1)
         feeds = generated_inputs(model, 1, seed=5)[0]
-        net = compile_network(lower(import_onnx(q)), cfg, qmodel=q)
+        net = compile_network(lower(import_onnx(q)), cfg, qmodel=q, fuse=fuse)
         rtl = run_network(net, feeds, sim="verilator", workdir=tmp_path / f"net{i}")
         gold = run_network(net, feeds, sim="golden")
         exact = compare_outputs(rtl.outputs, gold.outputs)
-        what = f"{builder}(**{args})"
+        what = f"{builder}(**{args}), fuse={fuse}"
         assert all(c["bit_exact"] for c in exact.values()), (what, exact)
         assert net.summary()["host_layers"] == {}, what
         for r in layer_rows(rtl, net.cfg):
             if r["where"] != "host":
                 assert r["cycles"] == r["predicted_cycles"], (what, r)
         assert rtl.total_cycles == rtl.predicted_cycles, what
-        print(f"{what}: {rtl.total_cycles} cycles, bit-exact, as predicted")
+        fused = sum(len(s.fused) for s in net.segments)
+        print(f"{what}: {fused} pairs fused, {rtl.total_cycles} cycles, bit-exact, as predicted")
 
 
 @pytest.mark.rtl
