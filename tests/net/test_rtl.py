@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -592,6 +593,69 @@ def test_light_resnet50_on_fpga_runs_every_conv_on_the_accelerator(tmp_path):
         s["predicted_cycles"] + s["ksplit_predicted_cycles"]
     (c,) = vs_ort.values()
     assert c["max_abs_diff_lsb"] <= 8
+
+
+#: The onnx wheel's other light models (the README's "Your first hour": "other models of the
+#: wheel work the same way"; light_resnet50 and light_squeezenet have their own tests), with
+#: shufflenet runs in the default tier (about 20 s), the others (1-8 minutes each) in make
+#: test-full.
+NETWORKS_DOC = Path(__file__).resolve().parents[2] / "docs" / "networks.md"
+LIGHT_MODELS = ("shufflenet", "inception_v1", "inception_v2", "densenet121", "bvlc_alexnet",
+                "zfnet512", "vgg19")
+
+
+def _light_model_on_rtl(name, tmp_path, capsys):
+    """``light_<name>.onnx`` as the README runs light_squeezenet (``tessera compile
+    --seeded-weights 0``, ``tessera run --sim verilator --compare``): every layer the
+    accelerator supports on it, bit-exact against the golden device, every record's cycles as
+    predicted, within 2 LSB of onnxruntime on the same quantised model. Returns what
+    ``compile`` printed and the run's JSON report."""
+    needs("verilator")
+    tsr, report = tmp_path / f"{name}.tsr", tmp_path / f"{name}.json"
+    assert tessera.main(["compile", str(LIGHT / f"light_{name}.onnx"), "--seeded-weights", "0",
+                         "-o", str(tsr)]) == 0
+    compiled = capsys.readouterr().out.splitlines()
+    summary = compiled[0]
+    records = int(summary.split(" layer records")[0].rsplit("(", 1)[1])
+    assert summary.count(", 0 layers on the host;") == 1, summary
+    assert tessera.main(["run", str(tsr), "--sim", "verilator", "--compare", "--json",
+                         str(report), "--workdir", str(tmp_path / "sim")]) == 0
+    out = json.loads(report.read_text())
+    rows = [r for r in out["layers"] if r["where"] != "host"]
+    assert sum(r["records"] for r in rows) == records
+    for r in rows:
+        assert r["cycles"] == r["predicted_cycles"], r
+    assert out["total_cycles"] == out["predicted_cycles"]
+    assert all(c["bit_exact"] for c in out["vs_golden"].values()), out["vs_golden"]
+    assert all(c["max_abs_diff_lsb"] <= 2 for c in out["vs_onnxruntime"].values()), \
+        out["vs_onnxruntime"]
+    macs = sum(r["macs"] for r in rows)
+    util = f"{macs / (PRESETS['default'].macs_per_cycle * out['total_cycles']):.1%}"
+    print(f"\nlight_{name} on default: {records} records, {macs:,} MACs, "
+          f"{out['total_cycles']:,} cycles, {util} MAC utilisation, {out['wall_s']:.0f} s on "
+          f"the RTL")
+    # docs/networks.md's table of these models states what the run measures
+    (row,) = [line for line in NETWORKS_DOC.read_text().splitlines()
+              if line.startswith("| ") and f"(`light_{name}`)" in line]
+    assert [c.strip() for c in row.split("|")[2:6]] == \
+        [str(records), f"{macs:,}", f"{out['total_cycles']:,}", util], row
+    return compiled, out
+
+
+@pytest.mark.rtl
+def test_light_shufflenet_through_tessera_on_rtl(tmp_path, capsys):
+    """ShuffleNet: grouped 1x1 convolutions (a record per group), the channel shuffle on the
+    host, depthwise 3x3 layers of stride 1 and 2 on the mesh."""
+    compiled, out = _light_model_on_rtl("shufflenet", tmp_path, capsys)
+    assert "  depthwise: 16 of 16 layers on the mesh" in compiled
+    assert max(r["records"] for r in out["layers"] if r["where"] != "host") > 1   # groups
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIGHT_MODELS[1:])
+def test_light_models_of_the_onnx_wheel_on_rtl(name, tmp_path, capsys):
+    _light_model_on_rtl(name, tmp_path, capsys)
 
 
 def _fc_qdq_model(k: int, n: int, seed: int = 0):
