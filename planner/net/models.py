@@ -48,9 +48,10 @@ def _image_model(height: int, width: int, classes: int, seed: int, *, min_side: 
     return np.random.default_rng(seed), {}, []
 
 
-def _classifier(nodes, inits, rng, x: str, channels: int, classes: int, hw, name: str):
+def _classifier(nodes, inits, rng, x: str, channels: int, classes: int, hw, name: str, *,
+                batch: int = 1):
     """Global average pooling, flatten and a Gemm head with ``classes`` outputs after ``x``
-    (``channels`` deep), on input ``x`` of ``1 x 3 x hw``: the model."""
+    (``channels`` deep), on input ``x`` of ``batch x 3 x hw``: the model."""
     from onnx import TensorProto, helper
 
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
@@ -60,8 +61,8 @@ def _classifier(nodes, inits, rng, x: str, channels: int, classes: int, hw, name
     inits["fc_b"] = rng.normal(0, 0.05, classes).astype(np.float32)
     nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc",
                                   transB=1))
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *hw])]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, *hw])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])]
     return _make(nodes, inputs, outputs, inits, name)
 
 
@@ -345,8 +346,8 @@ def inverted_residual_net(*, height: int = 32, width: int = 32, classes: int = 1
 
 
 def conv_chain(*, height: int = 16, width: int = 16, classes: int = 10,
-               layers=((16, 3, 1, 1), (32, 3, 2, 1)), seed: int = 0):
-    """A chain of convolutions on ``1 x 3 x height x width``, then global average pooling,
+               layers=((16, 3, 1, 1), (32, 3, 2, 1)), seed: int = 0, batch: int = 1):
+    """A chain of convolutions on ``batch x 3 x height x width``, then global average pooling,
     flatten and a Gemm head. Each of ``layers`` is ``(out, kernel, stride, groups)`` or
     ``(out, kernel, stride, groups, pads, relu, residual)``: a ``kernel`` x ``kernel`` Conv to
     ``out`` channels in ``groups`` groups (dividing both channel counts), ``pads`` (top, left,
@@ -356,6 +357,7 @@ def conv_chain(*, height: int = 16, width: int = 16, classes: int = 10,
     from onnx import helper
 
     rng, inits, nodes = _image_model(height, width, classes, seed, min_side=1)
+    _check("batch", batch, 1, 64)
     x, cin, side = "x", 3, (height, width)
     for i, layer in enumerate(layers):
         if len(layer) not in (4, 7):
@@ -394,4 +396,5 @@ def conv_chain(*, height: int = 16, width: int = 16, classes: int = 10,
             nodes.append(helper.make_node("Add", [y, x], [f"c{i}_add"], name=f"c{i}_add"))
             y = f"c{i}_add"
         x, cin, side = y, cout, out
-    return _classifier(nodes, inits, rng, x, cin, classes, (height, width), "conv_chain")
+    return _classifier(nodes, inits, rng, x, cin, classes, (height, width), "conv_chain",
+                       batch=batch)

@@ -63,3 +63,16 @@ def test_conv_chain_refuses_a_layer_it_cannot_build(layers, match):
     with pytest.raises(ValueError, match=match):
         conv_chain(height=6, width=6, layers=layers)
 
+
+
+def test_conv_chain_takes_a_batch_of_images():
+    """``batch`` images in one input, ``batch`` rows of logits out; a batch outside 1-64 is
+    refused by name."""
+    model = conv_chain(height=7, width=5, classes=3, layers=((4, 3, 1, 1),), batch=3)
+    onnx.checker.check_model(model, full_check=True)
+    dims = [[d.dim_value for d in t.type.tensor_type.shape.dim]
+            for t in (model.graph.input[0], model.graph.output[0])]
+    assert dims == [[3, 3, 7, 5], [3, 3]]
+    for bad in (0, 65, 2.0):
+        with pytest.raises(ValueError, match=r"batch must be an int in \[1, 64\]"):
+            conv_chain(height=7, width=5, layers=((4, 3, 1, 1),), batch=bad)

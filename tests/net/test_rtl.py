@@ -323,7 +323,7 @@ def random_conv_chain(rng: np.random.Generator) -> dict:
     rows and columns, two to six convolutions of 2-69 channels, kernels 1, 3 or 5, stride 2 in
     a third of the layers (maps above 4), channel groups in three of ten, asymmetric pads in
     three of ten, no ReLU in one of five, the residual Add where the shapes allow it (half the
-    time)."""
+    time), two or three images in one of five."""
     h, w = int(rng.integers(6, 40)), int(rng.integers(6, 40))
     side, cin, layers = (h, w), 3, []
     for _ in range(int(rng.integers(2, 7))):
@@ -341,7 +341,8 @@ def random_conv_chain(rng: np.random.Generator) -> dict:
         layers.append((cout, k, s, g, pads, bool(rng.random() < 0.8), residual))
         side, cin = out, cout
     return dict(height=h, width=w, classes=int(rng.integers(2, 12)), layers=tuple(layers),
-                seed=int(rng.integers(1 << 20)))
+                seed=int(rng.integers(1 << 20)),
+                batch=int(rng.integers(2, 4)) if rng.random() < 0.2 else 1)
 
 
 #: The random networks' families: the model builder of a draw, and the draw.
@@ -407,7 +408,8 @@ def test_random_transformer_nets_on_rtl(preset, tmp_path):
 @pytest.mark.parametrize("preset", ["tiny", "default"])
 def test_random_conv_chains_on_rtl(preset, tmp_path):
     """Random chains of convolutions (kernels 1, 3, 5, strides, groups, asymmetric pads,
-    residual Adds: what the fusion, the row store and the padded buffers meet), four a run."""
+    residual Adds, batches: what the fusion, the row store and the padded buffers meet), four a
+    run."""
     _random_nets(preset, "conv_chain", 4, tmp_path)
 
 
