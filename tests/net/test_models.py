@@ -64,7 +64,6 @@ def test_conv_chain_refuses_a_layer_it_cannot_build(layers, match):
         conv_chain(height=6, width=6, layers=layers)
 
 
-
 def test_conv_chain_takes_a_batch_of_images():
     """``batch`` images in one input, ``batch`` rows of logits out; a batch outside 1-64 is
     refused by name."""

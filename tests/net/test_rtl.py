@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from spec.config import PRESETS  # noqa: E402
 from flow import tessera  # noqa: E402
-from flow.compile import compile_network  # noqa: E402
+from flow.compile import CompiledNetwork, compile_network  # noqa: E402
 from flow.execute import compare_outputs, layer_rows, run_network  # noqa: E402
 from planner import layer_cost  # noqa: E402
 from planner.net.models import (conv_chain, deep_conv, encoder_block,  # noqa: E402
@@ -597,46 +597,49 @@ def test_light_resnet50_on_fpga_runs_every_conv_on_the_accelerator(tmp_path):
     assert c["max_abs_diff_lsb"] <= 8
 
 
-#: The onnx wheel's other light models (the README's "Your first hour": "other models of the
-#: wheel work the same way"; light_resnet50 and light_squeezenet have their own tests), with
-#: shufflenet runs in the default tier (about 20 s), the others (1-8 minutes each) in make
-#: test-full.
 NETWORKS_DOC = Path(__file__).resolve().parents[2] / "docs" / "networks.md"
-LIGHT_MODELS = ("shufflenet", "inception_v1", "inception_v2", "densenet121", "bvlc_alexnet",
-                "zfnet512", "vgg19")
+#: The onnx wheel's light models besides light_resnet50 and light_squeezenet (which have their
+#: own tests), run as the README's "Your first hour" runs light_squeezenet: ShuffleNet in the
+#: default tier (about 20 s), these (1-8 minutes each) in make test-full.
+SLOW_LIGHT_MODELS = ("inception_v1", "inception_v2", "densenet121", "bvlc_alexnet", "zfnet512",
+                     "vgg19")
 
 
 def _light_model_on_rtl(name, tmp_path, capsys):
     """``light_<name>.onnx`` as the README runs light_squeezenet (``tessera compile
     --seeded-weights 0``, ``tessera run --sim verilator --compare``): every layer the
     accelerator supports on it, bit-exact against the golden device, every record's cycles as
-    predicted, within 2 LSB of onnxruntime on the same quantised model. Returns what
-    ``compile`` printed and the run's JSON report."""
+    predicted, within 2 LSB of onnxruntime on the same quantised model (with its graph
+    optimisations off where ``run`` compares that way too: its fused kernels are not always the
+    operators' definitions), and the row of docs/networks.md's table of these models states
+    the records, MACs, cycles and utilisation measured. Returns what ``compile`` printed and
+    the run's JSON report."""
     needs("verilator")
     tsr, report = tmp_path / f"{name}.tsr", tmp_path / f"{name}.json"
     assert tessera.main(["compile", str(LIGHT / f"light_{name}.onnx"), "--seeded-weights", "0",
                          "-o", str(tsr)]) == 0
     compiled = capsys.readouterr().out.splitlines()
-    summary = compiled[0]
-    records = int(summary.split(" layer records")[0].rsplit("(", 1)[1])
-    assert summary.count(", 0 layers on the host;") == 1, summary
+    summary = CompiledNetwork.load(tsr).summary()
+    assert summary["host_layers"] == {}, summary["host_layers"]
     assert tessera.main(["run", str(tsr), "--sim", "verilator", "--compare", "--json",
                          str(report), "--workdir", str(tmp_path / "sim")]) == 0
     out = json.loads(report.read_text())
     rows = [r for r in out["layers"] if r["where"] != "host"]
-    assert sum(r["records"] for r in rows) == records
+    records = sum(r["records"] for r in rows)
+    assert records == summary["records"]
     for r in rows:
         assert r["cycles"] == r["predicted_cycles"], r
     assert out["total_cycles"] == out["predicted_cycles"]
     assert all(c["bit_exact"] for c in out["vs_golden"].values()), out["vs_golden"]
-    assert all(c["max_abs_diff_lsb"] <= 2 for c in out["vs_onnxruntime"].values()), \
-        out["vs_onnxruntime"]
+    plain = out.get("vs_onnxruntime_unoptimised", {})
+    for output, c in out["vs_onnxruntime"].items():
+        lsb = min(c["max_abs_diff_lsb"], plain.get(output, c)["max_abs_diff_lsb"])
+        assert lsb <= 2, (output, c, plain.get(output))
     macs = sum(r["macs"] for r in rows)
     util = f"{macs / (PRESETS['default'].macs_per_cycle * out['total_cycles']):.1%}"
     print(f"\nlight_{name} on default: {records} records, {macs:,} MACs, "
           f"{out['total_cycles']:,} cycles, {util} MAC utilisation, {out['wall_s']:.0f} s on "
           f"the RTL")
-    # docs/networks.md's table of these models states what the run measures
     (row,) = [line for line in NETWORKS_DOC.read_text().splitlines()
               if line.startswith("| ") and f"(`light_{name}`)" in line]
     assert [c.strip() for c in row.split("|")[2:6]] == \
@@ -655,8 +658,10 @@ def test_light_shufflenet_through_tessera_on_rtl(tmp_path, capsys):
 
 @pytest.mark.rtl
 @pytest.mark.slow
-@pytest.mark.parametrize("name", LIGHT_MODELS[1:])
+@pytest.mark.parametrize("name", SLOW_LIGHT_MODELS)
 def test_light_models_of_the_onnx_wheel_on_rtl(name, tmp_path, capsys):
+    """make test-full: Inception v1 and v2, DenseNet-121, AlexNet, ZFNet-512 and VGG-19 (90.7 M
+    cycles, about 8 minutes on the RTL)."""
     _light_model_on_rtl(name, tmp_path, capsys)
 
 
