@@ -3,11 +3,11 @@
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from planner.net.graph import ModelError
 from planner.net.models import encoder_block
-from planner.net.onnx_import import import_onnx, load_model, parse_input_shapes
+from planner.net.onnx_import import _infer, import_onnx, load_model, parse_input_shapes
 
 from .conftest import LIGHT
 
@@ -197,3 +197,32 @@ def test_a_conv_behind_a_custom_op_names_where_shape_inference_stopped():
     assert lower(g).unmatched["conv"] == (
         "tensor 'fq' has no static shape: shape inference stops at Fancy node 'fancy', an op "
         "of domain 'com.example' whose output shapes it does not know")
+
+
+def test_shape_inference_without_the_weights_data_infers_the_same():
+    """``_infer`` moves large float initializers' data out of the model while ONNX infers (their
+    dims are what it reads): the same value_info as inference on the whole model, a shape
+    tensor's values still propagated, and every initializer's data back in both models, also
+    when inference fails."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(2048, 64)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([8, 8], np.int64), "shape")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+             helper.make_node("Reshape", ["y", "shape"], ["z"], name="r")]
+    model = _tiny(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
+                  [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [w, shape])
+    before = model.SerializeToString()
+    out = _infer(model)
+    assert model.SerializeToString() == before
+    whole = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                              data_prop=True)
+    assert out.SerializeToString() == whole.SerializeToString()
+    (z,) = [o for o in out.graph.output if o.name == "z"]
+    assert [d.dim_value for d in z.type.tensor_type.shape.dim] == [8, 8]
+    bad = _tiny([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    before = bad.SerializeToString()
+    with pytest.raises(ModelError, match="shape inference failed"):
+        _infer(bad)
+    assert bad.SerializeToString() == before
