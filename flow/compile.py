@@ -65,13 +65,19 @@ from planner.shapes import ConvShape, GemmShape
 from spec.config import AccelConfig, require_config
 from spec.layouts import OpKind, PostMode
 
+from .tsr_onnx import restore_initializers, share_initializers
+
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
            "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError",
-           "TSR_FORMAT", "TSR_VERSION", "on_mesh"]
+           "TSR_FORMAT", "TSR_VERSION", "TSR_READS", "on_mesh"]
 
 TSR_FORMAT = "tessera-network"
-TSR_VERSION = 1
+#: The version :meth:`CompiledNetwork.save` writes. 2: ``model.onnx``'s large initialisers refer
+#: to the ``arrays/I.npy`` members holding the same bytes (:mod:`flow.tsr_onnx`).
+TSR_VERSION = 2
+#: The versions :meth:`CompiledNetwork.load` reads (1: ``model.onnx`` holds its own data).
+TSR_READS = (1, 2)
 
 
 class CompileError(ModelError):
@@ -822,7 +828,8 @@ class CompiledNetwork:
 
     def save(self, path: str | Path) -> Path:
         """Write the ``.tsr`` file (a zip: ``plan.json``, ``images/*.bin``, ``arrays/*.npy``,
-        optionally ``model.onnx``; docs/networks.md)."""
+        optionally ``model.onnx``, whose large initialisers refer to the ``arrays`` members
+        holding their bytes; docs/networks.md)."""
         path = Path(path)
         arrays: list[np.ndarray] = []
 
@@ -874,17 +881,21 @@ class CompiledNetwork:
                 "opset": self.opset, "inputs": self.inputs, "outputs": self.outputs,
                 "constants": {n: ref(v) for n, v in self.constants.items()},
                 "layers": layers, "steps": steps}
+        members: dict[str, tuple[bytes, int]] = {}      # name -> (.npy bytes, data offset)
+        for i, a in enumerate(arrays):
+            buf = io.BytesIO()
+            np.save(buf, a, allow_pickle=False)
+            data = buf.getvalue()
+            members[f"arrays/{i}.npy"] = (data, len(data) - a.nbytes)   # the data ends it
         tmp = path.with_name(path.name + ".part")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("plan.json", json.dumps(plan, indent=1) + "\n")
             for seg in self.segments:
                 z.writestr(f"images/segment{seg.index}.bin", seg.image)
-            for i, a in enumerate(arrays):
-                buf = io.BytesIO()
-                np.save(buf, a, allow_pickle=False)
-                z.writestr(f"arrays/{i}.npy", buf.getvalue())
+            for name, (data, _) in members.items():
+                z.writestr(name, data)
             if self.qmodel is not None:
-                z.writestr("model.onnx", self.qmodel)
+                z.writestr("model.onnx", share_initializers(self.qmodel, members))
         tmp.replace(path)
         return path
 
@@ -904,10 +915,10 @@ class CompiledNetwork:
             if not isinstance(plan, dict):
                 raise CompileError(f"{path}: plan.json is a {type(plan).__name__}, not an "
                                    f"object")
-            if plan.get("format") != TSR_FORMAT or plan.get("version") != TSR_VERSION:
+            if plan.get("format") != TSR_FORMAT or plan.get("version") not in TSR_READS:
                 raise CompileError(f"{path}: format {plan.get('format')!r} version "
                                    f"{plan.get('version')!r}, expected {TSR_FORMAT!r} version "
-                                   f"{TSR_VERSION}")
+                                   f"{' or '.join(map(str, TSR_READS))}")
             try:
                 cache: dict[int, np.ndarray] = {}
 
@@ -967,7 +978,8 @@ class CompiledNetwork:
                     else:
                         steps.append(Step(d["kind"], d["name"], layer=d["layer"],
                                           reason=d.get("reason", "")))
-                qmodel = z.read("model.onnx") if "model.onnx" in z.namelist() else None
+                qmodel = restore_initializers(z.read("model.onnx"), z.read) \
+                    if "model.onnx" in z.namelist() else None
                 constants = {n: dec(v) for n, v in plan["constants"].items()}
                 return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],

@@ -19,8 +19,9 @@ from firmware.runtime import Runtime  # noqa: E402
 from spec.config import PRESETS  # noqa: E402
 from planner.net import reference  # noqa: E402
 from flow.cli import compile_main, compile_model, run_main  # noqa: E402
-from flow.compile import (CompiledNetwork, CompileError, build_gemm_image,  # noqa: E402
-                          compile_network)
+from flow.compile import (TSR_READS, TSR_VERSION, CompiledNetwork,  # noqa: E402
+                          CompileError, build_gemm_image, compile_network)
+from flow.tsr_onnx import SHARE_MIN_BYTES  # noqa: E402
 from firmware.emulator import EmulatorDevice  # noqa: E402
 from flow.execute import execute, run_network  # noqa: E402
 from planner.net.models import small_cnn  # noqa: E402
@@ -189,6 +190,98 @@ def test_tsr_round_trip_and_bad_files(cnn, tmp_path):
     corrupt.write_bytes(bytes(raw))
     with pytest.raises(CompileError, match="corrupt.tsr: damaged compiled network"):
         CompiledNetwork.load(corrupt)
+
+
+def _members(path):
+    with zipfile.ZipFile(path) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def _rezip(path, members):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def test_tsr_model_onnx_refers_to_the_arrays_for_its_weights(cnn, tmp_path):
+    """``model.onnx`` in a .tsr keeps no second copy of the weights: its large initialisers are
+    ONNX external-data references to the ``arrays/I.npy`` members with the same bytes, which
+    ``load`` puts back (the model as compiled, byte for byte) and which ``onnx.load`` of the
+    unzipped file resolves too."""
+    _, _, net = cnn
+    path = net.save(tmp_path / "cnn.tsr")
+    members = _members(path)
+    stored = onnx.load_from_string(members["model.onnx"])
+    original = onnx.load_from_string(net.qmodel)
+    assert [i.name for i in stored.graph.initializer] == \
+        [i.name for i in original.graph.initializer]
+    refs = [i for i in stored.graph.initializer
+            if i.data_location == TensorProto.EXTERNAL]
+    # every weight tensor is an array's bytes (the biases' are not: zero points fold into them)
+    assert {i.name for i in refs} == {i.name for i in original.graph.initializer
+                                      if i.name.endswith("_w_quantized")}
+    big = [i for i in original.graph.initializer if i.name in {r.name for r in refs}]
+    assert all(len(i.raw_data) >= SHARE_MIN_BYTES for i in big)
+    for init in refs:
+        ref = {e.key: e.value for e in init.external_data}
+        assert re.fullmatch(r"arrays/[0-9]+\.npy", ref["location"]) and not init.raw_data
+        data = members[ref["location"]]
+        assert int(ref["offset"]) + int(ref["length"]) == len(data)      # the .npy's data
+    shared = sum(len(i.raw_data) for i in big)
+    assert len(members["model.onnx"]) < len(net.qmodel) - shared + 64 * len(refs)
+    assert CompiledNetwork.load(path).qmodel == net.qmodel
+    # unzipped, the model is a plain ONNX model with external data
+    out = tmp_path / "unzipped"
+    with zipfile.ZipFile(path) as z:
+        z.extractall(out)
+    loaded = onnx.load(str(out / "model.onnx"))
+    assert {i.name: onnx.numpy_helper.to_array(i).tobytes() for i in loaded.graph.initializer} \
+        == {i.name: onnx.numpy_helper.to_array(i).tobytes() for i in original.graph.initializer}
+
+
+def test_tsr_version_1_files_still_load(cnn, tmp_path):
+    """A version 1 file (``model.onnx`` with its own data) loads, its model unchanged."""
+    _, _, net = cnn
+    members = _members(net.save(tmp_path / "cnn.tsr"))
+    plan = json.loads(members["plan.json"])
+    assert plan["version"] == TSR_VERSION == 2 and TSR_READS == (1, 2)
+    plan["version"] = 1
+    members["plan.json"] = json.dumps(plan).encode()
+    members["model.onnx"] = net.qmodel
+    old = CompiledNetwork.load(_rezip(tmp_path / "v1.tsr", members))
+    assert old.qmodel == net.qmodel
+    assert [s.image for s in old.segments] == [s.image for s in net.segments]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ref: ref.update(location="../../etc/passwd"), "not a reference to an arrays/I.npy"),
+    (lambda ref: ref.update(offset="x"), "offset 'x' and length '.*' must be integers"),
+    (lambda ref: ref.update(length=str(1 << 40)), "bytes .* of arrays/[0-9]+.npy, which has"),
+    (lambda ref: ref.update(location="arrays/99999.npy"), "There is no item named"),
+    (lambda ref: ref.update(checksum="0"), "not a reference to an arrays/I.npy"),
+])
+def test_tsr_model_references_that_do_not_resolve_are_refused(cnn, tmp_path, edit, message):
+    """A reference out of the archive's arrays, past its member or malformed: a CompileError
+    naming the file and the initialiser, never a read outside the archive."""
+    _, _, net = cnn
+    members = _members(net.save(tmp_path / "cnn.tsr"))
+    model = onnx.load_from_string(members["model.onnx"])
+    init = next(i for i in model.graph.initializer if i.data_location == TensorProto.EXTERNAL)
+    ref = {e.key: e.value for e in init.external_data}
+    edit(ref)
+    del init.external_data[:]
+    for key, value in ref.items():
+        entry = init.external_data.add()
+        entry.key, entry.value = key, value
+    members["model.onnx"] = model.SerializeToString()
+    bad = _rezip(tmp_path / "bad.tsr", members)
+    with pytest.raises(CompileError, match=f"bad.tsr: damaged compiled network \\(.*{message}"):
+        CompiledNetwork.load(bad)
+    members["model.onnx"] = b"\xff\xff not a protobuf"
+    with pytest.raises(CompileError, match="damaged compiled network \\(model.onnx is not an "
+                                           "ONNX model"):
+        CompiledNetwork.load(_rezip(tmp_path / "junk.tsr", members))
 
 
 def _model(nodes, inits, x_shape, y_shape, opsets=(("", 17),)):
