@@ -7,10 +7,12 @@ Each part is a Verilator ``--binary`` whose clock runs in HDL: no cocotb, no VPI
 traffic, built with the options of the real simulator build (``tb.tools.VERILATOR_ARGS``):
 
 ``array``
-    :class:`hw.array.SystolicArray` alone, fed a beat every cycle (tiles of ``array_rows``
-    beats, operands from an LFSR). Every bit of ``o_row`` and ``o_tag`` is folded into one
+    :class:`hw.array.SystolicArray` alone, built as the preset builds it (with the depthwise
+    mesh where ``dw_mesh`` is 1, as on ``default``), fed a beat every cycle (tiles of
+    ``array_rows`` beats, operands from an LFSR; with the mesh, one tile in 16 a mesh tile of
+    random moves, fills and weights). Every bit of ``o_row`` and ``o_tag`` is folded into one
     observed register, so Verilator cannot drop a PE as dead logic (a wrapper that observed two
-    columns measured four times faster).
+    columns measured four times faster), nor the mesh's logic (its inputs change).
 ``postproc``
     :class:`hw.postproc.PostProc` alone, a row in every cycle, data and parameters from an LFSR
     (multiplier and shift within their legal ranges), every output bit folded.
@@ -83,13 +85,20 @@ class _LfsrFloor(wiring.Component):
 
 
 class ArrayFloor(_LfsrFloor):
-    """:class:`~hw.array.SystolicArray` fed a beat every cycle; ``sig`` folds every output."""
+    """:class:`~hw.array.SystolicArray` as ``cfg`` builds it (``mesh``: with the depthwise
+    mesh when ``cfg.dw_mesh``), fed a beat every cycle; ``sig`` folds every output. With the
+    mesh, the tile after one whose last beat finds LFSR bits 50-53 zero (one in 16) is a mesh
+    tile: every cycle a tap with a random move, fill, split and weights. (The cost is the point, not the
+    results: a mesh tile follows a GEMM tile without the gap the array's contract asks for.)"""
 
     #: the outputs folded into ``sig``
     OUTPUTS = ("o_row", "o_tag", "o_valid")
 
     def __init__(self, cfg: AccelConfig):
-        super().__init__(cfg, SystolicArray(cfg, tag_bits=array_tag_bits(cfg)))
+        #: whether the array has the depthwise mesh (``cfg.dw_mesh``)
+        self.mesh = bool(cfg.dw_mesh)
+        super().__init__(cfg, SystolicArray(cfg, tag_bits=array_tag_bits(cfg, mesh=self.mesh),
+                                            mesh=self.mesh))
 
     def elaborate(self, platform):
         m = Module()
@@ -103,6 +112,15 @@ class ArrayFloor(_LfsrFloor):
         m.d.sync += [arr.i_valid.eq(1), arr.i_first.eq(k == 0), arr.i_last.eq(k == R - 1),
                      arr.i_a.eq(a), arr.i_b.eq(b), arr.i_a00.eq(a[:8]), arr.i_b00.eq(b[:8]),
                      arr.i_tag.eq(s[40:])]
+        if self.mesh:
+            in_mesh = Signal()          # this tile is a mesh tile
+            with m.If(k == R - 1):
+                m.d.sync += in_mesh.eq(s[50:54] == 0)
+            m.d.sync += [arr.i_mesh.eq(in_mesh), arr.i_tap.eq(in_mesh),
+                         arr.i_move.eq(Mux(s[20:23] > 4, 0, s[20:23])),
+                         arr.i_split.eq(Mux(s[23:25] == 3, 0, s[23:25])),
+                         arr.i_fill.eq(self.bytes_of(s, 2 * C, 7)),
+                         arr.i_w.eq(self.bytes_of(s, 4, 11))]
         m.d.sync += self.sig.eq(self.sig ^ fold(Cat(*(getattr(arr, o) for o in self.OUTPUTS))))
         return m
 
@@ -210,6 +228,7 @@ def measure_floor(part: str, preset: str, work: Path, cycles: int | None = None)
     short, long = _run(binary, cycles), _run(binary, 2 * cycles)
     extra = max(long - short, 1e-9)
     return {"kind": "floor", "part": part, "preset": preset,
-            "array": f"{cfg.array_rows}x{cfg.array_cols}", "cycles": cycles,
+            "array": f"{cfg.array_rows}x{cfg.array_cols}", "mesh": bool(cfg.dw_mesh),
+            "cycles": cycles,
             "wall_s": round(extra, 3), "cycles_per_s": round(cycles / extra),
             "cpus": os.cpu_count()}

@@ -1,6 +1,8 @@
 """bench.simfloor: the self-driving wrappers observe every output bit (so Verilator cannot drop
 logic from the measured model), and a floor measurement runs end to end on Verilator."""
 
+import dataclasses
+
 import pytest
 from amaranth import *
 from amaranth.sim import Simulator
@@ -35,17 +37,28 @@ def test_fold_reaches_every_bit():
     sim.run()
 
 
-@pytest.mark.parametrize("wrapper", [ArrayFloor, PostProcFloor])
-def test_signature_is_the_running_fold_of_every_output(wrapper):
+#: tiny with the depthwise mesh (default's array is built with it)
+_TINY_MESH = dataclasses.replace(PRESETS["tiny"], dw_mesh=1)
+
+
+@pytest.mark.parametrize("wrapper, cfg", [(ArrayFloor, PRESETS["tiny"]), (ArrayFloor, _TINY_MESH),
+                                          (PostProcFloor, PRESETS["tiny"])],
+                         ids=["array", "array-mesh", "postproc"])
+def test_signature_is_the_running_fold_of_every_output(wrapper, cfg):
     """``sig`` is the XOR over cycles of every output bit of the block, and the outputs carry
-    real, changing results (the LFSR drives work through the block)."""
-    top = wrapper(PRESETS["tiny"])
+    real, changing results (the LFSR drives work through the block, with the mesh also mesh
+    tiles)."""
+    top = wrapper(cfg)
     sim = Simulator(top)
     sim.add_clock(1e-8)
+    mesh_cycles = 0
 
     async def bench(ctx):
+        nonlocal mesh_cycles
         expect, values = 0, set()
-        for _ in range(80):
+        for _ in range(400 if cfg.dw_mesh else 80):
+            if cfg.dw_mesh:
+                mesh_cycles += ctx.get(top.block.i_mesh)
             assert ctx.get(top.sig) == expect
             outs = [getattr(top.block, o) for o in wrapper.OUTPUTS]
             word = 0
@@ -59,6 +72,10 @@ def test_signature_is_the_running_fold_of_every_output(wrapper):
 
     sim.add_testbench(bench)
     sim.run()
+    assert (wrapper is ArrayFloor) == hasattr(top, "mesh")
+    if wrapper is ArrayFloor:
+        assert top.mesh == bool(cfg.dw_mesh)
+        assert (mesh_cycles > 0) == top.mesh        # mesh tiles run where the mesh is built
 
 
 @pytest.mark.rtl
