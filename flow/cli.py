@@ -15,11 +15,13 @@ prints the rows as JSON instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from flow.argtypes import SEED
-from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, check_strategy,
-                          compile_network)
+from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, OnProgress,
+                          check_strategy, compile_network, progress)
 from flow.execute import compare_outputs, layer_rows, run_network
 from flow.outputs import check_writable
 from flow.report import html_report
@@ -108,6 +110,34 @@ def _seeded_weights_option(parser) -> None:
                              "the onnx wheel's light_* models, whose weights are constant)")
 
 
+@contextlib.contextmanager
+def _progress_display(prog: str,
+                      console: Console | None = None) -> Iterator[OnProgress | None]:
+    """A progress line on stderr for the steps of ``tessera explain`` / ``compile`` that take
+    a while (quantisation, planning each layer, building the images), fed with
+    :func:`flow.compile.progress` events: the stage, its parts done (when counted) and the
+    elapsed time. Transient, and drawn only on a terminal: a log or a pipe gets nothing, and
+    stdout only the results. ``console``: where to draw (default: stderr)."""
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        yield None                                  # (rich would still end with a newline)
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[n]}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = [bar.add_task(prog, total=None, n="")]
+
+        def on_event(ev: dict) -> None:
+            what, total = f"{prog}: {ev['what']}", ev["total"]
+            n = "" if total is None else f"{ev['done']}/{total}"
+            if bar.tasks[0].description != what:          # a new stage: its own bar and time
+                bar.remove_task(task[0])
+                task[0] = bar.add_task(what, total=total, n=n)
+            bar.update(task[0], completed=ev["done"], n=n)
+            bar.refresh()                           # every event drawn (at most a few hundred)
+
+        yield on_event
+
+
 def _assignment(args) -> tuple[FunctionLibrary, Thresholds]:
     defaults = Thresholds()
     th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
@@ -131,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
         lib, th = _assignment(args)
-        _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights)
-        rows = explain(lowered, cfg, lib, th)
+        with _progress_display("tessera explain") as on_event:
+            _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights,
+                                       on_event=on_event)
+            rows = explain(lowered, cfg, lib, th,
+                           on_layer=lambda done, total: progress(on_event, "planning layers",
+                                                                 done, total))
     except (ModelError, ValueError, OSError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
         return 2
@@ -186,41 +220,51 @@ def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
 
 
 def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
-                  seed: int | None = None, samples: int = 4):
+                  seed: int | None = None, samples: int = 4,
+                  on_event: OnProgress | None = None):
     """ONNX file -> ``(quantised model, lowered network)``, the front end of ``tessera
     explain`` and ``tessera compile``: load and fold, optionally replace the weights by seeded
     values; for a float model fold BatchNormalization and zero Pads into the Conv after them,
     make non-overlapping ConvTransposes Convs, normalise its Gemms (alpha, beta, transA, the
     bias's shape) and quantise (onnxruntime QDQ;
-    calibration from ``calib_dir`` or generated); lower."""
+    calibration from ``calib_dir`` or generated); lower. ``on_event`` gets a
+    :func:`flow.compile.progress` event as each of these stages starts."""
+    progress(on_event, f"loading {Path(str(model_path)).name}")
     model = load_model(model_path, shapes)
     if seed is not None:
+        progress(on_event, "seeding the weights")
         model = seeded_weights(model, seed)
     if not {n.op_type for n in model.graph.node} & _QUANT_OPS:
+        progress(on_event, "folding")
         model = normalise_gemm(conv_transpose_as_conv(fold_pad(fold_batchnorm(model))))
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
         calib = _calibration(calib_dir, names)
+        progress(on_event, f"quantising with onnxruntime "
+                           f"({samples if calib is None else len(calib)} calibration samples)")
         model = quantize_qdq(model, None if calib is None else list(calib.values()),
                              samples=samples, labels=None if calib is None else list(calib))
+        progress(on_event, "importing the quantised model")
         graph = import_onnx(model)
     else:
         graph = graph_from_model(model)
+    progress(on_event, "lowering")
     return model, lower(graph)
 
 
 def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str | None = None,
                   seed: int | None = None, samples: int = 4, strategy: str = "best",
                   fuse: bool = False, lib: FunctionLibrary | None = None,
-                  th: Thresholds = Thresholds()):
+                  th: Thresholds = Thresholds(), on_event: OnProgress | None = None):
     """ONNX file -> :class:`~flow.compile.CompiledNetwork` (``tessera compile``):
     :func:`prepare_model`, then :func:`~flow.compile.compile_network` with seed 004's ``lib``
-    and ``th`` deciding where each layer runs."""
+    and ``th`` deciding where each layer runs; ``on_event`` gets both's progress events."""
     check_strategy(strategy)        # before the quantisation, which takes a while
     model, lowered = prepare_model(model_path, shapes, calib_dir=calib_dir, seed=seed,
-                                   samples=samples)
+                                   samples=samples, on_event=on_event)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
-                           name=Path(str(model_path)).stem, fuse=fuse, lib=lib, th=th)
+                           name=Path(str(model_path)).stem, fuse=fuse, lib=lib, th=th,
+                           on_event=on_event)
 
 
 def compile_main(argv: list[str] | None = None) -> int:
@@ -250,10 +294,12 @@ def compile_main(argv: list[str] | None = None) -> int:
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
         lib, th = _assignment(args)
-        net = compile_model(args.model, shapes, cfg, calib_dir=args.calib,
-                            seed=args.seeded_weights, strategy=args.strategy, fuse=args.fuse,
-                            lib=lib, th=th)
-        net.save(args.output)
+        with _progress_display("tessera compile") as on_event:
+            net = compile_model(args.model, shapes, cfg, calib_dir=args.calib,
+                                seed=args.seeded_weights, strategy=args.strategy,
+                                fuse=args.fuse, lib=lib, th=th, on_event=on_event)
+            progress(on_event, f"writing {args.output}")
+            net.save(args.output)
     except (ModelError, CompileError, ValueError, OSError) as e:
         print(f"tessera compile: {e}", file=sys.stderr)
         return 2

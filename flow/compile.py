@@ -42,7 +42,7 @@ import json
 import re
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +70,7 @@ from .tsr_onnx import restore_initializers, share_initializers
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
            "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError",
-           "TSR_FORMAT", "TSR_VERSION", "TSR_READS", "on_mesh"]
+           "TSR_FORMAT", "TSR_VERSION", "TSR_READS", "on_mesh", "OnProgress", "progress"]
 
 TSR_FORMAT = "tessera-network"
 #: The version :meth:`CompiledNetwork.save` writes. 2: ``model.onnx``'s large initialisers refer
@@ -78,6 +78,19 @@ TSR_FORMAT = "tessera-network"
 TSR_VERSION = 2
 #: The versions :meth:`CompiledNetwork.load` reads (1: ``model.onnx`` holds its own data).
 TSR_READS = (1, 2)
+
+#: ``on_event(event)``: what a long compilation is doing, for progress displays (``tessera
+#: compile``): events of :func:`progress`
+OnProgress = Callable[[dict], None]
+
+
+def progress(on_event: OnProgress | None, what: str, done: int = 0,
+             total: int | None = None) -> None:
+    """Send ``{"event": "progress", "what", "done", "total"}`` to ``on_event`` (if any):
+    ``done`` of ``total`` parts of the stage ``what`` are finished (``total`` None: a stage
+    not counted in parts)."""
+    if on_event is not None:
+        on_event({"event": "progress", "what": what, "done": done, "total": total})
 
 
 class CompileError(ModelError):
@@ -1071,8 +1084,8 @@ def check_strategy(strategy: str) -> None:
 
 def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best",
                     qmodel=None, name: str | None = None, fuse: bool = False,
-                    lib: FunctionLibrary | None = None, th: Thresholds = Thresholds()
-                    ) -> CompiledNetwork:
+                    lib: FunctionLibrary | None = None, th: Thresholds = Thresholds(),
+                    on_event: OnProgress | None = None) -> CompiledNetwork:
     """Segments, images and host steps for ``lowered`` on ``cfg`` (module docstring).
 
     Where each layer runs is seed 004's decision (:func:`planner.net.assign.decide` with ``lib``
@@ -1083,7 +1096,9 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     holds runs in K parts (:func:`k_split`: a ``ksplit`` step, built at run time). With
     ``fuse``, every pair of
     :func:`fusible_pairs` keeps its intermediate in the accelerator's local buffer (seed 003;
-    docs/fusion.md); each segment lists its fused pairs."""
+    docs/fusion.md); each segment lists its fused pairs. ``on_event`` gets a
+    :func:`progress` event after each layer is planned ("planning layers") and after each
+    run of the network is built ("building images": a segment's image, or a host step)."""
     require_config(cfg)
     check_strategy(strategy)
     g = lowered.graph
@@ -1093,7 +1108,10 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
                                f"shape (--input-shape {n}=...)")
     lowered = on_mesh(lowered, cfg)
     layers = {l.name: l for l in lowered.layers}
-    host_layers = {d.op.name: d.reason for d in decide(lowered, cfg, lib, th)
+    decisions = decide(lowered, cfg, lib, th,
+                       on_layer=lambda done, total: progress(on_event, "planning layers", done,
+                                                             total))
+    host_layers = {d.op.name: d.reason for d in decisions
                    if d.op.name in layers and d.processor == "host"}
     ksplit = set()
     for n, l in layers.items():
@@ -1107,7 +1125,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
     while True:
         runs = _segment_runs(_schedule(lowered.steps, host_layers, ksplit), host_layers, ksplit)
         try:
-            steps = _compile_runs(runs, lowered, cfg, strategy, fuse)
+            steps = _compile_runs(runs, lowered, cfg, strategy, fuse, on_event)
             break
         except _Refused as e:
             if e.layer is None or e.layer in host_layers:
@@ -1155,7 +1173,7 @@ def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:
 
 
 def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,
-                  fuse: bool = False) -> list[Step]:
+                  fuse: bool = False, on_event: OnProgress | None = None) -> list[Step]:
     # tensors read by each position onwards (to know what a segment must hand back)
     reads_from: list[set[str]] = [set() for _ in range(len(runs) + 1)]
     reads_from[-1] = set(lowered.graph.outputs)
@@ -1171,6 +1189,7 @@ def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,
     steps: list[Step] = []
     index = 0
     for i, r in enumerate(runs):
+        progress(on_event, "building images", i, len(runs))
         if isinstance(r, HostOp):
             steps.append(Step("host", r.name, node=r.node))
         elif isinstance(r, tuple):
@@ -1180,4 +1199,5 @@ def _compile_runs(runs: list, lowered: Lowered, cfg: AccelConfig, strategy: str,
                 seg.index = index
                 index += 1
                 steps.append(Step("segment", f"segment{seg.index}", segment=seg))
+    progress(on_event, "building images", len(runs), len(runs))
     return steps

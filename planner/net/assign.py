@@ -67,7 +67,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -449,12 +449,18 @@ def _node_category(g: Graph, node: Node, outs: tuple[str, ...]) -> tuple[str, st
     return cls, category
 
 
-def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
+#: ``on_layer(done, total)``: called after each accelerator layer is costed (the long part)
+LayerProgress = Callable[[int, int], None]
+
+
+def analyse(net: Lowered | Graph, cfg: AccelConfig, *,
+            on_layer: LayerProgress | None = None) -> list[Op]:
     """The ops of a lowered network to assign, in execution order (module docstring): one per
     accelerator layer (its fused Q/DQ, bias, activation and requantisation included) and one
     per host op. A :class:`Graph` is lowered first (a float graph lowers to host ops only).
     Raises :class:`ModelError` when a runtime tensor's shape is not static (name the symbolic
-    input dims with input shapes)."""
+    input dims with input shapes). ``on_layer(done, total)`` is called after each accelerator
+    layer's cost (planning its tiling), for progress displays."""
     g = net.graph if isinstance(net, Lowered) else net
     for name in g.inputs:
         t = g.tensors[name]
@@ -463,6 +469,7 @@ def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
                              f"shape (--input-shape {name}=...) to analyse the network")
     lowered = net if isinstance(net, Lowered) else lower(net)
     ops = []
+    total, done = sum(isinstance(step, AccelLayer) for step in lowered.steps), 0
     for step in lowered.steps:
         outs = tuple(o for o in step.outputs if o)
         out_bytes = sum(_bytes(g, o) for o in outs)
@@ -476,6 +483,9 @@ def analyse(net: Lowered | Graph, cfg: AccelConfig) -> list[Op]:
                           category="tensor", macs=step.macs, accel_cycles=cycles,
                           tiling=scalars, refusal=refusal, host_elements=elements,
                           host_readback_bytes=readback, **common))
+            done += 1
+            if on_layer is not None:
+                on_layer(done, total)
             continue
         cls, category = _node_category(g, step.node, outs)
         refusal = lowered.unmatched.get(step.name)
@@ -592,19 +602,23 @@ def _why(evs: Mapping[str, Evaluation], th: Thresholds) -> str:
 
 
 def decide(net: Lowered | Graph, cfg: AccelConfig, lib: FunctionLibrary | None = None,
-           th: Thresholds = Thresholds()) -> list[Decision]:
+           th: Thresholds = Thresholds(), *,
+           on_layer: LayerProgress | None = None) -> list[Decision]:
     """Seed 004 on a lowered network: :func:`assign` of its :func:`analyse` ops. This is the
     decision ``flow.compile.compile_network`` takes and ``tessera explain`` prints. Without
     ``lib`` the host is :data:`NOMINAL_HOST` (under the default thresholds the decisions do
-    not depend on it; only the reported ``c`` and ``p`` do)."""
-    return assign(analyse(net, cfg), lib or FunctionLibrary(host=NOMINAL_HOST), th)
+    not depend on it; only the reported ``c`` and ``p`` do). ``on_layer``: as
+    :func:`analyse`'s."""
+    return assign(analyse(net, cfg, on_layer=on_layer), lib or FunctionLibrary(host=NOMINAL_HOST),
+                  th)
 
 
 def explain(net: Lowered | Graph, cfg: AccelConfig, lib: FunctionLibrary | None = None,
-            th: Thresholds = Thresholds()) -> list[dict]:
+            th: Thresholds = Thresholds(), *,
+            on_layer: LayerProgress | None = None) -> list[dict]:
     """Per-op rows of :func:`decide`: op, c and p on each processor, decision, rule, reason
-    (plus the tiling scalars of accelerator layers)."""
-    return [d.row() for d in decide(net, cfg, lib, th)]
+    (plus the tiling scalars of accelerator layers). ``on_layer``: as :func:`analyse`'s."""
+    return [d.row() for d in decide(net, cfg, lib, th, on_layer=on_layer)]
 
 
 # -- what the hardware can run (the compiler's capability check) ---------------------------------

@@ -1,5 +1,6 @@
 """``tessera explain``, and ``tessera compile`` taking its decisions."""
 
+import io
 import itertools
 import json
 import subprocess
@@ -11,8 +12,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+from rich.console import Console
 
 from flow import tessera
+from flow.cli import _progress_display, prepare_model
+from flow.compile import progress
 from planner.net.models import encoder_block, small_cnn
 from spec.config import PRESETS
 from tb.tools import heartbeat, missing_tool
@@ -226,3 +230,40 @@ def test_explain_takes_seeded_weights_as_compile_does(tmp_path, timings_file, ca
     assert rows == json.loads(capsys.readouterr().out)["ops"]
     with pytest.raises(SystemExit):
         tessera.main(["explain", str(path), "--seeded-weights", "-1"])
+
+
+def test_prepare_model_reports_each_stage(tmp_path):
+    """The front end's stages, in order, as each starts (the quantisation is the long one)."""
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), path)
+    events = []
+    prepare_model(path, {}, seed=3, samples=2, on_event=events.append)
+    assert [e["what"] for e in events] == [
+        "loading cnn.onnx", "seeding the weights", "folding",
+        "quantising with onnxruntime (2 calibration samples)", "importing the quantised model",
+        "lowering"]
+    assert all(e["total"] is None and e["done"] == 0 for e in events)
+
+
+def test_progress_display_draws_each_stage_on_a_terminal_and_nothing_elsewhere(tmp_path,
+                                                                               capsys):
+    """On a terminal the line shows the stage, its parts done and the time; it is transient
+    (gone when the command prints its results), and without a terminal (a log, a pipe, these
+    tests) ``tessera compile`` writes nothing but its results."""
+    out = io.StringIO()
+    term = Console(file=out, force_terminal=True, width=100, color_system=None)
+    with _progress_display("tessera compile", console=term) as on_event:
+        progress(on_event, "quantising with onnxruntime (4 calibration samples)")
+        assert "tessera compile: quantising with onnxruntime (4 calibration samples)" in \
+            out.getvalue()
+        for i in range(1, 4):
+            progress(on_event, "planning layers", i, 3)
+            assert "tessera compile: planning layers" in out.getvalue().splitlines()[-1]
+            assert f" {i}/3 0:00:0" in out.getvalue()      # parts done, the stage's time
+    with _progress_display("tessera compile", console=Console(file=io.StringIO())) as on_event:
+        assert on_event is None                     # no terminal: nothing to draw
+    path, tsr = tmp_path / "cnn.onnx", tmp_path / "cnn.tsr"
+    onnx.save(small_cnn(), path)
+    assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "small"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith(f"{tsr}: 2 image segments")

@@ -56,6 +56,25 @@ def _x(shape, seed=5):
     return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
 
+def test_compile_network_reports_progress_per_layer_and_per_run(cnn):
+    """``on_event`` hears each accelerator layer planned and each run of the network built,
+    in order, ending at its total; the result is the network compiled without it."""
+    _, low, net = cnn
+    events = []
+    again = compile_network(low, SMALL, on_event=events.append)
+    assert all(set(e) == {"event", "what", "done", "total"} and e["event"] == "progress"
+               for e in events)
+    planned = [(e["done"], e["total"]) for e in events if e["what"] == "planning layers"]
+    n = len(low.layers)
+    assert planned == [(i, n) for i in range(1, n + 1)]
+    built = [(e["done"], e["total"]) for e in events if e["what"] == "building images"]
+    runs = built[-1][1]
+    assert built == [(i, runs) for i in range(runs + 1)] and 0 < runs <= len(net.steps)
+    assert [e["what"] for e in events] == ["planning layers"] * n + ["building images"] * \
+        (runs + 1)
+    assert [s.image for s in again.segments] == [s.image for s in net.segments]
+
+
 def test_compile_small_cnn_keeps_the_conv_chain_in_one_image(cnn):
     _, low, net = cnn
     kinds = [(s.kind, s.layer_names) for s in net.steps if s.kind != "host"]
