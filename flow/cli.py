@@ -349,7 +349,8 @@ def compile_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict) -> int:
+def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict,
+                    on_event: OnProgress | None = None) -> int:
     """``tessera run --compare``: ``outputs`` against onnxruntime on the stored quantised
     model, into ``report``; returns 1 when onnxruntime cannot run it at all, else 0.
 
@@ -358,7 +359,7 @@ def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict) -> int:
     so an output more than 1 LSB off is compared with the optimisations off too
     (``vs_onnxruntime_unoptimised``); and a model whose optimised session fails (an int8
     QLinearConv is rewritten into com.microsoft.QLinearConv, which has no int8 kernel) is
-    compared with them off only."""
+    compared with them off only. ``on_event`` hears each onnxruntime session start."""
     import onnx
 
     model = onnx.load_from_string(net.qmodel)
@@ -366,6 +367,7 @@ def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict) -> int:
     scales = {n: _output_scale(g, n) for n in net.outputs}
 
     def against(optimise: bool) -> dict:
+        progress(on_event, "onnxruntime" + ("" if optimise else ", its graph optimisations off"))
         ort = onnxruntime_outputs(model, feeds, optimise=optimise)
         return compare_outputs(outputs, {n: ort[n] for n in net.outputs}, scales)
 
@@ -573,16 +575,27 @@ def run_main(argv: list[str] | None = None) -> int:
           + ("" if run.total_cycles is None else f"; measured {run.total_cycles:,} cycles "
              f"(image runs, header/CRC/check passes included)"))
     if args.compare:
-        if run.measured:
-            gold = run_network(net, feeds, sim="golden")
-            cmp = compare_outputs(run.outputs, gold.outputs)
-            report["vs_golden"] = cmp
-            for name, c in cmp.items():
-                print(f"  {name}: vs golden device: {'bit-exact' if c['bit_exact'] else 'DIFFERS'}"
-                      f" (max abs diff {c['max_abs_diff']:g}, {c['pct_equal']:.1f}% equal)")
-                status |= 0 if c["bit_exact"] else 1
-        if net.qmodel is not None:
-            status |= _vs_onnxruntime(net, run.outputs, feeds, report)
+        with _progress_display("tessera run --compare") as on_progress:
+            if run.measured:
+                done = 0
+
+                def on_step(ev: dict) -> None:
+                    nonlocal done
+                    if ev.get("event") == "step":
+                        done += len(ev["layers"]) or 1
+                        progress(on_progress, "the golden device", done, layers_total)
+
+                progress(on_progress, "the golden device", 0, layers_total)
+                gold = run_network(net, feeds, sim="golden", on_event=on_step)
+                cmp = compare_outputs(run.outputs, gold.outputs)
+                report["vs_golden"] = cmp
+                for name, c in cmp.items():
+                    print(f"  {name}: vs golden device: "
+                          f"{'bit-exact' if c['bit_exact'] else 'DIFFERS'} (max abs diff "
+                          f"{c['max_abs_diff']:g}, {c['pct_equal']:.1f}% equal)")
+                    status |= 0 if c["bit_exact"] else 1
+            if net.qmodel is not None:
+                status |= _vs_onnxruntime(net, run.outputs, feeds, report, on_progress)
     if args.output:
         np.savez(args.output, **run.outputs)
     if args.json:

@@ -1,5 +1,6 @@
 """``tessera explain``, and ``tessera compile`` taking its decisions."""
 
+import contextlib
 import io
 import itertools
 import json
@@ -14,7 +15,7 @@ import pytest
 from onnx import numpy_helper
 from rich.console import Console
 
-from flow import tessera
+from flow import cli, tessera
 from flow.cli import _progress_display, prepare_model
 from flow.compile import progress
 from planner.net.models import encoder_block, small_cnn
@@ -103,10 +104,18 @@ OPSET6 = ["test_Conv2d", "test_Conv2d_depthwise_strided", "test_Conv2d_groups",
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("name", OPSET6)
-def test_opset6_models_explain_compile_and_run_on_the_rtl_bit_exact(name, tmp_path, capsys):
+def test_opset6_models_explain_compile_and_run_on_the_rtl_bit_exact(name, tmp_path, capsys,
+                                                                    monkeypatch):
     reason = missing_tool("verilator")
     if reason:
         pytest.skip(reason)
+    shown = []          # what a terminal's progress line would show (--compare's golden run)
+
+    @contextlib.contextmanager
+    def display(prog, console=None):
+        yield lambda ev: shown.append((prog, ev["what"], ev["done"], ev["total"]))
+
+    monkeypatch.setattr(cli, "_progress_display", display)
     model = LIGHT.parent / "pytorch-converted" / name / "model.onnx"
     assert onnx.load(model).opset_import[0].version == 6
     tensor = onnx.TensorProto()
@@ -125,6 +134,11 @@ def test_opset6_models_explain_compile_and_run_on_the_rtl_bit_exact(name, tmp_pa
                          "--workdir", str(tmp_path / "sim")]) == 0
     out = json.loads(report.read_text())
     assert all(c["bit_exact"] for c in out["vs_golden"].values())
+    golden = [e for e in shown if e[1] == "the golden device"]
+    total = golden[0][3]
+    assert golden[0] == ("tessera run --compare", "the golden device", 0, total)
+    assert golden[-1][2] == total > 0 and [e[2] for e in golden] == sorted(e[2] for e in golden)
+    assert ("tessera run --compare", "onnxruntime", 0, None) in shown
     layers = [r for r in out["layers"] if r["where"] != "host"]
     assert {r["layer"] for r in layers} == accel and all(r["cycles"] > 0 for r in layers)
 
