@@ -239,30 +239,61 @@ def _bind_inputs(model, input_shapes: InputShapes | None) -> dict[str, int]:
 _INFER_KEEPS_DATA_BELOW = 4096
 
 
-def _infer(model):
-    """``model`` shape-inferred (strict, types checked, data propagated): a new model; ``model``
-    is left as it was."""
+def _without_large_data(model, transform):
+    """``transform(model)`` (a function returning a new model) applied to ``model`` with the
+    data of its large non-integer initialisers (:data:`_INFER_KEEPS_DATA_BELOW`) set aside, and
+    put back into the result's initialisers of the same name, type and dims; ``model`` is left
+    as it was. ONNX's shape inference and version converter serialise the whole model (VGG-19's
+    575 MB of weights) and read nothing of such tensors but their type and dims. Returns
+    ``None`` if the result changed one of them (a transform that needed the data: the caller
+    runs it with the data)."""
     import onnx
 
     integer = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
-    moved = {t.name: t.raw_data for t in model.graph.initializer
+    moved = {t.name: (t.raw_data, t.data_type, tuple(t.dims)) for t in model.graph.initializer
              if len(t.raw_data) > _INFER_KEEPS_DATA_BELOW and t.data_type not in integer}
     for t in model.graph.initializer:
         if t.name in moved:
             t.ClearField("raw_data")
     try:
-        out = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                data_prop=True)
-    except Exception as e:   # onnx.shape_inference.InferenceError and friends
-        raise ModelError(f"shape inference failed: {e}") from None
+        out = transform(model)
     finally:
         for t in model.graph.initializer:
             if t.name in moved:
-                t.raw_data = moved[t.name]
-    for t in out.graph.initializer:
-        if t.name in moved:
-            t.raw_data = moved[t.name]
+                t.raw_data = moved[t.name][0]
+    back = {t.name: t for t in out.graph.initializer if t.name in moved}
+    if set(back) != set(moved) or any(
+            t.HasField("raw_data") or t.data_location != onnx.TensorProto.DEFAULT
+            or (t.data_type, tuple(t.dims)) != moved[n][1:] for n, t in back.items()):
+        return None
+    for name, t in back.items():
+        t.raw_data = moved[name][0]
     return out
+
+
+def _infer(model):
+    """``model`` shape-inferred (strict, types checked, data propagated): a new model; ``model``
+    is left as it was."""
+    import onnx
+
+    def infer(m):
+        try:
+            return onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True,
+                                                     data_prop=True)
+        except Exception as e:   # onnx.shape_inference.InferenceError and friends
+            raise ModelError(f"shape inference failed: {e}") from None
+
+    out = _without_large_data(model, infer)
+    return infer(model) if out is None else out
+
+
+def _convert_version(model, opset: int):
+    """``onnx.version_converter.convert_version(model, opset)``, without the large weights'
+    data when the conversion does not touch them (:func:`_without_large_data`)."""
+    from onnx import version_converter
+
+    out = _without_large_data(model, lambda m: version_converter.convert_version(m, opset))
+    return version_converter.convert_version(model, opset) if out is None else out
 
 
 def _static_shape(vi) -> tuple[int, ...] | None:
@@ -281,7 +312,7 @@ def _fold_once(model) -> int:
 
     g = model.graph
     opset = _default_opset(model)
-    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    consts = _Constants(g.initializer)
     shapes = {vi.name: _static_shape(vi) for vi in list(g.value_info) + list(g.input)}
     keep, folded = [], 0
     for node in g.node:
@@ -302,16 +333,38 @@ def _fold_once(model) -> int:
         folded += 1
         for name, arr in zip(node.output, value):
             if name:
-                consts[name] = np.asarray(arr)
+                consts.add(name, np.asarray(arr))
                 g.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
     if folded:
         del g.node[:]
         g.node.extend(keep)
         used = {n for node in keep for n in node.input} | {o.name for o in g.output}
-        inits = [t for t in g.initializer if t.name in used]
-        del g.initializer[:]
-        g.initializer.extend(inits)
+        for i in reversed(range(len(g.initializer))):      # in place: no copy of the others
+            if g.initializer[i].name not in used:
+                del g.initializer[i]
     return folded
+
+
+class _Constants:
+    """The initialisers of a graph by name, each converted to numpy when first read (a fold
+    reads few of them: VGG-19's weights are 575 MB)."""
+
+    def __init__(self, initializers):
+        self._protos = {t.name: t for t in initializers}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._arrays or name in self._protos
+
+    def __getitem__(self, name) -> np.ndarray:
+        if name not in self._arrays:
+            from onnx import numpy_helper
+
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+    def add(self, name: str, value: np.ndarray) -> None:
+        self._arrays[name] = value
 
 
 def _constant_of_shape(node, shape) -> np.ndarray:
@@ -375,9 +428,8 @@ def load_model(src, input_shapes: InputShapes | None = None):
         del model.graph.value_info[:]
         model = _infer(model)
     if opset < 11:
-        from onnx import version_converter
         try:
-            model = version_converter.convert_version(model, UPGRADE_OPSET)
+            model = _convert_version(model, UPGRADE_OPSET)
         except Exception as e:
             raise ModelError(f"upgrading opset {opset} to {UPGRADE_OPSET} failed: {e}") from None
         _name_nodes(model)      # the converter adds unnamed nodes
