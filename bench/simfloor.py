@@ -86,10 +86,11 @@ class _LfsrFloor(wiring.Component):
 
 class ArrayFloor(_LfsrFloor):
     """:class:`~hw.array.SystolicArray` as ``cfg`` builds it (``mesh``: with the depthwise
-    mesh when ``cfg.dw_mesh``), fed a beat every cycle; ``sig`` folds every output. With the
-    mesh, the tile after one whose last beat finds LFSR bits 50-53 zero (one in 16) is a mesh
-    tile: every cycle a tap with a random move, fill, split and weights. (The cost is the point, not the
-    results: a mesh tile follows a GEMM tile without the gap the array's contract asks for.)"""
+    mesh when ``cfg.dw_mesh``), fed a beat every cycle; ``sig`` folds its outputs
+    (:attr:`OUTPUTS`). With the mesh, the tile after one whose last beat finds LFSR bits 50-53
+    zero (one in 16) is a mesh tile: every cycle a tap with a random move, fill, split and
+    weights. (The cost is the point, not the results: a mesh tile follows a GEMM tile without
+    the gap the array's contract asks for.)"""
 
     #: the outputs folded into ``sig``
     OUTPUTS = ("o_row", "o_tag", "o_valid")
@@ -97,8 +98,8 @@ class ArrayFloor(_LfsrFloor):
     def __init__(self, cfg: AccelConfig):
         #: whether the array has the depthwise mesh (``cfg.dw_mesh``)
         self.mesh = bool(cfg.dw_mesh)
-        super().__init__(cfg, SystolicArray(cfg, tag_bits=array_tag_bits(cfg, mesh=self.mesh),
-                                            mesh=self.mesh))
+        array = SystolicArray(cfg, tag_bits=array_tag_bits(cfg, mesh=self.mesh), mesh=self.mesh)
+        super().__init__(cfg, array)
 
     def elaborate(self, platform):
         m = Module()
@@ -227,8 +228,8 @@ def measure_floor(part: str, preset: str, work: Path, cycles: int | None = None)
     binary = _build(part, cfg, work / f"{preset}-{part}")
     short, long = _run(binary, cycles), _run(binary, 2 * cycles)
     extra = max(long - short, 1e-9)
+    mesh = {"mesh": bool(cfg.dw_mesh)} if part == "array" else {}    # (the array's build)
     return {"kind": "floor", "part": part, "preset": preset,
-            "array": f"{cfg.array_rows}x{cfg.array_cols}", "mesh": bool(cfg.dw_mesh),
-            "cycles": cycles,
+            "array": f"{cfg.array_rows}x{cfg.array_cols}", **mesh, "cycles": cycles,
             "wall_s": round(extra, 3), "cycles_per_s": round(cycles / extra),
             "cpus": os.cpu_count()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import sys
@@ -117,13 +118,15 @@ def _progress_display(prog: str,
     a while (quantisation, planning each layer, building the images), fed with
     :func:`flow.compile.progress` events: the stage, its parts done (when counted) and the
     elapsed time. Transient, and drawn only on a terminal: a log or a pipe gets nothing, and
-    stdout only the results. ``console``: where to draw (default: stderr)."""
+    stdout only the results: what the command prints meanwhile is held back until the line is
+    gone (:func:`_held_stdout`). ``console``: where to draw (default: stderr)."""
     console = console or Console(stderr=True)
     if not console.is_terminal:
         yield None                                  # (rich would still end with a newline)
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[n]}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+                  TimeElapsedColumn(), console=console, transient=True,
+                  redirect_stdout=False) as bar:          # stdout is the results' alone
         task = [bar.add_task(prog, total=None, n="")]
 
         def on_event(ev: dict) -> None:
@@ -132,10 +135,22 @@ def _progress_display(prog: str,
             if bar.tasks[0].description != what:          # a new stage: its own bar and time
                 bar.remove_task(task[0])
                 task[0] = bar.add_task(what, total=total, n=n)
-            bar.update(task[0], completed=ev["done"], n=n)
+            bar.update(task[0], completed=ev["done"], total=total, n=n)
             bar.refresh()                           # every event drawn (at most a few hundred)
 
         yield on_event
+
+
+@contextlib.contextmanager
+def _held_stdout() -> Iterator[None]:
+    """What is printed to stdout inside, printed when it ends (also on an exception): beside a
+    progress line on the terminal, results written meanwhile would be drawn over."""
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(held):
+            yield
+    finally:
+        sys.stdout.write(held.getvalue())
 
 
 def _assignment(args) -> tuple[FunctionLibrary, Thresholds]:
@@ -575,7 +590,7 @@ def run_main(argv: list[str] | None = None) -> int:
           + ("" if run.total_cycles is None else f"; measured {run.total_cycles:,} cycles "
              f"(image runs, header/CRC/check passes included)"))
     if args.compare:
-        with _progress_display("tessera run --compare") as on_progress:
+        with _held_stdout(), _progress_display("tessera run --compare") as on_progress:
             if run.measured:
                 done = 0
 

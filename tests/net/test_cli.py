@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from rich.console import Console
 
 from flow import cli, tessera
-from flow.cli import _progress_display, prepare_model
+from flow.cli import _held_stdout, _progress_display, prepare_model
 from flow.compile import progress
 from planner.net.models import encoder_block, small_cnn
 from spec.config import PRESETS
@@ -276,6 +276,19 @@ def test_progress_display_draws_each_stage_on_a_terminal_and_nothing_elsewhere(t
             assert f" {i}/3 0:00:0" in out.getvalue()      # parts done, the stage's time
     with _progress_display("tessera compile", console=Console(file=io.StringIO())) as on_event:
         assert on_event is None                     # no terminal: nothing to draw
+    # a redrawn total (the compiler rebuilds its runs when the builder refuses a layer)
+    with _progress_display("tessera compile", console=term) as on_event:
+        progress(on_event, "building images", 5, 9)
+        progress(on_event, "building images", 0, 7)
+        assert " 0/7 0:00:0" in out.getvalue().splitlines()[-1]
+    # what the command prints beside the line waits until it is gone, also on an error
+    capsys.readouterr()
+    with pytest.raises(RuntimeError):
+        with _held_stdout():
+            print("vs golden device: bit-exact")
+            assert capsys.readouterr().out == ""
+            raise RuntimeError
+    assert capsys.readouterr().out == "vs golden device: bit-exact\n"
     path, tsr = tmp_path / "cnn.onnx", tmp_path / "cnn.tsr"
     onnx.save(small_cnn(), path)
     assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "small"]) == 0
