@@ -306,6 +306,7 @@ def compile_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
+        check_writable("-o", args.output)           # before the compilation, which may be long
         cfg = _config(args.config)
         shapes = parse_input_shapes(args.input_shape)
         lib, th = _assignment(args)

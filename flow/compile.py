@@ -919,7 +919,9 @@ class CompiledNetwork:
         try:
             z = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as e:
-            raise CompileError(f"{path}: not a compiled network (.tsr zip): {e}") from None
+            hint = (f"; an ONNX model is compiled first: tessera compile {path} -o "
+                    f"{path.with_suffix('.tsr')}" if path.suffix.lower() == ".onnx" else "")
+            raise CompileError(f"{path}: not a compiled network (.tsr zip): {e}{hint}") from None
         with z:
             try:
                 plan = json.loads(z.read("plan.json"))

@@ -634,6 +634,25 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
         assert message in capsys.readouterr().err
 
 
+def test_cli_compile_refuses_an_output_path_before_compiling(tmp_path, capsys, monkeypatch):
+    """``-o`` into a directory that does not exist, or a directory: refused before the
+    compilation (a minute on a large model), naming the option; and ``run`` given the ONNX
+    model instead of its ``.tsr`` says to compile it first."""
+    import flow.cli
+
+    onnx.save(small_cnn(height=8, width=8), tmp_path / "cnn.onnx")
+    monkeypatch.setattr(flow.cli, "compile_model", lambda *a, **k: pytest.fail("compiled"))
+    for out, message in [(tmp_path / "no" / "cnn.tsr", f"-o {tmp_path}/no/cnn.tsr: directory "
+                                                       f"{tmp_path}/no does not exist"),
+                         (tmp_path, f"-o {tmp_path}: is a directory, not a file")]:
+        assert compile_main([str(tmp_path / "cnn.onnx"), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == f"tessera compile: {message}\n"
+    assert run_main([str(tmp_path / "cnn.onnx")]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"not a compiled network (.tsr zip): File is not a zip file; an ONNX model is compiled "
+        f"first: tessera compile {tmp_path}/cnn.onnx -o {tmp_path}/cnn.tsr")
+
+
 def _qlinear_conv_model(rng, xz, c: int, k: int, hw: int, then=(), domains=()):
     """A QLinearConv (3x3, pad 1; input int8 or uint8 by ``xz``'s type, output int8) from
     graph input ``x`` to ``c`` (to ``y`` when ``then``, nodes reading ``c``, is empty)."""
