@@ -435,6 +435,8 @@ def _feeds(path: str, net) -> dict:
             if len(names) != 1:
                 raise ValueError(f"the network has inputs {names}; give an .npz")
             feeds = {names[0]: np.load(p, allow_pickle=False)}
+    except OSError as e:
+        raise ValueError(f"--input {path}: {e.strerror or e}") from None
     except (ValueError, EOFError, zipfile.BadZipFile) as e:   # pickled objects, not numpy
         raise ValueError(f"--input {path}: {e}") from None
     extra = sorted(set(feeds) - set(net.inputs))

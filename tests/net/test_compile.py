@@ -629,6 +629,8 @@ def test_cli_run_refuses_bad_inputs_and_output_paths_before_running(tmp_path, ca
         (["--input", str(tmp_path / "big.npy")], "'x' has 1 non-finite values"),
         (["--output", str(tmp_path / "out")], f"--output {tmp_path}/out.npz: is a directory"),
         (["--input", str(tmp_path / "extra.npz")], "arrays ['y'] are not graph inputs"),
+        (["--input", str(tmp_path / "none.npy")], f"--input {tmp_path}/none.npy: No such file"),
+        (["--input", str(tmp_path / "none.npz")], f"--input {tmp_path}/none.npz: No such file"),
     ]:
         assert run_main([tsr, *args]) == 2, args
         assert message in capsys.readouterr().err
