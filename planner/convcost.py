@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,12 +29,12 @@ from spec.desc import GemmDescriptor
 from spec.schedule import Step, steps
 
 from .cost import (DEFAULT_CONSTANTS, CycleBreakdown, ModelConstants, PostLoad, _reps, _Timing,
-                   off_chip_bytes, on_chip,
+                   off_chip_bytes, on_chip, param_load_cycles,
                    post_consts, with_post)
 from .offsets import ConvTables
 
 __all__ = ["run_beats", "gather_cycles", "table_load_cycles", "predict_conv",
-           "predict_conv_reference",
+           "predict_conv_reference", "conv_lower_bound",
            "GATHER_FILL_CYCLES", "GATHER_EMPTY_CYCLES"]
 
 #: Cycles from a gather's start to its first request on the B port (hw/addrgen.py): start,
@@ -102,6 +103,34 @@ def predict_conv(d: GemmDescriptor, tables: ConvTables, cfg: AccelConfig,
         raise ValueError(f"predict_conv needs a convolution descriptor (b_mode=1), not "
                          f"b_mode={d.b_mode}")
     return _walk(d, tables, cfg, consts, _grouped_steps(d, cfg, _gather_class(tables, cfg)))
+
+
+def conv_lower_bound(m: int, k: int, n: int, tables: ConvTables, cfg: AccelConfig,
+                     consts: ModelConstants = DEFAULT_CONSTANTS, *,
+                     post: PostLoad | None = None) -> Callable[[int, int, int], int]:
+    """``bound(pm, pn, pk)``: a cheap lower bound of :func:`predict_conv`'s ``total_cycles`` for
+    a descriptor of ``m x k x n`` with partitions ``pm``, ``pn``, ``pk`` through ``tables``,
+    any loop order, with or without ``c_local``: what :func:`_walk` counts whatever the
+    gathers and stores cost. Its start, control and finish cycles, every step's beats (a
+    tile's ``k`` beats, at least ``array_rows``: each phase's MAC and drain cycles are at least
+    its beats), the table load and step 0's A load (the prologue's), plus ``post``'s parameter
+    loads (:func:`~planner.cost.with_post`). :func:`planner.convplan.conv_best_plan`'s descent
+    skips a tiling whose bound cannot beat the best one found (as
+    :func:`planner.search.refine` does with the GEMM model's
+    :func:`~planner.cost.lower_bound_cycles`)."""
+    R, C = cfg.array_rows, cfg.array_cols
+    t = _Timing(cfg, consts)
+    fixed = consts.start_cycles + consts.finish_cycles + 1 + table_load_cycles(tables, cfg)
+    if post is not None and post.active:
+        fixed += param_load_cycles(m, post, cfg, consts).total
+    tiles = -(-m // R) * -(-n // C)
+
+    def bound(pm: int, pn: int, pk: int) -> int:
+        nm, nn, nk = -(-m // pm), -(-n // pn), -(-k // pk)
+        beats = (nk - 1) * max(pk, R) + max(k - (nk - 1) * pk, R)
+        return (fixed + nm * nn * nk * t.ctrl + tiles * beats
+                + t.load_a(min(pk, k) * -(-min(pm, m) // R)))
+    return bound
 
 
 def _gather_class(tables: ConvTables, cfg: AccelConfig):

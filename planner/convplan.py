@@ -18,7 +18,7 @@ import functools
 from spec.config import AccelConfig
 from spec.desc import GemmDescriptor
 
-from .convcost import predict_conv
+from .convcost import conv_lower_bound, predict_conv
 from .cost import CycleBreakdown, PostLoad, on_chip
 from .layout import Layout, group_base_bytes, padded_bytes
 from .offsets import ConvTables, compile_tables, row_width
@@ -30,6 +30,10 @@ __all__ = ["conv_descriptor", "conv_best_plan", "row_store_plan", "row_width", "
 
 #: Rounds of steepest descent at most, per starting plan.
 MAX_ROUNDS = 32
+#: Whether the descents skip tilings whose :func:`~planner.convcost.conv_lower_bound` cannot
+#: beat the best found (the same plans, fewer evaluations of the model; off: every neighbour
+#: evaluated, what ``tests/planner/test_convplan.py`` compares with)
+PRUNE = True
 
 
 def conv_descriptor(shape: ConvShape, layout: Layout | str, tables: ConvTables,
@@ -111,13 +115,19 @@ def conv_best_plan(shape: ConvShape, cfg: AccelConfig, layout: str = "NCHW", *,
                 bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
                 c.partition_m, c.partition_n, -c.outer_m)
 
+    lower = conv_lower_bound(gemm.m, gemm.k, tables.n, tables, cfg, post=post)
+
+    @functools.cache
+    def bound(c: Candidate) -> int:
+        return lower(c.partition_m, c.partition_n, c.partition_k)
+
     def candidate(plan: TilingPlan) -> Candidate:
         return Candidate(plan.partition_m, plan.partition_n, plan.partition_k, plan.outer_m)
 
     start = candidate(gemm_best)
     best, best_key = start, key(start)
     for origin in (gemm_best, greedy_plan(gemm, gcfg), search(gemm, gcfg)):
-        found = refine(gemm, gcfg, origin, MAX_ROUNDS, key=key)
+        found = refine(gemm, gcfg, origin, MAX_ROUNDS, key=key, bound=bound if PRUNE else None)
         if key(found) < best_key:
             best, best_key = found, key(found)
     if best == start:
@@ -157,11 +167,17 @@ def row_store_plan(shape: ConvShape, cfg: AccelConfig, *,
                 bd.rd_a_bytes + bd.rd_b_bytes + bd.wr_c_bytes, -c.partition_k,
                 c.partition_m, -c.outer_m)
 
+    lower = conv_lower_bound(record.m, record.k, tables.n, tables, cfg, post=post)
+
+    @functools.cache
+    def bound(c: Candidate) -> int:
+        return lower(c.partition_m, width, c.partition_k)
+
     best, best_key = None, (float("inf"),)
     for origin in (best_plan(one_row, cfg), greedy_plan(one_row, cfg), search(one_row, cfg)):
         if origin.partition_n != width:
             continue
-        found = refine(one_row, cfg, origin, MAX_ROUNDS, key=key)
+        found = refine(one_row, cfg, origin, MAX_ROUNDS, key=key, bound=bound if PRUNE else None)
         if key(found) < best_key:
             best, best_key = found, key(found)
     if best is None:

@@ -190,28 +190,31 @@ def _neighbours(shape: GemmShape, cfg: AccelConfig, c: Candidate) -> Iterator[Ca
 
 def refine(shape: GemmShape, cfg: AccelConfig, start: TilingPlan, max_rounds: int = 64,
            consts: ModelConstants = DEFAULT_CONSTANTS,
-           key: Callable[[Candidate], tuple] | None = None) -> Candidate:
+           key: Callable[[Candidate], tuple] | None = None,
+           bound: Callable[[Candidate], int] | None = None) -> Candidate:
     """Steepest-descent local search over neighbouring legal tilings from ``start``.
 
     Neighbours change ``partition_m`` / ``partition_n`` by one block, double or halve them or
     make them cover the dim, move the split-K count by at most one (balanced ``partition_k``) or
     take the largest fitting ``partition_k``, and flip the loop order. Candidates are ranked by
     ``key`` (smaller is better; its first element the cycles), the GEMM model's by default,
-    whose lower bound then skips neighbours that cannot win (:mod:`planner.convplan` ranks with
-    the convolution model instead).
+    whose lower bound then skips neighbours that cannot win. :mod:`planner.convplan` ranks with
+    the convolution model instead, and gives its lower bound as ``bound`` (a neighbour whose
+    bound exceeds the best cycles found is skipped: it cannot win).
     """
-    gemm_key = key is None
-    if gemm_key:
+    if key is None:
         def key(c: Candidate) -> tuple:
             return _key(shape, cfg, c, consts)
+
+        def bound(c: Candidate) -> int:
+            return lower_bound_cycles(shape.m, shape.k, shape.n, c.partition_m, c.partition_n,
+                                      c.partition_k, cfg, consts)
     cur = Candidate(start.partition_m, start.partition_n, start.partition_k, start.outer_m)
     cur_key = key(cur)
     for _ in range(max_rounds):
         best, best_key = cur, cur_key
         for c in _neighbours(shape, cfg, cur):
-            if gemm_key and lower_bound_cycles(shape.m, shape.k, shape.n, c.partition_m,
-                                               c.partition_n, c.partition_k, cfg,
-                                               consts) > best_key[0]:
+            if bound is not None and bound(c) > best_key[0]:
                 continue  # cannot beat the best neighbour so far
             k = key(c)
             if k < best_key:

@@ -146,6 +146,70 @@ def test_conv_model_grouped_walk_equals_the_step_walk(shape, preset):
     assert seen >= 10 and (fewer or shape is not _SHAPES[2]), (seen, fewer)
 
 
+@pytest.mark.parametrize("shape", _SHAPES)
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_conv_lower_bound_is_below_the_model_on_every_tiling(shape, preset):
+    """:func:`planner.convcost.conv_lower_bound` never exceeds what the model predicts, with
+    and without post-processing and a local output, on tilings across the oracle's space; and
+    it is not vacuous (within a quarter of the prediction on some tiling)."""
+    from planner.convcost import conv_lower_bound, predict_conv
+    from planner.convplan import _tiling, conv_descriptor
+    from planner.cost import PostLoad
+    from planner.search import candidates
+    from planner.tiling import make_plan
+
+    cfg = PRESETS[preset]
+    tables = compile_tables(shape, "NCHW", cfg)
+    space = list(candidates(shape.gemm, cfg))
+    closest = 0.0
+    for post in (None, PostLoad(bias=True, requant=True)):
+        lower = conv_lower_bound(shape.gemm.m, shape.gemm.k, tables.n, tables, cfg, post=post)
+        for c in space[::max(1, len(space) // 60)]:
+            plan = make_plan(shape.gemm, cfg, c.partition_m, c.partition_n, c.partition_k,
+                             c.outer_m, "x")
+            d = conv_descriptor(shape, "NCHW", tables, _tiling(plan))
+            bound = lower(plan.partition_m, plan.partition_n, plan.partition_k)
+            for c_local in (False, True):
+                total = predict_conv(d, tables, cfg, post=post, c_local=c_local).total_cycles
+                assert bound <= total, (c, post, c_local)
+                closest = max(closest, bound / total)
+    assert closest > 0.75
+
+
+_PRUNED = [l.shape for l in load_workload("planner/workloads/resnet50.json").layers
+           if isinstance(l.shape, ConvShape) and l.name in (
+               "res2_0_branch2b", "res3_0_branch1", "res3_0_branch2b",
+               "res4_1_branch2a", "res5_0_branch2b")] + _SHAPES
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_pruned_descents_pick_the_plans_every_neighbour_would(preset, monkeypatch):
+    """Skipping the tilings whose lower bound cannot win (``PRUNE``) changes no plan: the same
+    :func:`conv_best_plan` (whole layers and blocks of rows, with and without
+    post-processing) and :func:`row_store_plan` as descents that evaluate every neighbour."""
+    import planner.convplan as convplan
+    from planner.cost import PostLoad
+
+    assert len(_PRUNED) == 8
+    cfg = PRESETS[preset]
+    cases = [(shape, post, pixels) for shape in _PRUNED
+             for post in (None, PostLoad(bias=True, requant=True))
+             for pixels in (None, shape.out_w * 2)]
+
+    def plans():
+        out = []
+        for shape, post, pixels in cases:
+            out.append(convplan.conv_best_plan.__wrapped__(shape, cfg, post=post, pixels=pixels))
+            if pixels is None:
+                out.append(convplan.row_store_plan.__wrapped__(shape, cfg, post=post))
+        return out
+
+    assert convplan.PRUNE
+    pruned = plans()
+    monkeypatch.setattr(convplan, "PRUNE", False)
+    assert plans() == pruned
+
+
 @pytest.mark.parametrize("outer_m", [0, 1])
 @pytest.mark.parametrize("m, n, k, pm, pn, pk", [
     (64, 96, 24, 16, 32, 24),       # one k step: neighbours share A or B blocks
