@@ -920,7 +920,8 @@ class CompiledNetwork:
             z = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as e:
             hint = (f"; an ONNX model is compiled first: tessera compile {path} -o "
-                    f"{path.with_suffix('.tsr')}" if path.suffix.lower() == ".onnx" else "")
+                    f"{path.with_suffix('.tsr')}"
+                    if path.suffix.lower() == ".onnx" and path.is_file() else "")
             raise CompileError(f"{path}: not a compiled network (.tsr zip): {e}{hint}") from None
         with z:
             try:

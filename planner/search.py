@@ -203,6 +203,10 @@ def refine(shape: GemmShape, cfg: AccelConfig, start: TilingPlan, max_rounds: in
     bound exceeds the best cycles found is skipped: it cannot win).
     """
     if key is None:
+        if bound is not None:
+            raise ValueError("refine: bound= goes with a key= of its own (the GEMM model's key "
+                             "brings its lower bound)")
+
         def key(c: Candidate) -> tuple:
             return _key(shape, cfg, c, consts)
 

@@ -7,7 +7,7 @@ from spec.config import PRESETS
 from spec.desc import check
 from planner import (DEFAULT_CONSTANTS, GemmShape, greedy_plan, plan_gemm, predict, search,
                      to_descriptor)
-from planner.search import _key, balanced_k_values, candidates
+from planner.search import _key, balanced_k_values, candidates, refine
 
 STRATS = ("seed", "greedy", "best", "search")
 
@@ -97,3 +97,15 @@ def test_search_best_reports_its_origin():
 def test_search_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="strategy must be one of"):
         plan_gemm(GemmShape(8, 8, 8), PRESETS["tiny"], "fastest")
+
+
+def test_refine_takes_a_bound_only_with_a_key_of_its_own():
+    """The GEMM model's key brings its own lower bound: a ``bound=`` without ``key=`` would be
+    silently ignored, so it is refused."""
+    cfg = PRESETS["tiny"]
+    shape = GemmShape(40, 24, 36)
+    start = greedy_plan(shape, cfg)
+    with pytest.raises(ValueError, match="bound= goes with a key= of its own"):
+        refine(shape, cfg, start, bound=lambda c: 0)
+    assert refine(shape, cfg, start) == refine(shape, cfg, start, key=lambda c: _key(
+        shape, cfg, c, DEFAULT_CONSTANTS), bound=lambda c: 0)
