@@ -57,14 +57,15 @@ WHOLE_NETWORK = re.compile(r"at ([\d.]+)% MAC utilisation over the whole network
                            r"\(([\d,]+) MACs in ([\d,]+) cycles\)")
 #: ``run``'s comparison lines for SqueezeNet's output.
 COMPARISON = "softmaxout_1: vs "
-#: The start of ``run``'s totals line. Its wall time is the one part of the quoted output that
-#: is never compared (tests do not assert wall-clock time): :func:`_totals` blanks it.
-WALL_TIME = re.compile(r"^wall time [\d.]+ s;")
+#: The start of ``run``'s totals line, whose first number is the run's duration: it differs
+#: from run to run, so :func:`_totals` replaces it by ``-`` and only the cycle counts after it
+#: are compared.
+TOTALS_START = re.compile(r"^wall time [\d.]+ s;")
 
 
 def _totals(lines: list[str]) -> str:
-    """The one totals line of ``lines``, its wall time blanked."""
-    (line,) = [WALL_TIME.sub("wall time - s;", r) for r in lines if WALL_TIME.match(r)]
+    """The one totals line of ``lines``, its duration replaced by ``-``."""
+    (line,) = [TOTALS_START.sub("wall time - s;", r) for r in lines if TOTALS_START.match(r)]
     return line
 
 
@@ -115,7 +116,7 @@ def test_readme_first_hour_prints_what_the_readme_quotes(tmp_path, monkeypatch, 
     assert quoted_rows
     for q in quoted_rows:
         assert rows.get(tuple(q[:2])) == q, (q, rows.get(tuple(q[:2])))
-    # the totals line (cycles predicted and measured), its wall time blanked in both
+    # the totals line (cycles predicted and measured), its duration replaced in both
     total = _totals(ran)
     assert total == _totals(blocks[3])
     # against the golden device as quoted; against onnxruntime (whose kernels vary with its
