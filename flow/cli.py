@@ -32,7 +32,7 @@ from rich.table import Table
 
 from flow.argtypes import SEED
 from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, OnProgress,
-                          check_strategy, compile_network, progress)
+                          check_strategy, compile_network, planning_progress, progress)
 from flow.execute import compare_outputs, layer_rows, run_network
 from flow.outputs import check_writable
 from flow.report import html_report
@@ -179,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         with _progress_display("tessera explain") as on_event:
             _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights,
                                        on_event=on_event)
-            rows = explain(lowered, cfg, lib, th,
-                           on_layer=lambda done, total: progress(on_event, "planning layers",
-                                                                 done, total))
+            rows = explain(lowered, cfg, lib, th, on_layer=planning_progress(on_event))
     except (ModelError, ValueError, OSError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
         return 2

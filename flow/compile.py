@@ -70,7 +70,8 @@ from .tsr_onnx import restore_initializers, share_initializers
 __all__ = ["TensorBuffer", "LayerRecord", "Segment", "Step", "CompiledNetwork", "compile_network",
            "COMPILE_STRATEGIES", "check_strategy", "build_gemm_image", "build_ksplit_image",
            "ksplit_accumulators", "ksplit_predicted_cycles", "k_split", "CompileError",
-           "TSR_FORMAT", "TSR_VERSION", "TSR_READS", "on_mesh", "OnProgress", "progress"]
+           "TSR_FORMAT", "TSR_VERSION", "TSR_READS", "on_mesh", "OnProgress", "progress",
+           "planning_progress"]
 
 TSR_FORMAT = "tessera-network"
 #: The version :meth:`CompiledNetwork.save` writes. 2: ``model.onnx``'s large initialisers refer
@@ -91,6 +92,12 @@ def progress(on_event: OnProgress | None, what: str, done: int = 0,
     not counted in parts)."""
     if on_event is not None:
         on_event({"event": "progress", "what": what, "done": done, "total": total})
+
+
+def planning_progress(on_event: OnProgress | None) -> Callable[[int, int], None]:
+    """``on_layer(done, total)`` for :func:`planner.net.assign.analyse` (and ``decide``,
+    ``explain``): a "planning layers" :func:`progress` event to ``on_event`` per layer."""
+    return lambda done, total: progress(on_event, "planning layers", done, total)
 
 
 class CompileError(ModelError):
@@ -1112,9 +1119,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
                                f"shape (--input-shape {n}=...)")
     lowered = on_mesh(lowered, cfg)
     layers = {l.name: l for l in lowered.layers}
-    decisions = decide(lowered, cfg, lib, th,
-                       on_layer=lambda done, total: progress(on_event, "planning layers", done,
-                                                             total))
+    decisions = decide(lowered, cfg, lib, th, on_layer=planning_progress(on_event))
     host_layers = {d.op.name: d.reason for d in decisions
                    if d.op.name in layers and d.processor == "host"}
     ksplit = set()
