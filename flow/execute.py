@@ -339,6 +339,6 @@ def compare_outputs(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray],
                "bit_exact": bool(x.dtype == y.dtype and np.array_equal(x, y))}
         s = (scales or {}).get(name)
         if s and s == s:
-            row["max_abs_diff_lsb"] = round(row["max_abs_diff"] / s, 3)
+            row["max_abs_diff_lsb"] = round(row["max_abs_diff"] / abs(s), 3)   # (a step)
         out[name] = row
     return out

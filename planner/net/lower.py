@@ -752,12 +752,21 @@ def _scalar(arr, what: str) -> float:
     return a.reshape(()).item()
 
 
+def _not_negative(scale, what: str):
+    """``scale`` if no element is negative, else :class:`_NoMatch`: the requantiser's
+    multipliers and the activation bounds assume positive scales (a negative one is well
+    defined in ONNX, and the host runs it)."""
+    if np.any(np.asarray(scale, np.float64) < 0):
+        raise _NoMatch(f"{what} is negative (the requantiser's multipliers are positive)")
+    return scale
+
+
 def _qparams(g: Graph, scale_name: str, zp_name: str, what: str):
     scale = g.const(scale_name)
     if scale is None:
         raise _NoMatch(f"{what} scale {scale_name!r} is not a constant")
     zp = g.const(zp_name) if zp_name else None
-    return scale, zp
+    return _not_negative(scale, f"{what} scale {scale_name!r}"), zp
 
 
 def _int8_domain(zp, what: str) -> tuple[int, int]:
@@ -938,10 +947,15 @@ class _Lowerer:
         bz, ys, yz), mapped onto the same layer as the QDQ pattern."""
         g = self.g
         x = node.input(0)
-        xs = float(_scalar(g.const(node.input(1)), "x scale"))
+        scales = [g.const(node.input(i)) for i in (1, 4, 6)]
+        if any(v is None for v in scales):
+            raise _NoMatch("QLinear scales are not constants")
+        for v, i in zip(scales, (1, 4, 6)):
+            _not_negative(v, f"scale {node.input(i)!r}")
+        xs = float(_scalar(scales[0], "x scale"))
         xz, x_off = _int8_domain(g.const(node.input(2)), "x zero point")
-        wq, ws, wz = (g.const(node.input(i)) for i in (3, 4, 5))
-        ys = float(_scalar(g.const(node.input(6)), "y scale"))
+        wq, ws, wz = g.const(node.input(3)), scales[1], g.const(node.input(5))
+        ys = float(_scalar(scales[2], "y scale"))
         yz, y_off = _int8_domain(g.const(node.input(7)), "y zero point")
         out = node.outputs[0]
         common = dict(name=node.name, op_type=node.op_type, input=x, output=out, in_scale=xs,
@@ -1056,9 +1070,13 @@ class _Lowerer:
     @staticmethod
     def requant(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-channel (multiplier, shift); a scale below ``2**-32`` (an all-zero weight
-        channel) rounds every int32 accumulator to 0, as ``mult = 1, shift = 31`` does."""
+        channel) rounds every int32 accumulator to 0, as ``mult = 1, shift = 31`` does. One
+        that is negative, not finite or at least ``2**31`` leaves the layer to the host."""
         mult, shift = [], []
         for s in np.asarray(real, np.float64).reshape(-1):
+            if not 0 <= s < 2.0 ** 31:
+                raise _NoMatch(f"the real multiplier in_scale x weight_scale / out_scale = {s} "
+                               f"is outside the requantiser's range [0, 2**31)")
             if s < 2.0 ** -32:
                 mq, sh = 1, 31
             else:
@@ -1100,11 +1118,40 @@ class _Lowerer:
             raise _NoMatch(str(e)) from None
 
 
+#: where each quantising operator keeps its scales: (input index, dividing by it)
+_SCALES = {"QuantizeLinear": ((1, True),), "DequantizeLinear": ((1, False),),
+           "QLinearConv": ((1, False), (4, False), (6, True)),
+           "QLinearMatMul": ((1, False), (4, False), (6, True))}
+
+
+def check_scales(g: Graph) -> None:
+    """Raise :class:`ModelError` for a constant quantisation scale that is not a finite number,
+    or zero where the operator divides by it (QuantizeLinear's ``y_scale``, QLinear*'s output
+    scale): onnxruntime would compute infinities and NaNs from it. A zero DequantizeLinear
+    scale (an all-zero weight channel) and negative scales are well defined; the matchers
+    leave layers with negative scales to the host (:meth:`_Lowerer.scale`)."""
+    for node in g.nodes:
+        for index, divides in _SCALES.get(node.op_type, ()):
+            name = node.input(index)
+            value = g.const(name) if name else None
+            if value is None:
+                continue
+            s = np.asarray(value, np.float64)
+            bad = ~np.isfinite(s) | ((s == 0) if divides else False)
+            if bad.any():
+                need = "a finite non-zero number" if divides else "a finite number"
+                where = "" if s.ndim == 0 else f" (element {int(np.flatnonzero(bad)[0])})"
+                raise ModelError(f"{node.op_type} node {node.name!r}: scale {name!r} must be "
+                                 f"{need}, not {s[bad].flat[0]}{where}")
+
+
 def lower(g: Graph) -> Lowered:
     """Map a quantised graph onto accelerator layers and host ops (module docstring).
 
-    Raises :class:`ModelError` only for a malformed graph; an operator that does not match a
-    pattern stays a host op and :attr:`Lowered.unmatched` says why."""
+    Raises :class:`ModelError` only for a malformed graph (among them scales that are not
+    finite: :func:`check_scales`); an operator that does not match a pattern stays a host op
+    and :attr:`Lowered.unmatched` says why."""
+    check_scales(g)
     low = _Lowerer(g)
     claimed: dict[str, AccelLayer] = {}        # node name -> layer that absorbed it
     anchors: dict[str, AccelLayer] = {}

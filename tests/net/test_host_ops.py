@@ -399,3 +399,38 @@ def test_compare_also_reports_onnxruntime_without_its_fused_kernels(tmp_path, ca
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["vs_onnxruntime"]["y"]["max_abs_diff_lsb"] > 1
     assert report["vs_onnxruntime_unoptimised"]["y"]["max_abs_diff_lsb"] == 0
+
+
+def test_compare_keeps_the_optimised_result_when_the_unoptimised_session_fails(
+        tmp_path, capsys, monkeypatch):
+    """The second comparison (graph optimisations off, after a difference above 1 LSB) failing
+    in onnxruntime is reported, not raised: the first one's result stands."""
+    import json
+
+    import flow.cli
+    from flow.cli import compile_main, run_main
+
+    onnx.save(_qdq_gemm((7, 1), per_channel=True), tmp_path / "g.onnx")
+    assert compile_main([str(tmp_path / "g.onnx"), "-o", str(tmp_path / "g.tsr"),
+                         "--config", "small"]) == 0
+    real = flow.cli.onnxruntime_outputs
+
+    def fail_unoptimised(model, feeds, *, optimise=True):
+        if not optimise:
+            raise RuntimeError("no kernel for this node")
+        return real(model, feeds, optimise=optimise)
+
+    monkeypatch.setattr(flow.cli, "onnxruntime_outputs", fail_unoptimised)
+    capsys.readouterr()
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((7, 10)).astype(
+        np.float32))
+    assert run_main([str(tmp_path / "g.tsr"), "--input", str(tmp_path / "x.npy"), "--compare",
+                     "--json", str(tmp_path / "r.json")]) == 0
+    captured = capsys.readouterr()
+    assert "cannot run the stored model with its graph optimisations off (RuntimeError: no " \
+           "kernel for this node); compared with them on only" in captured.err
+    assert "y: vs onnxruntime: max abs diff" in captured.out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["vs_onnxruntime"]["y"]["max_abs_diff_lsb"] > 1
+    assert report["vs_onnxruntime_unoptimised"] == {
+        "error": "RuntimeError: no kernel for this node"}

@@ -1,6 +1,7 @@
 """Quantisation, lowering onto accelerator layers, and the int8 reference against onnxruntime."""
 
 import math
+import re
 
 import numpy as np
 import onnx
@@ -10,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 ort = pytest.importorskip("onnxruntime")
 
 from planner.net.models import encoder_block, small_cnn  # noqa: E402
+from planner.net.graph import ModelError  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (AccelLayer, conv_transpose_as_conv, fold_batchnorm,  # noqa: E402
                                   fold_pad, generated_inputs, lower, normalise_gemm,
@@ -206,8 +208,9 @@ def test_conv_layer_matches_the_real_valued_convolution(cnn):
     assert np.mean(y == want) > 0.99
 
 
-def _qdq_conv_model(activation):
-    """DQ(x) -> Conv(DQ(w), DQ(b)) -> activation -> Q -> DQ, built by hand (Relu kept)."""
+def _qdq_conv_model(activation, **replace):
+    """DQ(x) -> Conv(DQ(w), DQ(b)) -> activation -> Q -> DQ, built by hand (Relu kept);
+    ``replace``: initialisers to replace (scales, zero points)."""
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (4, 2, 3, 3), dtype=np.int8)
     inits = {"xs": np.float32(0.05), "xz": np.int8(3), "ws": np.full(4, 0.01, np.float32),
@@ -215,6 +218,7 @@ def _qdq_conv_model(activation):
                  np.int32), "bs": np.full(4, 0.0005, np.float32), "bz": np.zeros(4, np.int32),
              "ys": np.float32(0.02), "yz": np.int8(-5), "lo": np.float32(0.0),
              "hi": np.float32(0.5)}
+    inits.update(replace)
     nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
              helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
@@ -249,6 +253,71 @@ def test_relu_and_clip_fuse_into_the_activation_bounds(activation):
     theirs = _ort(model, {"x": x})[0]
     assert np.abs(ours - theirs).max() <= 0.02 + 1e-6   # at most one LSB
     assert ours.min() >= 0 and (activation == "relu" or ours.max() <= 0.5 + 1e-6)
+
+
+@pytest.mark.parametrize("replace, why", [
+    ({"ws": np.array([0.01, -0.01, 0.01, 0.01], np.float32)}, "scale 'ws' is negative"),
+    ({"xs": np.float32(-0.05)}, "scale 'xs' is negative"),
+    ({"ys": np.float32(-0.02)}, "scale 'ys' is negative"),
+    ({"ys": np.float32(1e-15)}, r"real multiplier .* outside the requantiser's range"),
+], ids=["weight", "input", "output", "huge-multiplier"])
+def test_scales_the_requantiser_cannot_take_leave_the_layer_to_the_host(replace, why):
+    """ONNX defines negative scales (and huge multipliers); the accelerator's requantiser takes
+    positive multipliers below 2**31, so such a layer runs on the host, as onnxruntime does
+    (until session 46 a negative scale became an all-zero channel: every output wrong)."""
+    model = _qdq_conv_model("relu", **replace)
+    low = lower(import_onnx(model))
+    assert not low.layers and re.search(why, low.unmatched["conv"])
+    x = np.random.default_rng(1).normal(0, 2, (1, 2, 6, 6)).astype(np.float32)
+    ours, theirs = run(low, {"x": x})["y"], _ort(model, {"x": x})[0]
+    assert np.count_nonzero(theirs) > theirs.size // 4          # (not a trivial output)
+    assert np.abs(ours - theirs).max() <= abs(float(replace.get("ys", 0.02))) + 1e-6
+
+
+@pytest.mark.parametrize("replace, message", [
+    ({"ys": np.float32(0)}, "QuantizeLinear node .*: scale 'ys' must be a finite non-zero "
+                            "number, not 0.0"),
+    ({"ys": np.float32(np.inf)}, "scale 'ys' must be a finite non-zero number, not inf"),
+    ({"xs": np.float32(np.nan)}, "QuantizeLinear node .*: scale 'xs' must be a finite non-zero"),
+    ({"ws": np.array([0.01, 0.01, np.nan, 0.01], np.float32)},
+     r"DequantizeLinear node .*: scale 'ws' must be a finite number, not nan \(element 2\)"),
+], ids=["zero-output", "inf-output", "nan-input", "nan-weight-channel"])
+def test_scales_that_are_not_finite_are_refused_naming_node_and_tensor(replace, message):
+    with pytest.raises(ModelError, match=message):
+        lower(import_onnx(_qdq_conv_model("relu", **replace)))
+
+
+def test_a_zero_weight_scale_is_an_all_zero_channel_on_the_accelerator():
+    """A zero DequantizeLinear scale is well defined (the channel's weights dequantise to 0):
+    the layer stays on the accelerator with that channel's outputs at the zero point."""
+    model = _qdq_conv_model("relu", ws=np.array([0.01, 0.0, 0.01, 0.01], np.float32),
+                            bs=np.array([0.0005, 0.0, 0.0005, 0.0005], np.float32))
+    low = lower(import_onnx(model))
+    (layer,) = low.layers
+    x = np.random.default_rng(1).normal(0, 2, (1, 2, 6, 6)).astype(np.float32)
+    ours, theirs = run(low, {"x": x})["y"], _ort(model, {"x": x})[0]
+    assert np.abs(ours - theirs).max() <= 0.02 + 1e-6 and not np.any(ours[:, 1])
+
+
+def test_qlinearconv_with_a_negative_scale_runs_on_the_host():
+    rng = np.random.default_rng(2)
+    inits = {"xs": np.float32(0.1), "xz": np.int8(0), "w": rng.integers(-100, 100, (3, 2, 3, 3),
+             dtype=np.int8), "ws": np.float32(-0.02), "wz": np.int8(0), "ys": np.float32(0.3),
+             "yz": np.int8(0)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+                            ["y"], name="qconv", pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node], "q", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 3, 5, 5])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    low = lower(import_onnx(model))
+    assert not low.layers and "scale 'ws' is negative" in low.unmatched["qconv"]
+    x = rng.integers(-128, 128, (1, 2, 5, 5), dtype=np.int8)
+    from onnx.reference import ReferenceEvaluator
+    spec = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    ours = run(low, {"x": x})["y"]
+    assert np.count_nonzero(spec) and np.abs(ours.astype(int) - spec.astype(int)).max() <= 1
 
 
 def test_qlinearconv_lowers_with_uint8_activations():
