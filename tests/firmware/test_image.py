@@ -227,6 +227,17 @@ def test_validate_section_out_of_image():
                "section_weights_bytes=1048576", "reaches past")
 
 
+def test_validate_weights_offset_past_the_image_does_not_read_past_it():
+    """With the weights part starting past the image, a parameter array there is reported,
+    not read (a fuzzer's find: ``struct.error`` from the multiplier check, session 46)."""
+    blob = patch_header(encode(legal_image()), "section_weights_offset", 0xFFFF_FFC0)
+    blob = patch_layer(blob, "shift_addr", BASE + len(blob) + 0x1000)
+    found = problems_of(blob)
+    assert any("section_weights_offset=0xffffffc0" in p and "reaches past" in p for p in found)
+    assert any(p.startswith("layer 0: BAD_WINDOW: shift_addr=") and "CRC-checked part" in p
+               for p in found)
+
+
 def test_validate_section_overlap():
     blob = encode(legal_image())
     quant = struct.unpack_from("<16I", blob)[HEADER_WORDS["section_quant_offset"]]
