@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,8 @@ from flow.outputs import check_writable
 from flow.report import html_report
 from planner.conv import k_parts
 from planner.dwcost import is_depthwise
-from planner.net.assign import FunctionLibrary, Thresholds, explain, load_host_timings
+from planner.net.assign import (FunctionLibrary, Thresholds, explain, host_timings_path,
+                                load_host_timings)
 from planner.net.graph import ModelError
 from planner.net.onnx_import import graph_from_model, import_onnx, load_model, parse_input_shapes
 from planner.net.lower import (conv_transpose_as_conv, fold_batchnorm, fold_pad, lower,
@@ -187,10 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     th2 = th.th2 if math.isfinite(th.th2) else None
     if args.json:
         print(json.dumps({"model": str(args.model), "th1": th.th1, "th2": th2,
+                          "host_timings": str(host_timings_path(args.host_timings)),
                           "summary": summary, "ops": rows}, indent=1))
         return 0
     limit = f"{th.th2:g}us" if th2 is not None else "no limit"
     _table(rows, f"{Path(args.model).name}: th1={th.th1:g}, th2={limit}, config={args.config}")
+    timings = host_timings_path(args.host_timings)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(timings.stat().st_mtime))
+    print(f"Host costs from {timings} (written {when}; --host-timings FILE for others, or "
+          f"delete it to measure this machine again).")
     print(f"{summary['ops']} ops: {summary['accel']} on the accelerator, {summary['host']} on the "
           f"host ({summary['fused']} fused with their producer, {summary['min_cost']} by minimum "
           f"cost). Tiling created {summary['tiling_scalar_exprs']} scalar expressions (loop "

@@ -82,8 +82,8 @@ from .lower import AccelLayer, Lowered, lower
 
 __all__ = ["Processor", "Op", "TilingScalars", "HostTimings", "FunctionLibrary", "Thresholds",
            "Evaluation", "Decision", "analyse", "assign", "decide", "explain",
-           "measure_host_timings", "load_host_timings", "DEFAULT_COMPLEXITY", "OP_CLASSES",
-           "NOMINAL_HOST", "SEED_EXAMPLE", "accel_reason", "one_line"]
+           "measure_host_timings", "load_host_timings", "host_timings_path", "DEFAULT_COMPLEXITY",
+           "OP_CLASSES", "NOMINAL_HOST", "SEED_EXAMPLE", "accel_reason", "one_line"]
 
 Processor = Literal["host", "accel"]
 PROCESSORS: tuple[str, ...] = ("host", "accel")
@@ -180,6 +180,20 @@ class HostTimings:
     ns_per_mac: float
     ns_per_element: dict[str, float]    # op class -> ns per output element
     op_overhead_ns: float               # fixed cost of dispatching one op
+
+    def __post_init__(self):
+        def time_ns(value, field: str) -> None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value < math.inf:
+                raise ValueError(f"HostTimings.{field} must be a finite number of ns >= 0, "
+                                 f"not {value!r}")
+        time_ns(self.ns_per_mac, "ns_per_mac")
+        time_ns(self.op_overhead_ns, "op_overhead_ns")
+        if not isinstance(self.ns_per_element, Mapping):
+            raise ValueError(f"HostTimings.ns_per_element must be an object of op class -> ns "
+                             f"per element, not {self.ns_per_element!r}")
+        for op_class, value in self.ns_per_element.items():
+            time_ns(value, f"ns_per_element[{op_class!r}]")
 
     def op_ns(self, op: Op) -> float:
         if op.op_class in ("conv", "gemm"):
@@ -354,20 +368,36 @@ def measure_host_timings(repeats: int = 3) -> HostTimings:
                        op_overhead_ns=best(lambda: np.add(a[:1, :1], 1)))
 
 
+def host_timings_path(path: str | os.PathLike | None = None) -> Path:
+    """``path``, or where :func:`load_host_timings` keeps this machine's timings by default:
+    ``$XDG_CACHE_HOME/tessera/host_timings.json`` (``~/.cache`` without it)."""
+    if path is not None:
+        return Path(path)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tessera" / "host_timings.json"
+
+
 def load_host_timings(path: str | os.PathLike | None = None, *, refresh: bool = False
                       ) -> HostTimings:
     """Host timings from ``path`` (default ``$XDG_CACHE_HOME/tessera/host_timings.json``),
     measured and written there on first use (or when ``refresh``)."""
-    if path is None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        path = base / "tessera" / "host_timings.json"
-    path = Path(path)
+    cache = path is None
+    path = host_timings_path(path)
     if path.is_file() and not refresh:
-        data = json.loads(path.read_text())
         try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return HostTimings(**data)
-        except TypeError as e:
-            raise ValueError(f"{path}: not a host timings file ({e})") from None
+        except (TypeError, ValueError) as e:     # (JSON and UTF-8 errors are ValueErrors)
+            raise ValueError(f"{path}: not a host timings file ({e}); delete it to measure "
+                             f"this machine again") from None
+    if path.exists() and not path.is_file():
+        kind = "directory" if path.is_dir() else "special file"
+        raise ValueError(f"{path}: the host timings file is a {kind}")
+    if not cache and not path.parent.is_dir():
+        raise ValueError(f"{path}: no directory {str(path.parent)!r} to write the measured host "
+                         f"timings to")
     timings = measure_host_timings()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

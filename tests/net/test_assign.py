@@ -3,6 +3,7 @@ change decisions, and the compiler takes the decisions ``tessera explain`` print
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from onnx import TensorProto, helper
 
 from flow.compile import compile_network
 from planner.net.assign import (SEED_EXAMPLE, FunctionLibrary, Thresholds, analyse, assign,
-                                decide, explain, load_host_timings)
+                                decide, explain, host_timings_path, load_host_timings)
 from planner.net.graph import ModelError
 from planner.net.lower import fold_batchnorm, lower, quantize_qdq
 from planner.net.models import encoder_block, small_cnn
@@ -249,3 +250,40 @@ def test_host_timings_are_measured_once_and_cached(tmp_path):
     with pytest.raises(ValueError, match="not a host timings file"):
         load_host_timings(path)
     assert np.isfinite(first.op_overhead_ns)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", r"not a host timings file \(Expecting property name"),
+    ("[1, 2]", r"not a host timings file \(a JSON list, not an object\)"),
+    ('{"ns_per_mac": "abc", "ns_per_element": {}, "op_overhead_ns": 1}',
+     r"HostTimings.ns_per_mac must be a finite number of ns >= 0, not 'abc'"),
+    ('{"ns_per_mac": 1, "ns_per_element": null, "op_overhead_ns": 1}',
+     r"HostTimings.ns_per_element must be an object"),
+    ('{"ns_per_mac": 1, "ns_per_element": {"pool": -1}, "op_overhead_ns": 1}',
+     r"HostTimings.ns_per_element\['pool'\] must be a finite number of ns >= 0, not -1"),
+    ('{"ns_per_mac": 1, "ns_per_element": {}, "op_overhead_ns": true}',
+     r"HostTimings.op_overhead_ns must be .*, not True"),
+], ids=["json", "list", "string", "null", "negative", "bool"])
+def test_a_bad_host_timings_file_is_refused_naming_file_and_field(tmp_path, text, message):
+    path = tmp_path / "timings.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{re.escape(str(path))}: .*{message}"):
+        load_host_timings(path)
+    assert path.read_text() == text                 # not measured over
+
+
+def test_host_timings_are_not_written_where_no_directory_is(tmp_path):
+    """An explicit path's directory is not created (the default cache's is)."""
+    with pytest.raises(ValueError, match="no directory .* to write the measured host timings"):
+        load_host_timings(tmp_path / "missing" / "timings.json")
+    assert not (tmp_path / "missing").exists()
+    with pytest.raises(ValueError, match="the host timings file is a directory"):
+        load_host_timings(tmp_path)
+
+
+def test_the_default_host_timings_live_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert host_timings_path() == tmp_path / "cache" / "tessera" / "host_timings.json"
+    assert host_timings_path(tmp_path / "t.json") == tmp_path / "t.json"
+    load_host_timings()
+    assert host_timings_path().is_file()

@@ -40,6 +40,7 @@ def test_explain_json_lists_every_op(tmp_path, timings_file, capsys):
     assert (out["th1"], out["th2"]) == (0.0, None)
     assert out["summary"]["tiling_scalar_exprs"] > 0
     assert out["summary"]["tiling_scalar_runtime_exprs"] == 0
+    assert out["host_timings"] == str(timings_file)
 
 
 def test_explain_table_and_thresholds(tmp_path, timings_file, capsys):
@@ -50,6 +51,9 @@ def test_explain_table_and_thresholds(tmp_path, timings_file, capsys):
     text = capsys.readouterr().out
     assert "th1=1.5, th2=50000us" in text and "conv0" in text and "gap" in text
     assert "on the accelerator" in text
+    # which host timings decided (a stale cache moves layers: say which file, how old)
+    assert re.search(rf"Host costs from {re.escape(str(timings_file))} \(written "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d; ", " ".join(text.split()))
 
 
 def test_compile_takes_the_decisions_explain_prints(tmp_path, timings_file, capsys):
