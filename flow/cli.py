@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ from planner.net.lower import (conv_transpose_as_conv, fold_batchnorm, fold_pad,
                                normalise_gemm, quantize_qdq, seeded_weights)
 from planner.net.reference import _output_scale, onnxruntime_outputs
 from spec.config import PRESETS, AccelConfig
+from tb.tools import check_icarus_memory
 
 __all__ = ["main"]
 
@@ -228,14 +230,17 @@ def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
         raise ValueError(f"--calib {path}: not a directory with .npy / .npz samples")
     feeds = {}
     for f in files:
-        if f.suffix == ".npz":
-            with np.load(f, allow_pickle=False) as z:
-                feeds[f"--calib {f}"] = {k: z[k] for k in z.files}
-        elif len(names) == 1:
-            feeds[f"--calib {f}"] = {names[0]: np.load(f, allow_pickle=False)}
-        else:
+        if f.suffix == ".npy" and len(names) != 1:
             raise ValueError(f"--calib {f}: a .npy sample needs a single-input model; the model "
                              f"has inputs {names} (use .npz)")
+        try:
+            if f.suffix == ".npz":
+                with np.load(f, allow_pickle=False) as z:
+                    feeds[f"--calib {f}"] = {k: z[k] for k in z.files}
+            else:
+                feeds[f"--calib {f}"] = {names[0]: np.load(f, allow_pickle=False)}
+        except (ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"--calib {f}: {_not_numpy(f) or e}") from None
     return feeds
 
 
@@ -433,6 +438,19 @@ def _vs_onnxruntime(net, outputs: dict, feeds: dict, report: dict,
     return 0
 
 
+def _not_numpy(path: Path) -> str | None:
+    """Why ``path`` is no NumPy file at all (numpy's own message for such a file is that it
+    holds pickled data), or ``None``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    if head.startswith((b"\x93NUMPY", b"PK")):
+        return None
+    return f"not a NumPy .npy or .npz file (it starts with {head!r})"
+
+
 def _feeds(path: str, net) -> dict:
     """The graph inputs in ``path`` (``--input``): every input the network has, no other
     array, each of its compiled shape and finite."""
@@ -449,7 +467,7 @@ def _feeds(path: str, net) -> dict:
     except OSError as e:
         raise ValueError(f"--input {path}: {e.strerror or e}") from None
     except (ValueError, EOFError, zipfile.BadZipFile) as e:   # pickled objects, not numpy
-        raise ValueError(f"--input {path}: {e}") from None
+        raise ValueError(f"--input {path}: {_not_numpy(p) or e}") from None
     extra = sorted(set(feeds) - set(net.inputs))
     if extra:
         raise ValueError(f"--input {path}: arrays {extra} are not graph inputs (the network's "
@@ -527,6 +545,19 @@ def _report_table(rows: list[dict], title: str, measured: bool) -> None:
     Console(width=160).print(table)
 
 
+def _check_workdir(path: str) -> None:
+    """``--workdir``: an existing directory, or one that can be made (made here)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--workdir {path}: exists and is not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--workdir {path}: cannot create it ({e.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise ValueError(f"--workdir {path}: not writable")
+
+
 def run_main(argv: list[str] | None = None) -> int:
     """``tessera run MODEL.tsr [--input x.npy] [--sim verilator|icarus|golden] [--json OUT]
     [--html OUT]``"""
@@ -536,10 +567,13 @@ def run_main(argv: list[str] | None = None) -> int:
     parser.add_argument("network", help="compiled network (.tsr, from tessera compile)")
     parser.add_argument("--input", default=None,
                         help="input tensor (.npy for a single-input network, else .npz by "
-                             "name); default: seeded standard-normal values (--seed)")
+                             "name); default: generated from --seed (8-bit integer inputs "
+                             "uniform over their range, others standard normal)")
     parser.add_argument("--seed", type=SEED, default=0,
                         help="seed of the generated input when --input is not given")
-    parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"))
+    parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"),
+                        help="where the images run: the functional device model (golden, the "
+                             "default) or the RTL on Verilator or Icarus")
     parser.add_argument("--workdir", default=None,
                         help="simulation directory (default: a temporary one)")
     parser.add_argument("--compare", action="store_true",
@@ -558,6 +592,10 @@ def run_main(argv: list[str] | None = None) -> int:
         for option in ("json", "html", "output"):       # before the run, which may be long
             check_writable(f"--{option}", getattr(args, option))
         net = CompiledNetwork.load(args.network)
+        if args.sim == "icarus":
+            check_icarus_memory(net.cfg)                # before generating any Verilog
+        if args.workdir is not None:
+            _check_workdir(args.workdir)
         if args.input is None:
             rng = np.random.default_rng(args.seed)
             feeds = {name: _generated(spec["shape"], np.dtype(spec["dtype"]), rng)
@@ -571,8 +609,9 @@ def run_main(argv: list[str] | None = None) -> int:
         print(f"tessera run: {e}", file=sys.stderr)
         return 2
     layers_total = sum(len(s.layer_names) or 1 for s in net.steps)
+    # on stderr, like compile's line: stdout is the results' alone (a log of it too)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), transient=False) as bar:
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(f"{net.name} on {args.sim}", total=layers_total)
 
         def on_event(ev: dict) -> None:

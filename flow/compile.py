@@ -927,7 +927,7 @@ class CompiledNetwork:
             z = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as e:
             hint = (f"; an ONNX model is compiled first: tessera compile {path} -o "
-                    f"{path.with_suffix('.tsr')}"
+                    f"{path.stem}.tsr"                  # (here: its directory may be read-only)
                     if path.suffix.lower() == ".onnx" and path.is_file() else "")
             raise CompileError(f"{path}: not a compiled network (.tsr zip): {e}{hint}") from None
         with z:
