@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown peers {sorted(peers - {'greedy', 'scalesim'})}")
     try:                # every file read before the first (long) RTL run
         if args.from_json:
-            reports = [json.loads(p.read_text()) for p in args.from_json]
+            reports = [read_report(p) for p in args.from_json]
         for path in args.workload or []:
             load_workload(path)
     except (OSError, ValueError) as exc:
@@ -264,11 +264,37 @@ def main(argv=None) -> int:
                                            args.layout, progress, args.scalesim))
             print(f"wrote {args.out / ('bench-' + reports[-1]['network'] + '-' + args.preset)}"
                   ".{json,md,-*.png}")
-    summary = args.out / f"bench-summary-{reports[0]['preset']}.md"
+    preset = reports[0]["preset"]
+    if args.from_json:      # the summary keeps the rows of the reports not re-rendered
+        given = {r["network"] for r in reports}
+        reports += [rep for rep in map(read_report, sorted(args.out.glob(
+            f"bench-*-{preset}.json"))) if rep["network"] not in given and rep["preset"] == preset]
+        order = [p.stem for p in WORKLOADS]
+        reports.sort(key=lambda r: (order.index(r["network"]) if r["network"] in order
+                                    else len(order), r["network"]))
+    summary = args.out / f"bench-summary-{preset}.md"
     summary.write_text(headline(reports))
     print(headline(reports))
     print(f"wrote {summary}")
     return 0
+
+
+#: what every bench report (``bench-<network>-<preset>.json``) has
+REPORT_KEYS = ("network", "preset", "config_id", "config", "layers", "totals", "peers")
+
+
+def read_report(path: Path) -> dict:
+    """A bench report written by :func:`write_report`; ``ValueError`` naming ``path`` for
+    anything else (another tool's JSON, not JSON at all)."""
+    try:
+        report = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a bench report (not JSON: {e})") from None
+    missing = [k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report]
+    if missing:
+        raise ValueError(f"{path}: not a bench report (no {', '.join(missing)}; python -m "
+                         f"bench writes them as bench-<network>-<preset>.json)")
+    return report
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """The bench command lines check their arguments before the work (bench.fpga's run for an hour
 per preset), and ``bench.fpga --collect`` never replaces the results with an empty table."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 import bench.fpga as fpga
@@ -39,6 +42,10 @@ def test_fpga_collect_with_nothing_to_collect_keeps_the_results(tmp_path, monkey
     ("bench.simspeed", ["--presets", "small,huge"], "--presets: 'huge' not among"),
     ("bench.__main__", ["--workload", "{tmp}/none.json"], "No such file or directory"),
     ("bench.__main__", ["--from-json", "{tmp}/none.json"], "No such file or directory"),
+    ("bench.__main__", ["--from-json", "{readme}"], "README.md: not a bench report (not JSON"),
+    ("bench.__main__", ["--from-json", "{results}/fpga.json"],
+     "fpga.json: not a bench report (no network, preset, config_id, config, layers, totals, "
+     "peers;"),
     ("bench.conv_resnet50", ["--only", "res2_0_branch2b,typo"],
      "--only: no ResNet-50 convolution named typo"),
 ])
@@ -47,9 +54,27 @@ def test_bench_clis_check_arguments_before_any_run(module, args, message, tmp_pa
     import importlib
 
     main = importlib.import_module(module).main
+    root = Path(__file__).resolve().parents[2]
     with pytest.raises(SystemExit):
-        main([a.format(tmp=tmp_path) for a in args])
+        main([a.format(tmp=tmp_path, readme=root / "README.md",
+                       results=root / "bench" / "results") for a in args])
     assert message in capsys.readouterr().err
+
+
+def test_bench_rerender_keeps_the_summary_rows_of_the_other_reports(tmp_path, monkeypatch):
+    """Re-rendering one report (the docs' command) rewrote the summary with that report's
+    row alone, dropping the committed BERT-base row."""
+    import bench.__main__ as bench_main
+
+    results = Path(__file__).resolve().parents[2] / "bench" / "results"
+    for f in results.glob("bench-*-default.json"):
+        shutil.copy(f, tmp_path)
+    monkeypatch.setattr(bench_main, "write_report",     # (the plots need matplotlib)
+                        lambda rep, out: out / f"bench-{rep['network']}-{rep['preset']}.md")
+    assert bench_main.main(["--from-json", str(tmp_path / "bench-resnet50-default.json"),
+                            "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "bench-summary-default.md").read_text() == \
+        (results / "bench-summary-default.md").read_text()
 
 
 @pytest.mark.parametrize("module, args, message", [
