@@ -182,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         lib, th = _assignment(args)
         with _progress_display("tessera explain") as on_event:
             _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights,
-                                       on_event=on_event)
+                                       on_event=on_event, max_input_elements=cfg.dram_bytes)
             rows = explain(lowered, cfg, lib, th, on_layer=planning_progress(on_event))
-    except (ModelError, ValueError, OSError) as e:
+    except (ModelError, ValueError, OSError, MemoryError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
         return 2
     summary = _summary(rows)
@@ -244,18 +244,37 @@ def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
     return feeds
 
 
+def _check_input_sizes(model, limit: int) -> None:
+    """Refuse a graph input of more elements than ``limit`` (the device memory's bytes: an int8
+    activation of one byte an element): calibrating it would allocate gigabytes first."""
+    inits = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in vi.type.tensor_type.shape.dim]
+        if dims and None not in dims and math.prod(dims) > limit:
+            raise ValueError(f"graph input {vi.name!r} of shape {dims} has "
+                             f"{math.prod(dims):,} elements, more than the device memory's "
+                             f"{limit:,} bytes hold (--input-shape sets smaller dims)")
+
+
 def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
                   seed: int | None = None, samples: int = 4,
-                  on_event: OnProgress | None = None):
+                  on_event: OnProgress | None = None, max_input_elements: int | None = None):
     """ONNX file -> ``(quantised model, lowered network)``, the front end of ``tessera
     explain`` and ``tessera compile``: load and fold, optionally replace the weights by seeded
     values; for a float model fold BatchNormalization and zero Pads into the Conv after them,
     make non-overlapping ConvTransposes Convs, normalise its Gemms (alpha, beta, transA, the
     bias's shape) and quantise (onnxruntime QDQ;
     calibration from ``calib_dir`` or generated); lower. ``on_event`` gets a
-    :func:`flow.compile.progress` event as each of these stages starts."""
+    :func:`flow.compile.progress` event as each of these stages starts.
+    ``max_input_elements``: refuse larger graph inputs (``ValueError``) before anything is
+    generated for them (the config's ``dram_bytes``)."""
     progress(on_event, f"loading {Path(str(model_path)).name}")
     model = load_model(model_path, shapes)
+    if max_input_elements is not None:
+        _check_input_sizes(model, max_input_elements)
     if seed is not None:
         progress(on_event, "seeding the weights")
         model = seeded_weights(model, seed)
@@ -286,7 +305,8 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
     and ``th`` deciding where each layer runs; ``on_event`` gets both's progress events."""
     check_strategy(strategy)        # before the quantisation, which takes a while
     model, lowered = prepare_model(model_path, shapes, calib_dir=calib_dir, seed=seed,
-                                   samples=samples, on_event=on_event)
+                                   samples=samples, on_event=on_event,
+                                   max_input_elements=cfg.dram_bytes)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
                            name=Path(str(model_path)).stem, fuse=fuse, lib=lib, th=th,
                            on_event=on_event)
@@ -326,7 +346,7 @@ def compile_main(argv: list[str] | None = None) -> int:
                                 fuse=args.fuse, lib=lib, th=th, on_event=on_event)
             progress(on_event, f"writing {args.output}")
             net.save(args.output)
-    except (ModelError, CompileError, ValueError, OSError) as e:
+    except (ModelError, CompileError, ValueError, OSError, MemoryError) as e:
         print(f"tessera compile: {e}", file=sys.stderr)
         return 2
     s = net.summary()

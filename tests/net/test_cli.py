@@ -87,6 +87,11 @@ def test_explain_resolves_symbolic_dims_from_input_shape(tmp_path, timings_file,
     assert tessera.main(args + ["--input-shape", "x=1,8,64"]) == 0
     rows = json.loads(capsys.readouterr().out)["ops"]
     assert {r["op_type"] for r in rows} >= {"MatMul", "Softmax", "LayerNormalization"}
+    # an input no device memory holds: refused before calibration inputs are generated for
+    # it (numpy's MemoryError, 298 GiB, for a 4 x 100000 x 100000 input)
+    assert tessera.main(args + ["--input-shape", "x=1,100000000,64", "--config", "tiny"]) == 2
+    assert "graph input 'x' of shape [1, 100000000, 64] has 6,400,000,000 elements, more " \
+           "than the device memory's 4,194,304 bytes hold" in capsys.readouterr().err
 
 
 def test_explain_errors_name_the_problem(tmp_path, timings_file, capsys):
