@@ -126,6 +126,43 @@ class TensorBuffer:
     halo: int = 0
     offset: int = 0
 
+    #: the layouts :meth:`encode` and :meth:`decode` know
+    LAYOUTS = ("nchw", "fm", "rowmajor")
+
+    def __post_init__(self):
+        # a .tsr's buffers come from a file: a wrong one would write past a buffer or
+        # reorder a tensor silently, so each field is checked (ValueError naming it)
+        def ints(values, what: str, lo: int, hi: int | None = None) -> None:
+            if not all(type(v) is int and v >= lo and (hi is None or v <= hi) for v in values):
+                span = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+                raise ValueError(f"buffer {self.tensor!r}: {what} must be ints {span}, not "
+                                 f"{values!r}")
+        if not isinstance(self.tensor, str):
+            raise ValueError(f"buffer tensor must be a name, not {self.tensor!r}")
+        if self.layout not in self.LAYOUTS:
+            raise ValueError(f"buffer {self.tensor!r}: layout must be one of "
+                             f"{', '.join(self.LAYOUTS)}, not {self.layout!r}")
+        ints([self.addr], "addr", 0)
+        if not isinstance(self.shape, tuple) or not self.shape or (
+                self.layout == "nchw" and len(self.shape) != 4):
+            raise ValueError(f"buffer {self.tensor!r}: shape {self.shape!r} is not a "
+                             f"{'4-d (N, C, H, W)' if self.layout == 'nchw' else 'non-empty'} "
+                             f"tuple")
+        ints(self.shape, "shape", 1)
+        if not isinstance(self.pads, tuple) or len(self.pads) != 4:
+            raise ValueError(f"buffer {self.tensor!r}: pads must be 4 ints (top, left, bottom, "
+                             f"right), not {self.pads!r}")
+        ints(self.pads, "pads", 0)
+        ints([self.halo], "halo", -128, 127)
+        if self.offset not in (0, 128) or type(self.offset) is not int:
+            raise ValueError(f"buffer {self.tensor!r}: offset must be 0 or 128 (a uint8 "
+                             f"tensor), not {self.offset!r}")
+        want = _nbytes(self.layout, self.shape, self.pads)
+        if self.nbytes != want or type(self.nbytes) is not int:
+            raise ValueError(f"buffer {self.tensor!r}: nbytes={self.nbytes!r}, but its layout "
+                             f"{self.layout}, shape {list(self.shape)} and pads "
+                             f"{list(self.pads)} take {want}")
+
     @property
     def padded_hw(self) -> tuple[int, int]:
         _, _, h, w = self.shape
@@ -177,6 +214,9 @@ class TensorBuffer:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "TensorBuffer":
+        if not isinstance(d, Mapping) or not isinstance(d.get("shape"), list) \
+                or not isinstance(d.get("pads"), list):
+            raise ValueError(f"buffer {d!r} is not an object with shape and pads lists")
         return cls(**{**d, "shape": tuple(d["shape"]), "pads": tuple(d["pads"])})
 
 
@@ -814,6 +854,47 @@ class CompiledNetwork:
     def segments(self) -> list[Segment]:
         return [s.segment for s in self.steps if s.kind == "segment"]
 
+    def check_dataflow(self) -> None:
+        """Raise :class:`CompileError` unless the inputs are ``{name: {shape, dtype}}``, every
+        step reads only tensors a graph input, a constant or an earlier step defines, and every
+        graph output is defined (what :meth:`load` checks of a file, whose steps the executor
+        would otherwise fail on half-way, or run wrongly)."""
+        if not isinstance(self.inputs, dict) or not isinstance(self.outputs, list):
+            raise CompileError("inputs must be an object of name -> {shape, dtype} and outputs "
+                               "a list of names")
+        for name, spec in self.inputs.items():
+            shape = spec.get("shape") if isinstance(spec, dict) else None
+            if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+                raise CompileError(f"graph input {name!r}: shape must be a list of ints >= 0, "
+                                   f"not {shape!r}")
+            try:
+                dtype = np.dtype(spec.get("dtype"))
+            except TypeError:
+                dtype = None
+            if dtype is None or dtype.kind not in "biuf":
+                raise CompileError(f"graph input {name!r}: dtype must be a numeric numpy type, "
+                                   f"not {spec.get('dtype')!r}")
+        defined = set(self.inputs) | set(self.constants)
+        for step in self.steps:
+            if step.kind == "host":
+                reads, writes = step.node.inputs, step.node.outputs
+            elif step.kind == "segment":
+                reads = [b.tensor for b in step.segment.inputs]
+                writes = [b.tensor for b in step.segment.outputs]
+            else:
+                if step.layer not in self.layers:
+                    raise CompileError(f"step {step.name!r}: no layer {step.layer!r}")
+                layer = self.layers[step.layer]
+                reads, writes = [layer.input, layer.input_b], [layer.output]
+            for t in reads:
+                if t and t not in defined:
+                    raise CompileError(f"step {step.name!r} reads {t!r}, which no graph input, "
+                                       f"constant or earlier step defines")
+            defined.update(t for t in writes if t)
+        for t in self.outputs:
+            if t not in defined:
+                raise CompileError(f"graph output {t!r} is defined by no step")
+
     def graph(self) -> Graph:
         """A minimal :class:`Graph` for the host executor (constants, inputs, outputs)."""
         tensors = {n: Tensor(n, tuple(v.shape), v.dtype, v) for n, v in self.constants.items()}
@@ -1005,11 +1086,15 @@ class CompiledNetwork:
                 if qmodel is not None and plan["version"] >= 2:    # (1: its own data)
                     qmodel = restore_initializers(qmodel, z.read)
                 constants = {n: dec(v) for n, v in plan["constants"].items()}
-                return cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
-                           inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
-                           strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
-            except CompileError:
-                raise
+                net = cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
+                          inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
+                          strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
+                net.check_dataflow()
+                return net
+            except CompileError as e:
+                if str(e).startswith(str(path)):
+                    raise
+                raise CompileError(f"{path}: damaged compiled network ({e})") from None
             except (KeyError, TypeError, ValueError, AttributeError, zipfile.BadZipFile,
                     zlib.error, EOFError) as e:
                 # a member or a field missing, or of the wrong kind: a damaged or hand-edited file

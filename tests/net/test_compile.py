@@ -223,6 +223,39 @@ def _rezip(path, members):
     return path
 
 
+def _first_input_buffer(plan):
+    return next(st["segment"] for st in plan["steps"] if st["kind"] == "segment")["inputs"][0]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: _first_input_buffer(p).update(layout="bogus"),
+     "layout must be one of nchw, fm, rowmajor, not 'bogus'"),
+    (lambda p: _first_input_buffer(p).update(nbytes=10), r"nbytes=10, but its layout nchw"),
+    (lambda p: _first_input_buffer(p).update(pads=[1, 1]), r"pads must be 4 ints"),
+    (lambda p: _first_input_buffer(p).update(halo=1000), r"halo must be ints in \[-128, 127\]"),
+    (lambda p: _first_input_buffer(p).update(tensor="nope"),
+     "step 'segment0' reads 'nope', which no graph input, constant or earlier step defines"),
+    (lambda p: p.update(outputs=["nope"]), "graph output 'nope' is defined by no step"),
+    (lambda p: p.update(steps=[]), "graph output 'logits' is defined by no step"),
+    (lambda p: p["inputs"]["x"].update(dtype="foo"), "graph input 'x': dtype must be a numeric"),
+    (lambda p: p["inputs"]["x"].update(shape=[1, 3, -16, 16]),
+     r"graph input 'x': shape must be a list of ints >= 0"),
+    (lambda p: p.update(inputs=["x"]), "inputs must be an object"),
+], ids=["layout", "nbytes", "pads", "halo", "tensor", "output", "no-steps", "dtype", "shape",
+        "inputs-list"])
+def test_a_hand_edited_plan_is_refused_on_load(cnn, tmp_path, edit, message):
+    """Fields that the executor would fail on half-way (KeyError, OverflowError) or, worse, run
+    with silently (a wrong layout reorders the tensor, a short nbytes writes past the buffer):
+    found by a helper's mutation of plan.json, session 46."""
+    _, _, net = cnn
+    members = _members(net.save(tmp_path / "cnn.tsr"))
+    plan = json.loads(members["plan.json"])
+    edit(plan)
+    bad = _rezip(tmp_path / "bad.tsr", {**members, "plan.json": json.dumps(plan)})
+    with pytest.raises(CompileError, match=f"bad.tsr: damaged compiled network \\(.*{message}"):
+        CompiledNetwork.load(bad)
+
+
 def test_tsr_model_onnx_refers_to_the_arrays_for_its_weights(cnn, tmp_path):
     """``model.onnx`` in a .tsr keeps no second copy of the weights: its large initialisers are
     ONNX external-data references to the ``arrays/I.npy`` members with the same bytes, which
