@@ -75,8 +75,8 @@ def _device_bytes(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m firmware", description=__doc__.split("\n")[0])
+def build_parser(prog: str = "python -m firmware") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     # no abbreviated options: `tessera firmware` sees whether --preset was given
     p = sub.add_parser("inspect", help="print a readable dump of an image", allow_abbrev=False)
@@ -86,15 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("image")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--preset", choices=sorted(PRESETS), default="default",
-                       help="accelerator preset the image must target (default: default)")
+                       help="accelerator preset the image must target (default: default; "
+                            "for a .tsr given to tessera firmware, the config it was compiled "
+                            "for)")
     group.add_argument("--config", metavar="CFG.JSON", help="AccelConfig JSON file")
     p.add_argument("--device-bytes", type=_device_bytes, default=None,
                    help="device memory size in bytes (default: the config's dram_bytes)")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m firmware") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         cfg = config_from_args(args) if args.command == "validate" else None   # options first
         blob = _read(args.image)

@@ -20,6 +20,7 @@ import sys
 
 import firmware.__main__ as firmware_cli
 from firmware.image import inspect, validate
+from spec.config import PRESETS
 
 from .compile import CompiledNetwork, CompileError
 
@@ -34,11 +35,17 @@ def _is_archive(path: str) -> bool:
         return False                # python -m firmware reports the unreadable file
 
 
-def main(argv: list[str] | None = None) -> int:
+def _named(cfg) -> str:
+    """``cfg``'s preset name and config_id (``small (0xa5340150)``), or its config_id alone."""
+    name = next((n for n, c in PRESETS.items() if c.config_id == cfg.config_id), None)
+    return f"{name} ({cfg.config_id:#010x})" if name else f"config_id {cfg.config_id:#010x}"
+
+
+def main(argv: list[str] | None = None, prog: str = "tessera firmware") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = firmware_cli.build_parser().parse_args(argv)
+    args = firmware_cli.build_parser(prog).parse_args(argv)
     if not _is_archive(args.image):
-        return firmware_cli.main(argv)
+        return firmware_cli.main(argv, prog)
     try:
         net = CompiledNetwork.load(args.image)
         given = getattr(args, "config", None) is not None or any(
@@ -48,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     segments = net.segments
-    print(f"{args.image}: compiled network {net.name!r} for config_id {net.cfg.config_id:#010x}, "
-          f"{len(segments)} image{'s' if len(segments) != 1 else ''}"
-          + ("" if cfg.config_id == net.cfg.config_id
-             else f"; checked against config_id {cfg.config_id:#010x}"))
+    print(f"{args.image}: compiled network {net.name!r} for {_named(net.cfg)}, "
+          f"{len(segments)} image{'s' if len(segments) != 1 else ''}")
+    if args.command == "validate" and cfg.config_id != net.cfg.config_id:
+        # every image would list the mismatch and what follows from it (tables past their
+        # section, accumulators overflowing another config's): once is the news
+        print(f"not for {_named(cfg)}: the images are {_named(net.cfg)}'s (every image's "
+              f"config_id differs; compile the model for {_named(cfg)} to run it there)")
+        return 1
     status = 0
     for seg in segments:
         label = f"segment{seg.index} ({', '.join(seg.layers)}), {len(seg.image)} bytes"

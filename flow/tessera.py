@@ -12,6 +12,7 @@ to ``module:function`` (imported lazily, so ``tessera plan`` never imports the n
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 
@@ -49,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     module, function = SUBCOMMANDS[name][0].split(":")
+    run = getattr(importlib.import_module(module), function)
     try:
-        return getattr(importlib.import_module(module), function)(rest)
+        if "prog" in inspect.signature(run).parameters:     # its usage names this command
+            return run(rest, prog=f"tessera {name}")
+        return run(rest)
     except BrokenPipeError:
         # the reader went away (`tessera ... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

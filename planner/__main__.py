@@ -59,6 +59,8 @@ def parse_conv(text: str) -> ConvShape:
             raise ValueError(f"--conv item {item!r} must be KEY=INT with KEY one of "
                              f"{', '.join(_CONV_ALIASES)}")
         for field in _CONV_ALIASES[key]:
+            if field in values:         # (R=3,...,R=5 took the last one silently)
+                raise ValueError(f"--conv sets {field} twice (item {item!r})")
             values[field] = int(value)
     missing = [k for k in ("N", "C", "H", "W", "K", "R", "S")
                if _CONV_ALIASES[k][0] not in values]
@@ -70,7 +72,10 @@ def parse_conv(text: str) -> ConvShape:
 
 def _config(args) -> tuple[AccelConfig, str]:
     if args.config:
-        return AccelConfig.from_json(Path(args.config).read_text()), args.config
+        try:
+            return AccelConfig.from_json(Path(args.config).read_text()), args.config
+        except (ValueError, TypeError) as e:    # (not UTF-8 or not JSON: ValueErrors too)
+            raise ValueError(f"--config {args.config}: {e}") from None
     if args.preset not in PRESETS:
         raise ValueError(f"--preset must be one of {', '.join(PRESETS)}, not {args.preset!r}")
     return PRESETS[args.preset], args.preset
@@ -116,6 +121,8 @@ def _cmd_plan(args) -> int:
 
 
 def _cmd_report(args) -> int:
+    if args.out and Path(args.out).is_dir():        # before the report is computed
+        raise ValueError(f"--out {args.out}: is a directory, not a file")
     cfg, name = _config(args)
     paths = [Path(p) for p in args.workloads] if args.workloads else \
         [WORKLOAD_DIR / f for f in DEFAULT_WORKLOADS]
@@ -135,8 +142,8 @@ def _cmd_report(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m planner", description=__doc__,
+def main(argv: list[str] | None = None, prog: str = "python -m planner") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name in ("plan", "report"):
@@ -160,14 +167,20 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", help="write the markdown here instead of stdout")
             p.add_argument("--doc", help="replace the marked report section of this file "
                                          "(docs/planner.md)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("--gemm", "--conv", "--workload", "--strategy"):
+        parser.error(f"{argv[0]} is an option of the plan command: {prog} plan "
+                     f"{' '.join(argv)}")
     args = parser.parse_args(argv)
     try:
         return _cmd_plan(args) if args.cmd == "plan" else _cmd_report(args)
     except ValueError as err:  # bad shapes, configs and workloads: a clear message, no trace
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:     # --config / --workload / --doc files that cannot be read
-        print(f"error: cannot read {err.filename!r}: {err.strerror or err}", file=sys.stderr)
+    except OSError as err:     # --config / --workload / --doc / --out files
+        verb = "write" if args.cmd == "report" and err.filename in (args.out, args.doc) \
+            else "read"
+        print(f"error: cannot {verb} {err.filename!r}: {err.strerror or err}", file=sys.stderr)
         return 2
 
 

@@ -91,8 +91,9 @@ def _parse_layer(raw: dict, index: int) -> Layer:
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
         for key, value in (("P", shape.out_h), ("Q", shape.out_w)):
-            if key in raw and raw[key] != value:
-                raise ValueError(f"{where}: {key}={raw[key]} disagrees with the shape ({value})")
+            if key in raw and (type(raw[key]) is not int or raw[key] != value):
+                raise ValueError(f"{where}: {key}={raw[key]!r} disagrees with the shape (the "
+                                 f"int {value})")
         return Layer(name, shape, count)
     raise ValueError(f"{where}: kind must be 'gemm' or 'conv', not {kind!r}")
 

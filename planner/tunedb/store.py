@@ -165,7 +165,12 @@ class TuneDB:
                               f"`tessera tunedb build`)")
         if cfg is None and not path.exists():
             raise TuneDBError(f"{path}: a new tuning database needs a configuration")
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        if path.is_dir():
+            raise TuneDBError(f"{path}: is a directory, not a tuning database file")
+        try:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.OperationalError as e:     # (no directory to create it in)
+            raise TuneDBError(f"{path}: cannot open a tuning database there ({e})") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             _enable_wal(conn)

@@ -43,6 +43,12 @@ def test_cli_parse_conv_expands_aliases():
     assert (c.stride_h, c.stride_w, c.pad_top, c.pad_right, c.groups) == (2, 2, 1, 1, 2)
 
 
+def test_cli_db_that_is_a_directory(tmp_path, capsys):
+    """(sqlite3.OperationalError, uncaught.)"""
+    assert main(["plan", "--gemm", "8,8,8", "--strategy", "db", "--db", str(tmp_path)]) == 2
+    assert f"{tmp_path}: is a directory, not a tuning database file" in capsys.readouterr().err
+
+
 def test_cli_bad_shape_is_a_clear_error(capsys):
     assert main(["plan", "--gemm", "0,1,1"]) == 2
     assert "GemmShape.m must be an int in [1, 16777215]" in capsys.readouterr().err

@@ -56,12 +56,12 @@ another function without this table following; line moves inside a function do n
 | spec/record.py | check_record | KeyError | 1 | config: test_check_record_missing_word |
 | spec/record.py | check_record | ValueError | 1 | config: test_check_record_word_u32 |
 | spec/record.py | layer_record | KeyError | 1 | config: test_layer_record_unknown_fields |
-| planner/__main__.py | _cmd_report | ValueError | 1 | cli: test_planner_report_doc_markers |
-| planner/__main__.py | _config | ValueError | 1 | cli: test_planner_preset, test_planner_config_file_range, test_planner_unreadable_file |
+| planner/__main__.py | _cmd_report | ValueError | 2 | cli: test_planner_report_doc_markers, test_planner_report_out_directory |
+| planner/__main__.py | _config | ValueError | 2 | cli: test_planner_preset, test_planner_config_file_range, test_planner_unreadable_file, test_planner_config_not_utf8 |
 | planner/__main__.py | main | argparse --strategy | 1 | cli: test_planner_strategy_choice |
 | planner/__main__.py | main | argparse add_mutually_exclusive_group | 1 | cli: test_planner_plan_needs_one_workload |
 | planner/__main__.py | main | argparse add_subparsers | 1 | cli: test_planner_subcommand |
-| planner/__main__.py | parse_conv | ValueError | 2 | cli: test_planner_conv_items, test_planner_conv_missing, test_planner_conv_shape_range |
+| planner/__main__.py | parse_conv | ValueError | 3 | cli: test_planner_conv_items, test_planner_conv_missing, test_planner_conv_shape_range, test_planner_conv_field_twice |
 | planner/__main__.py | parse_gemm | ValueError | 1 | cli: test_planner_gemm_syntax, test_planner_gemm_range |
 | planner/layout.py | _layout | ValueError | 1 | shapes: test_layout_names |
 | planner/layout.py | group_base_bytes | ValueError | 1 | shapes: test_layout_group_base |

@@ -85,7 +85,8 @@ def test_planner_config_file_range(capsys, tmp_path, cmd):
     cfg.write_text(json.dumps({**PRESETS["tiny"].to_dict(), "array_rows": 3}))
     args = ["--gemm", "8,8,8"] if cmd == "plan" else []
     err = planner(capsys, cmd, "--config", str(cfg), *args)
-    assert "error: AccelConfig.array_rows must be a power of two in [2, 64], not 3" in err
+    assert f"error: --config {cfg}: AccelConfig.array_rows must be a power of two in [2, 64], " \
+           f"not 3" in err
 
 
 @pytest.mark.parametrize("option", ["--config", "--workload"])
@@ -126,6 +127,25 @@ def test_planner_plan_needs_one_workload(capsys):
 ])
 def test_planner_subcommand(capsys, argv, fragment):
     assert fragment in planner(capsys, *argv)
+
+
+@pytest.mark.parametrize("item, field", [("R=5", "kernel_h"), ("stride_w=1", "stride_w")])
+def test_planner_conv_field_twice(capsys, item, field):
+    """(``R=3,...,R=5`` planned R=5 silently; an alias and its field are one field.)"""
+    err = planner(capsys, "plan", "--conv", f"N=1,C=4,H=8,W=8,K=4,R=3,S=3,stride=2,{item}")
+    assert f"error: --conv sets {field} twice (item {item!r})" in err
+
+
+def test_planner_report_out_directory(capsys, tmp_path):
+    """Refused before the report is computed (it said "cannot read" after it)."""
+    err = planner(capsys, "report", "--preset", "tiny", "--out", str(tmp_path))
+    assert f"error: --out {tmp_path}: is a directory, not a file" in err
+
+
+def test_planner_config_not_utf8(capsys, tmp_path):
+    (tmp_path / "cfg.json").write_bytes(b"\xff\xfe{}")
+    err = planner(capsys, "plan", "--gemm", "8,8,8", "--config", str(tmp_path / "cfg.json"))
+    assert f"error: --config {tmp_path}/cfg.json: 'utf-8' codec can't decode" in err
 
 
 def test_planner_report_doc_markers(capsys, tmp_path):

@@ -199,10 +199,12 @@ def test_workload_conv_shape(key, bad, message):
         parse_workload(workload({**CONV_LAYER, key: bad}))
 
 
-@pytest.mark.parametrize("key, bad, right", [("P", 5, 4), ("Q", 6, 4), ("P", 0, 4)])
+@pytest.mark.parametrize("key, bad, right", [("P", 5, 4), ("Q", 6, 4), ("P", 0, 4),
+                                             ("P", "4", 4), ("Q", 4.0, 4)])
 def test_workload_conv_output_size_must_agree(key, bad, right):
-    with refused(ValueError, f"workload layer 0 (c): {key}={bad} disagrees with the shape "
-                             f"({right})"):
+    """(P "4" was refused as "P=4 disagrees with the shape (4)".)"""
+    with refused(ValueError, f"workload layer 0 (c): {key}={bad!r} disagrees with the shape "
+                             f"(the int {right})"):
         parse_workload(workload({**CONV_LAYER, key: bad}))
 
 
