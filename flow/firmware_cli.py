@@ -9,9 +9,11 @@ networks every image inside them.
 
 A ``.tsr`` (a zip archive, :meth:`flow.compile.CompiledNetwork.save`) is checked against the
 configuration it was compiled for unless ``--preset`` or ``--config`` names another. The output
-says what was read (``NET.tsr: compiled network 'name' for config_id ..., K images``), then one
-line per image (``segment0 (conv0, conv1): valid``, or its problems, indented). Exit status 0
-when every image is valid, 1 when one is not, 2 when the file cannot be read.
+says what was read (``NET.tsr: compiled network 'name' for default (0x8d7ab0dd), K images``),
+then one line per image (``segment0 (conv0, conv1): valid``, or its problems, indented); against
+another configuration, one line saying the images are not for it (each image's problems would
+all follow from that). Exit status 0 when every image is valid, 1 when one is not (or the
+configuration differs), 2 when the file cannot be read.
 """
 
 from __future__ import annotations
