@@ -163,7 +163,14 @@ def requantize(acc: np.ndarray, *, multiplier, shift, bias=None, zero_point: int
     m = acc.shape[0]
 
     def per_row(name, value, lo, hi):
-        arr = np.broadcast_to(np.asarray(value, dtype=np.int64), (m,)).copy()
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iu":      # (a float shift of 1.9 acted as 1, silently)
+            raise ValueError(f"requantize: {name} must be integers, not {raw.dtype} "
+                             f"{value!r:.60}")
+        if raw.shape not in ((), (m,), (1,)):
+            raise ValueError(f"requantize: {name} must be a scalar or one per output row, "
+                             f"shape ({m},), not shape {raw.shape}")
+        arr = np.broadcast_to(raw.astype(np.int64), (m,)).copy()
         if arr.size and (arr.min() < lo or arr.max() > hi):
             raise ValueError(f"requantize: {name} must be in [{lo}, {hi}]")
         return arr[:, None]
@@ -172,6 +179,8 @@ def requantize(acc: np.ndarray, *, multiplier, shift, bias=None, zero_point: int
     sh = per_row("shift", shift, -31, 31)
     b = per_row("bias", 0 if bias is None else bias, INT32_MIN, INT32_MAX)
     for name, value in (("zero_point", zero_point), ("act_min", act_min), ("act_max", act_max)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise ValueError(f"requantize: {name} must be an int, not {value!r}")
         if not -128 <= value <= 127:
             raise ValueError(f"requantize: {name} must be in [-128, 127], not {value!r}")
     if act_min > act_max:

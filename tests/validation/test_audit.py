@@ -51,8 +51,8 @@ another function without this table following; line moves inside a function do n
 | spec/golden.py | _pair | ValueError | 1 | quant: test_conv2d_pairs |
 | spec/golden.py | conv2d_int8 | ValueError | 7 | quant: test_conv2d_dtype, test_conv2d_rank, test_conv2d_pads, test_conv2d_groups, test_conv2d_channels_per_group, test_conv2d_empty, test_conv2d_kernel_fit |
 | spec/golden.py | gemm_int8 | ValueError | 2 | quant: test_gemm_int8_shapes, test_gemm_int8_dtype |
-| spec/golden.py | requantize | ValueError | 3 | quant: test_requantize_acc, test_requantize_int8_params, test_requantize_act_order |
-| spec/golden.py | requantize.per_row | ValueError | 1 | quant: test_requantize_per_row |
+| spec/golden.py | requantize | ValueError | 4 | quant: test_requantize_acc, test_requantize_int8_params, test_requantize_int8_param_kind, test_requantize_act_order |
+| spec/golden.py | requantize.per_row | ValueError | 3 | quant: test_requantize_per_row, test_requantize_per_row_kind |
 | spec/record.py | check_record | KeyError | 1 | config: test_check_record_missing_word |
 | spec/record.py | check_record | ValueError | 1 | config: test_check_record_word_u32 |
 | spec/record.py | layer_record | KeyError | 1 | config: test_layer_record_unknown_fields |

@@ -271,6 +271,27 @@ def test_requantize_int8_params(name, bad):
         requantize(ACC, multiplier=1 << 30, shift=0, **{name: bad})
 
 
+@pytest.mark.parametrize("name, bad, message", [
+    ("shift", 1.9, "shift must be integers, not float64 1.9"),
+    ("bias", np.array([0.9, 0.1]), "bias must be integers, not float64"),
+    ("multiplier", "x", "multiplier must be integers, not <U1 'x'"),
+    ("multiplier", np.full(3, 1 << 30), "multiplier must be a scalar or one per output row, "
+                                         "shape (2,), not shape (3,)"),
+])
+def test_requantize_per_row_kind(name, bad, message):
+    """(A float shift of 1.9 acted as 1, silently; a wrong length was numpy's broadcast
+    error, naming no parameter.)"""
+    kw = {"multiplier": 1 << 30, "shift": 0, name: bad}
+    with refused(ValueError, f"requantize: {message}"):
+        requantize(ACC, **kw)
+
+
+@pytest.mark.parametrize("name", ["zero_point", "act_min", "act_max"])
+def test_requantize_int8_param_kind(name):
+    with refused(ValueError, f"requantize: {name} must be an int, not 1.5"):
+        requantize(ACC, multiplier=1 << 30, shift=0, **{name: 1.5})
+
+
 def test_requantize_act_order():
     with refused(ValueError, "requantize: act_min=5 > act_max=1; act_min must be <= act_max"):
         requantize(ACC, multiplier=1 << 30, shift=0, act_min=5, act_max=1)
