@@ -49,7 +49,7 @@ from planner.dwcost import (MESH_KERNELS, depthwise_descriptor, depthwise_macs,
 from planner.layout import padded_dims, weights_k_major
 from planner.offsets import compile_tables
 from planner.plan import plan_gemm
-from planner.shapes import GemmShape
+from planner.shapes import ConvShape, GemmShape
 from planner.tiling import TILING_FIELDS
 from spec.config import AccelConfig, require_config
 from spec.desc import (DEPTHWISE_STRIDES, GemmDescriptor, depthwise_arrays,
@@ -89,6 +89,12 @@ class Requant:
     act_min: int = -128
     act_max: int = 127
     post_mode: PostMode = PostMode.NONE
+
+    def __post_init__(self):
+        if self.post_mode not in set(PostMode):
+            raise ValueError(f"Requant.post_mode must be one of "
+                             f"{', '.join(f'{p.name} ({p.value})' for p in PostMode)}, not "
+                             f"{self.post_mode!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,6 +316,10 @@ class ImageBuilder:
         if w.ndim != 2 or w.dtype != np.int8:
             raise ValueError(f"{name}: weights must be a 2-D int8 array (m x k), not "
                              f"{w.dtype} {w.shape}")
+        if op_kind not in set(OpKind):
+            raise ValueError(f"{name}: op_kind must be one of "
+                             f"{', '.join(f'{k.name} ({k.value})' for k in OpKind)}, not "
+                             f"{op_kind!r}")
         if OpKind(op_kind) == OpKind.CONV:
             raise ValueError(f"{name}: op_kind CONV needs ImageBuilder.conv")
         m, k = w.shape
@@ -350,6 +360,9 @@ class ImageBuilder:
         self._claim(name)
         _ints(name, x_addr=x_addr, out_addr=out_addr, out_chan_stride=out_chan_stride,
               out_row_stride=out_row_stride)
+        if not isinstance(shape, ConvShape):
+            raise ValueError(f"{name}: shape must be a planner.ConvShape, not "
+                             f"{type(shape).__name__}")
         if shape.groups != 1 or shape.batch != 1:
             raise ValueError(f"{name}: the builder handles batch 1, one group (got batch="
                              f"{shape.batch}, groups={shape.groups})")
@@ -478,10 +491,11 @@ class ImageBuilder:
                              f"dw_mesh=1; this one has none")
         wt = np.asarray(weights)
         if wt.dtype != np.int8 or wt.ndim not in (3, 4) or wt.shape[-1] != wt.shape[-2] or \
-                wt.shape[-1] not in MESH_KERNELS or (wt.ndim == 4 and wt.shape[1] != 1):
+                wt.shape[-1] not in MESH_KERNELS or (wt.ndim == 4 and wt.shape[1] != 1) or \
+                wt.shape[0] < 1:
             raise ValueError(f"{name}: weights must be int8 of shape (C, k, k) or (C, 1, k, k) "
-                             f"with k in {list(MESH_KERNELS)} (the mesh's kernels), not "
-                             f"{wt.dtype} {wt.shape}")
+                             f"with C >= 1 and k in {list(MESH_KERNELS)} (the mesh's kernels), "
+                             f"not {wt.dtype} {wt.shape}")
         c, kernel = wt.shape[0], wt.shape[-1]
         why = kernel_refusal(kernel, self.cfg)
         if why is not None:

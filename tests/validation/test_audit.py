@@ -21,8 +21,9 @@ another function without this table following; line moves inside a function do n
 | firmware/builder.py | ImageBuilder.local | ValueError | 4 | image: test_builder_local_name_unique, test_builder_local_nbytes, test_builder_local_fits, test_builder_local_past_32_bit_addresses |
 | firmware/builder.py | ImageBuilder.build | ImageError | 3 | image: test_builder_needs_layers, test_builder_image_overlaps_data, test_builder_hardware_rules, test_builder_output_must_stay_in_its_buffer |
 | firmware/builder.py | ImageBuilder.build.read_words | ImageError | 1 | internal: read_words only sees the builder's own QUANT references; no public input reaches it |
-| firmware/builder.py | ImageBuilder.conv | ValueError | 5 | image: test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride, test_builder_conv_rows, test_builder_conv_diagonal |
-| firmware/builder.py | ImageBuilder.gemm | ValueError | 2 | image: test_builder_gemm_weights, test_builder_gemm_op_kind |
+| firmware/builder.py | Requant.__post_init__ | ValueError | 1 | image: test_builder_requant_post_mode |
+| firmware/builder.py | ImageBuilder.conv | ValueError | 6 | image: test_builder_conv_shape_type, test_builder_conv_batch_groups, test_builder_conv_weights, test_builder_conv_row_stride, test_builder_conv_rows, test_builder_conv_diagonal |
+| firmware/builder.py | ImageBuilder.gemm | ValueError | 3 | image: test_builder_gemm_weights, test_builder_gemm_op_kind |
 | firmware/builder.py | ImageBuilder.depthwise | ValueError | 7 | image: test_builder_depthwise_needs_the_mesh, test_builder_depthwise_weights, test_builder_depthwise_mesh_size, test_builder_depthwise_pad_value, test_builder_depthwise_stride, test_builder_depthwise_odd, test_builder_depthwise_map_size |
 | firmware/builder.py | _ints | ValueError | 1 | image: test_builder_integer_arguments |
 | firmware/builder.py | _int_array | ValueError | 2 | image: test_builder_quant_shapes, test_builder_quant_values |

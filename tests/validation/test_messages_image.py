@@ -271,6 +271,16 @@ def test_builder_gemm_weights(w):
 def test_builder_gemm_op_kind():
     with refused(ValueError, "g: op_kind CONV needs ImageBuilder.conv"):
         _gemm(op_kind=OpKind.CONV)
+    with refused(ValueError, "g: op_kind must be one of GEMM (0), CONV (1), FC (2), "
+                             "DEPTHWISE (3), not 7"):          # ("7 is not a valid OpKind")
+        _gemm(op_kind=7)
+
+
+def test_builder_requant_post_mode():
+    from firmware.builder import Requant
+    with refused(ValueError, "Requant.post_mode must be one of NONE (0), RELU (1), RELU6 (2), "
+                             "CLAMP (3), not 9"):
+        Requant(multiplier=np.ones(1, np.int32), shift=np.zeros(1, np.int32), post_mode=9)
 
 
 @pytest.mark.parametrize("name", ["", None, 3])
@@ -374,6 +384,13 @@ def test_builder_conv_batch_groups(kw):
         _conv(shape=shape)
 
 
+def test_builder_conv_shape_type():
+    """(A dict: AttributeError 'dict' object has no attribute 'groups'.)"""
+    with refused(ValueError, "c: shape must be a planner.ConvShape, not dict"):
+        builder().conv("c", shape={"batch": 1}, weights=np.ones((1, 1, 1, 1), np.int8),
+                       x_addr=0, out_addr=0, out_chan_stride=1)
+
+
 @pytest.mark.parametrize("w", [np.ones((4, 2, 3, 3), np.uint8), np.ones((4, 2, 3, 2), np.int8)])
 def test_builder_conv_weights(w):
     with refused(ValueError, f"c: weights must be int8 of shape (K, C, R, S) = (4, 2, 3, 3), "
@@ -400,10 +417,12 @@ def test_builder_depthwise_needs_the_mesh():
 @pytest.mark.parametrize("w", [np.zeros((4, 3, 3), np.int16), np.zeros((4, 2, 3, 3), np.int8),
                                np.zeros((4, 3, 2), np.int8), np.zeros((4, 9), np.int8),
                                np.zeros((4, 5, 3), np.int8), np.zeros((4, 9, 9), np.int8),
-                               np.zeros((4, 1, 4, 4), np.int8), np.zeros((4, 2, 5, 5), np.int8)])
+                               np.zeros((4, 1, 4, 4), np.int8), np.zeros((4, 2, 5, 5), np.int8),
+                               np.zeros((0, 3, 3), np.int8)])
 def test_builder_depthwise_weights(w):
     with refused(ValueError, f"d: weights must be int8 of shape (C, k, k) or (C, 1, k, k) with "
-                             f"k in [3, 5, 7] (the mesh's kernels), not {w.dtype} {w.shape}"):
+                             f"C >= 1 and k in [3, 5, 7] (the mesh's kernels), not {w.dtype} "
+                             f"{w.shape}"):
         _depthwise(weights=w)
 
 
