@@ -361,6 +361,8 @@ def compile_main(argv: list[str] | None = None) -> int:
           f"(config_id {cfg.config_id:#010x})")
     for layer, reason in s["host_layers"].items():
         print(f"  host: {layer}: {reason}")
+    for node, reason in s["unmatched"].items():     # (a Conv3d, an asymmetric weight, ...)
+        print(f"  host op: {node}: not an accelerator layer: {reason}")
     for step in net.steps:
         if step.kind == "ksplit":
             sh = net.layers[step.layer].shape

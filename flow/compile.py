@@ -849,6 +849,9 @@ class CompiledNetwork:
     strategy: str = "best"
     name: str = "network"
     qmodel: bytes | None = None
+    #: operators of the accelerator's kinds (Conv, Gemm, MatMul, QLinear*) that match no
+    #: accelerator layer and run as host ops, and why (:attr:`planner.net.lower.Lowered.unmatched`)
+    unmatched: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def segments(self) -> list[Segment]:
@@ -981,7 +984,7 @@ class CompiledNetwork:
                 "config_id": self.cfg.config_id, "strategy": self.strategy,
                 "opset": self.opset, "inputs": self.inputs, "outputs": self.outputs,
                 "constants": {n: ref(v) for n, v in self.constants.items()},
-                "layers": layers, "steps": steps}
+                "layers": layers, "steps": steps, "unmatched": self.unmatched}
         members: dict[str, tuple[bytes, int]] = {}      # name -> (.npy bytes, data offset)
         for i, a in enumerate(arrays):
             buf = io.BytesIO()
@@ -1088,7 +1091,8 @@ class CompiledNetwork:
                 constants = {n: dec(v) for n, v in plan["constants"].items()}
                 net = cls(cfg=cfg, steps=steps, layers=layers, constants=constants,
                           inputs=plan["inputs"], outputs=plan["outputs"], opset=plan["opset"],
-                          strategy=plan["strategy"], name=plan["name"], qmodel=qmodel)
+                          strategy=plan["strategy"], name=plan["name"], qmodel=qmodel,
+                          unmatched=dict(plan.get("unmatched", {})))   # (since session 46)
                 net.check_dataflow()
                 return net
             except CompileError as e:
@@ -1107,6 +1111,7 @@ class CompiledNetwork:
                 "ksplit_steps": sum(s.kind == "ksplit" for s in self.steps),
                 "host_ops": sum(s.kind == "host" for s in self.steps),
                 "host_layers": {s.layer: s.reason for s in self.steps if s.kind == "host_layer"},
+                "unmatched": dict(self.unmatched),
                 "records": sum(len(s.records) for s in segs),
                 "image_bytes": sum(len(s.image) for s in segs),
                 "predicted_cycles": sum(s.predicted_cycles for s in segs),
@@ -1240,7 +1245,8 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
         q = qmodel if isinstance(qmodel, bytes) else qmodel.SerializeToString()
     return CompiledNetwork(cfg=cfg, steps=steps, layers=layers, constants=constants,
                            inputs=inputs, outputs=list(g.outputs), opset=g.opset,
-                           strategy=strategy, name=name or g.name, qmodel=q)
+                           strategy=strategy, name=name or g.name, qmodel=q,
+                           unmatched=dict(lowered.unmatched))
 
 
 def on_mesh(lowered: Lowered, cfg: AccelConfig) -> Lowered:

@@ -1496,3 +1496,18 @@ def test_tf_same_stride_2_depthwise_layers_run_on_the_mesh(tmp_path, capsys):
     assert compile_main([str(path), "-o", str(tmp_path / "n.tsr"), "--config", "default"]) == 0
     out = capsys.readouterr().out
     assert "  depthwise: 3 of 3 layers on the mesh\n" in out and "dense channel" not in out
+
+
+def test_compile_names_the_operators_left_on_the_host_and_why(tmp_path, capsys):
+    """An operator of the accelerator's kinds that matches no layer runs on the host; compile
+    said "0 layers on the host" and nothing else (explain alone said why). Saved in the .tsr."""
+    model = _qlinear_conv_model(np.random.default_rng(4), np.int8(0), 2, 4, 6)
+    ws = next(i for i in model.graph.initializer if i.name == "ws")
+    ws.CopyFrom(onnx.numpy_helper.from_array(np.array(-0.01, np.float32), "ws"))
+    onnx.save(model, tmp_path / "q.onnx")
+    assert compile_main([str(tmp_path / "q.onnx"), "-o", str(tmp_path / "q.tsr"),
+                         "--config", "tiny"]) == 0
+    assert "  host op: conv: not an accelerator layer: scale 'ws' is negative (the " \
+           "requantiser's multipliers are positive)" in capsys.readouterr().out
+    assert CompiledNetwork.load(tmp_path / "q.tsr").unmatched == {
+        "conv": "scale 'ws' is negative (the requantiser's multipliers are positive)"}
