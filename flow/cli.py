@@ -67,6 +67,17 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.1f}" if v >= 100 else f"{v:.2f}"
 
 
+def _results_console(width: int) -> Console:
+    """stdout for a results table: a terminal's own width (rich fits the columns to it; at a
+    fixed width an 80-column terminal wrapped every row), else ``width`` (logs and pipes keep
+    whole rows)."""
+    try:
+        terminal = sys.stdout.isatty()      # (not rich's is_terminal, which FORCE_COLOR sets)
+    except (AttributeError, ValueError):
+        terminal = False
+    return Console() if terminal else Console(width=width)
+
+
 def _table(rows: list[dict], title: str) -> None:
 
     table = Table(title=title, show_lines=False)
@@ -77,7 +88,7 @@ def _table(rows: list[dict], title: str) -> None:
         table.add_row(r["op"], r["op_type"], r["category"], _fmt(r["c_host_us"]),
                       _fmt(r["p_host"]), _fmt(r["c_accel_us"]), _fmt(r["p_accel"]),
                       r["decision"], r["rule"], r["reason"])
-    Console(width=200).print(table)
+    _results_console(200).print(table)
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -564,7 +575,7 @@ def _report_table(rows: list[dict], title: str, measured: bool) -> None:
                       "-" if r["mac_util"] is None else f"{100 * r['mac_util']:.1f}%",
                       "-" if cyc is None else f"{r['dram_rd_bytes']:,}",
                       "-" if cyc is None else f"{r['dram_wr_bytes']:,}")
-    Console(width=160).print(table)
+    _results_console(160).print(table)
 
 
 def _check_workdir(path: str) -> None:

@@ -308,3 +308,12 @@ def test_progress_display_draws_each_stage_on_a_terminal_and_nothing_elsewhere(t
     assert tessera.main(["compile", str(path), "-o", str(tsr), "--config", "small"]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out.startswith(f"{tsr}: 2 image segments")
+
+
+def test_results_tables_fit_a_terminal_and_keep_whole_rows_in_a_log(monkeypatch):
+    """On a terminal the table takes its width (a fixed 200 columns wrapped every row of an
+    80-column one); in a log or a pipe it keeps the fixed width, whole rows."""
+    assert cli._results_console(200).width == 200            # (pytest's stdout: not a tty)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli._results_console(200).width == 80
