@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None, prog: str = "tessera firmware") -> int:
         print(f"not for {_named(cfg)}: the images are {_named(net.cfg)}'s (every image's "
               f"config_id differs; compile the model for {_named(cfg)} to run it there)")
         return 1
-    status = 0
+    status, bad = 0, (0, 0)         # (problems, images with problems)
     for seg in segments:
         label = f"segment{seg.index} ({', '.join(seg.layers)}), {len(seg.image)} bytes"
         if args.command == "inspect":
@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None, prog: str = "tessera firmware") -> int:
         for problem in problems:
             print(f"  {problem}")
         status |= 1 if problems else 0
+        bad = (bad[0] + len(problems), bad[1] + bool(problems))
+    if bad[0]:          # the total, as python -m firmware ends a raw image's problems
+        print(f"{bad[0]} problem(s) found in {bad[1]} of {len(segments)} images",
+              file=sys.stderr)
     return status
 
 

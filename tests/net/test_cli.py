@@ -184,8 +184,10 @@ def test_firmware_validate_and_inspect_read_every_image_of_a_tsr(tmp_path, capsy
         for n, data in members.items():
             z.writestr(n, data)
     assert tessera.main(["firmware", "validate", str(tsr)]) == 1
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
     assert out[1].endswith(": valid") and "problem(s)" in out[2]
+    assert captured.err.rstrip().endswith(" problem(s) found in 1 of 2 images")
     assert any(line.startswith("  ") and "crc" in line.lower() for line in out[3:])
     # python -m firmware itself says what a .tsr is
     assert tessera.main(["firmware", "validate", str(tmp_path / "missing.tsr")]) == 2
