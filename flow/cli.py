@@ -602,8 +602,8 @@ def run_main(argv: list[str] | None = None) -> int:
                         help="input tensor (.npy for a single-input network, else .npz by "
                              "name); default: generated from --seed (8-bit integer inputs "
                              "uniform over their range, others standard normal)")
-    parser.add_argument("--seed", type=SEED, default=0,
-                        help="seed of the generated input when --input is not given")
+    parser.add_argument("--seed", type=SEED, default=None,
+                        help="seed of the generated input (default 0); not with --input")
     parser.add_argument("--sim", default="golden", choices=("golden", "verilator", "icarus"),
                         help="where the images run: the functional device model (golden, the "
                              "default) or the RTL on Verilator or Icarus")
@@ -630,14 +630,20 @@ def run_main(argv: list[str] | None = None) -> int:
         if args.workdir is not None:
             _check_workdir(args.workdir)
         if args.input is None:
-            rng = np.random.default_rng(args.seed)
+            seed = 0 if args.seed is None else args.seed
+            rng = np.random.default_rng(seed)
             feeds = {name: _generated(spec["shape"], np.dtype(spec["dtype"]), rng)
                      for name, spec in net.inputs.items()}
             print(f"input: generated (8-bit integer: uniform over its range; else standard "
-                  f"normal), seed {args.seed} "
+                  f"normal), seed {seed} "
                   f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
+        elif args.seed is not None:         # (it was ignored without a word)
+            raise ValueError(f"--seed {args.seed} seeds generated inputs; --input {args.input} "
+                             f"gives them: use one of the two")
         else:
             feeds = _feeds(args.input, net)
+            print(f"input: {args.input} "
+                  f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
     except (CompileError, ValueError, OSError) as e:
         print(f"tessera run: {e}", file=sys.stderr)
         return 2

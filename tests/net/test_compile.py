@@ -627,6 +627,10 @@ def test_cli_run_generates_its_input_and_writes_an_html_report(tmp_path, capsys)
             .astype(np.float32))
     assert run_main([str(tmp_path / "cnn.tsr"), "--input", str(tmp_path / "x.npy"),
                      "--output", str(tmp_path / "given.npz")]) == 0
+    assert f"input: {tmp_path}/x.npy (x float32 (1, 3, 8, 8))" in capsys.readouterr().out
+    assert run_main([str(tmp_path / "cnn.tsr"), "--input", str(tmp_path / "x.npy"),
+                     "--seed", "3"]) == 2
+    assert "--seed 3 seeds generated inputs; --input" in capsys.readouterr().err
     with np.load(tmp_path / "gen.npz") as a, np.load(tmp_path / "given.npz") as b:
         assert set(a.files) == set(b.files) and all(np.array_equal(a[k], b[k]) for k in a.files)
     text = page.read_text()
