@@ -20,6 +20,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -170,8 +171,11 @@ def _held_stdout() -> Iterator[None]:
 
 def _assignment(args) -> tuple[FunctionLibrary, Thresholds]:
     defaults = Thresholds()
-    th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
-                    th2=defaults.th2 if args.th2 is None else args.th2)
+    try:
+        th = Thresholds(th1=defaults.th1 if args.th1 is None else args.th1,
+                        th2=defaults.th2 if args.th2 is None else args.th2)
+    except ValueError as e:             # ("Thresholds.th1 must be ...": the option's name)
+        raise ValueError(re.sub(r"Thresholds\.(th[12])", r"--\1", str(e))) from None
     return FunctionLibrary(host=load_host_timings(args.host_timings)), th
 
 

@@ -104,6 +104,8 @@ def test_explain_errors_name_the_problem(tmp_path, timings_file, capsys):
     assert "NAME=D0,D1" in capsys.readouterr().err
     assert tessera.main(["explain", str(tmp_path / "nope.onnx")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert tessera.main(base + ["--th1", "-1"]) == 2            # the option named, not the
+    assert "tessera explain: --th1 must be a number >= 0" in capsys.readouterr().err  # class
 
 
 #: Opset-6 models of the onnx wheel's PyTorch-converted test data (batch 2: every image runs
