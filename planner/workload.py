@@ -12,6 +12,7 @@ named.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from spec.config import loads_unique
@@ -114,6 +115,12 @@ def load_workload(path: str | Path) -> Workload:
     ``ValueError`` names the file."""
     path = Path(path)
     try:
-        return parse_workload(path.read_text(encoding="utf-8-sig"), path.stem)
-    except ValueError as err:        # JSON syntax errors included
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a workload JSON file (not UTF-8 text: {err})") from None
+    try:
+        return parse_workload(text, path.stem)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a workload JSON file ({err})") from None
+    except ValueError as err:
         raise ValueError(f"{path}: {err}") from None

@@ -167,7 +167,10 @@ def test_cli_refuses_malformed_workloads_naming_the_file(tmp_path, capsys):
         assert f"{wl}: " in (err := capsys.readouterr().err) and message in err, err
     wl.write_text("{")
     assert main(["plan", "--workload", str(wl)]) == 2
-    assert f"{wl}: Expecting" in capsys.readouterr().err
+    assert f"{wl}: not a workload JSON file (Expecting" in capsys.readouterr().err
+    wl.write_bytes(b"PK\x03\x04\x80\x81")                   # (a .tsr given by mistake)
+    assert main(["plan", "--workload", str(wl)]) == 2
+    assert f"{wl}: not a workload JSON file (not UTF-8 text: " in capsys.readouterr().err
     wl.write_bytes(b"\xef\xbb\xbf" + json.dumps({"layers": [layer]}).encode())   # BOM: fine
     assert main(["plan", "--workload", str(wl), "--preset", "tiny"]) == 0
 

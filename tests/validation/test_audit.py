@@ -88,7 +88,7 @@ another function without this table following; line moves inside a function do n
 | planner/tiling.py | to_descriptor | ValueError | 2 | shapes: test_to_descriptor_plan_shape, test_to_descriptor_lists_hw_rules |
 | planner/workload.py | _parse_layer | ValueError | 9 | shapes: test_workload_layer_must_be_object, test_workload_layer_name, test_workload_count, test_workload_gemm_keys, test_workload_gemm_shape, test_workload_conv_keys, test_workload_conv_shape, test_workload_conv_output_size_must_agree, test_workload_kind |
 | planner/workload.py | parse_workload | ValueError | 2 | shapes: test_workload_top_level, test_workload_needs_layers |
-| planner/workload.py | load_workload | ValueError | 1 | shapes: test_workload_file_errors_name_the_file |
+| planner/workload.py | load_workload | ValueError | 3 | shapes: test_workload_file_errors_name_the_file |
 
 Not raise sites, so not in the table: the rule lists that :func:`spec.desc.check`,
 :func:`spec.record.check_record` and :func:`firmware.image.validate` *return* (their messages are

@@ -156,6 +156,12 @@ def test_workload_file_errors_name_the_file(tmp_path):
     path.write_text(workload())
     with refused(ValueError, f"{path}: workload has no layers"):
         load_workload(path)
+    path.write_text("# a README")
+    with refused(ValueError, f"{path}: not a workload JSON file (Expecting value"):
+        load_workload(path)
+    path.write_bytes(b"PK\x03\x04\x80")
+    with refused(ValueError, f"{path}: not a workload JSON file (not UTF-8 text: "):
+        load_workload(path)
 
 
 @pytest.mark.parametrize("change, missing, unknown", [
