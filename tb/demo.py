@@ -35,6 +35,8 @@ def report(records: list[dict], cfg) -> str:
                      f"{r['outer_m']}, split-K {r['need_splitk']}")
         lines.append(f"  cycles     {total:>10}   utilisation {macs / (cfg.macs_per_cycle * total):7.2%}"
                      f"   predicted {pred} ({(pred - total) / total:+.2%})")
+        lines.append("  counters   (and their share of the cycles; a mac_active cycle can leave "
+                     "a ragged tile's PEs idle)")
         for name in COUNTERS[1:7]:
             lines.append(f"    {name:22} {r[name]:>10}  {r[name] / total:7.2%}")
         lines.append(f"  DRAM bytes read A {r['rd_a_bytes']}, read B {r['rd_b_bytes']}, "
