@@ -177,7 +177,7 @@ class TensorBuffer:
     def encode(self, x: np.ndarray) -> bytes:
         """Device bytes of tensor ``x`` (int8, or uint8 with ``offset``)."""
 
-        x8 = _to_int8(np.asarray(x), self.offset)
+        x8 = _to_int8(np.asarray(x), self.offset, f"tensor {self.tensor!r}")
         if tuple(x8.shape) != tuple(self.shape):
             raise ValueError(f"tensor {self.tensor!r}: shape {x8.shape} != {self.shape}")
         if self.layout == "nchw":

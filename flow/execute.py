@@ -118,8 +118,10 @@ async def execute(net: CompiledNetwork, rt, feeds: Mapping[str, np.ndarray], *,
         elif step.kind == "gemm":
 
             layer = net.layers[step.layer]
-            a = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
-            b = _to_int8(np.asarray(env[layer.input_b]), 0)
+            a = _to_int8(np.asarray(env[layer.input]), layer.in_offset,
+                         f"layer {layer.name!r}'s input {layer.input!r}")
+            b = _to_int8(np.asarray(env[layer.input_b]), 0,
+                         f"layer {layer.name!r}'s input {layer.input_b!r}")
             seg, loads, out_shape = build_gemm_image(layer, a, b, net.cfg, net.strategy)
             res = await _run_segment(rt, seg, env, loads)
             outs = res.pop("outputs")
@@ -130,7 +132,8 @@ async def execute(net: CompiledNetwork, rt, feeds: Mapping[str, np.ndarray], *,
             # one image run per input image; the parts' int32 partial sums are added and
             # requantised here (flow.compile)
             layer = net.layers[step.layer]
-            x = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
+            x = _to_int8(np.asarray(env[layer.input]), layer.in_offset,
+                         f"layer {layer.name!r}'s input {layer.input!r}")
             raw, runs = [], []
             for n in range(layer.shape.batch):
                 seg, loads, partials = build_ksplit_image(layer, x[n:n + 1], net.cfg,

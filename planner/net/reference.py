@@ -40,13 +40,14 @@ class HostOpError(ModelError):
     """A host operator has no numpy implementation; the message names it."""
 
 
-def _to_int8(x: np.ndarray, offset: int) -> np.ndarray:
+def _to_int8(x: np.ndarray, offset: int, what: str = "tensor") -> np.ndarray:
+    """``x`` (int8, or uint8 with ``offset`` 128) as int8; ``what`` names it in the error."""
     if offset:
         if x.dtype != np.uint8:
-            raise ModelError(f"expected a uint8 tensor, got {x.dtype}")
+            raise ModelError(f"{what}: expected a uint8 tensor, got {x.dtype}")
         return (x.astype(np.int16) - offset).astype(np.int8)
     if x.dtype != np.int8:
-        raise ModelError(f"expected an int8 tensor, got {x.dtype}")
+        raise ModelError(f"{what}: expected an int8 tensor, got {x.dtype}")
     return x
 
 
@@ -72,7 +73,8 @@ def requantise_conv(layer: AccelLayer, acc: np.ndarray) -> np.ndarray:
 
 def run_layer(layer: AccelLayer, env: Mapping[str, np.ndarray]) -> np.ndarray:
     """The int8 (or uint8) output tensor of one accelerator layer."""
-    x8 = _to_int8(np.asarray(env[layer.input]), layer.in_offset)
+    x8 = _to_int8(np.asarray(env[layer.input]), layer.in_offset,
+                  f"layer {layer.name!r}'s input {layer.input!r}")
     if layer.kind == "conv":
         s = layer.shape
         xp = np.pad(x8, ((0, 0), (0, 0), (s.pad_top, s.pad_bottom), (s.pad_left, s.pad_right)),
@@ -85,7 +87,8 @@ def run_layer(layer: AccelLayer, env: Mapping[str, np.ndarray]) -> np.ndarray:
         acc = golden.gemm_int8(layer.weights, np.ascontiguousarray(rows.T))
         y = _requant(layer, acc).T.reshape(*x8.shape[:-1], layer.shape.m)
     elif layer.kind == "gemm":
-        b8 = _to_int8(np.asarray(env[layer.input_b]), 0)
+        b8 = _to_int8(np.asarray(env[layer.input_b]), 0,
+                      f"layer {layer.name!r}'s input {layer.input_b!r}")
         s = layer.shape
         a3, b3 = x8.reshape(-1, s.m, s.k), b8.reshape(-1, s.k, s.n)
         outs = []

@@ -20,7 +20,7 @@ from spec.config import PRESETS  # noqa: E402
 from planner.net import reference  # noqa: E402
 from flow.cli import compile_main, compile_model, run_main  # noqa: E402
 from flow.compile import (TSR_READS, TSR_VERSION, CompiledNetwork,  # noqa: E402
-                          CompileError, build_gemm_image, compile_network)
+                          CompileError, TensorBuffer, build_gemm_image, compile_network)
 from flow.tsr_onnx import SHARE_MIN_BYTES  # noqa: E402
 from firmware.emulator import EmulatorDevice  # noqa: E402
 from flow.execute import execute, run_network  # noqa: E402
@@ -28,6 +28,7 @@ from planner.net.models import small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
                                   lower, quantize_qdq)
+from planner.net.graph import ModelError  # noqa: E402
 from planner.net.reference import HostOpError  # noqa: E402
 from planner.shapes import GemmShape  # noqa: E402
 from planner.zero_points import activation_gemm_k  # noqa: E402
@@ -1515,3 +1516,11 @@ def test_compile_names_the_operators_left_on_the_host_and_why(tmp_path, capsys):
            "requantiser's multipliers are positive)" in capsys.readouterr().out
     assert CompiledNetwork.load(tmp_path / "q.tsr").unmatched == {
         "conv": "scale 'ws' is negative (the requantiser's multipliers are positive)"}
+
+
+def test_a_tensor_of_the_wrong_type_is_named():
+    """("expected an int8 tensor, got int32", naming no tensor: a host op's output of the
+    wrong type, as a hand-edited zero point makes.)"""
+    buf = TensorBuffer(tensor="x_q", addr=0, nbytes=4, layout="rowmajor", shape=(2, 2))
+    with pytest.raises(ModelError, match="tensor 'x_q': expected an int8 tensor, got int32"):
+        buf.encode(np.zeros((2, 2), np.int32))
