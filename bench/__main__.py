@@ -267,8 +267,14 @@ def main(argv=None) -> int:
     preset = reports[0]["preset"]
     if args.from_json:      # the summary keeps the rows of the reports not re-rendered
         given = {r["network"] for r in reports}
-        reports += [rep for rep in map(read_report, sorted(args.out.glob(
-            f"bench-*-{preset}.json"))) if rep["network"] not in given and rep["preset"] == preset]
+        for path in sorted(args.out.glob(f"bench-*-{preset}.json")):
+            try:
+                rep = read_report(path)
+            except (OSError, ValueError) as e:      # not one of ours: not a row
+                print(f"summary: skipped {e}", file=sys.stderr)
+                continue
+            if rep["network"] not in given and rep["preset"] == preset:
+                reports.append(rep)
         order = [p.stem for p in WORKLOADS]
         reports.sort(key=lambda r: (order.index(r["network"]) if r["network"] in order
                                     else len(order), r["network"]))

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         lib, th = _assignment(args)
         with _progress_display("tessera explain") as on_event:
             _, lowered = prepare_model(args.model, shapes, seed=args.seeded_weights,
-                                       on_event=on_event, max_input_elements=cfg.dram_bytes)
+                                       on_event=on_event)
             rows = explain(lowered, cfg, lib, th, on_layer=planning_progress(on_event))
     except (ModelError, ValueError, OSError, MemoryError) as e:
         print(f"tessera explain: {e}", file=sys.stderr)
@@ -259,37 +259,40 @@ def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
     return feeds
 
 
-def _check_input_sizes(model, limit: int) -> None:
-    """Refuse a graph input of more elements than ``limit`` (the device memory's bytes: an int8
-    activation of one byte an element): calibrating it would allocate gigabytes first."""
+def _check_calibration_memory(model, samples: int) -> None:
+    """Refuse to generate calibration inputs that need more memory than the machine has
+    (``samples`` float64 draws of every graph input, numpy's MemoryError or the kernel's OOM
+    killer otherwise), naming the input."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):        # (not POSIX: no limit known)
+        return
     inits = {i.name for i in model.graph.initializer}
     for vi in model.graph.input:
         if vi.name in inits:
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None
                 for d in vi.type.tensor_type.shape.dim]
-        if dims and None not in dims and math.prod(dims) > limit:
-            raise ValueError(f"graph input {vi.name!r} of shape {dims} has "
-                             f"{math.prod(dims):,} elements, more than the device memory's "
-                             f"{limit:,} bytes hold (--input-shape sets smaller dims)")
+        need = samples * 8 * math.prod(dims) if None not in dims else 0
+        if need > ram:
+            raise ValueError(f"graph input {vi.name!r} of shape {dims}: {samples} generated "
+                             f"calibration samples of it need {need / 2**30:,.1f} GiB, more "
+                             f"than this machine's {ram / 2**30:,.1f} GiB (give --calib samples, "
+                             f"or a smaller --input-shape where its dims are symbolic)")
 
 
 def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
                   seed: int | None = None, samples: int = 4,
-                  on_event: OnProgress | None = None, max_input_elements: int | None = None):
+                  on_event: OnProgress | None = None):
     """ONNX file -> ``(quantised model, lowered network)``, the front end of ``tessera
     explain`` and ``tessera compile``: load and fold, optionally replace the weights by seeded
     values; for a float model fold BatchNormalization and zero Pads into the Conv after them,
     make non-overlapping ConvTransposes Convs, normalise its Gemms (alpha, beta, transA, the
     bias's shape) and quantise (onnxruntime QDQ;
     calibration from ``calib_dir`` or generated); lower. ``on_event`` gets a
-    :func:`flow.compile.progress` event as each of these stages starts.
-    ``max_input_elements``: refuse larger graph inputs (``ValueError``) before anything is
-    generated for them (the config's ``dram_bytes``)."""
+    :func:`flow.compile.progress` event as each of these stages starts."""
     progress(on_event, f"loading {Path(str(model_path)).name}")
     model = load_model(model_path, shapes)
-    if max_input_elements is not None:
-        _check_input_sizes(model, max_input_elements)
     if seed is not None:
         progress(on_event, "seeding the weights")
         model = seeded_weights(model, seed)
@@ -299,6 +302,8 @@ def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
         calib = _calibration(calib_dir, names)
+        if calib is None:
+            _check_calibration_memory(model, samples)
         progress(on_event, f"quantising with onnxruntime "
                            f"({samples if calib is None else len(calib)} calibration samples)")
         model = quantize_qdq(model, None if calib is None else list(calib.values()),
@@ -320,8 +325,7 @@ def compile_model(model_path, shapes: dict, cfg: AccelConfig, *, calib_dir: str 
     and ``th`` deciding where each layer runs; ``on_event`` gets both's progress events."""
     check_strategy(strategy)        # before the quantisation, which takes a while
     model, lowered = prepare_model(model_path, shapes, calib_dir=calib_dir, seed=seed,
-                                   samples=samples, on_event=on_event,
-                                   max_input_elements=cfg.dram_bytes)
+                                   samples=samples, on_event=on_event)
     return compile_network(lowered, cfg, strategy=strategy, qmodel=model,
                            name=Path(str(model_path)).stem, fuse=fuse, lib=lib, th=th,
                            on_event=on_event)

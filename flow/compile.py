@@ -870,8 +870,8 @@ class CompiledNetwork:
             if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
                 raise CompileError(f"graph input {name!r}: shape must be a list of ints >= 0, "
                                    f"not {shape!r}")
-            try:
-                dtype = np.dtype(spec.get("dtype"))
+            try:                    # (np.dtype(None) is float64: a missing dtype is not one)
+                dtype = np.dtype(spec["dtype"]) if isinstance(spec.get("dtype"), str) else None
             except TypeError:
                 dtype = None
             if dtype is None or dtype.kind not in "biuf":

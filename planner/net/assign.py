@@ -390,8 +390,9 @@ def load_host_timings(path: str | os.PathLike | None = None, *, refresh: bool = 
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return HostTimings(**data)
         except (TypeError, ValueError) as e:     # (JSON and UTF-8 errors are ValueErrors)
-            raise ValueError(f"{path}: not a host timings file ({e}); delete it to measure "
-                             f"this machine again") from None
+            what = ("delete it to measure this machine again" if cache else
+                    "--host-timings takes a file tessera wrote, or a new path to measure into")
+            raise ValueError(f"{path}: not a host timings file ({e}); {what}") from None
     if path.exists() and not path.is_file():
         kind = "directory" if path.is_dir() else "special file"
         raise ValueError(f"{path}: the host timings file is a {kind}")

@@ -1080,7 +1080,11 @@ class _Lowerer:
             if s < 2.0 ** -32:
                 mq, sh = 1, 31
             else:
-                mq, sh = quantize_multiplier(float(s))
+                try:
+                    mq, sh = quantize_multiplier(float(s))
+                except ValueError as e:     # (just below 2**31 it rounds up to 2**31)
+                    raise _NoMatch(f"the real multiplier in_scale x weight_scale / out_scale "
+                                   f"= {s} is outside the requantiser's range ({e})") from None
             mult.append(mq)
             shift.append(sh)
         return np.array(mult, np.int32), np.array(shift, np.int32)

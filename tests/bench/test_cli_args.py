@@ -61,7 +61,8 @@ def test_bench_clis_check_arguments_before_any_run(module, args, message, tmp_pa
     assert message in capsys.readouterr().err
 
 
-def test_bench_rerender_keeps_the_summary_rows_of_the_other_reports(tmp_path, monkeypatch):
+def test_bench_rerender_keeps_the_summary_rows_of_the_other_reports(tmp_path, monkeypatch,
+                                                                  capsys):
     """Re-rendering one report (the docs' command) rewrote the summary with that report's
     row alone, dropping the committed BERT-base row."""
     import bench.__main__ as bench_main
@@ -69,12 +70,14 @@ def test_bench_rerender_keeps_the_summary_rows_of_the_other_reports(tmp_path, mo
     results = Path(__file__).resolve().parents[2] / "bench" / "results"
     for f in results.glob("bench-*-default.json"):
         shutil.copy(f, tmp_path)
+    (tmp_path / "bench-other-default.json").write_text('{"a": 1}')    # not a report: no row
     monkeypatch.setattr(bench_main, "write_report",     # (the plots need matplotlib)
                         lambda rep, out: out / f"bench-{rep['network']}-{rep['preset']}.md")
     assert bench_main.main(["--from-json", str(tmp_path / "bench-resnet50-default.json"),
                             "--out", str(tmp_path)]) == 0
     assert (tmp_path / "bench-summary-default.md").read_text() == \
         (results / "bench-summary-default.md").read_text()
+    assert "summary: skipped " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module, args, message", [

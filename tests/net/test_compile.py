@@ -239,11 +239,13 @@ def _first_input_buffer(plan):
     (lambda p: p.update(outputs=["nope"]), "graph output 'nope' is defined by no step"),
     (lambda p: p.update(steps=[]), "graph output 'logits' is defined by no step"),
     (lambda p: p["inputs"]["x"].update(dtype="foo"), "graph input 'x': dtype must be a numeric"),
+    (lambda p: p["inputs"]["x"].pop("dtype"), "graph input 'x': dtype must be a numeric numpy "
+                                              "type, not None"),     # (np.dtype(None): float64)
     (lambda p: p["inputs"]["x"].update(shape=[1, 3, -16, 16]),
      r"graph input 'x': shape must be a list of ints >= 0"),
     (lambda p: p.update(inputs=["x"]), "inputs must be an object"),
-], ids=["layout", "nbytes", "pads", "halo", "tensor", "output", "no-steps", "dtype", "shape",
-        "inputs-list"])
+], ids=["layout", "nbytes", "pads", "halo", "tensor", "output", "no-steps", "dtype",
+        "no-dtype", "shape", "inputs-list"])
 def test_a_hand_edited_plan_is_refused_on_load(cnn, tmp_path, edit, message):
     """Fields that the executor would fail on half-way (KeyError, OverflowError) or, worse, run
     with silently (a wrong layout reorders the tensor, a short nbytes writes past the buffer):

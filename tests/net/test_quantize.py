@@ -260,7 +260,9 @@ def test_relu_and_clip_fuse_into_the_activation_bounds(activation):
     ({"xs": np.float32(-0.05)}, "scale 'xs' is negative"),
     ({"ys": np.float32(-0.02)}, "scale 'ys' is negative"),
     ({"ys": np.float32(1e-15)}, r"real multiplier .* outside the requantiser's range"),
-], ids=["weight", "input", "output", "huge-multiplier"])
+    ({"xs": np.float32(1 - 2**-23), "ws": np.full(4, 1 + 2**-23, np.float32),
+      "ys": np.float32(2**-31)}, r"real multiplier .* outside the requantiser's range"),
+], ids=["weight", "input", "output", "huge-multiplier", "rounds-to-2**31"])
 def test_scales_the_requantiser_cannot_take_leave_the_layer_to_the_host(replace, why):
     """ONNX defines negative scales (and huge multipliers); the accelerator's requantiser takes
     positive multipliers below 2**31, so such a layer runs on the host, as onnxruntime does
