@@ -301,18 +301,25 @@ def test_a_zero_weight_scale_is_an_all_zero_channel_on_the_accelerator():
     assert np.abs(ours - theirs).max() <= 0.02 + 1e-6 and not np.any(ours[:, 1])
 
 
+def _qlinear_conv(inits: dict, x_type, x_shape, y_shape, **attrs):
+    """One QLinearConv ``qconv`` (3x3, pad 1, ``attrs``) from ``x`` to ``y`` of ``x_type``, its
+    constant inputs ``inits`` by name (``b``, the bias, if given)."""
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"] + (["b"] if "b" in inits else [])
+    node = helper.make_node("QLinearConv", names, ["y"], name="qconv", pads=[1, 1, 1, 1],
+                            **attrs)
+    graph = helper.make_graph(
+        [node], "q", [helper.make_tensor_value_info("x", x_type, list(x_shape))],
+        [helper.make_tensor_value_info("y", x_type, list(y_shape))],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
 def test_qlinearconv_with_a_negative_scale_runs_on_the_host():
     rng = np.random.default_rng(2)
     inits = {"xs": np.float32(0.1), "xz": np.int8(0), "w": rng.integers(-100, 100, (3, 2, 3, 3),
              dtype=np.int8), "ws": np.float32(-0.02), "wz": np.int8(0), "ys": np.float32(0.3),
              "yz": np.int8(0)}
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
-                            ["y"], name="qconv", pads=[1, 1, 1, 1])
-    graph = helper.make_graph(
-        [node], "q", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 2, 5, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 3, 5, 5])],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    model = _qlinear_conv(inits, TensorProto.INT8, (1, 2, 5, 5), (1, 3, 5, 5))
     low = lower(import_onnx(model))
     assert not low.layers and "scale 'ws' is negative" in low.unmatched["qconv"]
     x = rng.integers(-128, 128, (1, 2, 5, 5), dtype=np.int8)
@@ -328,13 +335,7 @@ def test_qlinearconv_lowers_with_uint8_activations():
     inits = {"xs": np.float32(0.1), "xz": np.uint8(120), "w": w, "ws": np.float32(0.02),
              "wz": np.int8(0), "ys": np.float32(0.3), "yz": np.uint8(130),
              "b": rng.integers(-300, 300, 3).astype(np.int32)}
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
-                            ["y"], name="qconv", pads=[1, 1, 1, 1], strides=[2, 2])
-    graph = helper.make_graph(
-        [node], "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 2, 7, 7])],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 3, 4, 4])],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    model = _qlinear_conv(inits, TensorProto.UINT8, (1, 2, 7, 7), (1, 3, 4, 4), strides=[2, 2])
     low = lower(import_onnx(model))
     (layer,) = low.layers
     assert layer.kind == "conv" and layer.in_offset == 128 and layer.out_offset == 128
