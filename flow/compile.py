@@ -1007,6 +1007,8 @@ class CompiledNetwork:
     def load(cls, path: str | Path) -> "CompiledNetwork":
         """Read a ``.tsr`` file; :class:`CompileError` says what is wrong with a bad one."""
         path = Path(path)
+        if not path.exists():           # (as explain names a missing model file)
+            raise CompileError(f"compiled network {str(path)!r} does not exist")
         try:
             z = zipfile.ZipFile(path)
         except (OSError, zipfile.BadZipFile) as e:
