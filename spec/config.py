@@ -186,6 +186,18 @@ class AccelConfig:
                                  4 <= self.array_rows <= 16):
             raise ConfigError(f"AccelConfig.dw_mesh=1 needs a square array of 4 x 4 to 16 x 16, "
                               f"not array_rows={self.array_rows} x array_cols={self.array_cols}")
+        # a parameter array (quant_entries int32 words) is one load command into buffer rows
+        # 0 .. (the parameter memories' write addresses): buffer B must hold it, and with the
+        # mesh buffer A too (its weight arrays load through A); hw.params.ParamMemories
+        param_bytes = 4 * self.quant_entries
+        for name in ("buf_b_bytes",) + (("buf_a_bytes",) if self.dw_mesh else ()):
+            if getattr(self, name) < param_bytes:
+                port = " through A with dw_mesh=1" if name == "buf_a_bytes" else ""
+                raise ConfigError(
+                    f"AccelConfig.{name}={getattr(self, name)} must hold a whole parameter "
+                    f"array, quant_entries={self.quant_entries} int32 words ({param_bytes} "
+                    f"bytes, loaded in one command{port}): raise {name} to {param_bytes} or "
+                    f"more, or lower quant_entries")
 
     def _check_range(self, name: str, lo: int, hi: int):
         value = getattr(self, name)

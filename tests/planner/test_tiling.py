@@ -158,7 +158,7 @@ NARROW = [  # an operand half smaller than the partition the seed rounds to (con
     AccelConfig(array_rows=4, array_cols=16, buf_a_bytes=4096, buf_b_bytes=64,
                 acc_buf_bytes=8192, a_port_bytes_per_cycle=1, b_port_bytes_per_cycle=2,
                 block_m=4, block_n=16, dram_addr_bits=24, conv_offset_entries=1024,
-                conv_run_entries=1024, conv_group_entries=1024, quant_entries=256,
+                conv_run_entries=1024, conv_group_entries=1024, quant_entries=16,
                 local_buf_bytes=4096),
     AccelConfig(buf_a_bytes=64, block_m=32, a_port_bytes_per_cycle=8, b_port_bytes_per_cycle=12),
 ]

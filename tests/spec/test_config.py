@@ -48,6 +48,8 @@ def configs(draw):
         sync_bytes=draw(st.integers(1, 1 << 24)),
         dram_addr_bits=dram_bits,
         local_buf_bytes=draw(st.sampled_from(_pow2s(2 * b_beat, 1 << dram_bits))),
+        # a parameter array (quant_entries int32) loads into buffer B in one command
+        quant_entries=draw(st.sampled_from(_pow2s(16, min(1 << 16, buf_b // 4)))),
     )
 
 
@@ -119,7 +121,7 @@ def test_config_every_range_checked_field_has_a_case():
 @pytest.mark.parametrize("name, kwargs, minimum", [
     # one buffer row per half: 2 * a_beat_bytes with a 64-wide array is 128 > the 64 pow2 floor
     ("buf_a_bytes", dict(array_rows=64, block_m=64, buf_a_bytes=64), 128),
-    ("buf_b_bytes", dict(array_cols=64, block_n=64, buf_b_bytes=64), 128),
+    ("buf_b_bytes", dict(array_cols=64, block_n=64, buf_b_bytes=64, quant_entries=16), 128),
     # accumulator halves hold one array tile of int32: 2 * 16 * 16 * 4
     ("acc_buf_bytes", dict(acc_buf_bytes=1024), 2048),
 ])

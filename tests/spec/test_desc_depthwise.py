@@ -165,7 +165,8 @@ def test_depthwise_unused_fields_must_be_zero(name):
 
 def test_depthwise_buffer_b_overflow_alone():
     # odd h with G = 1: buffer B takes one word more than A
-    cfg = dataclasses.replace(CFG, buf_b_bytes=CFG.buf_a_bytes // 64)   # 32 words a half
+    cfg = dataclasses.replace(CFG, buf_b_bytes=CFG.buf_a_bytes // 64,   # 32 words a half
+                              quant_entries=16)    # (a parameter array fits buffer B)
     half = cfg.buf_b_depth // 2
     d = dw_desc(k=2 * half + 1, partition_m=1, acc_buffer_needed=cfg.acc_half_bytes,
                 b_stride=(2 * half + 1) * W, c_stride=(2 * half + 1) * W, m=2, a_stride=8)

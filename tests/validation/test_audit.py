@@ -38,7 +38,7 @@ another function without this table following; line moves inside a function do n
 | firmware/runtime.py | Runtime.open | DeviceError | 1 | image: test_runtime_open_config_id |
 | firmware/runtime.py | Runtime.run_image | DeviceError | 1 | image: test_runtime_stats_layer_index |
 | firmware/runtime.py | Runtime.run_layer | ValueError | 1 | image: test_runtime_run_layer_missing_word |
-| spec/config.py | AccelConfig.__post_init__ | ConfigError | 7 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range, test_config_requant_lanes_range, test_config_dw_mesh_square, test_config_block_fits_the_buffers |
+| spec/config.py | AccelConfig.__post_init__ | ConfigError | 8 | config: test_config_field_must_be_int, test_config_fixed_fields, test_config_buffers_hold_two_halves, test_config_local_buffer_range, test_config_requant_lanes_range, test_config_dw_mesh_square, test_config_block_fits_the_buffers, test_config_buffer_holds_a_parameter_array |
 | spec/config.py | AccelConfig._check_multiple | ConfigError | 1 | config: test_config_block_multiple |
 | spec/config.py | AccelConfig._check_pow2 | ConfigError | 1 | config: test_config_power_of_two_fields |
 | spec/config.py | AccelConfig._check_range | ConfigError | 1 | config: test_config_range_fields, test_config_from_json_range_errors_pass_through |

@@ -85,7 +85,7 @@ def test_config_block_multiple(name, of, bad):
 
 @pytest.mark.parametrize("name, changes, need, half", [
     ("buf_a_bytes", dict(array_rows=64, block_m=64, buf_a_bytes=64), 128, 64),
-    ("buf_b_bytes", dict(array_cols=64, block_n=64, buf_b_bytes=64), 128, 64),
+    ("buf_b_bytes", dict(array_cols=64, block_n=64, buf_b_bytes=64, quant_entries=16), 128, 64),
     ("acc_buf_bytes", dict(acc_buf_bytes=1024), 2048, 1024),
 ])
 def test_config_buffers_hold_two_halves(name, changes, need, half):
@@ -249,3 +249,17 @@ def test_check_record_word_u32(name, bad):
     with refused(ValueError, f"record word {name}={bad!r} must be a u32 (an int in "
                              f"[0, 2**32))"):
         check_record(rec, PRESETS["tiny"])
+
+
+@pytest.mark.parametrize("name, mesh", [("buf_b_bytes", 0), ("buf_a_bytes", 1)])
+def test_config_buffer_holds_a_parameter_array(name, mesh):
+    """A parameter array loads in one command into a buffer's rows; only RTL generation
+    refused a smaller buffer (a traceback from hw.params), after compile and the golden device
+    had run the config."""
+    cfg = dataclasses.replace(PRESETS["small"], dw_mesh=mesh)
+    with refused(ConfigError, f"AccelConfig.{name}=2048 must hold a whole parameter array, "
+                              f"quant_entries=1024 int32 words (4096 bytes, loaded in one "
+                              f"command{' through A with dw_mesh=1' if mesh else ''}): raise "
+                              f"{name} to 4096 or more, or lower quant_entries"):
+        dataclasses.replace(cfg, **{name: 2048})
+
