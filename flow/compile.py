@@ -1177,6 +1177,16 @@ def _damage(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
+def _builder_refusal(message: str, cfg: AccelConfig) -> str:
+    """A host layer's reason from the image builder's refusal, in the compiler's terms: the
+    builder's "move data_addr up" is an option of its API, not of ``tessera compile`` (which
+    splits the device memory itself), so such a refusal says the memory is too small."""
+    text = one_line(message).replace(
+        "; move data_addr up", f", in a device memory of {cfg.dram_bytes:,} bytes "
+                               f"(dram_addr_bits={cfg.dram_addr_bits})")
+    return f"the image builder refused it: {text}"
+
+
 def check_strategy(strategy: str) -> None:
     """Raise :class:`CompileError` unless ``strategy`` is one of :data:`COMPILE_STRATEGIES`."""
     if strategy not in COMPILE_STRATEGIES:
@@ -1221,7 +1231,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
                 ksplit_predicted_cycles(l, cfg, strategy)
                 ksplit.add(n)
             except ValueError as e:
-                host_layers[n] = f"the image builder refused it: {one_line(str(e))}"
+                host_layers[n] = _builder_refusal(str(e), cfg)
     ksplit = frozenset(ksplit)
     while True:
         runs = _segment_runs(_schedule(lowered.steps, host_layers, ksplit), host_layers, ksplit)
@@ -1231,7 +1241,7 @@ def compile_network(lowered: Lowered, cfg: AccelConfig, *, strategy: str = "best
         except _Refused as e:
             if e.layer is None or e.layer in host_layers:
                 raise CompileError(f"image refused: {e.reason}") from None
-            host_layers[e.layer] = f"the image builder refused it: {one_line(e.reason)}"
+            host_layers[e.layer] = _builder_refusal(e.reason, cfg)
     for s in steps:
         if s.kind == "host_layer":
             s.reason = host_layers[s.layer]

@@ -24,7 +24,7 @@ from flow.compile import (TSR_READS, TSR_VERSION, CompiledNetwork,  # noqa: E402
 from flow.tsr_onnx import SHARE_MIN_BYTES  # noqa: E402
 from firmware.emulator import EmulatorDevice  # noqa: E402
 from flow.execute import execute, run_network  # noqa: E402
-from planner.net.models import small_cnn  # noqa: E402
+from planner.net.models import bottleneck, small_cnn  # noqa: E402
 from planner.net.onnx_import import import_onnx, load_model  # noqa: E402
 from planner.net.lower import (AccelLayer, fold_batchnorm, generated_inputs,  # noqa: E402
                                   lower, quantize_qdq)
@@ -1526,3 +1526,14 @@ def test_a_tensor_of_the_wrong_type_is_named():
     buf = TensorBuffer(tensor="x_q", addr=0, nbytes=4, layout="rowmajor", shape=(2, 2))
     with pytest.raises(ModelError, match="tensor 'x_q': expected an int8 tensor, got int32"):
         buf.encode(np.zeros((2, 2), np.int32))
+
+
+def test_a_layer_too_large_for_the_device_memory_says_so_in_compiler_terms(tmp_path):
+    """The image builder's "move data_addr up" (its API's option) reached `tessera compile`'s
+    host reasons, where no option sets it (a helper's custom 64 KiB configuration)."""
+    cfg = dataclasses.replace(PRESETS["small"], dram_addr_bits=16, local_buf_bytes=1024)
+    onnx.save(bottleneck(channels=256, height=14, width=14), tmp_path / "b.onnx")
+    reason = compile_model(tmp_path / "b.onnx", {}, cfg, seed=0).summary()["host_layers"]["c1"]
+    assert "data_addr up" not in reason
+    assert reason.endswith("overlaps the data region at data_addr=0x1000, in a device memory "
+                           "of 65,536 bytes (dram_addr_bits=16))")
