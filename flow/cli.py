@@ -19,7 +19,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import re
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from flow.argtypes import SEED
 from flow.compile import (COMPILE_STRATEGIES, CompiledNetwork, CompileError, OnProgress,
                           check_strategy, compile_network, planning_progress, progress)
 from flow.execute import compare_outputs, layer_rows, run_network
-from flow.outputs import check_writable
+from flow.outputs import check_directory, check_writable
 from flow.report import html_report
 from planner.conv import k_parts
 from planner.dwcost import is_depthwise
@@ -259,28 +258,6 @@ def _calibration(path: str | None, names: list[str]) -> dict[str, dict] | None:
     return feeds
 
 
-def _check_calibration_memory(model, samples: int) -> None:
-    """Refuse to generate calibration inputs that need more memory than the machine has
-    (``samples`` float64 draws of every graph input, numpy's MemoryError or the kernel's OOM
-    killer otherwise), naming the input."""
-    try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):        # (not POSIX: no limit known)
-        return
-    inits = {i.name for i in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None
-                for d in vi.type.tensor_type.shape.dim]
-        need = samples * 8 * math.prod(dims) if None not in dims else 0
-        if need > ram:
-            raise ValueError(f"graph input {vi.name!r} of shape {dims}: {samples} generated "
-                             f"calibration samples of it need {need / 2**30:,.1f} GiB, more "
-                             f"than this machine's {ram / 2**30:,.1f} GiB (give --calib samples, "
-                             f"or a smaller --input-shape where its dims are symbolic)")
-
-
 def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
                   seed: int | None = None, samples: int = 4,
                   on_event: OnProgress | None = None):
@@ -302,8 +279,6 @@ def prepare_model(model_path, shapes: dict, *, calib_dir: str | None = None,
         inits = {i.name for i in model.graph.initializer}
         names = [i.name for i in model.graph.input if i.name not in inits]
         calib = _calibration(calib_dir, names)
-        if calib is None:
-            _check_calibration_memory(model, samples)
         progress(on_event, f"quantising with onnxruntime "
                            f"({samples if calib is None else len(calib)} calibration samples)")
         model = quantize_qdq(model, None if calib is None else list(calib.values()),
@@ -586,17 +561,9 @@ def _report_table(rows: list[dict], title: str, measured: bool) -> None:
     _results_console(160).print(table)
 
 
-def _check_workdir(path: str) -> None:
-    """``--workdir``: an existing directory, or one that can be made (made here)."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ValueError(f"--workdir {path}: exists and is not a directory")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--workdir {path}: cannot create it ({e.strerror})") from None
-    if not os.access(p, os.W_OK):
-        raise ValueError(f"--workdir {path}: not writable")
+def _described(feeds: dict) -> str:
+    """``x float32 (1, 3, 8, 8), ...``: the inputs a run takes, for its ``input:`` line."""
+    return ", ".join(f"{n} {f.dtype} {tuple(f.shape)}" for n, f in feeds.items())
 
 
 def run_main(argv: list[str] | None = None) -> int:
@@ -636,22 +603,20 @@ def run_main(argv: list[str] | None = None) -> int:
         if args.sim == "icarus":
             check_icarus_memory(net.cfg)                # before generating any Verilog
         if args.workdir is not None:
-            _check_workdir(args.workdir)
+            check_directory("--workdir", args.workdir)
         if args.input is None:
             seed = 0 if args.seed is None else args.seed
             rng = np.random.default_rng(seed)
             feeds = {name: _generated(spec["shape"], np.dtype(spec["dtype"]), rng)
                      for name, spec in net.inputs.items()}
             print(f"input: generated (8-bit integer: uniform over its range; else standard "
-                  f"normal), seed {seed} "
-                  f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
+                  f"normal), seed {seed} ({_described(feeds)})")
         elif args.seed is not None:         # (it was ignored without a word)
             raise ValueError(f"--seed {args.seed} seeds generated inputs; --input {args.input} "
                              f"gives them: use one of the two")
         else:
             feeds = _feeds(args.input, net)
-            print(f"input: {args.input} "
-                  f"({', '.join(f'{n} {f.dtype} {tuple(f.shape)}' for n, f in feeds.items())})")
+            print(f"input: {args.input} ({_described(feeds)})")
     except (CompileError, ValueError, OSError) as e:
         print(f"tessera run: {e}", file=sys.stderr)
         return 2

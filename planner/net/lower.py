@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -467,12 +468,30 @@ def _float_inputs(model) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     return out
 
 
+def _check_memory(specs, samples: int) -> None:
+    """``ValueError`` naming the input when ``samples`` float64 draws of it would need more
+    memory than the machine has (numpy's MemoryError, or the kernel's OOM killer, otherwise)."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):        # (not POSIX: no limit known)
+        return
+    for name, shape, _ in specs:
+        need = samples * 8 * math.prod(shape)
+        if need > ram:
+            raise ValueError(f"graph input {name!r} of shape {list(shape)}: {samples} generated "
+                             f"calibration samples of it need {need / 2**30:,.1f} GiB, more "
+                             f"than this machine's {ram / 2**30:,.1f} GiB (give --calib samples, "
+                             f"or a smaller --input-shape where its dims are symbolic)")
+
+
 def generated_inputs(model, samples: int = 4, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """``samples`` feeds of seeded standard-normal values for every (float) graph input."""
+    """``samples`` feeds of seeded standard-normal values for every (float) graph input;
+    ``ValueError`` before allocating feeds larger than the machine's memory."""
     if type(samples) is not int or samples < 1:
         raise ValueError(f"samples must be an int >= 1, not {samples!r}")
     rng = np.random.default_rng(seed)
     specs = _float_inputs(model)
+    _check_memory(specs, samples)
     return [{name: rng.normal(0, 1, shape).astype(dtype) for name, shape, dtype in specs}
             for _ in range(samples)]
 
